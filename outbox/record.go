@@ -1,0 +1,44 @@
+// Package outbox holds the durable room facts that leave room-service through
+// the room_outbox table, and the relay that delivers them.
+package outbox
+
+import "time"
+
+// Status of an outbox row.
+const (
+	StatusPending   = "pending"
+	StatusPublished = "published"
+	StatusDead      = "dead"
+)
+
+// Record is one row of room_outbox: a durable fact committed in the same
+// transaction as the command that caused it.
+type Record struct {
+	// ID is the auto-increment key, set by the repository on insert.
+	ID int64
+	// EventID is the unique, deterministic dedup key downstream ("room/version/seq").
+	EventID string
+	// RoomID is the partition key: events of one room are delivered in order.
+	RoomID string
+	// RoomVersion is the version of the command that produced the event.
+	RoomVersion int64
+	// Seq orders events within one command, from 0.
+	Seq int32
+	// EventType is the event's name, such as "RoomMicChanged".
+	EventType string
+	// Payload is the JSON encoding of the event.
+	Payload []byte
+	// OwnerEpoch is the epoch of the owner that committed the row (forensics).
+	OwnerEpoch int64
+	// Status is one of StatusPending, StatusPublished, StatusDead.
+	Status string
+	// Attempts counts failed deliveries.
+	Attempts int32
+	// LastError is the most recent delivery error.
+	LastError string
+	// NextAttemptAt is the earliest time the relay retries a failed row.
+	NextAttemptAt time.Time
+	// CreatedAt is the commit time; PublishedAt is set when the broker acknowledged.
+	CreatedAt   time.Time
+	PublishedAt time.Time
+}

@@ -1,0 +1,427 @@
+package room
+
+// Apply validates env against s and, when every rule passes, applies it:
+// the state changes, its version advances by one and the events are
+// returned. A refused command returns an *Error and leaves s unchanged.
+func Apply(s *State, env *Envelope) ([]Event, error) {
+	if err := env.Validate(); err != nil {
+		return nil, err
+	}
+	if env.At <= 0 || env.At > MaxAt {
+		return nil, Errorf(ErrBadTime, "command time %d", env.At)
+	}
+	if env.RoomID != s.RoomID {
+		return nil, Errorf(ErrInvalidArgument, "command for room %q applied to room %q", env.RoomID, s.RoomID)
+	}
+	switch _, create := env.Command.(*CreateRoom); {
+	case s.Status == StatusClosed:
+		return nil, ErrRoomClosed
+	case s.Status == StatusCreating && !create:
+		return nil, ErrRoomNotOpen
+	case s.Status != StatusCreating && create:
+		return nil, ErrRoomExists
+	}
+	events, err := env.Command.apply(s, env)
+	if err != nil {
+		return nil, err
+	}
+	s.Version++
+	return events, nil
+}
+
+func (s *State) seatAt(i int32) (*Seat, error) {
+	if i < 0 || int(i) >= len(s.Seats) {
+		return nil, Errorf(ErrBadSeatIndex, "seat_index %d, the room has %d seats", i, len(s.Seats))
+	}
+	return &s.Seats[i], nil
+}
+
+// vacate takes the occupant off seat i and closes their mic interval.
+func (s *State) vacate(i int, action string, env *Envelope) Event {
+	seat := &s.Seats[i]
+	ev := &RoomMicChangedEvent{
+		Action: action, UserID: seat.UserID, SeatIndex: int32(i), FromSeatIndex: noSeat,
+		SeatMuted: seat.MutedByAdmin, OperatorUserID: env.Operator,
+		IntervalStart: seat.OccupiedSince, IntervalEnd: env.At, At: env.At,
+	}
+	seat.UserID, seat.MicOn, seat.OccupiedSince, seat.Charm = noUser, false, 0, 0
+	return Event{Type: EventRoomMicChanged, Data: ev}
+}
+
+// vacateUser takes user off their seat, if any, appending the event.
+func (s *State) vacateUser(user int64, action string, env *Envelope, events []Event) []Event {
+	if i := s.SeatOf(user); i != noSeat {
+		events = append(events, s.vacate(i, action, env))
+	}
+	return events
+}
+
+func (s *State) seatEvent(i int, action string, env *Envelope) Event {
+	seat := &s.Seats[i]
+	return Event{Type: EventRoomMicChanged, Data: &RoomMicChangedEvent{
+		Action: action, UserID: seat.UserID, SeatIndex: int32(i), FromSeatIndex: noSeat,
+		MicOn: seat.MicOn, SeatMuted: seat.MutedByAdmin, OperatorUserID: env.Operator, At: env.At,
+	}}
+}
+
+func (c *CreateRoom) apply(s *State, env *Envelope) ([]Event, error) {
+	if !env.Platform && env.Operator != c.OwnerUserID {
+		return nil, ErrPermission
+	}
+	s.OwnerUserID, s.HostUserID, s.Mode, s.Region = c.OwnerUserID, c.HostUserID, c.Mode, c.Region
+	s.Profile = Profile{Title: c.Title, ChatEnabled: true}
+	s.Seats = make([]Seat, c.SeatCount)
+	s.CreatedAt = env.At
+	s.Status = StatusOpen
+	s.Admins = make(map[int64]struct{})
+	s.seedAdmins()
+	return []Event{{Type: EventRoomCreated, Data: &RoomCreatedEvent{
+		OwnerUserID: c.OwnerUserID, HostUserID: c.HostUserID, SeatCount: c.SeatCount,
+		Mode: c.Mode, Region: c.Region, Title: c.Title, CreatedAt: env.At,
+	}}}, nil
+}
+
+func (c *CloseRoom) apply(s *State, env *Envelope) ([]Event, error) {
+	if err := s.require(env, RoleOwner); err != nil {
+		return nil, err
+	}
+	var events []Event
+	for i := range s.Seats {
+		if s.Seats[i].UserID != noUser {
+			events = append(events, s.vacate(i, MicRoomClose, env))
+		}
+	}
+	online := len(s.Members)
+	clear(s.Members)
+	s.Status = StatusClosed
+	return append(events, Event{Type: EventRoomClosed, Data: &RoomClosedEvent{
+		OperatorUserID: env.Operator, ClosedAt: env.At, OnlineCount: online,
+	}}), nil
+}
+
+func (c *JoinRoom) apply(s *State, env *Envelope) ([]Event, error) {
+	user := env.Operator
+	if s.BannedAt(user, env.At) {
+		return nil, ErrBanned
+	}
+	m, rejoin := s.Members[user]
+	if !rejoin && len(s.Members) >= MaxMembers {
+		return nil, ErrRoomFull
+	}
+	delete(s.Bans, user) // an expired ban, if any
+	if !rejoin {
+		m = &Member{UserID: user, JoinedAt: env.At}
+		s.Members[user] = m
+	}
+	m.Nickname, m.AvatarURL, m.Vehicle, m.EntryEffect = c.Nickname, c.AvatarURL, c.Vehicle, c.EntryEffect
+	return []Event{{Type: EventRoomUserJoined, Data: &RoomUserJoinedEvent{
+		UserID: user, Nickname: c.Nickname, AvatarURL: c.AvatarURL, Vehicle: c.Vehicle,
+		EntryEffect: c.EntryEffect, Rejoin: rejoin, JoinedAt: m.JoinedAt, OnlineCount: len(s.Members),
+	}}}, nil
+}
+
+func (c *LeaveRoom) apply(s *State, env *Envelope) ([]Event, error) {
+	if !s.IsMember(env.Operator) {
+		return nil, ErrNotInRoom
+	}
+	events := s.vacateUser(env.Operator, MicRoomLeave, env, nil)
+	delete(s.Members, env.Operator)
+	return append(events, Event{Type: EventRoomUserLeft, Data: &RoomUserLeftEvent{
+		UserID: env.Operator, Reason: "leave", OnlineCount: len(s.Members),
+	}}), nil
+}
+
+func (c *TakeMic) apply(s *State, env *Envelope) ([]Event, error) {
+	seat, err := s.seatAt(c.SeatIndex)
+	switch {
+	case err != nil:
+		return nil, err
+	case !s.IsMember(env.Operator):
+		return nil, ErrNotInRoom
+	case s.SeatOf(env.Operator) != noSeat:
+		return nil, ErrAlreadyOnMic
+	case seat.Locked:
+		return nil, ErrSeatLocked
+	case seat.UserID != noUser:
+		return nil, ErrSeatOccupied
+	}
+	seat.UserID, seat.MicOn, seat.OccupiedSince, seat.Charm = env.Operator, !seat.MutedByAdmin, env.At, 0
+	return []Event{s.seatEvent(int(c.SeatIndex), MicTake, env)}, nil
+}
+
+func (c *LeaveMic) apply(s *State, env *Envelope) ([]Event, error) {
+	i := s.SeatOf(env.Operator)
+	if i == noSeat {
+		return nil, ErrNotOnMic
+	}
+	return []Event{s.vacate(i, MicLeave, env)}, nil
+}
+
+func (c *MoveMic) apply(s *State, env *Envelope) ([]Event, error) {
+	from := s.SeatOf(env.Operator)
+	to, err := s.seatAt(c.ToSeatIndex)
+	switch {
+	case err != nil:
+		return nil, err
+	case from == noSeat:
+		return nil, ErrNotOnMic
+	case from == int(c.ToSeatIndex):
+		return nil, ErrAlreadyOnMic
+	case to.Locked:
+		return nil, ErrSeatLocked
+	case to.UserID != noUser:
+		return nil, ErrSeatOccupied
+	}
+	micOn := s.Seats[from].MicOn
+	closed := s.vacate(from, MicMove, env).Data.(*RoomMicChangedEvent)
+	to.UserID, to.MicOn, to.OccupiedSince, to.Charm = env.Operator, micOn && !to.MutedByAdmin, env.At, 0
+	closed.SeatIndex, closed.FromSeatIndex, closed.MicOn, closed.SeatMuted = c.ToSeatIndex, int32(from), to.MicOn, to.MutedByAdmin
+	return []Event{{Type: EventRoomMicChanged, Data: closed}}, nil
+}
+
+func (c *KickFromMic) apply(s *State, env *Envelope) ([]Event, error) {
+	if err := s.require(env, RoleAdmin); err != nil {
+		return nil, err
+	}
+	i := s.SeatOf(c.TargetUserID)
+	if i == noSeat {
+		return nil, ErrNotOnMic
+	}
+	if err := s.requireOver(env, c.TargetUserID); err != nil {
+		return nil, err
+	}
+	return []Event{s.vacate(i, MicKick, env)}, nil
+}
+
+// requireOverOccupant checks that the operator may act on the seat's occupant
+// (an empty seat, or the operator's own seat, needs nothing more).
+func (s *State) requireOverOccupant(env *Envelope, seat *Seat) error {
+	if seat.UserID == noUser || seat.UserID == env.Operator {
+		return nil
+	}
+	return s.requireOver(env, seat.UserID)
+}
+
+func (c *LockMicSeat) apply(s *State, env *Envelope) ([]Event, error) {
+	if err := s.require(env, RoleAdmin); err != nil {
+		return nil, err
+	}
+	seat, err := s.seatAt(c.SeatIndex)
+	if err != nil {
+		return nil, err
+	}
+	if seat.Locked == c.Locked {
+		return nil, ErrNoChange
+	}
+	if c.Locked {
+		if err := s.requireOverOccupant(env, seat); err != nil {
+			return nil, err
+		}
+	}
+	var events []Event
+	if c.Locked && seat.UserID != noUser {
+		events = append(events, s.vacate(int(c.SeatIndex), MicLockEvict, env))
+	}
+	seat.Locked = c.Locked
+	return append(events, Event{Type: EventRoomMicSeatLocked, Data: &RoomMicSeatLockedEvent{
+		SeatIndex: c.SeatIndex, Locked: c.Locked, OperatorUserID: env.Operator,
+	}}), nil
+}
+
+func (c *MuteMicSeat) apply(s *State, env *Envelope) ([]Event, error) {
+	if err := s.require(env, RoleAdmin); err != nil {
+		return nil, err
+	}
+	seat, err := s.seatAt(c.SeatIndex)
+	if err != nil {
+		return nil, err
+	}
+	if seat.MutedByAdmin == c.Muted {
+		return nil, ErrNoChange
+	}
+	if err := s.requireOverOccupant(env, seat); err != nil {
+		return nil, err
+	}
+	seat.MutedByAdmin = c.Muted
+	action := MicSeatUnmute
+	if c.Muted {
+		seat.MicOn = false
+		action = MicSeatMute
+	}
+	return []Event{s.seatEvent(int(c.SeatIndex), action, env)}, nil
+}
+
+func (c *SetMyMic) apply(s *State, env *Envelope) ([]Event, error) {
+	i := s.SeatOf(env.Operator)
+	if i == noSeat {
+		return nil, ErrNotOnMic
+	}
+	seat := &s.Seats[i]
+	switch {
+	case c.On && seat.MutedByAdmin:
+		return nil, ErrSeatMuted
+	case seat.MicOn == c.On:
+		return nil, ErrNoChange
+	}
+	seat.MicOn = c.On
+	action := MicOff
+	if c.On {
+		action = MicOn
+	}
+	return []Event{s.seatEvent(i, action, env)}, nil
+}
+
+func until(env *Envelope, secs int64) int64 {
+	if secs == 0 {
+		return permanent
+	}
+	return env.At + secs*millisPerSecond
+}
+
+// pruneExpired drops restrictions that ended before at, and reports whether
+// one more fits. Only successful commands call it, so replay prunes alike.
+func pruneExpired(m map[int64]int64, at int64, keepPermanent bool) bool {
+	if len(m) < MaxRestrictions {
+		return true
+	}
+	for user, until := range m {
+		if (until != permanent || !keepPermanent) && until <= at {
+			delete(m, user)
+		}
+	}
+	return len(m) < MaxRestrictions
+}
+
+func (c *KickUser) apply(s *State, env *Envelope) ([]Event, error) {
+	if err := s.require(env, RoleAdmin); err != nil {
+		return nil, err
+	}
+	if err := s.requireOver(env, c.TargetUserID); err != nil {
+		return nil, err
+	}
+	ban := until(env, c.DurationSeconds)
+	if old, banned := s.Bans[c.TargetUserID], s.BannedAt(c.TargetUserID, env.At); banned && (old == permanent || (ban != permanent && old > ban)) {
+		ban = old // a kick never shortens a ban that is already longer
+	} else if !banned && !pruneExpired(s.Bans, env.At, true) {
+		return nil, ErrTooManyBans
+	}
+	wasIn := s.IsMember(c.TargetUserID)
+	events := s.vacateUser(c.TargetUserID, MicRoomKick, env, nil)
+	delete(s.Members, c.TargetUserID)
+	s.Bans[c.TargetUserID] = ban
+	return append(events, Event{Type: EventRoomUserKicked, Data: &RoomUserKickedEvent{
+		UserID: c.TargetUserID, OperatorUserID: env.Operator, BannedUntil: ban, WasInRoom: wasIn,
+	}}), nil
+}
+
+func (c *MuteUser) apply(s *State, env *Envelope) ([]Event, error) {
+	if err := s.require(env, RoleAdmin); err != nil {
+		return nil, err
+	}
+	if err := s.requireOver(env, c.TargetUserID); err != nil {
+		return nil, err
+	}
+	ev := &RoomUserMutedEvent{UserID: c.TargetUserID, OperatorUserID: env.Operator}
+	muted := s.MutedAt(c.TargetUserID, env.At)
+	switch {
+	case c.DurationSeconds == 0 && !muted:
+		return nil, ErrNoChange
+	case c.DurationSeconds == 0:
+		delete(s.Mutes, c.TargetUserID)
+	default:
+		if !muted && !pruneExpired(s.Mutes, env.At, false) {
+			return nil, ErrTooManyBans
+		}
+		ev.Muted, ev.MutedUntil = true, until(env, c.DurationSeconds)
+		s.Mutes[c.TargetUserID] = ev.MutedUntil
+	}
+	return []Event{{Type: EventRoomUserMuted, Data: ev}}, nil
+}
+
+func (c *UnbanUser) apply(s *State, env *Envelope) ([]Event, error) {
+	if err := s.require(env, RoleAdmin); err != nil {
+		return nil, err
+	}
+	if !s.BannedAt(c.TargetUserID, env.At) {
+		return nil, ErrNotBanned
+	}
+	delete(s.Bans, c.TargetUserID)
+	return []Event{{Type: EventRoomUserUnbanned, Data: &RoomUserUnbannedEvent{
+		UserID: c.TargetUserID, OperatorUserID: env.Operator,
+	}}}, nil
+}
+
+func (c *SetAdmin) apply(s *State, env *Envelope) ([]Event, error) {
+	if err := s.require(env, RoleOwner); err != nil {
+		return nil, err
+	}
+	_, isAdmin := s.Admins[c.TargetUserID]
+	switch {
+	case c.TargetUserID == s.OwnerUserID:
+		return nil, ErrTargetProtected
+	case isAdmin == c.Admin:
+		return nil, ErrNoChange
+	case c.Admin && len(s.Admins) >= MaxAdmins:
+		return nil, ErrTooManyAdmins
+	}
+	if c.Admin {
+		s.Admins[c.TargetUserID] = struct{}{}
+	} else {
+		delete(s.Admins, c.TargetUserID)
+	}
+	return []Event{{Type: EventRoomAdminChanged, Data: &RoomAdminChangedEvent{
+		UserID: c.TargetUserID, Admin: c.Admin, OperatorUserID: env.Operator,
+	}}}, nil
+}
+
+func (c *UpdateProfile) apply(s *State, env *Envelope) ([]Event, error) {
+	if err := s.require(env, RoleOwner); err != nil {
+		return nil, err
+	}
+	p := &s.Profile
+	fields := []struct {
+		dst *string
+		src *string
+	}{{&p.Title, c.Title}, {&p.Notice, c.Notice}, {&p.CoverURL, c.CoverURL}}
+	changed := false
+	for _, f := range fields {
+		changed = changed || (f.src != nil && *f.src != *f.dst)
+	}
+	if !changed {
+		return nil, ErrNoChange
+	}
+	for _, f := range fields {
+		if f.src != nil {
+			*f.dst = *f.src
+		}
+	}
+	return []Event{{Type: EventRoomProfileUpdated, Data: &RoomProfileUpdatedEvent{
+		Title: p.Title, Notice: p.Notice, CoverURL: p.CoverURL, OperatorUserID: env.Operator,
+	}}}, nil
+}
+
+func (c *ChangeBackground) apply(s *State, env *Envelope) ([]Event, error) {
+	if err := s.require(env, RoleAdmin); err != nil {
+		return nil, err
+	}
+	if s.Profile.Background == c.BackgroundURL {
+		return nil, ErrNoChange
+	}
+	s.Profile.Background = c.BackgroundURL
+	return []Event{{Type: EventRoomBackgroundChanged, Data: &RoomBackgroundChangedEvent{
+		BackgroundURL: c.BackgroundURL, OperatorUserID: env.Operator,
+	}}}, nil
+}
+
+func (c *SetChatEnabled) apply(s *State, env *Envelope) ([]Event, error) {
+	if err := s.require(env, RoleAdmin); err != nil {
+		return nil, err
+	}
+	if s.Profile.ChatEnabled == c.Enabled {
+		return nil, ErrNoChange
+	}
+	s.Profile.ChatEnabled = c.Enabled
+	return []Event{{Type: EventRoomChatEnabledChanged, Data: &RoomChatEnabledChangedEvent{
+		Enabled: c.Enabled, OperatorUserID: env.Operator,
+	}}}, nil
+}

@@ -1,0 +1,116 @@
+package room
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Code is the small closed set of error classes. Transports map each code to
+// their own status in exactly one place (see package rpc).
+type Code string
+
+// The error codes. Keep this set small: clients switch on Reason, operators on Code.
+const (
+	CodeInvalid      Code = "invalid"      // the request itself is malformed
+	CodeNotFound     Code = "not_found"    // the room (or another named thing) does not exist
+	CodeConflict     Code = "conflict"     // the request clashes with existing state (ids, versions)
+	CodeRejected     Code = "rejected"     // a domain rule refuses the command in the current state
+	CodePermission   Code = "permission"   // the operator may not do this
+	CodeUnauthorized Code = "unauthorized" // the caller is not authenticated
+	CodeExhausted    Code = "exhausted"    // a bounded queue is full; retry later
+	CodeUnavailable  Code = "unavailable"  // a dependency is down or the room moved; retry later
+	CodeInternal     Code = "internal"     // a bug; logged with the room id
+)
+
+// Error is the one application error type. Reason is a stable snake_case
+// string that clients switch on; Message is for humans and may change.
+type Error struct {
+	Code    Code
+	Reason  string
+	Message string
+}
+
+func (e *Error) Error() string {
+	if e.Message == "" {
+		return e.Reason
+	}
+	return e.Reason + ": " + e.Message
+}
+
+// Is makes errors.Is match on Reason, so a detailed copy made by Errorf still
+// matches the sentinel it was built from.
+func (e *Error) Is(target error) bool {
+	t, ok := target.(*Error)
+	return ok && t.Reason == e.Reason
+}
+
+// Errorf returns a copy of the sentinel with a detailed message.
+func Errorf(sentinel *Error, format string, args ...any) *Error {
+	return &Error{Code: sentinel.Code, Reason: sentinel.Reason, Message: fmt.Sprintf(format, args...)}
+}
+
+// AsError finds the *Error in err's chain. Anything else is reported as an
+// internal error, so no driver or runtime error text decides a client's path.
+func AsError(err error) *Error {
+	if err == nil {
+		return nil
+	}
+	var e *Error
+	if errors.As(err, &e) {
+		return e
+	}
+	return &Error{Code: CodeInternal, Reason: "internal", Message: err.Error()}
+}
+
+func sentinel(code Code, reason, msg string) *Error {
+	return &Error{Code: code, Reason: reason, Message: msg}
+}
+
+// Domain and service errors, declared together. Reasons are part of the API.
+var (
+	// Request shape.
+	ErrInvalidArgument   = sentinel(CodeInvalid, "invalid_argument", "the request is malformed")
+	ErrMissingCommandID  = sentinel(CodeInvalid, "missing_command_id", "command_id is required")
+	ErrMissingRoomID     = sentinel(CodeInvalid, "missing_room_id", "room_id is required")
+	ErrMissingOperator   = sentinel(CodeInvalid, "missing_operator", "operator_user_id is required")
+	ErrFieldTooLong      = sentinel(CodeInvalid, "field_too_long", "a field is longer than allowed")
+	ErrBadSeatIndex      = sentinel(CodeInvalid, "bad_seat_index", "no such seat")
+	ErrBadSeatCount      = sentinel(CodeInvalid, "bad_seat_count", "seat_count is outside the allowed range")
+	ErrBadDuration       = sentinel(CodeInvalid, "bad_duration", "duration is outside the allowed range")
+	ErrBadTime           = sentinel(CodeInvalid, "bad_time", "the command time is outside the allowed range")
+	ErrBadTarget         = sentinel(CodeInvalid, "bad_target", "target_user_id is required and may not be the operator")
+	ErrUnknownCommand    = sentinel(CodeInvalid, "unknown_command", "unknown command type")
+	ErrCommandIDConflict = sentinel(CodeConflict, "command_id_conflict", "command_id was already used for a different request")
+
+	// Room lifecycle.
+	ErrRoomNotFound = sentinel(CodeNotFound, "room_not_found", "no such room")
+	ErrRoomExists   = sentinel(CodeConflict, "room_exists", "the room already exists")
+	ErrRoomClosed   = sentinel(CodeRejected, "room_closed", "the room is closed")
+	ErrRoomNotOpen  = sentinel(CodeRejected, "room_not_created", "the room has not been created yet")
+
+	// Membership and moderation.
+	ErrNotInRoom       = sentinel(CodeRejected, "not_in_room", "the user is not in the room")
+	ErrBanned          = sentinel(CodeRejected, "user_banned", "the user is banned from the room")
+	ErrNotBanned       = sentinel(CodeRejected, "not_banned", "the user is not banned")
+	ErrPermission      = sentinel(CodePermission, "permission_denied", "the operator may not do this")
+	ErrTargetProtected = sentinel(CodePermission, "target_protected", "the room owner cannot be kicked, muted or demoted")
+	ErrNoChange        = sentinel(CodeRejected, "no_change", "the command would change nothing")
+
+	// Seats.
+	ErrSeatOccupied  = sentinel(CodeRejected, "seat_occupied", "the seat is taken")
+	ErrSeatLocked    = sentinel(CodeRejected, "seat_locked", "the seat is locked")
+	ErrSeatMuted     = sentinel(CodeRejected, "seat_muted", "an admin muted this seat")
+	ErrNotOnMic      = sentinel(CodeRejected, "not_on_mic", "the user is not on a seat")
+	ErrAlreadyOnMic  = sentinel(CodeRejected, "already_on_mic", "the user already sits on a seat")
+	ErrRoomFull      = sentinel(CodeRejected, "room_full", "the room holds as many members as it may")
+	ErrTooManyAdmins = sentinel(CodeRejected, "too_many_admins", "the room has as many admins as it may")
+	ErrTooManyBans   = sentinel(CodeRejected, "too_many_restrictions", "the room holds as many bans or chat mutes as it may")
+
+	// Service.
+	ErrMailboxFull  = sentinel(CodeExhausted, "mailbox_full", "the room is busy; retry")
+	ErrFenced       = sentinel(CodeUnavailable, "room_moved", "another node owns the room now; retry")
+	ErrUnavailable  = sentinel(CodeUnavailable, "unavailable", "storage is unavailable; retry")
+	ErrShutdown     = sentinel(CodeUnavailable, "shutting_down", "the node is shutting down; retry")
+	ErrUnauthorized = sentinel(CodeUnauthorized, "unauthenticated", "a valid service token is required")
+	ErrInternal     = sentinel(CodeInternal, "internal", "internal error")
+)

@@ -1,0 +1,209 @@
+package room
+
+// EventType names an event. The names are part of both lanes' contracts.
+type EventType string
+
+// Event types.
+const (
+	EventRoomCreated            EventType = "RoomCreated"
+	EventRoomClosed             EventType = "RoomClosed"
+	EventRoomUserJoined         EventType = "RoomUserJoined"
+	EventRoomUserLeft           EventType = "RoomUserLeft"
+	EventRoomMicChanged         EventType = "RoomMicChanged"
+	EventRoomMicSeatLocked      EventType = "RoomMicSeatLocked"
+	EventRoomUserKicked         EventType = "RoomUserKicked"
+	EventRoomUserMuted          EventType = "RoomUserMuted"
+	EventRoomUserUnbanned       EventType = "RoomUserUnbanned"
+	EventRoomAdminChanged       EventType = "RoomAdminChanged"
+	EventRoomProfileUpdated     EventType = "RoomProfileUpdated"
+	EventRoomBackgroundChanged  EventType = "RoomBackgroundChanged"
+	EventRoomChatEnabledChanged EventType = "RoomChatEnabledChanged"
+)
+
+// Priority is the Tencent IM message priority class of a direct-IM event.
+type Priority string
+
+// Priorities, highest first. Under pressure Low is shed before Normal; High never is.
+const (
+	PriorityHigh   Priority = "High"
+	PriorityNormal Priority = "Normal"
+	PriorityLow    Priority = "Low"
+)
+
+// Lanes says where an event goes after its command commits.
+type Lanes struct {
+	// IM: shown directly through the room's IM group (best effort).
+	IM bool
+	// Outbox: a durable fact written to room_outbox in the commit transaction.
+	Outbox bool
+	// Priority of the IM message.
+	Priority Priority
+}
+
+// lanes is the one table that routes every event type. Direct-IM-only events
+// (heat, rank, rocket) write no outbox row; every durable fact with UI display
+// goes to both lanes.
+var lanes = map[EventType]Lanes{
+	EventRoomCreated:            {IM: false, Outbox: true},
+	EventRoomClosed:             {IM: true, Outbox: true, Priority: PriorityHigh},
+	EventRoomUserJoined:         {IM: true, Outbox: true, Priority: PriorityNormal},
+	EventRoomUserLeft:           {IM: true, Outbox: false, Priority: PriorityLow},
+	EventRoomMicChanged:         {IM: true, Outbox: true, Priority: PriorityHigh},
+	EventRoomMicSeatLocked:      {IM: true, Outbox: true, Priority: PriorityHigh},
+	EventRoomUserKicked:         {IM: true, Outbox: true, Priority: PriorityHigh},
+	EventRoomUserMuted:          {IM: true, Outbox: true, Priority: PriorityHigh},
+	EventRoomUserUnbanned:       {IM: true, Outbox: true, Priority: PriorityNormal},
+	EventRoomAdminChanged:       {IM: true, Outbox: true, Priority: PriorityNormal},
+	EventRoomProfileUpdated:     {IM: true, Outbox: true, Priority: PriorityNormal},
+	EventRoomBackgroundChanged:  {IM: true, Outbox: true, Priority: PriorityNormal},
+	EventRoomChatEnabledChanged: {IM: true, Outbox: true, Priority: PriorityNormal},
+}
+
+// LanesOf returns the lanes of an event type. Unknown types go nowhere.
+func LanesOf(t EventType) Lanes { return lanes[t] }
+
+// EventTypes lists every event type the domain emits.
+func EventTypes() []EventType {
+	out := make([]EventType, 0, len(lanes))
+	for t := range lanes {
+		out = append(out, t)
+	}
+	return out
+}
+
+// Event is one thing that happened in a room. Data is one of the *Event
+// payload structs below; it is JSON-encoded for the outbox and the IM lane.
+type Event struct {
+	Type EventType
+	Data any
+}
+
+// Lanes returns where the event goes.
+func (e Event) Lanes() Lanes { return LanesOf(e.Type) }
+
+// RoomCreatedEvent is the payload of RoomCreated.
+type RoomCreatedEvent struct {
+	OwnerUserID int64  `json:"owner_user_id"`
+	HostUserID  int64  `json:"host_user_id"`
+	SeatCount   int32  `json:"seat_count"`
+	Mode        string `json:"mode"`
+	Region      string `json:"region"`
+	Title       string `json:"title"`
+	CreatedAt   int64  `json:"created_at"`
+}
+
+// RoomClosedEvent is the payload of RoomClosed.
+type RoomClosedEvent struct {
+	OperatorUserID int64 `json:"operator_user_id"`
+	ClosedAt       int64 `json:"closed_at"`
+	OnlineCount    int   `json:"online_count_before"`
+}
+
+// RoomUserJoinedEvent is the payload of RoomUserJoined: entry animation,
+// vehicle and online display, and active-user statistics.
+type RoomUserJoinedEvent struct {
+	UserID      int64  `json:"user_id"`
+	Nickname    string `json:"nickname,omitempty"`
+	AvatarURL   string `json:"avatar_url,omitempty"`
+	Vehicle     string `json:"vehicle,omitempty"`
+	EntryEffect string `json:"entry_effect,omitempty"`
+	Rejoin      bool   `json:"rejoin,omitempty"`
+	JoinedAt    int64  `json:"joined_at"`
+	OnlineCount int    `json:"online_count"`
+}
+
+// RoomUserLeftEvent is the payload of RoomUserLeft.
+type RoomUserLeftEvent struct {
+	UserID      int64  `json:"user_id"`
+	Reason      string `json:"reason"` // leave | kicked | room_closed
+	OnlineCount int    `json:"online_count"`
+}
+
+// Mic actions carried by RoomMicChanged.
+const (
+	MicTake       = "take"
+	MicLeave      = "leave"
+	MicMove       = "move"
+	MicKick       = "kick"        // an admin took the user off the seat
+	MicLockEvict  = "lock_evict"  // the seat was locked under the user
+	MicRoomKick   = "room_kick"   // the user was kicked from the room
+	MicRoomClose  = "room_close"  // the room closed
+	MicRoomLeave  = "room_leave"  // the user left the room
+	MicSeatMute   = "seat_mute"   // an admin muted the seat
+	MicSeatUnmute = "seat_unmute" // an admin unmuted the seat
+	MicOn         = "mic_on"      // the occupant turned the microphone on
+	MicOff        = "mic_off"     // the occupant turned the microphone off
+)
+
+// RoomMicChangedEvent is the payload of RoomMicChanged. When a user comes off
+// a seat (every action but take, seat_mute/unmute and mic_on/off; move both
+// closes one interval and opens another), IntervalStart and IntervalEnd close
+// the mic interval exactly once, for mic-duration consumers.
+type RoomMicChangedEvent struct {
+	Action         string `json:"action"`
+	UserID         int64  `json:"user_id"`
+	SeatIndex      int32  `json:"seat_index"`
+	FromSeatIndex  int32  `json:"from_seat_index"` // move only; otherwise -1
+	MicOn          bool   `json:"mic_on"`
+	SeatMuted      bool   `json:"seat_muted"`
+	OperatorUserID int64  `json:"operator_user_id"`
+	IntervalStart  int64  `json:"interval_start,omitempty"`
+	IntervalEnd    int64  `json:"interval_end,omitempty"`
+	At             int64  `json:"at"`
+}
+
+// RoomMicSeatLockedEvent is the payload of RoomMicSeatLocked.
+type RoomMicSeatLockedEvent struct {
+	SeatIndex      int32 `json:"seat_index"`
+	Locked         bool  `json:"locked"`
+	OperatorUserID int64 `json:"operator_user_id"`
+}
+
+// RoomUserKickedEvent is the payload of RoomUserKicked.
+type RoomUserKickedEvent struct {
+	UserID         int64 `json:"user_id"`
+	OperatorUserID int64 `json:"operator_user_id"`
+	BannedUntil    int64 `json:"banned_until"` // unix ms; 0 = permanent
+	WasInRoom      bool  `json:"was_in_room"`
+}
+
+// RoomUserMutedEvent is the payload of RoomUserMuted (chat mute, 禁言).
+type RoomUserMutedEvent struct {
+	UserID         int64 `json:"user_id"`
+	OperatorUserID int64 `json:"operator_user_id"`
+	Muted          bool  `json:"muted"`
+	MutedUntil     int64 `json:"muted_until"` // unix ms; 0 when unmuted
+}
+
+// RoomUserUnbannedEvent is the payload of RoomUserUnbanned.
+type RoomUserUnbannedEvent struct {
+	UserID         int64 `json:"user_id"`
+	OperatorUserID int64 `json:"operator_user_id"`
+}
+
+// RoomAdminChangedEvent is the payload of RoomAdminChanged.
+type RoomAdminChangedEvent struct {
+	UserID         int64 `json:"user_id"`
+	Admin          bool  `json:"admin"`
+	OperatorUserID int64 `json:"operator_user_id"`
+}
+
+// RoomProfileUpdatedEvent is the payload of RoomProfileUpdated: the profile after the change.
+type RoomProfileUpdatedEvent struct {
+	Title          string `json:"title"`
+	Notice         string `json:"notice"`
+	CoverURL       string `json:"cover_url"`
+	OperatorUserID int64  `json:"operator_user_id"`
+}
+
+// RoomBackgroundChangedEvent is the payload of RoomBackgroundChanged.
+type RoomBackgroundChangedEvent struct {
+	BackgroundURL  string `json:"background_url"`
+	OperatorUserID int64  `json:"operator_user_id"`
+}
+
+// RoomChatEnabledChangedEvent is the payload of RoomChatEnabledChanged.
+type RoomChatEnabledChangedEvent struct {
+	Enabled        bool  `json:"enabled"`
+	OperatorUserID int64 `json:"operator_user_id"`
+}

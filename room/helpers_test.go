@@ -1,0 +1,388 @@
+package room
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"reflect"
+	"strings"
+	"testing"
+)
+
+// The fixture room: who is who, and when things happened.
+const (
+	testRoomID = "room-1"
+
+	uOwner        int64 = 1  // owner, on seat 0
+	uHost         int64 = 2  // host (admin), on seat 1
+	uAdmin        int64 = 3  // admin, on seat 2 with the mic off
+	uAdmin2       int64 = 4  // admin, in the room, not seated
+	uAlice        int64 = 5  // member on seat 3, mic on, has charm
+	uBob          int64 = 6  // member on seat 4, which an admin muted
+	uCarol        int64 = 7  // member, not seated, chat-muted
+	uVisitor      int64 = 9  // never joined
+	uBanned       int64 = 10 // banned until tNow+1h
+	uBannedAlways int64 = 11 // banned permanently
+	uBanExpired   int64 = 12 // ban ended just before tNow
+	uMuteExpired  int64 = 13 // chat mute ended just before tNow
+	uStaff        int64 = 99 // platform staff when Platform is set
+
+	t0   int64 = 1_700_000_000_000 // when the fixture room was created
+	tNow int64 = t0 + 10_000       // the default command time
+
+	banUntil  = tNow + 3_600_000
+	muteUntil = tNow + 600_000
+)
+
+// fixture returns an open room with eight seats:
+//
+//	0 owner (mic on)   1 host (mic on)   2 admin (mic off)   3 alice (mic on, charm 40)
+//	4 bob (seat muted) 5 locked, empty   6 muted, empty      7 empty
+//
+// It is built by hand, not through Apply, so the tests of Apply do not depend on Apply.
+func fixture() *State {
+	s := &State{
+		RoomID:      testRoomID,
+		Version:     41,
+		Status:      StatusOpen,
+		OwnerUserID: uOwner,
+		HostUserID:  uHost,
+		Mode:        "party",
+		Region:      "sg",
+		CreatedAt:   t0,
+		Profile: Profile{
+			Title: "Friday", Notice: "be nice", CoverURL: "https://img.example/c.png",
+			Background: "https://img.example/bg1.png", ChatEnabled: true,
+		},
+		Admins:  map[int64]struct{}{uOwner: {}, uHost: {}, uAdmin: {}, uAdmin2: {}},
+		Members: map[int64]*Member{},
+		Seats: []Seat{
+			{UserID: uOwner, MicOn: true, OccupiedSince: t0 + 100},
+			{UserID: uHost, MicOn: true, OccupiedSince: t0 + 200},
+			{UserID: uAdmin, OccupiedSince: t0 + 300},
+			{UserID: uAlice, MicOn: true, OccupiedSince: t0 + 500, Charm: 40},
+			{UserID: uBob, MutedByAdmin: true, OccupiedSince: t0 + 600, Charm: 7},
+			{Locked: true},
+			{MutedByAdmin: true},
+			{},
+		},
+		Mutes: map[int64]int64{uCarol: muteUntil, uMuteExpired: tNow - 1},
+		Bans:  map[int64]int64{uBanned: banUntil, uBannedAlways: permanent, uBanExpired: tNow - 1},
+	}
+	for _, id := range []int64{uOwner, uHost, uAdmin, uAdmin2, uAlice, uBob, uCarol} {
+		s.Members[id] = &Member{
+			UserID: id, JoinedAt: t0 + id, Nickname: fmt.Sprintf("user%d", id),
+			AvatarURL: fmt.Sprintf("https://img.example/a%d.png", id), Vehicle: "car", EntryEffect: "sparkle",
+		}
+	}
+	return s
+}
+
+// closedFixture is the fixture room after its owner closed it.
+func closedFixture() *State {
+	s := fixture()
+	if _, err := Apply(s, envAt(uOwner, tNow-5, &CloseRoom{})); err != nil {
+		panic(err)
+	}
+	return s
+}
+
+// creatingFixture is a room whose metadata exists but whose CreateRoom has not run.
+func creatingFixture() *State {
+	return Genesis(testRoomID, uOwner, uHost, 10, "party", "")
+}
+
+func envAt(op, at int64, cmd Command) *Envelope {
+	return &Envelope{RoomID: testRoomID, CommandID: "cmd-1", Operator: op, At: at, Command: cmd}
+}
+
+func env(op int64, cmd Command) *Envelope { return envAt(op, tNow, cmd) }
+
+// platformEnv is a command from platform staff.
+func platformEnv(cmd Command) *Envelope {
+	e := env(uStaff, cmd)
+	e.Platform = true
+	return e
+}
+
+func strp(s string) *string { return &s }
+
+// cloneState deep-copies s so that a later change to s cannot reach the copy.
+// It keeps nil maps nil so reflect.DeepEqual sees exactly what Apply left.
+func cloneState(s *State) *State {
+	c := *s
+	c.Admins = maps.Clone(s.Admins)
+	c.Mutes = maps.Clone(s.Mutes)
+	c.Bans = maps.Clone(s.Bans)
+	if s.Members != nil {
+		c.Members = make(map[int64]*Member, len(s.Members))
+		for id, m := range s.Members {
+			mc := *m
+			c.Members[id] = &mc
+		}
+	}
+	if s.Seats != nil {
+		c.Seats = append([]Seat(nil), s.Seats...)
+	}
+	return &c
+}
+
+// dumpState is a canonical, diffable text form of s.
+func dumpState(s *State) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "room=%s v=%d status=%s owner=%d host=%d mode=%q region=%q created=%d\n",
+		s.RoomID, s.Version, s.Status, s.OwnerUserID, s.HostUserID, s.Mode, s.Region, s.CreatedAt)
+	fmt.Fprintf(&b, "profile=%+v\n", s.Profile)
+	fmt.Fprintf(&b, "admins=%v (nil=%t)\n", SortedIDs(s.Admins), s.Admins == nil)
+	fmt.Fprintf(&b, "members (nil=%t):\n", s.Members == nil)
+	for _, id := range SortedIDs(s.Members) {
+		fmt.Fprintf(&b, "  %d: %+v\n", id, *s.Members[id])
+	}
+	for i, seat := range s.Seats {
+		fmt.Fprintf(&b, "seat %d: %+v\n", i, seat)
+	}
+	fmt.Fprintf(&b, "mutes (nil=%t):", s.Mutes == nil)
+	for _, id := range SortedIDs(s.Mutes) {
+		fmt.Fprintf(&b, " %d:%d", id, s.Mutes[id])
+	}
+	fmt.Fprintf(&b, "\nbans (nil=%t):", s.Bans == nil)
+	for _, id := range SortedIDs(s.Bans) {
+		fmt.Fprintf(&b, " %d:%d", id, s.Bans[id])
+	}
+	return b.String() + "\n"
+}
+
+func dumpEvents(events []Event) string {
+	var b strings.Builder
+	for _, ev := range events {
+		fmt.Fprintf(&b, "  %s %+v\n", ev.Type, reflect.Indirect(reflect.ValueOf(ev.Data)))
+	}
+	if len(events) == 0 {
+		b.WriteString("  (none)\n")
+	}
+	return b.String()
+}
+
+// requireStateEqual fails the test when got differs from want in any field.
+func requireStateEqual(t testing.TB, want, got *State) {
+	t.Helper()
+	if !reflect.DeepEqual(want, got) {
+		t.Fatalf("state differs\nwant:\n%s\ngot:\n%s", dumpState(want), dumpState(got))
+	}
+}
+
+// requireUnchanged fails the test when a refused command left a trace in the state.
+func requireUnchanged(t testing.TB, before, after *State) {
+	t.Helper()
+	if !reflect.DeepEqual(before, after) {
+		t.Fatalf("a refused command changed the state\nbefore:\n%s\nafter:\n%s", dumpState(before), dumpState(after))
+	}
+}
+
+// requireReason fails the test unless err carries the sentinel's reason and code.
+func requireReason(t testing.TB, err error, want *Error) {
+	t.Helper()
+	if !errors.Is(err, want) {
+		t.Fatalf("error = %v, want reason %q", err, want.Reason)
+	}
+	var e *Error
+	if !errors.As(err, &e) || e.Code != want.Code {
+		t.Fatalf("error = %#v, want an *Error with code %q", err, want.Code)
+	}
+}
+
+// offSeatActions are the RoomMicChanged actions that take a user off a seat
+// and so close a mic interval.
+var offSeatActions = map[string]bool{
+	MicLeave: true, MicMove: true, MicKick: true, MicLockEvict: true,
+	MicRoomKick: true, MicRoomClose: true, MicRoomLeave: true,
+}
+
+// checkMicIntervals checks DESIGN 2.3 "every path off a seat closes the mic
+// interval exactly once": each user who left a seat got exactly one
+// RoomMicChanged that closes [the time they sat down, the command time], the
+// seat they left is empty, and no other event claims to close an interval.
+func checkMicIntervals(t testing.TB, before, after *State, e *Envelope, events []Event) {
+	t.Helper()
+	var closing []*RoomMicChangedEvent
+	for _, ev := range events {
+		d, ok := ev.Data.(*RoomMicChangedEvent)
+		if ev.Type != EventRoomMicChanged || !ok {
+			continue
+		}
+		if offSeatActions[d.Action] {
+			closing = append(closing, d)
+		} else if d.IntervalStart != 0 || d.IntervalEnd != 0 || d.FromSeatIndex != noSeat {
+			t.Errorf("%s event carries an interval or a from seat: %+v", d.Action, *d)
+		}
+	}
+	vacated := 0
+	for i, seat := range before.Seats {
+		if seat.UserID == noUser || (i < len(after.Seats) && after.Seats[i].UserID == seat.UserID) {
+			continue
+		}
+		vacated++
+		var mine []*RoomMicChangedEvent
+		for _, d := range closing {
+			if d.UserID == seat.UserID {
+				mine = append(mine, d)
+			}
+		}
+		if len(mine) != 1 {
+			t.Errorf("user %d left seat %d with %d interval-closing events, want 1:\n%s", seat.UserID, i, len(mine), dumpEvents(events))
+			continue
+		}
+		d := mine[0]
+		from := d.SeatIndex
+		if d.Action == MicMove {
+			from = d.FromSeatIndex
+		}
+		if int(from) != i || d.IntervalStart != seat.OccupiedSince || d.IntervalEnd != e.At || d.At != e.At {
+			t.Errorf("user %d left seat %d (sat at %d, command at %d) with %+v", seat.UserID, i, seat.OccupiedSince, e.At, *d)
+		}
+		if i < len(after.Seats) && after.Seats[i].UserID != noUser {
+			t.Errorf("seat %d still holds user %d after user %d left it", i, after.Seats[i].UserID, seat.UserID)
+		}
+	}
+	if vacated != len(closing) {
+		t.Errorf("%d seats were vacated but %d events close an interval:\n%s", vacated, len(closing), dumpEvents(events))
+	}
+}
+
+// checkInvariants checks the rules of DESIGN 2.3 that hold in every state
+// reachable from the fixtures, at command time at.
+func checkInvariants(t testing.TB, s *State, at int64) {
+	t.Helper()
+	if n := len(s.Seats); n < MinSeats || n > MaxSeats {
+		t.Errorf("room has %d seats", n)
+	}
+	seated := map[int64]int{}
+	for i, seat := range s.Seats {
+		if seat.UserID == noUser {
+			if seat.MicOn || seat.OccupiedSince != 0 || seat.Charm != 0 {
+				t.Errorf("empty seat %d keeps occupant data: %+v", i, seat)
+			}
+			continue
+		}
+		if prev, ok := seated[seat.UserID]; ok {
+			t.Errorf("user %d sits on seats %d and %d", seat.UserID, prev, i)
+		}
+		seated[seat.UserID] = i
+		if seat.Locked {
+			t.Errorf("locked seat %d is occupied by %d", i, seat.UserID)
+		}
+		if !s.IsMember(seat.UserID) {
+			t.Errorf("seat %d is held by %d, who is not in the room", i, seat.UserID)
+		}
+		if seat.MutedByAdmin && seat.MicOn {
+			t.Errorf("seat %d is muted by an admin but its mic is on", i)
+		}
+	}
+	for id, m := range s.Members {
+		if m == nil || m.UserID != id {
+			t.Errorf("member entry %d is %+v", id, m)
+		}
+		if s.BannedAt(id, at) {
+			t.Errorf("user %d is in the room and banned", id)
+		}
+	}
+	if s.Status != StatusCreating {
+		if _, ok := s.Admins[s.OwnerUserID]; !ok {
+			t.Errorf("owner %d is not in the admin set", s.OwnerUserID)
+		}
+	}
+	if len(s.Admins) > MaxAdmins || len(s.Members) > MaxMembers {
+		t.Errorf("%d admins, %d members", len(s.Admins), len(s.Members))
+	}
+	if s.Status == StatusClosed && (len(s.Members) != 0 || s.OnMicCount() != 0) {
+		t.Errorf("closed room still holds %d members and %d seated users", len(s.Members), s.OnMicCount())
+	}
+}
+
+// checkSuccess checks what every successful Apply must do, whatever the command.
+func checkSuccess(t testing.TB, before, after *State, e *Envelope, events []Event) {
+	t.Helper()
+	if after.Version != before.Version+1 {
+		t.Errorf("version %d after %d, want +1", after.Version, before.Version)
+	}
+	if len(events) == 0 {
+		t.Errorf("a successful %s emitted no event", e.Command.Type())
+	}
+	for _, ev := range events {
+		if l := ev.Lanes(); !l.IM && !l.Outbox {
+			t.Errorf("event %s has no lane", ev.Type)
+		}
+	}
+	checkInvariants(t, after, e.At)
+	checkMicIntervals(t, before, after, e, events)
+}
+
+// applyCase is one row of a table test of Apply.
+type applyCase struct {
+	name  string
+	state func() *State // nil: fixture
+	env   *Envelope
+	err   *Error // the expected refusal; nil for success
+	want  []Event
+	// change turns a copy of the state before into the expected state after
+	// (the version bump is added by the runner); nil means only the version moves.
+	change func(s *State)
+}
+
+func runApplyCases(t *testing.T, cases []applyCase) {
+	t.Helper()
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			mk := tc.state
+			if mk == nil {
+				mk = fixture
+			}
+			s := mk()
+			before := cloneState(s)
+			events, err := Apply(s, tc.env)
+			if tc.err != nil {
+				requireReason(t, err, tc.err)
+				if events != nil {
+					t.Errorf("refused command returned events:\n%s", dumpEvents(events))
+				}
+				requireUnchanged(t, before, s)
+				return
+			}
+			if err != nil {
+				t.Fatalf("Apply: %v", err)
+			}
+			if !reflect.DeepEqual(events, tc.want) {
+				t.Errorf("events\ngot:\n%swant:\n%s", dumpEvents(events), dumpEvents(tc.want))
+			}
+			want := cloneState(before)
+			want.Version++
+			if tc.change != nil {
+				tc.change(want)
+			}
+			requireStateEqual(t, want, s)
+			checkSuccess(t, before, s, tc.env, events)
+		})
+	}
+}
+
+// Event constructors for expected values.
+
+func ev(typ EventType, data any) Event { return Event{Type: typ, Data: data} }
+
+func micEv(d RoomMicChangedEvent) Event { return Event{Type: EventRoomMicChanged, Data: &d} }
+
+// offEv is the event that takes the fixture occupant of seat i off it at tNow.
+func offEv(action string, seat int32, op int64) Event {
+	occ := fixture().Seats[seat]
+	return micEv(RoomMicChangedEvent{
+		Action: action, UserID: occ.UserID, SeatIndex: seat, FromSeatIndex: noSeat,
+		SeatMuted: occ.MutedByAdmin, OperatorUserID: op,
+		IntervalStart: occ.OccupiedSince, IntervalEnd: tNow, At: tNow,
+	})
+}
+
+// emptySeat empties seat i the way a user leaving it does: the seat keeps
+// its lock and admin mute.
+func emptySeat(s *State, i int) {
+	s.Seats[i] = Seat{Locked: s.Seats[i].Locked, MutedByAdmin: s.Seats[i].MutedByAdmin}
+}

@@ -1,0 +1,202 @@
+// Package room is the pure state machine of one voice-chat room: its state,
+// the commands that change it, the events they cause and the rules that
+// refuse them. It imports only the standard library and does no I/O: time
+// and every other outside input arrive as fields of the recorded command, so
+// replaying the command log rebuilds exactly the state that was served live.
+package room
+
+import "slices"
+
+// Status of a room.
+type Status string
+
+// Room statuses. A room exists as StatusCreating between its metadata and
+// its CreateRoom command.
+const (
+	StatusCreating Status = "creating"
+	StatusOpen     Status = "open"
+	StatusClosed   Status = "closed"
+)
+
+// Limits enforced by validation. They bound memory per room and message size.
+const (
+	MinSeats         = 1
+	MaxSeats         = 20
+	MaxMembers       = 100_000
+	MaxAdmins        = 50
+	MaxIDLen         = 128
+	MaxShortText     = 64   // mode, region, nickname, vehicle, entry effect
+	MaxTitleLen      = 128  // title
+	MaxURLLen        = 1024 // cover, background, avatar
+	MaxNoticeLen     = 2048 // notice
+	MaxDurationSecs  = 10 * 365 * 24 * 3600
+	MaxRestrictions  = 10_000          // bans, and chat mutes, held per room
+	MaxAt            = 253402300799999 // the last millisecond of year 9999: command times stay far from overflow
+	millisPerSecond  = 1000
+	permanent        = 0 // a ban or mute "until" of 0 never expires
+	noUser           = 0
+	noSeat           = -1
+	defaultSeatCount = 10
+)
+
+// Member is a user present in the room, with what the UI shows on entry.
+type Member struct {
+	UserID      int64
+	JoinedAt    int64 // unix ms
+	Nickname    string
+	AvatarURL   string
+	Vehicle     string
+	EntryEffect string
+}
+
+// Seat is one mic seat. UserID 0 means empty.
+type Seat struct {
+	UserID        int64
+	Locked        bool
+	MutedByAdmin  bool  // 禁麦: the seat's audio is off and its occupant cannot turn it on
+	MicOn         bool  // the occupant's own microphone switch
+	OccupiedSince int64 // unix ms; opens the mic interval that RoomMicChanged closes
+	Charm         int64 // gift value received while seated this session
+}
+
+// Profile is the room's editable presentation.
+type Profile struct {
+	Title       string
+	Notice      string
+	CoverURL    string
+	Background  string
+	ChatEnabled bool
+}
+
+// State is the whole live state of one room. It is owned by exactly one
+// goroutine (its cell); nothing in it is safe for concurrent use.
+type State struct {
+	RoomID      string
+	Version     int64 // the version of the last applied command; gap-free
+	Status      Status
+	OwnerUserID int64
+	HostUserID  int64
+	Mode        string
+	Region      string
+	CreatedAt   int64 // unix ms
+	Profile     Profile
+
+	Admins  map[int64]struct{}
+	Members map[int64]*Member
+	Seats   []Seat
+	// Mutes maps a chat-muted user to the unix ms the mute ends.
+	Mutes map[int64]int64
+	// Bans maps a kicked user to the unix ms the ban ends (0: permanent).
+	Bans map[int64]int64
+}
+
+// Genesis rebuilds the state of a room that has metadata but no snapshot: the
+// owner and host make the admin set and seatCount makes the seats. Status is
+// the stored room status ("" means creating).
+func Genesis(roomID string, owner, host int64, seatCount int32, mode string, status Status) *State {
+	if seatCount < MinSeats || seatCount > MaxSeats {
+		seatCount = defaultSeatCount
+	}
+	if status == "" {
+		status = StatusCreating
+	}
+	s := &State{
+		RoomID:      roomID,
+		Status:      status,
+		OwnerUserID: owner,
+		HostUserID:  host,
+		Mode:        mode,
+		Profile:     Profile{ChatEnabled: true},
+		Seats:       make([]Seat, seatCount),
+	}
+	s.initMaps()
+	s.seedAdmins()
+	return s
+}
+
+func (s *State) initMaps() {
+	s.Admins = make(map[int64]struct{})
+	s.Members = make(map[int64]*Member)
+	s.Mutes = make(map[int64]int64)
+	s.Bans = make(map[int64]int64)
+}
+
+func (s *State) seedAdmins() {
+	if s.OwnerUserID != noUser {
+		s.Admins[s.OwnerUserID] = struct{}{}
+	}
+	if s.HostUserID != noUser {
+		s.Admins[s.HostUserID] = struct{}{}
+	}
+}
+
+// NewEmpty returns a state with its maps made, for decoders that fill it in.
+func NewEmpty() *State {
+	s := &State{}
+	s.initMaps()
+	return s
+}
+
+// SeatOf returns the index of the user's seat, or -1.
+func (s *State) SeatOf(user int64) int {
+	for i := range s.Seats {
+		if s.Seats[i].UserID == user {
+			return i
+		}
+	}
+	return noSeat
+}
+
+// IsAdmin reports whether the user is in the admin set (the owner always is).
+func (s *State) IsAdmin(user int64) bool {
+	if user == s.OwnerUserID {
+		return true
+	}
+	_, ok := s.Admins[user]
+	return ok
+}
+
+// IsMember reports whether the user is in the room.
+func (s *State) IsMember(user int64) bool {
+	_, ok := s.Members[user]
+	return ok
+}
+
+// BannedAt reports whether the user is banned at time at (unix ms).
+func (s *State) BannedAt(user, at int64) bool {
+	until, ok := s.Bans[user]
+	return ok && (until == permanent || at < until)
+}
+
+// MutedAt reports whether the user is chat-muted at time at (unix ms).
+func (s *State) MutedAt(user, at int64) bool {
+	until, ok := s.Mutes[user]
+	return ok && at < until
+}
+
+// SortedMemberIDs returns member ids in ascending order (stable encodings).
+func (s *State) SortedMemberIDs() []int64 { return SortedIDs(s.Members) }
+
+// SortedAdminIDs returns admin ids in ascending order.
+func (s *State) SortedAdminIDs() []int64 { return SortedIDs(s.Admins) }
+
+// SortedIDs returns the keys of a user-keyed map in ascending order.
+func SortedIDs[V any](m map[int64]V) []int64 {
+	ids := make([]int64, 0, len(m))
+	for id := range m {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	return ids
+}
+
+// OnMicCount is the number of occupied seats.
+func (s *State) OnMicCount() int {
+	n := 0
+	for i := range s.Seats {
+		if s.Seats[i].UserID != noUser {
+			n++
+		}
+	}
+	return n
+}
