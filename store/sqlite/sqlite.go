@@ -1,0 +1,290 @@
+// Package sqlite implements store.Repository on SQLite (modernc.org/sqlite,
+// pure Go). It is the embedded default: one process owns the database file.
+//
+// Every write goes through one dedicated writer connection in BEGIN IMMEDIATE
+// transactions, so writers never race each other for the lock and a
+// transaction never fails half way with SQLITE_BUSY_SNAPSHOT. Reads use a
+// separate pool of read-only connections, which WAL lets run alongside the
+// writer. The schema is embedded and migrated on Open.
+//
+// SQLite errors stop here: constraint violations become store.ErrConflict and
+// everything else the driver or the file system reports becomes
+// store.ErrUnavailable, with the driver's text kept in the message for logs.
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"embed"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net/url"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	_ "modernc.org/sqlite" // registers the "sqlite" database/sql driver
+
+	"hyapp/room-service/store"
+)
+
+var _ store.Repository = (*DB)(nil)
+
+//go:embed migrations/*.sql
+var migrations embed.FS
+
+// Options configures Open. The zero value is valid.
+type Options struct {
+	// Synchronous is PRAGMA synchronous: "FULL" (the default) makes every
+	// commit durable; "NORMAL" keeps the database consistent but a power loss
+	// can roll back the last commits (an application crash loses nothing).
+	Synchronous string
+	// BusyTimeout is how long a statement waits for a lock held by another
+	// process before it reports store.ErrUnavailable. Default 5s.
+	BusyTimeout time.Duration
+	// ReadConns is the size of the read pool. Default 4.
+	ReadConns int
+}
+
+const (
+	defaultBusyTimeout = 5 * time.Second
+	defaultReadConns   = 4
+)
+
+func (o Options) withDefaults() (Options, error) {
+	switch strings.ToUpper(o.Synchronous) {
+	case "":
+		o.Synchronous = "FULL"
+	case "FULL", "NORMAL":
+		o.Synchronous = strings.ToUpper(o.Synchronous)
+	default:
+		return o, fmt.Errorf("sqlite options: synchronous %q is neither FULL nor NORMAL", o.Synchronous)
+	}
+	if o.BusyTimeout < 0 {
+		return o, fmt.Errorf("sqlite options: negative busy timeout %v", o.BusyTimeout)
+	}
+	if o.BusyTimeout == 0 {
+		o.BusyTimeout = defaultBusyTimeout
+	}
+	if o.ReadConns < 0 {
+		return o, fmt.Errorf("sqlite options: negative read conns %d", o.ReadConns)
+	}
+	if o.ReadConns == 0 {
+		o.ReadConns = defaultReadConns
+	}
+	return o, nil
+}
+
+// DB is a store.Repository on one SQLite file. It is safe for concurrent use;
+// concurrent writes queue for the single writer connection.
+type DB struct {
+	write *sql.DB // one connection; every transaction is BEGIN IMMEDIATE
+	read  *sql.DB // read-only pool
+
+	// Writer statements, prepared once on the writer connection.
+	advanceHead    *sql.Stmt
+	advanceFenced  *sql.Stmt
+	upsertSnapshot *sql.Stmt
+	savepoint      *sql.Stmt
+	release        *sql.Stmt
+	rollbackTo     *sql.Stmt
+	insertCommands *bulkInsert
+	insertOutbox   *bulkInsert
+
+	// Reader statements, prepared lazily on each read connection.
+	getMeta       *sql.Stmt
+	getCommand    *sql.Stmt
+	listCommands  *sql.Stmt
+	getSnapshot   *sql.Stmt
+	listPending   *sql.Stmt
+	listRoomsStmt *sql.Stmt
+}
+
+// Open opens (creating if needed) the database at path, switches it to WAL
+// and applies the embedded migrations that it has not applied yet. path is a
+// file name; ":memory:" is refused because the writer and the read pool must
+// share one database.
+func Open(ctx context.Context, path string, opts Options) (*DB, error) {
+	opts, err := opts.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	if path == "" || path == ":memory:" || strings.HasPrefix(path, "file:") || strings.ContainsAny(path, "?#") {
+		return nil, fmt.Errorf("open sqlite path=%q: want a plain file name without '?' or '#'", path)
+	}
+	busy := strconv.FormatInt(opts.BusyTimeout.Milliseconds(), 10)
+
+	wq := url.Values{}
+	wq.Set("_txlock", "immediate")
+	wq.Set("_busy_timeout", busy)
+	wq.Set("_journal_mode", "WAL")
+	wq.Set("_synchronous", opts.Synchronous)
+	// A group commit touches pages of hundreds of rooms; a cache that holds
+	// them keeps a transaction from spilling pages to the WAL before it commits.
+	wq.Add("_pragma", "cache_size(-65536)")
+	write, err := sql.Open("sqlite", path+"?"+wq.Encode())
+	if err != nil {
+		return nil, fmt.Errorf("open sqlite path=%s: %w", path, unavailable(err))
+	}
+	write.SetMaxOpenConns(1)
+	write.SetMaxIdleConns(1)
+	write.SetConnMaxLifetime(0)
+	write.SetConnMaxIdleTime(0)
+
+	db := &DB{write: write}
+	if err := db.migrate(ctx); err != nil {
+		_ = write.Close()
+		return nil, fmt.Errorf("open sqlite path=%s: %w", path, err)
+	}
+
+	rq := url.Values{}
+	rq.Set("_busy_timeout", busy)
+	rq.Set("_query_only", "1")
+	read, err := sql.Open("sqlite", path+"?"+rq.Encode())
+	if err != nil {
+		_ = write.Close()
+		return nil, fmt.Errorf("open sqlite path=%s: %w", path, unavailable(err))
+	}
+	read.SetMaxOpenConns(opts.ReadConns)
+	read.SetMaxIdleConns(opts.ReadConns)
+	db.read = read
+
+	if err := db.prepare(ctx); err != nil {
+		_ = db.Close()
+		return nil, fmt.Errorf("open sqlite path=%s: %w", path, err)
+	}
+	return db, nil
+}
+
+// Close closes the writer connection and the read pool. Calls after the first
+// return nil; methods called after Close return store.ErrUnavailable.
+func (db *DB) Close() error {
+	return errors.Join(db.write.Close(), db.read.Close())
+}
+
+// migrate applies, in file name order, each embedded migration not yet
+// recorded in schema_migrations, each in its own write transaction. Checking
+// inside BEGIN IMMEDIATE makes two processes opening one file at once safe.
+func (db *DB) migrate(ctx context.Context) error {
+	if _, err := db.write.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (
+		version    TEXT    NOT NULL PRIMARY KEY,
+		applied_at INTEGER NOT NULL
+	)`); err != nil {
+		return fmt.Errorf("create schema_migrations: %w", mapErr(err))
+	}
+	names, err := fs.Glob(migrations, "migrations/*.sql")
+	if err != nil {
+		return fmt.Errorf("list migrations: %w", err)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		body, err := migrations.ReadFile(name)
+		if err != nil {
+			return fmt.Errorf("read migration %s: %w", name, err)
+		}
+		version := strings.TrimSuffix(strings.TrimPrefix(name, "migrations/"), ".sql")
+		if err := db.applyMigration(ctx, version, string(body)); err != nil {
+			return fmt.Errorf("migrate version=%s: %w", version, err)
+		}
+	}
+	return nil
+}
+
+func (db *DB) applyMigration(ctx context.Context, version, body string) error {
+	tx, err := db.write.BeginTx(ctx, nil)
+	if err != nil {
+		return mapErr(err)
+	}
+	defer func() { _ = tx.Rollback() }()
+	var n int
+	if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM schema_migrations WHERE version = ?`, version).Scan(&n); err != nil {
+		return mapErr(err)
+	}
+	if n > 0 {
+		return nil
+	}
+	if _, err := tx.ExecContext(ctx, body); err != nil {
+		return mapErr(err)
+	}
+	if _, err := tx.ExecContext(ctx, `INSERT INTO schema_migrations (version, applied_at) VALUES (?, ?)`,
+		version, time.Now().UnixMilli()); err != nil {
+		return mapErr(err)
+	}
+	return mapErr(tx.Commit())
+}
+
+func (db *DB) prepare(ctx context.Context) error {
+	var firstErr error
+	prep := func(d *sql.DB, query string) *sql.Stmt {
+		if firstErr != nil {
+			return nil
+		}
+		s, err := d.PrepareContext(ctx, query)
+		if err != nil {
+			firstErr = fmt.Errorf("prepare %q: %w", query, mapErr(err))
+		}
+		return s
+	}
+
+	db.advanceHead = prep(db.write, `UPDATE rooms SET room_version = ?, updated_at = ?
+		WHERE room_id = ? AND room_version = ?`)
+	db.advanceFenced = prep(db.write, `UPDATE rooms SET room_version = ?, updated_at = ?, status = COALESCE(NULLIF(?, ''), status)
+		WHERE room_id = ? AND room_version = ? AND owner_epoch = ?`)
+	db.upsertSnapshot = prep(db.write, `INSERT INTO room_snapshots (room_id, room_version, payload, created_at)
+		VALUES (?, ?, ?, ?)
+		ON CONFLICT (room_id) DO UPDATE SET
+			room_version = excluded.room_version,
+			payload = excluded.payload,
+			created_at = excluded.created_at
+		WHERE excluded.room_version > room_snapshots.room_version`)
+	db.savepoint = prep(db.write, `SAVEPOINT batch`)
+	db.release = prep(db.write, `RELEASE batch`)
+	db.rollbackTo = prep(db.write, `ROLLBACK TO batch`)
+
+	db.getMeta = prep(db.read, `SELECT owner_user_id, host_user_id, seat_count, mode, status
+		FROM rooms WHERE room_id = ?`)
+	db.getCommand = prep(db.read, `SELECT `+commandColumns+` FROM room_command_log
+		WHERE room_id = ? AND command_id = ?`)
+	db.listCommands = prep(db.read, `SELECT `+commandColumns+` FROM room_command_log
+		WHERE room_id = ? AND room_version > ? ORDER BY room_version`)
+	db.getSnapshot = prep(db.read, `SELECT room_version, payload, created_at FROM room_snapshots WHERE room_id = ?`)
+	db.listPending = prep(db.read, `SELECT `+outboxColumns+` FROM room_outbox
+		WHERE status = 'pending' AND next_attempt_at <= ? ORDER BY id LIMIT ?`)
+	db.listRoomsStmt = prep(db.read, `SELECT room_id, owner_user_id, host_user_id, seat_count, mode, status,
+		room_version, owner_epoch, owner_node, updated_at
+		FROM rooms WHERE room_id > ? ORDER BY room_id LIMIT ?`)
+	if firstErr != nil {
+		return firstErr
+	}
+
+	var err error
+	if db.insertCommands, err = newBulkInsert(ctx, db.write,
+		`INSERT INTO room_command_log (room_id, room_version, command_id, command_type, payload, replayable, created_at) VALUES `,
+		`(?, ?, ?, ?, ?, ?, ?)`); err != nil {
+		return err
+	}
+	if db.insertOutbox, err = newBulkInsert(ctx, db.write,
+		`INSERT INTO room_outbox (event_id, room_id, room_version, seq, event_type, payload, owner_epoch, next_attempt_at, created_at, status) VALUES `,
+		`(?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending')`); err != nil {
+		return err
+	}
+	return nil
+}
+
+// millis converts t to the stored unix milliseconds; the zero time is def.
+func millis(t time.Time, def int64) int64 {
+	if t.IsZero() {
+		return def
+	}
+	return t.UnixMilli()
+}
+
+// fromMillis converts stored unix milliseconds back; 0 or NULL is the zero time.
+func fromMillis(ms sql.NullInt64) time.Time {
+	if !ms.Valid || ms.Int64 == 0 {
+		return time.Time{}
+	}
+	return time.UnixMilli(ms.Int64).UTC()
+}

@@ -1,0 +1,304 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"io/fs"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"hyapp/room-service/outbox"
+	"hyapp/room-service/store"
+	"hyapp/room-service/store/storetest"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func openTemp(t testing.TB, opts Options) (*DB, string) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "room.db")
+	db, err := Open(context.Background(), path, opts)
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := db.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	})
+	return db, path
+}
+
+func TestRepository(t *testing.T) {
+	storetest.Run(t, func(t *testing.T) store.Repository {
+		db, _ := openTemp(t, Options{})
+		return db
+	})
+}
+
+// TestRepositorySharedDB runs the suite with every subtest on one database,
+// as a shared MySQL runs it, to prove the subtests stay out of each other's way.
+func TestRepositorySharedDB(t *testing.T) {
+	db, _ := openTemp(t, Options{})
+	storetest.Run(t, func(*testing.T) store.Repository { return db })
+}
+
+func TestReopenKeepsDataAndMigrationsAreIdempotent(t *testing.T) {
+	ctx := t.Context()
+	path := filepath.Join(t.TempDir(), "room.db")
+	db, err := Open(ctx, path, Options{Synchronous: "normal"})
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	meta := store.RoomMeta{RoomID: "r1", OwnerUserID: 1, HostUserID: 2, SeatCount: 8, Mode: "chat", Status: "active"}
+	if err := db.SaveRoomMeta(ctx, meta); err != nil {
+		t.Fatalf("SaveRoomMeta: %v", err)
+	}
+	claim, err := db.ClaimRoom(ctx, "r1", "node-a")
+	if err != nil {
+		t.Fatalf("ClaimRoom: %v", err)
+	}
+	batch := store.Batch{
+		RoomID: "r1", OwnerEpoch: claim.Epoch, BaseVersion: 0,
+		Commands: []store.CommandRecord{{RoomID: "r1", RoomVersion: 1, CommandID: "c1", CommandType: "TakeMic", Payload: []byte("{}"), Replayable: true}},
+		Outbox:   []outbox.Record{{EventID: "r1/1/0", RoomID: "r1", RoomVersion: 1, EventType: "RoomMicChanged", Payload: []byte("{}")}},
+		Snapshot: &store.SnapshotRecord{RoomID: "r1", RoomVersion: 1, Payload: []byte("snap")},
+	}
+	if results, err := db.CommitBatches(ctx, []store.Batch{batch}); err != nil || results[0] != nil {
+		t.Fatalf("CommitBatches = %v, %v", results, err)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatalf("second Close: %v", err)
+	}
+
+	for range 2 {
+		db, err = Open(ctx, path, Options{})
+		if err != nil {
+			t.Fatalf("reopen: %v", err)
+		}
+		got, err := db.ClaimRoom(ctx, "r1", "node-b")
+		if err != nil || got.HeadVersion != 1 || got.Epoch <= claim.Epoch || got.Meta != meta {
+			t.Fatalf("ClaimRoom after reopen = %+v, %v; want head 1, a higher epoch, meta %+v", got, err, meta)
+		}
+		claim = got
+		if cmds, err := db.ListCommandsAfter(ctx, "r1", 0); err != nil || len(cmds) != 1 || cmds[0].CommandID != "c1" {
+			t.Fatalf("ListCommandsAfter after reopen = %+v, %v", cmds, err)
+		}
+		if s, found, err := db.GetLatestSnapshot(ctx, "r1"); err != nil || !found || string(s.Payload) != "snap" {
+			t.Fatalf("GetLatestSnapshot after reopen = %+v, %v, %v", s, found, err)
+		}
+		if rows, err := db.ListPendingOutbox(ctx, 10); err != nil || len(rows) != 1 || rows[0].EventID != "r1/1/0" {
+			t.Fatalf("ListPendingOutbox after reopen = %+v, %v", rows, err)
+		}
+		assertMigrations(t, db)
+		if err := db.Close(); err != nil {
+			t.Fatalf("Close: %v", err)
+		}
+	}
+}
+
+// assertMigrations checks each embedded migration is recorded exactly once.
+func assertMigrations(t *testing.T, db *DB) {
+	t.Helper()
+	files, err := fs.Glob(migrations, "migrations/*.sql")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("embedded migrations: %v, %v", files, err)
+	}
+	var n, distinct int
+	if err := db.read.QueryRowContext(t.Context(), `SELECT COUNT(*), COUNT(DISTINCT version) FROM schema_migrations`).Scan(&n, &distinct); err != nil {
+		t.Fatalf("count schema_migrations: %v", err)
+	}
+	if n != len(files) || distinct != len(files) {
+		t.Fatalf("schema_migrations has %d rows (%d distinct), want %d", n, distinct, len(files))
+	}
+}
+
+func TestOpenSettings(t *testing.T) {
+	db, _ := openTemp(t, Options{})
+	var mode string
+	var sync, timeout int
+	if err := db.write.QueryRowContext(t.Context(), `PRAGMA journal_mode`).Scan(&mode); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.write.QueryRowContext(t.Context(), `PRAGMA synchronous`).Scan(&sync); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.read.QueryRowContext(t.Context(), `PRAGMA busy_timeout`).Scan(&timeout); err != nil {
+		t.Fatal(err)
+	}
+	if mode != "wal" || sync != 2 || timeout != int(defaultBusyTimeout.Milliseconds()) {
+		t.Fatalf("journal_mode %q synchronous %d busy_timeout %d; want wal, 2 (FULL), %d", mode, sync, timeout, defaultBusyTimeout.Milliseconds())
+	}
+	if _, err := db.read.ExecContext(t.Context(), `DELETE FROM rooms`); err == nil {
+		t.Fatal("the read pool accepted a write")
+	}
+}
+
+func TestOpenRejectsBadInput(t *testing.T) {
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		path string
+		opts Options
+	}{
+		{filepath.Join(dir, "a.db"), Options{Synchronous: "OFF"}},
+		{filepath.Join(dir, "b.db"), Options{BusyTimeout: -time.Second}},
+		{filepath.Join(dir, "c.db"), Options{ReadConns: -1}},
+		{":memory:", Options{}},
+		{"", Options{}},
+		{filepath.Join(dir, "d.db?mode=ro"), Options{}},
+	} {
+		if db, err := Open(t.Context(), tc.path, tc.opts); err == nil {
+			_ = db.Close()
+			t.Errorf("Open(%q, %+v) succeeded, want an error", tc.path, tc.opts)
+		}
+	}
+}
+
+func TestPendingScanUsesPartialIndex(t *testing.T) {
+	db, _ := openTemp(t, Options{})
+	rows, err := db.read.QueryContext(t.Context(), `EXPLAIN QUERY PLAN SELECT `+outboxColumns+` FROM room_outbox
+		WHERE status = 'pending' AND next_attempt_at <= ? ORDER BY id LIMIT ?`, 0, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var plan []string
+	for rows.Next() {
+		var id, parent, unused int
+		var detail string
+		if err := rows.Scan(&id, &parent, &unused, &detail); err != nil {
+			t.Fatal(err)
+		}
+		plan = append(plan, detail)
+	}
+	joined := strings.Join(plan, "; ")
+	if !strings.Contains(joined, "room_outbox_pending") || strings.Contains(joined, "TEMP B-TREE") {
+		t.Fatalf("pending scan plan %q, want the partial index without a sort", joined)
+	}
+}
+
+func TestDriverErrorsBecomeSentinels(t *testing.T) {
+	ctx := t.Context()
+	db, path := openTemp(t, Options{BusyTimeout: 50 * time.Millisecond})
+
+	// Another connection holds the write lock: the writer gives up after the
+	// busy timeout with ErrUnavailable.
+	other, err := sql.Open("sqlite", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	conn, err := other.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.ExecContext(ctx, `BEGIN IMMEDIATE`); err != nil {
+		t.Fatal(err)
+	}
+	err = db.SaveRoomMeta(ctx, store.RoomMeta{RoomID: "busy"})
+	if !errors.Is(err, store.ErrUnavailable) || !strings.Contains(err.Error(), "room=busy") {
+		t.Fatalf("SaveRoomMeta under a held lock: %v, want ErrUnavailable naming the room", err)
+	}
+	_, err = db.CommitBatches(ctx, []store.Batch{{RoomID: "busy"}})
+	if !errors.Is(err, store.ErrUnavailable) {
+		t.Fatalf("CommitBatches under a held lock: %v, want ErrUnavailable", err)
+	}
+	if _, err := conn.ExecContext(ctx, `ROLLBACK`); err != nil {
+		t.Fatal(err)
+	}
+	_ = conn.Close()
+
+	canceled, cancel := context.WithCancel(ctx)
+	cancel()
+	_, err = db.CommitBatches(canceled, []store.Batch{{RoomID: "busy"}})
+	if !errors.Is(err, store.ErrUnavailable) || !errors.Is(err, context.Canceled) {
+		t.Fatalf("CommitBatches with a canceled context: %v, want ErrUnavailable and context.Canceled", err)
+	}
+
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := db.GetRoomMeta(ctx, "r"); !errors.Is(err, store.ErrUnavailable) {
+		t.Fatalf("GetRoomMeta after Close: %v, want ErrUnavailable", err)
+	}
+	if _, err := db.CommitBatches(ctx, []store.Batch{{RoomID: "r"}}); !errors.Is(err, store.ErrUnavailable) {
+		t.Fatalf("CommitBatches after Close: %v, want ErrUnavailable", err)
+	}
+}
+
+// BenchmarkCommitBatches measures the group-commit path: each CommitBatches
+// call writes `batches` rooms' batches of `commands` commands, one outbox row
+// per command, in one transaction. rows/s counts command and outbox rows.
+func BenchmarkCommitBatches(b *testing.B) {
+	payload := []byte(`{"operator_user_id":1001,"target_user_id":1002,"seat_index":3,"reason":"benchmark payload of a typical command","at_ms":1700000000000}`)
+	for _, sync := range []string{"FULL", "NORMAL"} {
+		for _, shape := range []struct{ batches, commands int }{{8, 64}, {64, 1}} {
+			name := fmt.Sprintf("sync=%s/batches=%d/commands=%d", sync, shape.batches, shape.commands)
+			b.Run(name, func(b *testing.B) {
+				benchCommit(b, Options{Synchronous: sync}, shape.batches, shape.commands, payload)
+			})
+		}
+	}
+}
+
+func benchCommit(b *testing.B, opts Options, nBatches, nCommands int, payload []byte) {
+	ctx := context.Background()
+	db, _ := openTemp(b, opts)
+	type roomState struct {
+		id          string
+		epoch, head int64
+	}
+	rooms := make([]roomState, nBatches)
+	for i := range rooms {
+		id := fmt.Sprintf("bench-%03d", i)
+		if err := db.SaveRoomMeta(ctx, store.RoomMeta{RoomID: id, SeatCount: 8}); err != nil {
+			b.Fatal(err)
+		}
+		c, err := db.ClaimRoom(ctx, id, "bench")
+		if err != nil {
+			b.Fatal(err)
+		}
+		rooms[i] = roomState{id: id, epoch: c.Epoch}
+	}
+	batches := make([]store.Batch, nBatches)
+	b.ReportAllocs()
+	calls := 0
+	for b.Loop() {
+		calls++
+		for i := range rooms {
+			r := &rooms[i]
+			bt := store.Batch{RoomID: r.id, OwnerEpoch: r.epoch, BaseVersion: r.head,
+				Commands: make([]store.CommandRecord, nCommands), Outbox: make([]outbox.Record, nCommands)}
+			for j := range nCommands {
+				v := r.head + 1 + int64(j)
+				bt.Commands[j] = store.CommandRecord{RoomID: r.id, RoomVersion: v, CommandID: fmt.Sprintf("cmd-%d", v),
+					CommandType: "TakeMic", Payload: payload, Replayable: true}
+				bt.Outbox[j] = outbox.Record{EventID: fmt.Sprintf("%s/%d/0", r.id, v), RoomID: r.id, RoomVersion: v,
+					EventType: "RoomMicChanged", Payload: payload}
+			}
+			r.head += int64(nCommands)
+			batches[i] = bt
+		}
+		results, err := db.CommitBatches(ctx, batches)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, res := range results {
+			if res != nil {
+				b.Fatal(res)
+			}
+		}
+	}
+	secs := b.Elapsed().Seconds()
+	b.ReportMetric(float64(calls*nBatches*nCommands*2)/secs, "rows/s")
+	b.ReportMetric(float64(calls)/secs, "commits/s")
+}

@@ -1,0 +1,168 @@
+// Package store defines room-service's persistence boundary: the Repository
+// contract every storage implementation satisfies (SQLite, MySQL), and the
+// errors it reports. Implementations live in subpackages; storetest holds the
+// one contract suite they all run.
+package store
+
+import (
+	"context"
+	"time"
+
+	"hyapp/room-service/outbox"
+	"hyapp/room-service/room"
+)
+
+// RoomMeta is a room's durable metadata (table rooms).
+type RoomMeta struct {
+	// RoomID is the primary key, and the partition key for recovery and lease routing.
+	RoomID string
+	// OwnerUserID is the room owner; with HostUserID it rebuilds the admin set when there is no snapshot.
+	OwnerUserID int64
+	// HostUserID is the host; it rebuilds the admin set when there is no snapshot.
+	HostUserID int64
+	// SeatCount is the initial number of mic seats, needed only to rebuild without a snapshot.
+	SeatCount int32
+	// Mode is the room mode, persisted metadata.
+	Mode string
+	// Status restores State.Status when there is no snapshot.
+	Status string
+}
+
+// CommandRecord is one successful command in room_command_log.
+type CommandRecord struct {
+	// RoomID is the room the command belongs to.
+	RoomID string
+	// RoomVersion is the room version after the command applied; replay follows it.
+	RoomVersion int64
+	// CommandID is the idempotency key, unique within the room.
+	CommandID string
+	// CommandType selects the payload decoder.
+	CommandType string
+	// Payload is the JSON-encoded command.
+	Payload []byte
+	// Replayable says whether recovery replays the command.
+	Replayable bool
+	// CreatedAt is when the command was durably written.
+	CreatedAt time.Time
+}
+
+// SnapshotRecord is the latest snapshot of a room (table room_snapshots).
+type SnapshotRecord struct {
+	// RoomID is the room the snapshot belongs to.
+	RoomID string
+	// RoomVersion is the version the snapshot covers.
+	RoomVersion int64
+	// Payload is a protobuf-encoded roomv1.RoomSnapshot.
+	Payload []byte
+	// CreatedAt is when the snapshot was made.
+	CreatedAt time.Time
+}
+
+// Claim is what a node learns when it takes a room: its fencing epoch and
+// the room's durable head.
+type Claim struct {
+	// Epoch is the new owner epoch; every later commit must present it.
+	Epoch int64
+	// HeadVersion is the version of the last committed command (0: none yet).
+	HeadVersion int64
+	// Meta is the room's metadata.
+	Meta RoomMeta
+}
+
+// RoomInfo is one row of a room listing.
+type RoomInfo struct {
+	Meta        RoomMeta
+	HeadVersion int64
+	OwnerEpoch  int64
+	OwnerNode   string
+	UpdatedAt   time.Time
+}
+
+// Batch is the unit of an atomic, fenced commit for one room: consecutive
+// commands with the outbox rows they produced and, optionally, a snapshot.
+type Batch struct {
+	// RoomID names the room.
+	RoomID string
+	// OwnerEpoch must equal rooms.owner_epoch or the batch is fenced.
+	OwnerEpoch int64
+	// BaseVersion must equal rooms.room_version (the head before the batch) or the batch is fenced.
+	BaseVersion int64
+	// Commands hold versions BaseVersion+1 .. BaseVersion+len(Commands), in order.
+	Commands []CommandRecord
+	// Outbox holds the durable facts of these commands.
+	Outbox []outbox.Record
+	// Snapshot, when set, replaces the room's snapshot unless a newer one is stored.
+	Snapshot *SnapshotRecord
+	// Status, when set, becomes rooms.status (so a rebuild without snapshot sees a closed room).
+	Status string
+}
+
+// HeadVersion is the room version after the batch.
+func (b *Batch) HeadVersion() int64 { return b.BaseVersion + int64(len(b.Commands)) }
+
+// Errors reported by every Repository implementation. Driver errors stop at
+// the adapter: callers see only these (wrapped with ids) or ErrUnavailable.
+var (
+	// ErrNotFound: the room (or row) does not exist.
+	ErrNotFound = room.ErrRoomNotFound
+	// ErrConflict: a unique key or an expected version was violated.
+	ErrConflict = &room.Error{Code: room.CodeConflict, Reason: "storage_conflict", Message: "a unique key or expected version was violated"}
+	// ErrFenced: the batch's owner epoch or base version is not the room's; the caller lost the room.
+	ErrFenced = room.ErrFenced
+	// ErrUnavailable: the database could not be reached or the outcome is unknown.
+	ErrUnavailable = room.ErrUnavailable
+)
+
+// Repository is the whole persistence boundary of room-service. The first
+// twelve methods are the original contract; the rest are what a fenced,
+// batched commit path and operators need.
+//
+// Implementations are safe for concurrent use. A room's durable head
+// (rooms.room_version) and owner epoch (rooms.owner_epoch) advance only
+// through CommitBatches, SaveCommand and ClaimRoom.
+type Repository interface {
+	// SaveRoomMeta stores a room's metadata; it must exist before the room's first command.
+	// It inserts, or replaces the metadata of a room that has no command yet;
+	// a room with commands returns ErrConflict.
+	SaveRoomMeta(ctx context.Context, meta RoomMeta) error
+	// GetRoomMeta reads a room's metadata; found is false when the room does not exist.
+	GetRoomMeta(ctx context.Context, roomID string) (RoomMeta, bool, error)
+	// GetCommand reads a committed command, for idempotent retries and command_id conflicts.
+	GetCommand(ctx context.Context, roomID string, commandID string) (CommandRecord, bool, error)
+	// SaveCommand appends one command outside any batch. It must be the room's
+	// next version (head+1); otherwise, or on a duplicate command_id, ErrConflict.
+	// It advances the head but checks no owner epoch: the cell commits through CommitBatches.
+	SaveCommand(ctx context.Context, record CommandRecord) error
+	// ListCommandsAfter returns the room's commands with RoomVersion > roomVersion in version order.
+	ListCommandsAfter(ctx context.Context, roomID string, roomVersion int64) ([]CommandRecord, error)
+	// SaveSnapshot stores a snapshot unless one with a higher version is stored
+	// (an older snapshot is ignored, never an error).
+	SaveSnapshot(ctx context.Context, snapshot SnapshotRecord) error
+	// GetLatestSnapshot reads the room's snapshot; found is false when there is none.
+	GetLatestSnapshot(ctx context.Context, roomID string) (SnapshotRecord, bool, error)
+	// SaveOutbox inserts outbox rows as pending. A duplicate event_id is ErrConflict.
+	// The cell never uses it alone: outbox rows share the command's commit (CommitBatches).
+	SaveOutbox(ctx context.Context, records []outbox.Record) error
+	// ListPendingOutbox returns up to limit pending rows whose NextAttemptAt has passed, in id order.
+	ListPendingOutbox(ctx context.Context, limit int) ([]outbox.Record, error)
+	// MarkOutboxPublished marks a row published. Marking a published row again is a no-op.
+	MarkOutboxPublished(ctx context.Context, eventID string) error
+	// MarkOutboxFailed records one failed delivery (attempts+1, last error) and keeps the row pending.
+	MarkOutboxFailed(ctx context.Context, eventID string, lastErr string) error
+
+	// ClaimRoom makes nodeID the room's owner: it increments rooms.owner_epoch
+	// and returns the new epoch with the durable head. ErrNotFound when the room has no metadata.
+	ClaimRoom(ctx context.Context, roomID string, nodeID string) (Claim, error)
+	// CommitBatches commits the batches in one transaction. Each batch is fenced
+	// on its own: if the room's owner epoch or head version differs, that batch
+	// writes nothing and its slot in results is ErrFenced; the others commit.
+	// A non-nil err means no batch is known to be committed (outcome unknown):
+	// callers must reload the rooms involved.
+	CommitBatches(ctx context.Context, batches []Batch) (results []error, err error)
+	// GetCommands reads the committed commands among commandIDs, keyed by command id.
+	GetCommands(ctx context.Context, roomID string, commandIDs []string) (map[string]CommandRecord, error)
+	// ListRooms lists rooms ordered by id, starting after afterRoomID, at most limit.
+	ListRooms(ctx context.Context, afterRoomID string, limit int) ([]RoomInfo, error)
+	// Close releases the repository's connections.
+	Close() error
+}

@@ -1,0 +1,821 @@
+// Package storetest is the one contract suite every store.Repository
+// implementation runs. It asserts only through the Repository interface and
+// the store sentinels (errors.Is), never on message text, and it gives every
+// test rooms of its own, so it can run against a shared database.
+package storetest
+
+import (
+	"bytes"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"hyapp/room-service/outbox"
+	"hyapp/room-service/store"
+)
+
+// Run runs the contract suite. newRepo returns the repository a subtest uses,
+// and owns its cleanup (t.Cleanup); it may hand every subtest the same
+// database. Subtests run in parallel.
+func Run(t *testing.T, newRepo func(t *testing.T) store.Repository) {
+	tests := []struct {
+		name string
+		fn   func(t *testing.T, repo store.Repository)
+	}{
+		{"RoomMeta", testRoomMeta},
+		{"ClaimRoom", testClaimRoom},
+		{"CommitBatches", testCommitBatches},
+		{"CommitBatchesSameRoomTwice", testCommitBatchesSameRoomTwice},
+		{"CommitBatchesVersionCheck", testCommitBatchesVersionCheck},
+		{"CommitBatchesConcurrentSameBase", testCommitBatchesConcurrentSameBase},
+		{"CommitBatchesStaleEpoch", testCommitBatchesStaleEpoch},
+		{"CommitBatchesMixed", testCommitBatchesMixed},
+		{"CommitBatchesDuplicateKeys", testCommitBatchesDuplicateKeys},
+		{"SnapshotNeverBackwards", testSnapshotNeverBackwards},
+		{"ListCommandsAfter", testListCommandsAfter},
+		{"GetCommands", testGetCommands},
+		{"SaveCommand", testSaveCommand},
+		{"Outbox", testOutbox},
+		{"OutboxDuplicateEventID", testOutboxDuplicateEventID},
+		{"ListRooms", testListRooms},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			tc.fn(t, newRepo(t))
+		})
+	}
+}
+
+// pendingLimit is large enough that, in a shared database, other tests'
+// pending rows cannot hide this test's rows from ListPendingOutbox.
+const pendingLimit = 100000
+
+func testRoomMeta(t *testing.T, repo store.Repository) {
+	ctx := t.Context()
+	id := newRoomID(t)
+	if _, found, err := repo.GetRoomMeta(ctx, id); err != nil || found {
+		t.Fatalf("GetRoomMeta(unknown) = found %v, err %v; want not found", found, err)
+	}
+
+	meta := testMeta(id)
+	mustSaveMeta(t, repo, meta)
+	if got := mustGetMeta(t, repo, id); got != meta {
+		t.Fatalf("GetRoomMeta = %+v, want %+v", got, meta)
+	}
+
+	// Replacing is allowed while the room has no command, even once claimed.
+	meta.OwnerUserID, meta.HostUserID, meta.SeatCount, meta.Mode, meta.Status = 11, 12, 10, "party", "open"
+	mustSaveMeta(t, repo, meta)
+	claim := mustClaim(t, repo, id, "node-a")
+	meta.Mode = "radio"
+	mustSaveMeta(t, repo, meta)
+	if got := mustGetMeta(t, repo, id); got != meta {
+		t.Fatalf("GetRoomMeta after replace = %+v, want %+v", got, meta)
+	}
+	if c := mustClaim(t, repo, id, "node-a"); c.Epoch != claim.Epoch+1 {
+		t.Fatalf("replacing meta changed the owner epoch: claim epoch %d after %d", c.Epoch, claim.Epoch)
+	}
+
+	mustSaveCommand(t, repo, command(id, 1))
+	replaced := meta
+	replaced.Mode = "late"
+	if err := repo.SaveRoomMeta(ctx, replaced); !errors.Is(err, store.ErrConflict) {
+		t.Fatalf("SaveRoomMeta after first command: err %v, want ErrConflict", err)
+	}
+	if got := mustGetMeta(t, repo, id); got != meta {
+		t.Fatalf("GetRoomMeta after refused replace = %+v, want %+v", got, meta)
+	}
+}
+
+func testClaimRoom(t *testing.T, repo store.Repository) {
+	ctx := t.Context()
+	id := newRoomID(t)
+	if _, err := repo.ClaimRoom(ctx, id, "node-a"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("ClaimRoom(unknown): err %v, want ErrNotFound", err)
+	}
+
+	meta := testMeta(id)
+	mustSaveMeta(t, repo, meta)
+	first := mustClaim(t, repo, id, "node-a")
+	if first.Epoch <= 0 || first.HeadVersion != 0 || first.Meta != meta {
+		t.Fatalf("first claim = %+v, want epoch > 0, head 0, meta %+v", first, meta)
+	}
+	info := mustRoomInfo(t, repo, id)
+	if info.OwnerEpoch != first.Epoch || info.OwnerNode != "node-a" || info.HeadVersion != 0 {
+		t.Fatalf("room info after claim = %+v, want epoch %d node node-a head 0", info, first.Epoch)
+	}
+
+	mustCommitOK(t, repo, newBatch(id, first.Epoch, 0, 3))
+	second := mustClaim(t, repo, id, "node-b")
+	if second.Epoch != first.Epoch+1 || second.HeadVersion != 3 || second.Meta != meta {
+		t.Fatalf("second claim = %+v, want epoch %d, head 3, meta %+v", second, first.Epoch+1, meta)
+	}
+	info = mustRoomInfo(t, repo, id)
+	if info.OwnerEpoch != second.Epoch || info.OwnerNode != "node-b" || info.HeadVersion != 3 {
+		t.Fatalf("room info after second claim = %+v, want epoch %d node node-b head 3", info, second.Epoch)
+	}
+}
+
+func testCommitBatches(t *testing.T, repo store.Repository) {
+	ctx := t.Context()
+	if results, err := repo.CommitBatches(ctx, nil); err != nil || len(results) != 0 {
+		t.Fatalf("CommitBatches(nil) = %v, %v; want no results, no error", results, err)
+	}
+
+	id, claim := newClaimedRoom(t, repo)
+	b := newBatch(id, claim.Epoch, 0, 3)
+	b.Outbox = nil
+	for _, c := range b.Commands {
+		b.Outbox = append(b.Outbox, event(id, c.RoomVersion, 0), event(id, c.RoomVersion, 1))
+	}
+	b.Snapshot = &store.SnapshotRecord{RoomID: id, RoomVersion: 3, Payload: []byte("snap-3"), CreatedAt: now()}
+	b.Status = "closed"
+	mustCommitOK(t, repo, b)
+
+	assertCommands(t, mustListCommands(t, repo, id, 0), b.Commands)
+	pending := mustPending(t, repo, id)
+	if len(pending) != len(b.Outbox) {
+		t.Fatalf("pending rows = %d, want %d", len(pending), len(b.Outbox))
+	}
+	for i, got := range pending {
+		want := b.Outbox[i]
+		if got.ID <= 0 || (i > 0 && got.ID <= pending[i-1].ID) {
+			t.Fatalf("pending[%d].ID = %d, want positive and ascending", i, got.ID)
+		}
+		if got.EventID != want.EventID || got.RoomID != id || got.RoomVersion != want.RoomVersion ||
+			got.Seq != want.Seq || got.EventType != want.EventType || !bytes.Equal(got.Payload, want.Payload) ||
+			got.OwnerEpoch != claim.Epoch || got.Status != outbox.StatusPending || got.Attempts != 0 ||
+			!got.CreatedAt.Equal(want.CreatedAt) || !got.PublishedAt.IsZero() {
+			t.Fatalf("pending[%d] = %+v, want %+v with epoch %d, pending, 0 attempts", i, got, want, claim.Epoch)
+		}
+	}
+	assertSnapshot(t, repo, id, 3, "snap-3")
+	if got := mustGetMeta(t, repo, id); got.Status != "closed" {
+		t.Fatalf("status after batch = %q, want closed", got.Status)
+	}
+	if info := mustRoomInfo(t, repo, id); info.HeadVersion != 3 {
+		t.Fatalf("head after batch = %d, want 3", info.HeadVersion)
+	}
+
+	// An empty Status leaves the stored status alone.
+	mustCommitOK(t, repo, newBatch(id, claim.Epoch, 3, 1))
+	if got := mustGetMeta(t, repo, id); got.Status != "closed" {
+		t.Fatalf("status after batch without status = %q, want closed", got.Status)
+	}
+	if info := mustRoomInfo(t, repo, id); info.HeadVersion != 4 {
+		t.Fatalf("head after second batch = %d, want 4", info.HeadVersion)
+	}
+}
+
+func testCommitBatchesSameRoomTwice(t *testing.T, repo store.Repository) {
+	id, claim := newClaimedRoom(t, repo)
+	first := newBatch(id, claim.Epoch, 0, 2)
+	second := newBatch(id, claim.Epoch, 2, 3)
+	mustCommitOK(t, repo, first, second)
+	assertCommands(t, mustListCommands(t, repo, id, 0), append(first.Commands, second.Commands...))
+	if info := mustRoomInfo(t, repo, id); info.HeadVersion != 5 {
+		t.Fatalf("head = %d, want 5", info.HeadVersion)
+	}
+}
+
+func testCommitBatchesVersionCheck(t *testing.T, repo store.Repository) {
+	id, claim := newClaimedRoom(t, repo)
+
+	gap := newBatch(id, claim.Epoch, 0, 3)
+	gap.Commands[2].RoomVersion = 4
+	late := newBatch(id, claim.Epoch, 0, 2)
+	for i := range late.Commands {
+		late.Commands[i].RoomVersion++
+	}
+	mustCommit(t, repo, []store.Batch{gap, late}, store.ErrConflict, store.ErrConflict)
+	assertUntouched(t, repo, id, 0)
+
+	mustCommitOK(t, repo, newBatch(id, claim.Epoch, 0, 2))
+}
+
+func testCommitBatchesConcurrentSameBase(t *testing.T, repo store.Repository) {
+	ctx := t.Context()
+	id, claim := newClaimedRoom(t, repo)
+
+	const writers = 16
+	results := make([]error, writers)
+	errs := make([]error, writers)
+	var wg sync.WaitGroup
+	for w := range writers {
+		wg.Go(func() {
+			b := newBatch(id, claim.Epoch, 0, 2)
+			for i := range b.Commands {
+				b.Commands[i].CommandID = fmt.Sprintf("w%d-c%d", w, i)
+			}
+			for i := range b.Outbox {
+				b.Outbox[i].EventID = fmt.Sprintf("%s/w%d/%d", id, w, i)
+			}
+			res, err := repo.CommitBatches(ctx, []store.Batch{b})
+			errs[w] = err
+			if err == nil {
+				results[w] = res[0]
+			}
+		})
+	}
+	wg.Wait()
+
+	winner := -1
+	for w := range writers {
+		if errs[w] != nil {
+			t.Fatalf("writer %d: CommitBatches err %v", w, errs[w])
+		}
+		switch {
+		case results[w] == nil:
+			if winner >= 0 {
+				t.Fatalf("writers %d and %d both committed at base 0", winner, w)
+			}
+			winner = w
+		case !errors.Is(results[w], store.ErrFenced):
+			t.Fatalf("writer %d: result %v, want ErrFenced", w, results[w])
+		}
+	}
+	if winner < 0 {
+		t.Fatal("no writer committed")
+	}
+	cmds := mustListCommands(t, repo, id, 0)
+	if len(cmds) != 2 || cmds[0].CommandID != fmt.Sprintf("w%d-c0", winner) || cmds[1].CommandID != fmt.Sprintf("w%d-c1", winner) {
+		t.Fatalf("log = %+v, want only writer %d's two commands", cmds, winner)
+	}
+	pending := mustPending(t, repo, id)
+	if len(pending) != 2 {
+		t.Fatalf("pending rows = %d, want the winner's 2", len(pending))
+	}
+	for _, r := range pending {
+		if !strings.HasPrefix(r.EventID, fmt.Sprintf("%s/w%d/", id, winner)) {
+			t.Fatalf("pending row %s is not writer %d's", r.EventID, winner)
+		}
+	}
+}
+
+func testCommitBatchesStaleEpoch(t *testing.T, repo store.Repository) {
+	id, old := newClaimedRoom(t, repo)
+	first := newBatch(id, old.Epoch, 0, 1)
+	first.Snapshot = &store.SnapshotRecord{RoomID: id, RoomVersion: 1, Payload: []byte("snap-1"), CreatedAt: now()}
+	mustCommitOK(t, repo, first)
+
+	taken := mustClaim(t, repo, id, "node-b")
+	if taken.HeadVersion != 1 {
+		t.Fatalf("second claim head = %d, want 1", taken.HeadVersion)
+	}
+
+	stale := newBatch(id, old.Epoch, 1, 2)
+	stale.Snapshot = &store.SnapshotRecord{RoomID: id, RoomVersion: 3, Payload: []byte("stale"), CreatedAt: now()}
+	stale.Status = "closed"
+	future := newBatch(id, taken.Epoch+1, 1, 2)
+	mustCommit(t, repo, []store.Batch{stale, future}, store.ErrFenced, store.ErrFenced)
+
+	if cmds := mustListCommands(t, repo, id, 1); len(cmds) != 0 {
+		t.Fatalf("fenced batch wrote commands %+v", cmds)
+	}
+	for _, r := range mustPending(t, repo, id) {
+		if r.RoomVersion > 1 {
+			t.Fatalf("fenced batch wrote outbox row %+v", r)
+		}
+	}
+	assertSnapshot(t, repo, id, 1, "snap-1")
+	if got := mustGetMeta(t, repo, id); got.Status != testMeta(id).Status {
+		t.Fatalf("fenced batch set status %q", got.Status)
+	}
+	if info := mustRoomInfo(t, repo, id); info.HeadVersion != 1 {
+		t.Fatalf("head after fenced batch = %d, want 1", info.HeadVersion)
+	}
+
+	mustCommitOK(t, repo, newBatch(id, taken.Epoch, 1, 2))
+}
+
+func testCommitBatchesMixed(t *testing.T, repo store.Repository) {
+	a, claimA := newClaimedRoom(t, repo)
+	b, claimB := newClaimedRoom(t, repo)
+	c, claimC := newClaimedRoom(t, repo)
+	mustClaim(t, repo, b, "node-b") // claimB is stale now
+
+	okA := newBatch(a, claimA.Epoch, 0, 2)
+	staleB := newBatch(b, claimB.Epoch, 0, 2)
+	okC := newBatch(c, claimC.Epoch, 0, 3)
+	wrongBaseA := newBatch(a, claimA.Epoch, 5, 1)
+	mustCommit(t, repo, []store.Batch{okA, staleB, okC, wrongBaseA}, nil, store.ErrFenced, nil, store.ErrFenced)
+
+	assertCommands(t, mustListCommands(t, repo, a, 0), okA.Commands)
+	assertCommands(t, mustListCommands(t, repo, c, 0), okC.Commands)
+	if n := len(mustPending(t, repo, a)); n != len(okA.Outbox) {
+		t.Fatalf("room a pending rows = %d, want %d", n, len(okA.Outbox))
+	}
+	if n := len(mustPending(t, repo, c)); n != len(okC.Outbox) {
+		t.Fatalf("room c pending rows = %d, want %d", n, len(okC.Outbox))
+	}
+	assertUntouched(t, repo, b, 0)
+}
+
+func testCommitBatchesDuplicateKeys(t *testing.T, repo store.Repository) {
+	a, claimA := newClaimedRoom(t, repo)
+	b, claimB := newClaimedRoom(t, repo)
+	mustCommitOK(t, repo, newBatch(a, claimA.Epoch, 0, 1))
+
+	dupCommand := newBatch(a, claimA.Epoch, 1, 2)
+	dupCommand.Commands[1].CommandID = command(a, 1).CommandID
+	dupEvent := newBatch(b, claimB.Epoch, 0, 2)
+	dupEvent.Outbox[1].EventID = event(a, 1, 0).EventID
+	mustCommit(t, repo, []store.Batch{dupCommand, dupEvent}, store.ErrConflict, store.ErrConflict)
+	assertUntouched(t, repo, b, 0)
+	if info := mustRoomInfo(t, repo, a); info.HeadVersion != 1 {
+		t.Fatalf("room a head = %d after a refused batch, want 1", info.HeadVersion)
+	}
+	if n := len(mustListCommands(t, repo, a, 0)); n != 1 {
+		t.Fatalf("room a has %d commands after a refused batch, want 1", n)
+	}
+
+	// A refused batch does not spoil the others in the call.
+	mustCommit(t, repo, []store.Batch{dupCommand, newBatch(b, claimB.Epoch, 0, 2)}, store.ErrConflict, nil)
+}
+
+func testSnapshotNeverBackwards(t *testing.T, repo store.Repository) {
+	ctx := t.Context()
+	id := newRoomID(t)
+	if _, found, err := repo.GetLatestSnapshot(ctx, id); err != nil || found {
+		t.Fatalf("GetLatestSnapshot(none) = found %v, err %v; want not found", found, err)
+	}
+	save := func(version int64, payload string) {
+		t.Helper()
+		s := store.SnapshotRecord{RoomID: id, RoomVersion: version, Payload: []byte(payload), CreatedAt: now()}
+		if err := repo.SaveSnapshot(ctx, s); err != nil {
+			t.Fatalf("SaveSnapshot(v%d): %v", version, err)
+		}
+	}
+	save(5, "five")
+	save(3, "three")
+	assertSnapshot(t, repo, id, 5, "five")
+	save(7, "seven")
+	assertSnapshot(t, repo, id, 7, "seven")
+
+	// Through batches.
+	r, claim := newClaimedRoom(t, repo)
+	first := newBatch(r, claim.Epoch, 0, 3)
+	first.Snapshot = &store.SnapshotRecord{RoomID: r, RoomVersion: 3, Payload: []byte("three"), CreatedAt: now()}
+	mustCommitOK(t, repo, first)
+	older := newBatch(r, claim.Epoch, 3, 1)
+	older.Snapshot = &store.SnapshotRecord{RoomID: r, RoomVersion: 2, Payload: []byte("two"), CreatedAt: now()}
+	mustCommitOK(t, repo, older)
+	assertSnapshot(t, repo, r, 3, "three")
+	if err := repo.SaveSnapshot(ctx, store.SnapshotRecord{RoomID: r, RoomVersion: 1, Payload: []byte("one"), CreatedAt: now()}); err != nil {
+		t.Fatalf("SaveSnapshot(older): %v", err)
+	}
+	assertSnapshot(t, repo, r, 3, "three")
+	newer := newBatch(r, claim.Epoch, 4, 1)
+	newer.Snapshot = &store.SnapshotRecord{RoomID: r, RoomVersion: 5, Payload: []byte("five"), CreatedAt: now()}
+	mustCommitOK(t, repo, newer)
+	assertSnapshot(t, repo, r, 5, "five")
+}
+
+func testListCommandsAfter(t *testing.T, repo store.Repository) {
+	a, claimA := newClaimedRoom(t, repo)
+	b, claimB := newClaimedRoom(t, repo)
+	batchA := newBatch(a, claimA.Epoch, 0, 5)
+	batchB := newBatch(b, claimB.Epoch, 0, 2)
+	mustCommitOK(t, repo, batchB, batchA)
+
+	assertCommands(t, mustListCommands(t, repo, a, 0), batchA.Commands)
+	assertCommands(t, mustListCommands(t, repo, a, 2), batchA.Commands[2:])
+	assertCommands(t, mustListCommands(t, repo, b, 1), batchB.Commands[1:])
+	if cmds := mustListCommands(t, repo, a, 5); len(cmds) != 0 {
+		t.Fatalf("ListCommandsAfter(head) = %+v, want none", cmds)
+	}
+	if cmds := mustListCommands(t, repo, newRoomID(t), 0); len(cmds) != 0 {
+		t.Fatalf("ListCommandsAfter(unknown room) = %+v, want none", cmds)
+	}
+}
+
+func testGetCommands(t *testing.T, repo store.Repository) {
+	ctx := t.Context()
+	a, claimA := newClaimedRoom(t, repo)
+	b, claimB := newClaimedRoom(t, repo)
+	batchA := newBatch(a, claimA.Epoch, 0, 3)
+	batchA.Commands[1].Replayable = false
+	mustCommitOK(t, repo, batchA, newBatch(b, claimB.Epoch, 0, 1))
+
+	got, found, err := repo.GetCommand(ctx, a, batchA.Commands[1].CommandID)
+	if err != nil || !found {
+		t.Fatalf("GetCommand = found %v, err %v; want found", found, err)
+	}
+	assertCommands(t, []store.CommandRecord{got}, batchA.Commands[1:2])
+	if _, found, err := repo.GetCommand(ctx, a, "missing"); err != nil || found {
+		t.Fatalf("GetCommand(missing) = found %v, err %v; want not found", found, err)
+	}
+	if _, found, err := repo.GetCommand(ctx, b, batchA.Commands[1].CommandID); err != nil || found {
+		t.Fatalf("GetCommand(b, a's c-2) = found %v, err %v; want not found: command ids are per room", found, err)
+	}
+
+	ids := []string{batchA.Commands[0].CommandID, "missing", batchA.Commands[2].CommandID}
+	// Enough ids that an implementation chunking its IN list must chunk.
+	for i := range 1500 {
+		ids = append(ids, fmt.Sprintf("absent-%d", i))
+	}
+	m, err := repo.GetCommands(ctx, a, ids)
+	if err != nil {
+		t.Fatalf("GetCommands: %v", err)
+	}
+	if len(m) != 2 {
+		t.Fatalf("GetCommands returned %d commands, want 2: %+v", len(m), m)
+	}
+	for _, want := range []store.CommandRecord{batchA.Commands[0], batchA.Commands[2]} {
+		assertCommands(t, []store.CommandRecord{m[want.CommandID]}, []store.CommandRecord{want})
+	}
+	// Command ids are per room: b has c-1 but not a's c-2.
+	m, err = repo.GetCommands(ctx, b, []string{batchA.Commands[0].CommandID, batchA.Commands[1].CommandID})
+	if err != nil || len(m) != 1 || m[batchA.Commands[0].CommandID].RoomID != b {
+		t.Fatalf("GetCommands(b) = %+v, %v; want only b's own c-1", m, err)
+	}
+	if m, err := repo.GetCommands(ctx, a, nil); err != nil || len(m) != 0 {
+		t.Fatalf("GetCommands(none) = %+v, %v; want empty", m, err)
+	}
+}
+
+func testSaveCommand(t *testing.T, repo store.Repository) {
+	ctx := t.Context()
+	unknown := newRoomID(t)
+	if err := repo.SaveCommand(ctx, command(unknown, 1)); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("SaveCommand(unknown room): err %v, want ErrNotFound", err)
+	}
+
+	id, _ := newClaimedRoom(t, repo)
+	first := command(id, 1)
+	first.Replayable = false
+	mustSaveCommand(t, repo, first)
+
+	dup := command(id, 2)
+	dup.CommandID = first.CommandID
+	again := command(id, 1)
+	again.CommandID = "other"
+	gap := command(id, 3)
+	for name, rec := range map[string]store.CommandRecord{"duplicate id": dup, "same version": again, "gap": gap} {
+		if err := repo.SaveCommand(ctx, rec); !errors.Is(err, store.ErrConflict) {
+			t.Fatalf("SaveCommand(%s): err %v, want ErrConflict", name, err)
+		}
+	}
+
+	second := command(id, 2)
+	mustSaveCommand(t, repo, second)
+	assertCommands(t, mustListCommands(t, repo, id, 0), []store.CommandRecord{first, second})
+	if info := mustRoomInfo(t, repo, id); info.HeadVersion != 2 {
+		t.Fatalf("head after SaveCommand = %d, want 2", info.HeadVersion)
+	}
+}
+
+func testOutbox(t *testing.T, repo store.Repository) {
+	ctx := t.Context()
+	id := newRoomID(t)
+	rows := []outbox.Record{event(id, 1, 0), event(id, 1, 1), event(id, 2, 0)}
+	later := event(id, 3, 0)
+	later.NextAttemptAt = time.Now().Add(time.Hour)
+	if err := repo.SaveOutbox(ctx, append(rows, later)); err != nil {
+		t.Fatalf("SaveOutbox: %v", err)
+	}
+
+	pending := mustPending(t, repo, id)
+	if ids := eventIDs(pending); !slices.Equal(ids, eventIDs(rows)) {
+		t.Fatalf("pending = %v, want %v (the later row is not due)", ids, eventIDs(rows))
+	}
+	if got, err := repo.ListPendingOutbox(ctx, 1); err != nil || len(got) > 1 {
+		t.Fatalf("ListPendingOutbox(1) = %d rows, %v; want at most 1", len(got), err)
+	}
+
+	target := rows[0].EventID
+	for attempt := int32(1); attempt <= 2; attempt++ {
+		msg := fmt.Sprintf("broker down %d", attempt)
+		if err := repo.MarkOutboxFailed(ctx, target, msg); err != nil {
+			t.Fatalf("MarkOutboxFailed: %v", err)
+		}
+		r, ok := findEvent(mustPending(t, repo, id), target)
+		if !ok || r.Attempts != attempt || r.LastError != msg || r.Status != outbox.StatusPending {
+			t.Fatalf("after failure %d: row %+v (listed %v), want pending, attempts %d, last error %q", attempt, r, ok, attempt, msg)
+		}
+	}
+
+	if err := repo.MarkOutboxPublished(ctx, target); err != nil {
+		t.Fatalf("MarkOutboxPublished: %v", err)
+	}
+	if _, ok := findEvent(mustPending(t, repo, id), target); ok {
+		t.Fatal("published row is still listed as pending")
+	}
+	if err := repo.MarkOutboxPublished(ctx, target); err != nil {
+		t.Fatalf("MarkOutboxPublished again: %v, want a no-op", err)
+	}
+	if ids := eventIDs(mustPending(t, repo, id)); !slices.Equal(ids, eventIDs(rows[1:])) {
+		t.Fatalf("pending after publish = %v, want %v", ids, eventIDs(rows[1:]))
+	}
+
+	if err := repo.MarkOutboxPublished(ctx, id+"/missing"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("MarkOutboxPublished(unknown): err %v, want ErrNotFound", err)
+	}
+	if err := repo.MarkOutboxFailed(ctx, id+"/missing", "x"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("MarkOutboxFailed(unknown): err %v, want ErrNotFound", err)
+	}
+}
+
+func testOutboxDuplicateEventID(t *testing.T, repo store.Repository) {
+	ctx := t.Context()
+	id := newRoomID(t)
+	if err := repo.SaveOutbox(ctx, []outbox.Record{event(id, 1, 0)}); err != nil {
+		t.Fatalf("SaveOutbox: %v", err)
+	}
+	err := repo.SaveOutbox(ctx, []outbox.Record{event(id, 2, 0), event(id, 1, 0)})
+	if !errors.Is(err, store.ErrConflict) {
+		t.Fatalf("SaveOutbox(duplicate event id): err %v, want ErrConflict", err)
+	}
+	if ids := eventIDs(mustPending(t, repo, id)); !slices.Equal(ids, []string{event(id, 1, 0).EventID}) {
+		t.Fatalf("pending after refused SaveOutbox = %v, want only the first row", ids)
+	}
+}
+
+func testListRooms(t *testing.T, repo store.Repository) {
+	ctx := t.Context()
+	prefix := newRoomID(t)
+	var want []string
+	for i := range 5 {
+		id := fmt.Sprintf("%s-%02d", prefix, i)
+		meta := testMeta(id)
+		meta.SeatCount = int32(i + 1)
+		mustSaveMeta(t, repo, meta)
+		want = append(want, id)
+	}
+	mustClaim(t, repo, want[2], "node-x")
+
+	var got []store.RoomInfo
+	after := prefix
+	for page := 0; ; page++ {
+		if page > len(want) {
+			t.Fatal("ListRooms did not stop paging")
+		}
+		rooms, err := repo.ListRooms(ctx, after, 2)
+		if err != nil {
+			t.Fatalf("ListRooms(after %q): %v", after, err)
+		}
+		if len(rooms) > 2 {
+			t.Fatalf("ListRooms(limit 2) returned %d rooms", len(rooms))
+		}
+		mine := 0
+		for _, r := range rooms {
+			if strings.HasPrefix(r.Meta.RoomID, prefix+"-") {
+				got = append(got, r)
+				mine++
+			}
+		}
+		if mine < len(rooms) || len(rooms) < 2 {
+			break
+		}
+		after = rooms[len(rooms)-1].Meta.RoomID
+	}
+	if len(got) != len(want) {
+		t.Fatalf("paged %d rooms, want %d", len(got), len(want))
+	}
+	for i, r := range got {
+		if r.Meta.RoomID != want[i] || r.Meta.SeatCount != int32(i+1) || r.HeadVersion != 0 || r.UpdatedAt.IsZero() {
+			t.Fatalf("room %d = %+v, want id %s, seats %d, head 0, an update time", i, r, want[i], i+1)
+		}
+	}
+	if got[2].OwnerEpoch <= 0 || got[2].OwnerNode != "node-x" || got[1].OwnerEpoch != 0 || got[1].OwnerNode != "" {
+		t.Fatalf("owner fields: claimed %+v, unclaimed %+v", got[2], got[1])
+	}
+	if rooms, err := repo.ListRooms(ctx, prefix, 0); err != nil || len(rooms) != 0 {
+		t.Fatalf("ListRooms(limit 0) = %d rooms, %v; want none", len(rooms), err)
+	}
+}
+
+// newRoomID returns a room id no other test uses: lower case (so byte order
+// and case-insensitive collations agree), short, from the test name and a
+// random suffix.
+func newRoomID(t *testing.T) string {
+	t.Helper()
+	name := t.Name()
+	if i := strings.LastIndexByte(name, '/'); i >= 0 {
+		name = name[i+1:]
+	}
+	name = strings.ToLower(name)
+	if len(name) > 24 {
+		name = name[:24]
+	}
+	var b [6]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		t.Fatalf("random room id: %v", err)
+	}
+	return name + "-" + hex.EncodeToString(b[:])
+}
+
+func now() time.Time { return time.Now().Truncate(time.Millisecond) }
+
+func testMeta(id string) store.RoomMeta {
+	return store.RoomMeta{RoomID: id, OwnerUserID: 1001, HostUserID: 1002, SeatCount: 8, Mode: "chat", Status: "active"}
+}
+
+func command(roomID string, version int64) store.CommandRecord {
+	return store.CommandRecord{
+		RoomID:      roomID,
+		RoomVersion: version,
+		CommandID:   fmt.Sprintf("c-%d", version),
+		CommandType: "TakeMic",
+		Payload:     fmt.Appendf(nil, `{"room":%q,"v":%d}`, roomID, version),
+		Replayable:  true,
+		CreatedAt:   now(),
+	}
+}
+
+func event(roomID string, version int64, seq int32) outbox.Record {
+	return outbox.Record{
+		EventID:     fmt.Sprintf("%s/%d/%d", roomID, version, seq),
+		RoomID:      roomID,
+		RoomVersion: version,
+		Seq:         seq,
+		EventType:   "RoomMicChanged",
+		Payload:     fmt.Appendf(nil, `{"v":%d,"seq":%d}`, version, seq),
+		OwnerEpoch:  1,
+		CreatedAt:   now(),
+	}
+}
+
+// newBatch returns a batch of n commands after base, one outbox row each.
+func newBatch(roomID string, epoch, base int64, n int) store.Batch {
+	b := store.Batch{RoomID: roomID, OwnerEpoch: epoch, BaseVersion: base}
+	for v := base + 1; v <= base+int64(n); v++ {
+		b.Commands = append(b.Commands, command(roomID, v))
+		b.Outbox = append(b.Outbox, event(roomID, v, 0))
+	}
+	return b
+}
+
+func newClaimedRoom(t *testing.T, repo store.Repository) (string, store.Claim) {
+	t.Helper()
+	id := newRoomID(t)
+	mustSaveMeta(t, repo, testMeta(id))
+	return id, mustClaim(t, repo, id, "node-a")
+}
+
+func mustSaveMeta(t *testing.T, repo store.Repository, meta store.RoomMeta) {
+	t.Helper()
+	if err := repo.SaveRoomMeta(t.Context(), meta); err != nil {
+		t.Fatalf("SaveRoomMeta(%s): %v", meta.RoomID, err)
+	}
+}
+
+func mustGetMeta(t *testing.T, repo store.Repository, id string) store.RoomMeta {
+	t.Helper()
+	meta, found, err := repo.GetRoomMeta(t.Context(), id)
+	if err != nil || !found {
+		t.Fatalf("GetRoomMeta(%s) = found %v, err %v", id, found, err)
+	}
+	return meta
+}
+
+func mustClaim(t *testing.T, repo store.Repository, id, node string) store.Claim {
+	t.Helper()
+	c, err := repo.ClaimRoom(t.Context(), id, node)
+	if err != nil {
+		t.Fatalf("ClaimRoom(%s): %v", id, err)
+	}
+	return c
+}
+
+func mustSaveCommand(t *testing.T, repo store.Repository, c store.CommandRecord) {
+	t.Helper()
+	if err := repo.SaveCommand(t.Context(), c); err != nil {
+		t.Fatalf("SaveCommand(%s v%d): %v", c.RoomID, c.RoomVersion, err)
+	}
+}
+
+func mustListCommands(t *testing.T, repo store.Repository, id string, after int64) []store.CommandRecord {
+	t.Helper()
+	cmds, err := repo.ListCommandsAfter(t.Context(), id, after)
+	if err != nil {
+		t.Fatalf("ListCommandsAfter(%s, %d): %v", id, after, err)
+	}
+	return cmds
+}
+
+// mustCommit commits batches in one call and checks each result against
+// want (nil: committed; otherwise errors.Is that sentinel).
+func mustCommit(t *testing.T, repo store.Repository, batches []store.Batch, want ...error) {
+	t.Helper()
+	results, err := repo.CommitBatches(t.Context(), batches)
+	if err != nil {
+		t.Fatalf("CommitBatches: %v", err)
+	}
+	if len(results) != len(batches) {
+		t.Fatalf("CommitBatches returned %d results for %d batches", len(results), len(batches))
+	}
+	for i, w := range want {
+		if (w == nil && results[i] != nil) || (w != nil && !errors.Is(results[i], w)) {
+			t.Fatalf("batch %d (room %s): result %v, want %v", i, batches[i].RoomID, results[i], w)
+		}
+	}
+}
+
+func mustCommitOK(t *testing.T, repo store.Repository, batches ...store.Batch) {
+	t.Helper()
+	mustCommit(t, repo, batches, make([]error, len(batches))...)
+}
+
+// mustPending lists the room's due pending rows, in id order.
+func mustPending(t *testing.T, repo store.Repository, id string) []outbox.Record {
+	t.Helper()
+	all, err := repo.ListPendingOutbox(t.Context(), pendingLimit)
+	if err != nil {
+		t.Fatalf("ListPendingOutbox: %v", err)
+	}
+	var mine []outbox.Record
+	for _, r := range all {
+		if r.RoomID == id {
+			mine = append(mine, r)
+		}
+	}
+	return mine
+}
+
+// mustRoomInfo finds the room through ListRooms, starting just before its id.
+func mustRoomInfo(t *testing.T, repo store.Repository, id string) store.RoomInfo {
+	t.Helper()
+	rooms, err := repo.ListRooms(t.Context(), id[:len(id)-1], 16)
+	if err != nil {
+		t.Fatalf("ListRooms: %v", err)
+	}
+	for _, r := range rooms {
+		if r.Meta.RoomID == id {
+			return r
+		}
+	}
+	t.Fatalf("room %s not listed", id)
+	return store.RoomInfo{}
+}
+
+// assertUntouched checks that the room still has head, no commands after it,
+// no pending rows, no snapshot and its original status.
+func assertUntouched(t *testing.T, repo store.Repository, id string, head int64) {
+	t.Helper()
+	if info := mustRoomInfo(t, repo, id); info.HeadVersion != head {
+		t.Fatalf("room %s head = %d, want %d", id, info.HeadVersion, head)
+	}
+	if cmds := mustListCommands(t, repo, id, head); len(cmds) != 0 {
+		t.Fatalf("room %s has commands after %d: %+v", id, head, cmds)
+	}
+	if rows := mustPending(t, repo, id); len(rows) != 0 {
+		t.Fatalf("room %s has pending rows %v", id, eventIDs(rows))
+	}
+	if _, found, err := repo.GetLatestSnapshot(t.Context(), id); err != nil || found {
+		t.Fatalf("room %s snapshot: found %v, err %v; want none", id, found, err)
+	}
+	if got := mustGetMeta(t, repo, id); got.Status != testMeta(id).Status {
+		t.Fatalf("room %s status = %q, want %q", id, got.Status, testMeta(id).Status)
+	}
+}
+
+func assertSnapshot(t *testing.T, repo store.Repository, id string, version int64, payload string) {
+	t.Helper()
+	s, found, err := repo.GetLatestSnapshot(t.Context(), id)
+	if err != nil || !found {
+		t.Fatalf("GetLatestSnapshot(%s) = found %v, err %v", id, found, err)
+	}
+	if s.RoomID != id || s.RoomVersion != version || string(s.Payload) != payload || s.CreatedAt.IsZero() {
+		t.Fatalf("snapshot = v%d %q (room %s, created %v), want v%d %q", s.RoomVersion, s.Payload, s.RoomID, s.CreatedAt, version, payload)
+	}
+}
+
+func assertCommands(t *testing.T, got, want []store.CommandRecord) {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Fatalf("got %d commands, want %d: %+v", len(got), len(want), got)
+	}
+	for i := range want {
+		g, w := got[i], want[i]
+		if g.RoomID != w.RoomID || g.RoomVersion != w.RoomVersion || g.CommandID != w.CommandID ||
+			g.CommandType != w.CommandType || !bytes.Equal(g.Payload, w.Payload) || g.Replayable != w.Replayable ||
+			!g.CreatedAt.Equal(w.CreatedAt) {
+			t.Fatalf("command %d = %+v, want %+v", i, g, w)
+		}
+	}
+}
+
+func findEvent(rows []outbox.Record, eventID string) (outbox.Record, bool) {
+	for _, r := range rows {
+		if r.EventID == eventID {
+			return r, true
+		}
+	}
+	return outbox.Record{}, false
+}
+
+func eventIDs(rows []outbox.Record) []string {
+	ids := make([]string, 0, len(rows))
+	for _, r := range rows {
+		ids = append(ids, r.EventID)
+	}
+	return ids
+}
