@@ -1,0 +1,163 @@
+// Package snapshot converts room state to and from roomv1.RoomSnapshot, the
+// one message used both as the stored snapshot payload and as the query
+// answer. Encoding is deterministic: equal states give equal bytes.
+package snapshot
+
+import (
+	"fmt"
+
+	"google.golang.org/protobuf/proto"
+
+	roomv1 "hyapp/room-service/gen/room/v1"
+	"hyapp/room-service/room"
+)
+
+var statusToProto = map[room.Status]roomv1.RoomStatus{
+	room.StatusCreating: roomv1.RoomStatus_ROOM_STATUS_CREATING,
+	room.StatusOpen:     roomv1.RoomStatus_ROOM_STATUS_OPEN,
+	room.StatusClosed:   roomv1.RoomStatus_ROOM_STATUS_CLOSED,
+}
+
+// StatusToProto maps a domain status to the API enum.
+func StatusToProto(s room.Status) roomv1.RoomStatus { return statusToProto[s] }
+
+// StatusFromProto maps the API enum to a domain status; ok is false for
+// unspecified or unknown values.
+func StatusFromProto(s roomv1.RoomStatus) (room.Status, bool) {
+	for k, v := range statusToProto {
+		if v == s {
+			return k, true
+		}
+	}
+	return "", false
+}
+
+// ToProto builds the snapshot message of s. Lists are sorted by user id.
+func ToProto(s *room.State) *roomv1.RoomSnapshot {
+	p := &roomv1.RoomSnapshot{
+		RoomId:       s.RoomID,
+		RoomVersion:  s.Version,
+		Status:       StatusToProto(s.Status),
+		OwnerUserId:  s.OwnerUserID,
+		HostUserId:   s.HostUserID,
+		Mode:         s.Mode,
+		Region:       s.Region,
+		CreatedAtMs:  s.CreatedAt,
+		AdminUserIds: s.SortedAdminIDs(),
+		OnlineCount:  int32(len(s.Members)),
+		Profile: &roomv1.RoomProfile{
+			Title:         s.Profile.Title,
+			Notice:        s.Profile.Notice,
+			CoverUrl:      s.Profile.CoverURL,
+			BackgroundUrl: s.Profile.Background,
+			ChatEnabled:   s.Profile.ChatEnabled,
+		},
+	}
+	ids := s.SortedMemberIDs()
+	p.Members = make([]*roomv1.Member, len(ids))
+	for i, id := range ids {
+		m := s.Members[id]
+		p.Members[i] = &roomv1.Member{
+			UserId: m.UserID, JoinedAtMs: m.JoinedAt, Nickname: m.Nickname,
+			AvatarUrl: m.AvatarURL, Vehicle: m.Vehicle, EntryEffect: m.EntryEffect,
+		}
+	}
+	p.Seats = make([]*roomv1.MicSeat, len(s.Seats))
+	for i, seat := range s.Seats {
+		p.Seats[i] = &roomv1.MicSeat{
+			Index: int32(i), UserId: seat.UserID, Locked: seat.Locked, MutedByAdmin: seat.MutedByAdmin,
+			MicOn: seat.MicOn, OccupiedSinceMs: seat.OccupiedSince, Charm: seat.Charm,
+		}
+	}
+	p.ChatMutes = restrictions(s.Mutes)
+	p.Bans = restrictions(s.Bans)
+	return p
+}
+
+func restrictions(m map[int64]int64) []*roomv1.Restriction {
+	out := make([]*roomv1.Restriction, 0, len(m))
+	for _, id := range room.SortedIDs(m) {
+		out = append(out, &roomv1.Restriction{UserId: id, UntilMs: m[id]})
+	}
+	return out
+}
+
+// FromProto rebuilds state from a snapshot message. It checks what a stored
+// snapshot must satisfy and reports corruption as an error.
+func FromProto(p *roomv1.RoomSnapshot) (*room.State, error) {
+	status, ok := StatusFromProto(p.GetStatus())
+	if !ok {
+		return nil, fmt.Errorf("snapshot room=%s: unknown status %v", p.GetRoomId(), p.GetStatus())
+	}
+	if n := len(p.GetSeats()); n > room.MaxSeats {
+		return nil, fmt.Errorf("snapshot room=%s: %d seats", p.GetRoomId(), n)
+	}
+	s := room.NewEmpty()
+	s.RoomID, s.Version, s.Status = p.GetRoomId(), p.GetRoomVersion(), status
+	s.OwnerUserID, s.HostUserID, s.Mode, s.Region, s.CreatedAt = p.GetOwnerUserId(), p.GetHostUserId(), p.GetMode(), p.GetRegion(), p.GetCreatedAtMs()
+	pr := p.GetProfile()
+	s.Profile = room.Profile{
+		Title: pr.GetTitle(), Notice: pr.GetNotice(), CoverURL: pr.GetCoverUrl(),
+		Background: pr.GetBackgroundUrl(), ChatEnabled: pr.GetChatEnabled(),
+	}
+	for _, id := range p.GetAdminUserIds() {
+		s.Admins[id] = struct{}{}
+	}
+	for _, m := range p.GetMembers() {
+		s.Members[m.GetUserId()] = &room.Member{
+			UserID: m.GetUserId(), JoinedAt: m.GetJoinedAtMs(), Nickname: m.GetNickname(),
+			AvatarURL: m.GetAvatarUrl(), Vehicle: m.GetVehicle(), EntryEffect: m.GetEntryEffect(),
+		}
+	}
+	s.Seats = make([]room.Seat, len(p.GetSeats()))
+	for i, seat := range p.GetSeats() {
+		if seat.GetIndex() != int32(i) {
+			return nil, fmt.Errorf("snapshot room=%s: seat %d has index %d", p.GetRoomId(), i, seat.GetIndex())
+		}
+		s.Seats[i] = room.Seat{
+			UserID: seat.GetUserId(), Locked: seat.GetLocked(), MutedByAdmin: seat.GetMutedByAdmin(),
+			MicOn: seat.GetMicOn(), OccupiedSince: seat.GetOccupiedSinceMs(), Charm: seat.GetCharm(),
+		}
+	}
+	for _, r := range p.GetChatMutes() {
+		s.Mutes[r.GetUserId()] = r.GetUntilMs()
+	}
+	for _, r := range p.GetBans() {
+		s.Bans[r.GetUserId()] = r.GetUntilMs()
+	}
+	return s, nil
+}
+
+var deterministic = proto.MarshalOptions{Deterministic: true}
+
+// Encode returns the deterministic protobuf encoding of s.
+func Encode(s *room.State) ([]byte, error) {
+	b, err := deterministic.Marshal(ToProto(s))
+	if err != nil {
+		return nil, fmt.Errorf("encode snapshot room=%s: %w", s.RoomID, err)
+	}
+	return b, nil
+}
+
+// Decode rebuilds state from a stored snapshot payload.
+func Decode(payload []byte) (*room.State, error) {
+	var p roomv1.RoomSnapshot
+	if err := proto.Unmarshal(payload, &p); err != nil {
+		return nil, fmt.Errorf("decode snapshot: %w", err)
+	}
+	return FromProto(&p)
+}
+
+// WithMemberLimit returns p with at most limit members (0: all). It never
+// modifies p, which may be shared; the result shares p's sub-messages.
+func WithMemberLimit(p *roomv1.RoomSnapshot, limit int) *roomv1.RoomSnapshot {
+	if limit <= 0 || len(p.GetMembers()) <= limit {
+		return p
+	}
+	return &roomv1.RoomSnapshot{
+		RoomId: p.RoomId, RoomVersion: p.RoomVersion, Status: p.Status, OwnerUserId: p.OwnerUserId,
+		HostUserId: p.HostUserId, Mode: p.Mode, Region: p.Region, CreatedAtMs: p.CreatedAtMs, Profile: p.Profile,
+		AdminUserIds: p.AdminUserIds, Members: p.Members[:limit], Seats: p.Seats, ChatMutes: p.ChatMutes,
+		Bans: p.Bans, OnlineCount: p.OnlineCount,
+	}
+}
