@@ -1,0 +1,490 @@
+package cell
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"runtime/debug"
+	"time"
+
+	roomv1 "hyapp/room-service/gen/room/v1"
+	"hyapp/room-service/lease"
+	"hyapp/room-service/outbox"
+	"hyapp/room-service/room"
+	"hyapp/room-service/snapshot"
+	"hyapp/room-service/store"
+)
+
+// Result is the answer to a committed command.
+type Result struct {
+	// RoomVersion is the version the command committed at.
+	RoomVersion int64
+	// Duplicate is true when the command_id had already committed: nothing was applied again.
+	Duplicate bool
+}
+
+// request is one message in a cell's mailbox: a command (env set) or a
+// snapshot query (env nil).
+type request struct {
+	env   *room.Envelope
+	reply chan response
+}
+
+type response struct {
+	result Result
+	snap   *roomv1.RoomSnapshot
+	err    error
+}
+
+// Stop reasons, also the label of the stops metric.
+const (
+	stopIdle     = "idle"
+	stopShutdown = "shutdown"
+	stopFenced   = "fenced"
+	stopLease    = "lease_lost"
+	stopFailure  = "commit_failure"
+	stopPanic    = "panic"
+)
+
+// Cell is one loaded room: the only goroutine that reads or writes its state.
+// Requests arrive through the bounded mailbox; the cell applies every queued
+// command it can, commits them in one batch, then answers all of them.
+type Cell struct {
+	reg     *Registry
+	roomID  string
+	epoch   int64
+	lease   lease.Handle
+	mailbox *mailbox
+	done    chan struct{}
+
+	// Owned by the cell goroutine.
+	state        *room.State
+	lastSnapshot int64 // version of the newest stored snapshot
+	lastAt       int64 // time of the newest command, unix ms; command times never go back
+	recent       *recentIDs
+	snapCache    *roomv1.RoomSnapshot
+	log          *slog.Logger
+}
+
+// pending is one command of a batch while it is decided and committed.
+type pending struct {
+	req     *request
+	payload []byte // encoded command, when applied
+	result  Result
+	err     error
+	events  []room.Event
+	applied bool
+	fromLog bool // answered from the command log (or the recent ids): a retry
+}
+
+func (c *Cell) run() {
+	defer c.reg.cellExited(c)
+	idle := time.NewTimer(c.reg.cfg.IdleTimeout)
+	defer idle.Stop()
+	batch := make([]*request, 0, 16)
+	// work answers everything queued, batch by batch.
+	work := func() (stop string) {
+		for {
+			if depth := c.mailbox.len(); depth > 0 {
+				c.reg.metrics.MailboxDepth.Observe(float64(depth))
+			}
+			batch = c.mailbox.take(batch[:0], c.reg.cfg.MaxBatch)
+			if len(batch) == 0 {
+				return ""
+			}
+			stop = c.safeHandle(batch)
+			clear(batch)
+			if stop != "" {
+				return stop
+			}
+		}
+	}
+	for {
+		select {
+		case <-c.mailbox.signal:
+			if reason := work(); reason != "" {
+				c.finish(reason)
+				return
+			}
+			idle.Reset(c.reg.cfg.IdleTimeout)
+		case <-idle.C:
+			if c.reg.detachIdle(c) {
+				c.finish(stopIdle)
+				return
+			}
+			idle.Reset(c.reg.cfg.IdleTimeout)
+		case <-c.lease.Lost():
+			c.finish(stopLease)
+			return
+		case <-c.reg.stopping:
+			// Shutdown: answer what is queued, then stop with a final snapshot.
+			reason := work()
+			if reason == "" {
+				reason = stopShutdown
+			}
+			c.finish(reason)
+			return
+		}
+	}
+}
+
+// safeHandle runs one batch and turns a panic into internal errors for the
+// batch and a rebuild of the room from storage.
+func (c *Cell) safeHandle(batch []*request) (stop string) {
+	defer func() {
+		if p := recover(); p != nil {
+			c.log.Error("room cell panic; the room reloads from storage", "panic", p, "stack", string(debug.Stack()))
+			replyAll(batch, response{err: room.Errorf(room.ErrInternal, "room %s failed; retry", c.roomID)})
+			stop = stopPanic
+		}
+	}()
+	return c.handle(batch, false)
+}
+
+func replyAll(batch []*request, r response) {
+	for _, req := range batch {
+		select {
+		case req.reply <- r:
+		default: // already answered
+		}
+	}
+}
+
+// handle decides, commits and answers one batch. verify makes it look every
+// command id up in storage first (after a duplicate id reached the log).
+func (c *Cell) handle(batch []*request, verify bool) (stop string) {
+	var stored map[string]store.CommandRecord
+	if verify {
+		ids := make([]string, 0, len(batch))
+		for _, r := range batch {
+			if r.env != nil {
+				ids = append(ids, r.env.CommandID)
+			}
+		}
+		var err error
+		if stored, err = c.reg.repo.GetCommands(c.reg.ctx, c.roomID, ids); err != nil {
+			replyAll(batch, response{err: room.ErrUnavailable})
+			return stopFailure
+		}
+	}
+	base := c.state.Version
+	prevStatus := c.state.Status
+	cmds := make([]*pending, 0, len(batch))
+	seen := make(map[string]*pending, len(batch))
+	for _, r := range batch {
+		if r.env == nil {
+			continue
+		}
+		p := &pending{req: r}
+		cmds = append(cmds, p)
+		c.decide(p, seen, stored)
+	}
+	if !verify {
+		if err := c.resolveRefused(cmds); err != nil {
+			c.log.Error("look up refused command ids", "err", err)
+			replyAll(batch, response{err: room.ErrUnavailable})
+			return stopFailure
+		}
+	}
+	var out []Committed
+	if applied := c.state.Version - base; applied > 0 {
+		b, err := c.buildBatch(cmds, base, prevStatus)
+		if err == nil {
+			err = c.reg.committer.commit(b)
+		}
+		switch {
+		case err == nil:
+			out = c.committed(cmds, b)
+		case errors.Is(err, store.ErrConflict) && !verify:
+			// A command id committed before this cell knew of it: reload and
+			// decide again against the log.
+			c.log.Info("command id already in the log; reloading the room to check", "err", err)
+			if err := c.reload(); err != nil {
+				c.log.Error("reload room", "err", err)
+				replyAll(batch, response{err: room.ErrUnavailable})
+				return stopFailure
+			}
+			return c.handle(batch, true)
+		case errors.Is(err, store.ErrFenced):
+			c.log.Warn("room fenced: another owner committed; stopping", "err", err)
+			replyAll(batch, response{err: room.ErrFenced})
+			return stopFenced
+		default:
+			c.log.Error("commit failed; outcome unknown, the room reloads from storage", "err", err)
+			replyAll(batch, response{err: room.Errorf(room.ErrUnavailable, "commit outcome unknown; retry with the same command_id")})
+			return stopFailure
+		}
+	}
+	for _, p := range cmds {
+		p.req.reply <- response{result: p.result, err: p.err}
+		label := resultLabel(p)
+		c.reg.metrics.Commands.WithLabelValues(string(p.req.env.Command.Type()), label).Inc()
+		if p.err != nil {
+			c.log.Debug("command refused", "command_id", p.req.env.CommandID, "type", string(p.req.env.Command.Type()), "reason", label)
+		}
+	}
+	for _, r := range batch {
+		if r.env == nil {
+			r.reply <- response{snap: c.snapshot(), result: Result{RoomVersion: c.state.Version}}
+		}
+	}
+	if len(out) > 0 {
+		c.reg.sink.Publish(out)
+	}
+	return ""
+}
+
+// decide answers a command from what is known of its id, or applies it.
+func (c *Cell) decide(p *pending, seen map[string]*pending, stored map[string]store.CommandRecord) {
+	env := p.req.env
+	if first, ok := seen[env.CommandID]; ok && first.applied {
+		// The same id twice in one batch: the second is a retry of the first.
+		c.answerDuplicate(p, first.result.RoomVersion, env.Command.Type(), first.payload)
+		return
+	}
+	if _, ok := seen[env.CommandID]; !ok {
+		seen[env.CommandID] = p
+	}
+	if e, ok := c.recent.get(env.CommandID); ok {
+		c.answerDuplicate(p, e.version, e.typ, e.payload)
+		return
+	}
+	if r, ok := stored[env.CommandID]; ok {
+		c.recent.add(env.CommandID, recentEntry{version: r.RoomVersion, typ: room.CommandType(r.CommandType), payload: r.Payload})
+		c.answerDuplicate(p, r.RoomVersion, room.CommandType(r.CommandType), r.Payload)
+		return
+	}
+	// Command times come from this node's clock and never go back within a room.
+	env.At = max(c.reg.cfg.Clock().UnixMilli(), c.lastAt)
+	events, err := room.Apply(c.state, env)
+	if err != nil {
+		p.err = err
+		return
+	}
+	c.lastAt = env.At
+	payload, err := room.EncodeCommand(env)
+	if err != nil {
+		// Unreachable for the domain's own types; refuse rather than log a command we cannot replay.
+		panic(fmt.Sprintf("encode command %s: %v", env.Command.Type(), err))
+	}
+	seen[env.CommandID] = p
+	p.applied, p.payload, p.events, p.result = true, payload, events, Result{RoomVersion: c.state.Version}
+}
+
+func (c *Cell) answerDuplicate(p *pending, version int64, typ room.CommandType, payload []byte) {
+	p.fromLog = true
+	if !room.SameRequest(typ, payload, p.req.env) {
+		p.result, p.err = Result{}, room.ErrCommandIDConflict
+		return
+	}
+	p.result, p.err = Result{RoomVersion: version, Duplicate: true}, nil
+}
+
+// resolveRefused looks up the ids of refused commands: a refusal may be a
+// retry of a command committed before this cell knew its id (TakeMic
+// retried after a restart finds its own seat taken). Only the log can tell,
+// and only refusals pay for the read.
+func (c *Cell) resolveRefused(cmds []*pending) error {
+	var ids []string
+	for _, p := range cmds {
+		if p.err != nil && !p.fromLog {
+			ids = append(ids, p.req.env.CommandID)
+		}
+	}
+	if len(ids) == 0 {
+		return nil
+	}
+	stored, err := c.reg.repo.GetCommands(c.reg.ctx, c.roomID, ids)
+	if err != nil {
+		return err
+	}
+	for _, p := range cmds {
+		if r, ok := stored[p.req.env.CommandID]; ok && p.err != nil && !p.fromLog {
+			c.answerDuplicate(p, r.RoomVersion, room.CommandType(r.CommandType), r.Payload)
+		}
+	}
+	return nil
+}
+
+func resultLabel(p *pending) string {
+	switch {
+	case p.err != nil:
+		return room.AsError(p.err).Reason
+	case p.result.Duplicate:
+		return "duplicate"
+	}
+	return "ok"
+}
+
+// buildBatch encodes the applied commands, their durable facts and, every
+// SnapshotEvery commands, a snapshot.
+func (c *Cell) buildBatch(cmds []*pending, base int64, prevStatus room.Status) (store.Batch, error) {
+	now := c.reg.cfg.Clock()
+	b := store.Batch{RoomID: c.roomID, OwnerEpoch: c.epoch, BaseVersion: base}
+	for _, p := range cmds {
+		if !p.applied || p.result.Duplicate {
+			continue
+		}
+		env := p.req.env
+		b.Commands = append(b.Commands, store.CommandRecord{
+			RoomID: c.roomID, RoomVersion: p.result.RoomVersion, CommandID: env.CommandID,
+			CommandType: string(env.Command.Type()), Payload: p.payload, Replayable: true, CreatedAt: now,
+		})
+		seq := int32(0)
+		for _, ev := range p.events {
+			if !ev.Lanes().Outbox {
+				continue
+			}
+			data, err := json.Marshal(ev.Data)
+			if err != nil {
+				return b, fmt.Errorf("encode event %s room=%s: %w", ev.Type, c.roomID, err)
+			}
+			b.Outbox = append(b.Outbox, outbox.Record{
+				EventID: fmt.Sprintf("%s/%d/%d", c.roomID, p.result.RoomVersion, seq), RoomID: c.roomID,
+				RoomVersion: p.result.RoomVersion, Seq: seq, EventType: string(ev.Type), Payload: data,
+				OwnerEpoch: c.epoch, Status: outbox.StatusPending, CreatedAt: now, NextAttemptAt: now,
+			})
+			seq++
+		}
+	}
+	if c.state.Status != prevStatus {
+		b.Status = string(c.state.Status)
+	}
+	if c.state.Version-c.lastSnapshot >= int64(c.reg.cfg.SnapshotEvery) {
+		payload, err := snapshot.Encode(c.state)
+		if err != nil {
+			return b, err
+		}
+		b.Snapshot = &store.SnapshotRecord{RoomID: c.roomID, RoomVersion: c.state.Version, Payload: payload, CreatedAt: now}
+	}
+	return b, nil
+}
+
+// committed records a successful commit and returns what the sink gets once
+// every caller has its answer.
+func (c *Cell) committed(cmds []*pending, b store.Batch) []Committed {
+	c.reg.metrics.BatchSize.Observe(float64(len(b.Commands)))
+	if b.Snapshot != nil {
+		c.lastSnapshot = b.Snapshot.RoomVersion
+	}
+	out := make([]Committed, 0, len(b.Commands))
+	for _, p := range cmds {
+		if !p.applied || p.result.Duplicate {
+			continue
+		}
+		env := p.req.env
+		c.recent.add(env.CommandID, recentEntry{version: p.result.RoomVersion, typ: env.Command.Type(), payload: p.payload})
+		out = append(out, Committed{
+			RoomID: c.roomID, RoomVersion: p.result.RoomVersion, CommandID: env.CommandID,
+			CommandType: env.Command.Type(), Operator: env.Operator, At: env.At, Events: p.events,
+		})
+	}
+	return out
+}
+
+// snapshot returns the (cached) snapshot message of the current state. The
+// message is shared: callers must not modify it.
+func (c *Cell) snapshot() *roomv1.RoomSnapshot {
+	if c.snapCache == nil || c.snapCache.GetRoomVersion() != c.state.Version {
+		c.snapCache = snapshot.ToProto(c.state)
+	}
+	return c.snapCache
+}
+
+// reload rebuilds the state from storage under the same epoch.
+func (c *Cell) reload() error {
+	meta, found, err := c.reg.repo.GetRoomMeta(c.reg.ctx, c.roomID)
+	if err != nil {
+		return err
+	}
+	if !found {
+		return room.ErrRoomNotFound
+	}
+	rec, err := Recover(c.reg.ctx, c.reg.repo, meta)
+	if err != nil {
+		return err
+	}
+	c.adopt(rec)
+	return nil
+}
+
+// adopt takes a recovered state as the cell's own.
+func (c *Cell) adopt(rec *Recovered) {
+	c.state, c.lastSnapshot, c.lastAt, c.snapCache = rec.State, rec.SnapshotVersion, rec.LastAt, nil
+	c.recent = newRecentIDs(c.reg.cfg.RecentIDs)
+	for _, r := range rec.Replayed {
+		c.recent.add(r.CommandID, recentEntry{version: r.RoomVersion, typ: room.CommandType(r.CommandType), payload: r.Payload})
+	}
+}
+
+// finish ends the cell: a graceful stop stores a final snapshot so the next
+// owner replays nothing; every stop releases the lease.
+func (c *Cell) finish(reason string) {
+	c.reg.detach(c)
+	c.reg.metrics.Stops.WithLabelValues(reason).Inc()
+	graceful := reason == stopIdle || reason == stopShutdown
+	if graceful && c.state.Version > c.lastSnapshot {
+		if err := c.saveSnapshot(); err != nil {
+			c.log.Warn("final snapshot", "err", err)
+		}
+	}
+	if err := c.lease.Release(c.reg.ctx); err != nil {
+		c.log.Warn("release lease", "err", err)
+	}
+	c.log.Debug("room cell stopped", "reason", reason, "room_version", c.state.Version)
+}
+
+func (c *Cell) saveSnapshot() error {
+	payload, err := snapshot.Encode(c.state)
+	if err != nil {
+		return err
+	}
+	err = c.reg.repo.SaveSnapshot(c.reg.ctx, store.SnapshotRecord{
+		RoomID: c.roomID, RoomVersion: c.state.Version, Payload: payload, CreatedAt: c.reg.cfg.Clock(),
+	})
+	if err == nil {
+		c.lastSnapshot = c.state.Version
+	}
+	return err
+}
+
+// recentIDs remembers the last few committed command ids of a room, so most
+// retries are answered without reading the log. It is bounded: an older
+// retry reaches the log's unique key and is answered from there.
+type recentIDs struct {
+	max   int
+	ring  []string
+	next  int
+	items map[string]recentEntry
+}
+
+type recentEntry struct {
+	version int64
+	typ     room.CommandType
+	payload []byte
+}
+
+func newRecentIDs(max int) *recentIDs { return &recentIDs{max: max} }
+
+func (r *recentIDs) get(id string) (recentEntry, bool) {
+	e, ok := r.items[id]
+	return e, ok
+}
+
+func (r *recentIDs) add(id string, e recentEntry) {
+	if r.items == nil {
+		r.items = make(map[string]recentEntry)
+	}
+	if _, ok := r.items[id]; ok {
+		return
+	}
+	if len(r.ring) < r.max {
+		r.ring = append(r.ring, id)
+	} else {
+		delete(r.items, r.ring[r.next])
+		r.ring[r.next] = id
+		r.next = (r.next + 1) % r.max
+	}
+	r.items[id] = e
+}

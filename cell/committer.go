@@ -1,0 +1,108 @@
+package cell
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"hyapp/room-service/store"
+)
+
+// committer merges the batches of many cells into few transactions: node
+// level group commit. Each worker takes whatever is queued (up to maxRooms
+// batches or maxCommands commands) and commits it in one CommitBatches call,
+// so under load one fsync covers many rooms. workers bounds the parallel
+// transactions (1 suits SQLite's single writer; a few suit MySQL).
+type committer struct {
+	repo        store.Repository
+	in          chan *commitReq
+	maxRooms    int
+	maxCommands int
+	timeout     time.Duration
+	metrics     *Metrics
+	quit        chan struct{}
+	wg          sync.WaitGroup
+}
+
+type commitReq struct {
+	batch store.Batch
+	done  chan error
+}
+
+func newCommitter(repo store.Repository, workers, maxRooms, maxCommands int, timeout time.Duration, m *Metrics) *committer {
+	c := &committer{
+		repo: repo, in: make(chan *commitReq, 4*maxRooms), maxRooms: maxRooms, maxCommands: maxCommands,
+		timeout: timeout, metrics: m, quit: make(chan struct{}),
+	}
+	for range workers {
+		c.wg.Add(1)
+		go c.work()
+	}
+	return c
+}
+
+// commit queues b and waits for its outcome. Once queued, the outcome is
+// awaited whatever happens to the caller: an abandoned commit would leave
+// the cell not knowing its own state.
+func (c *committer) commit(b store.Batch) error {
+	req := &commitReq{batch: b, done: make(chan error, 1)}
+	select {
+	case c.in <- req:
+	case <-c.quit:
+		return store.ErrUnavailable
+	}
+	return <-req.done
+}
+
+func (c *committer) work() {
+	defer c.wg.Done()
+	reqs := make([]*commitReq, 0, c.maxRooms)
+	batches := make([]store.Batch, 0, c.maxRooms)
+	for {
+		select {
+		case <-c.quit:
+			return
+		case first := <-c.in:
+			reqs, batches = append(reqs[:0], first), append(batches[:0], first.batch)
+			n := len(first.batch.Commands)
+		more:
+			for len(reqs) < c.maxRooms && n < c.maxCommands {
+				select {
+				case r := <-c.in:
+					reqs, batches = append(reqs, r), append(batches, r.batch)
+					n += len(r.batch.Commands)
+				default:
+					break more
+				}
+			}
+			c.flush(reqs, batches)
+		}
+	}
+}
+
+func (c *committer) flush(reqs []*commitReq, batches []store.Batch) {
+	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
+	defer cancel()
+	start := time.Now()
+	results, err := c.repo.CommitBatches(ctx, batches)
+	c.metrics.CommitSeconds.Observe(time.Since(start).Seconds())
+	c.metrics.TxnRooms.Observe(float64(len(batches)))
+	for i, r := range reqs {
+		switch {
+		case err != nil:
+			r.done <- err
+		case i < len(results):
+			r.done <- results[i]
+		default:
+			r.done <- store.ErrUnavailable
+		}
+	}
+	clear(batches) // drop references to payloads
+}
+
+// close stops the workers after the batches they hold. Callers must have
+// stopped every cell first.
+func (c *committer) close() {
+	close(c.quit)
+	c.wg.Wait()
+}

@@ -1,0 +1,63 @@
+package cell
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// Metrics are the engine's Prometheus instruments.
+type Metrics struct {
+	Commands       *prometheus.CounterVec // by command type and result reason ("ok", "duplicate", reasons)
+	BatchSize      prometheus.Histogram   // commands per room batch
+	TxnRooms       prometheus.Histogram   // room batches per database transaction
+	CommitSeconds  prometheus.Histogram   // one CommitBatches call
+	MailboxDepth   prometheus.Histogram   // queued requests seen when a cell starts a batch
+	LoadedCells    prometheus.Gauge
+	Recoveries     *prometheus.CounterVec // by result
+	ReplayLength   prometheus.Histogram   // commands replayed per recovery
+	RecoverSeconds prometheus.Histogram
+	Stops          *prometheus.CounterVec // cell stops by reason
+	SinkDropped    prometheus.Counter
+}
+
+// NewMetrics makes the instruments and registers them with reg (nil: not registered).
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	exp := func(start float64, n int) []float64 { return prometheus.ExponentialBuckets(start, 2, n) }
+	m := &Metrics{
+		Commands: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "room_commands_total", Help: "Commands handled by room cells, by type and result.",
+		}, []string{"type", "result"}),
+		BatchSize: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "room_commit_batch_commands", Help: "Commands committed per room batch.", Buckets: exp(1, 11),
+		}),
+		TxnRooms: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "room_commit_txn_rooms", Help: "Room batches merged into one database transaction.", Buckets: exp(1, 11),
+		}),
+		CommitSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "room_commit_seconds", Help: "Latency of one group-commit transaction.", Buckets: exp(0.0001, 16),
+		}),
+		MailboxDepth: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "room_mailbox_depth", Help: "Requests queued in a cell's mailbox when it starts a batch.", Buckets: exp(1, 12),
+		}),
+		LoadedCells: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "room_cells_loaded", Help: "Room cells loaded on this node.",
+		}),
+		Recoveries: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "room_recoveries_total", Help: "Room recoveries, by result.",
+		}, []string{"result"}),
+		ReplayLength: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "room_replay_commands", Help: "Commands replayed per recovery.", Buckets: append([]float64{0}, exp(1, 15)...),
+		}),
+		RecoverSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "room_recover_seconds", Help: "Time to recover one room.", Buckets: exp(0.0001, 16),
+		}),
+		Stops: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "room_cell_stops_total", Help: "Cells stopped, by reason.",
+		}, []string{"reason"}),
+		SinkDropped: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "room_event_sink_dropped_total", Help: "Committed event batches the after-commit sink dropped because it was full.",
+		}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.Commands, m.BatchSize, m.TxnRooms, m.CommitSeconds, m.MailboxDepth, m.LoadedCells,
+			m.Recoveries, m.ReplayLength, m.RecoverSeconds, m.Stops, m.SinkDropped)
+	}
+	return m
+}

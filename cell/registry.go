@@ -1,0 +1,387 @@
+// Package cell runs rooms: one Cell (a single-writer actor) per loaded room,
+// and the Registry that loads, routes to, passivates and stops them. A cell
+// applies commands through the pure domain, commits them in batches fenced
+// by its owner epoch, answers, and only then hands events to the sink.
+package cell
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	roomv1 "hyapp/room-service/gen/room/v1"
+	"hyapp/room-service/lease"
+	"hyapp/room-service/room"
+	"hyapp/room-service/store"
+)
+
+// Config tunes the engine. Zero values take the defaults of DefaultConfig.
+type Config struct {
+	// NodeID names this node in rooms.owner_node.
+	NodeID string
+	// MailboxSize bounds each room's queue; a full mailbox answers mailbox_full at once.
+	MailboxSize int
+	// MaxBatch is the most commands a cell applies per commit.
+	MaxBatch int
+	// SnapshotEvery is the number of commands between stored snapshots.
+	SnapshotEvery int
+	// IdleTimeout passivates a room that received nothing for this long.
+	IdleTimeout time.Duration
+	// CommitTimeout bounds one group-commit transaction.
+	CommitTimeout time.Duration
+	// CommitWorkers is the number of parallel group-commit transactions.
+	CommitWorkers int
+	// CommitMaxRooms and CommitMaxCommands bound one group-commit transaction.
+	CommitMaxRooms    int
+	CommitMaxCommands int
+	// MaxRecoveries bounds concurrent room recoveries (a node restart loads many rooms at once).
+	MaxRecoveries int
+	// RecentIDs is how many committed command ids each cell remembers for retries.
+	RecentIDs int
+	// Clock gives command times; tests may fix it.
+	Clock func() time.Time
+}
+
+// DefaultConfig returns the defaults.
+func DefaultConfig() Config {
+	return Config{
+		NodeID: "node-1", MailboxSize: 4096, MaxBatch: 256, SnapshotEvery: 500,
+		IdleTimeout: 10 * time.Minute, CommitTimeout: 5 * time.Second, CommitWorkers: 1,
+		CommitMaxRooms: 2048, CommitMaxCommands: 8192, MaxRecoveries: 32, RecentIDs: 256, Clock: time.Now,
+	}
+}
+
+func (c Config) withDefaults() Config {
+	d := DefaultConfig()
+	if c.NodeID == "" {
+		c.NodeID = d.NodeID
+	}
+	for _, f := range []struct{ v, d *int }{
+		{&c.MailboxSize, &d.MailboxSize}, {&c.MaxBatch, &d.MaxBatch}, {&c.SnapshotEvery, &d.SnapshotEvery},
+		{&c.CommitWorkers, &d.CommitWorkers}, {&c.CommitMaxRooms, &d.CommitMaxRooms},
+		{&c.CommitMaxCommands, &d.CommitMaxCommands}, {&c.MaxRecoveries, &d.MaxRecoveries}, {&c.RecentIDs, &d.RecentIDs},
+	} {
+		if *f.v <= 0 {
+			*f.v = *f.d
+		}
+	}
+	if c.IdleTimeout <= 0 {
+		c.IdleTimeout = d.IdleTimeout
+	}
+	if c.CommitTimeout <= 0 {
+		c.CommitTimeout = d.CommitTimeout
+	}
+	if c.Clock == nil {
+		c.Clock = d.Clock
+	}
+	return c
+}
+
+// Registry owns the cells of this node. It is safe for concurrent use.
+//
+// Lock order: Registry.mu is never held while waiting on a cell, the
+// database or the lease.
+type Registry struct {
+	cfg       Config
+	repo      store.Repository
+	lease     lease.Lease
+	sink      EventSink
+	metrics   *Metrics
+	log       *slog.Logger
+	committer *committer
+	recoverys chan struct{}
+	ctx       context.Context // for storage calls that must finish regardless of callers
+	cancel    context.CancelFunc
+	stopping  chan struct{}
+	wg        sync.WaitGroup
+
+	mu      sync.Mutex
+	closed  bool
+	cells   map[string]*Cell
+	exiting map[string]*Cell
+	loading map[string]*load
+}
+
+type load struct {
+	done chan struct{}
+	err  error
+}
+
+// New starts a registry. Nothing is loaded until a room is asked for.
+func New(cfg Config, repo store.Repository, l lease.Lease, sink EventSink, m *Metrics, log *slog.Logger) *Registry {
+	cfg = cfg.withDefaults()
+	if m == nil {
+		m = NewMetrics(nil)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Registry{
+		cfg: cfg, repo: repo, lease: l, sink: sink, metrics: m, log: log,
+		committer: newCommitter(repo, cfg.CommitWorkers, cfg.CommitMaxRooms, cfg.CommitMaxCommands, cfg.CommitTimeout, m),
+		recoverys: make(chan struct{}, cfg.MaxRecoveries),
+		ctx:       ctx, cancel: cancel, stopping: make(chan struct{}),
+		cells: make(map[string]*Cell), exiting: make(map[string]*Cell), loading: make(map[string]*load),
+	}
+}
+
+// Submit runs one command in its room and returns once it committed (or was
+// refused). Errors are *room.Error values; an unavailable error means the
+// outcome may be unknown and the caller retries with the same command_id.
+func (r *Registry) Submit(ctx context.Context, env *room.Envelope) (Result, error) {
+	if err := env.Validate(); err != nil {
+		return Result{}, err
+	}
+	if _, ok := env.Command.(*room.CreateRoom); ok {
+		if err := r.prepareCreate(ctx, env); err != nil {
+			return Result{}, err
+		}
+	}
+	resp, err := r.call(ctx, env.RoomID, env)
+	return resp.result, err
+}
+
+// prepareCreate stores the metadata a new room must have before its first
+// command. For a room that already has commands it answers a retry of its
+// CreateRoom, or room_exists.
+func (r *Registry) prepareCreate(ctx context.Context, env *room.Envelope) error {
+	c := env.Command.(*room.CreateRoom)
+	err := r.repo.SaveRoomMeta(ctx, store.RoomMeta{
+		RoomID: env.RoomID, OwnerUserID: c.OwnerUserID, HostUserID: c.HostUserID,
+		SeatCount: c.SeatCount, Mode: c.Mode, Status: string(room.StatusCreating),
+	})
+	if errors.Is(err, store.ErrConflict) {
+		// The room has commands: the cell answers a retry of its CreateRoom
+		// from the log and refuses anything else with room_exists.
+		return nil
+	}
+	return err
+}
+
+// Snapshot returns the room's live state. The message is shared and must not be modified.
+func (r *Registry) Snapshot(ctx context.Context, roomID string) (*roomv1.RoomSnapshot, error) {
+	resp, err := r.call(ctx, roomID, nil)
+	return resp.snap, err
+}
+
+func (r *Registry) call(ctx context.Context, roomID string, env *room.Envelope) (response, error) {
+	for range 3 {
+		c, err := r.cell(ctx, roomID)
+		if err != nil {
+			return response{}, err
+		}
+		req := &request{env: env, reply: make(chan response, 1)}
+		if !c.mailbox.push(req) {
+			return response{}, room.ErrMailboxFull
+		}
+		select {
+		case resp := <-req.reply:
+			return resp, resp.err
+		case <-c.done:
+			select {
+			case resp := <-req.reply:
+				return resp, resp.err
+			default: // the cell stopped before taking the request: try its successor
+			}
+		case <-ctx.Done():
+			return response{}, room.Errorf(room.ErrUnavailable, "%v; the command may still commit, retry with the same command_id", ctx.Err())
+		}
+	}
+	return response{}, room.Errorf(room.ErrUnavailable, "room %s is restarting; retry", roomID)
+}
+
+// cell returns the room's loaded cell, loading it once if needed.
+func (r *Registry) cell(ctx context.Context, roomID string) (*Cell, error) {
+	for {
+		r.mu.Lock()
+		if r.closed {
+			r.mu.Unlock()
+			return nil, room.ErrShutdown
+		}
+		if c := r.cells[roomID]; c != nil {
+			r.mu.Unlock()
+			return c, nil
+		}
+		var wait <-chan struct{}
+		if old := r.exiting[roomID]; old != nil {
+			wait = old.done
+		} else if l := r.loading[roomID]; l != nil {
+			wait = l.done
+		}
+		if wait != nil {
+			r.mu.Unlock()
+			select {
+			case <-wait:
+				continue
+			case <-ctx.Done():
+				return nil, room.Errorf(room.ErrUnavailable, "room %s is loading: %v", roomID, ctx.Err())
+			}
+		}
+		l := &load{done: make(chan struct{})}
+		r.loading[roomID] = l
+		r.mu.Unlock()
+
+		c, err := r.load(ctx, roomID)
+		r.mu.Lock()
+		delete(r.loading, roomID)
+		if err == nil {
+			if r.closed {
+				err = room.ErrShutdown
+				_ = c.lease.Release(r.ctx)
+			} else {
+				r.cells[roomID] = c
+				r.metrics.LoadedCells.Inc()
+				r.wg.Add(1)
+				go func() {
+					defer r.wg.Done()
+					c.run()
+				}()
+			}
+		}
+		l.err = err
+		close(l.done)
+		r.mu.Unlock()
+		if err != nil {
+			return nil, err
+		}
+		return c, nil
+	}
+}
+
+// load takes the lease, claims the room's epoch and recovers its state.
+func (r *Registry) load(ctx context.Context, roomID string) (*Cell, error) {
+	select {
+	case r.recoverys <- struct{}{}:
+		defer func() { <-r.recoverys }()
+	case <-ctx.Done():
+		return nil, room.Errorf(room.ErrUnavailable, "too many rooms loading: %v", ctx.Err())
+	}
+	start := time.Now()
+	h, err := r.lease.Acquire(r.ctx, roomID)
+	if err != nil {
+		r.metrics.Recoveries.WithLabelValues("lease").Inc()
+		return nil, err
+	}
+	c, err := r.recoverCell(roomID, h)
+	if err != nil {
+		_ = h.Release(r.ctx)
+		result := "error"
+		if errors.Is(err, store.ErrNotFound) {
+			result = "not_found"
+		} else {
+			r.log.Error("recover room", "room_id", roomID, "err", err)
+		}
+		r.metrics.Recoveries.WithLabelValues(result).Inc()
+		return nil, err
+	}
+	r.metrics.Recoveries.WithLabelValues("ok").Inc()
+	r.metrics.RecoverSeconds.Observe(time.Since(start).Seconds())
+	return c, nil
+}
+
+func (r *Registry) recoverCell(roomID string, h lease.Handle) (*Cell, error) {
+	claim, err := r.repo.ClaimRoom(r.ctx, roomID, r.cfg.NodeID)
+	if err != nil {
+		return nil, err
+	}
+	rec, err := Recover(r.ctx, r.repo, claim.Meta)
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case rec.State.Version > claim.HeadVersion:
+		// Another node claimed the room and committed after our claim: we are already fenced.
+		return nil, room.Errorf(room.ErrFenced, "room %s: another owner committed version %d while this node loaded it", roomID, rec.State.Version)
+	case rec.State.Version < claim.HeadVersion:
+		return nil, fmt.Errorf("recover room=%s: replay reached version %d, the head is %d", roomID, rec.State.Version, claim.HeadVersion)
+	}
+	r.metrics.ReplayLength.Observe(float64(len(rec.Replayed)))
+	c := &Cell{
+		reg: r, roomID: roomID, epoch: claim.Epoch, lease: h,
+		mailbox: newMailbox(r.cfg.MailboxSize), done: make(chan struct{}),
+		log: r.log.With("room_id", roomID),
+	}
+	c.adopt(rec)
+	return c, nil
+}
+
+// detachIdle removes an idle cell from the routing table, unless requests
+// arrived after its idle timer fired.
+func (r *Registry) detachIdle(c *Cell) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if c.mailbox.len() > 0 {
+		return false
+	}
+	r.detachLocked(c)
+	return true
+}
+
+// detach removes c from the routing table: new requests for its room wait
+// for it to exit, then load its successor.
+func (r *Registry) detach(c *Cell) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.detachLocked(c)
+}
+
+func (r *Registry) detachLocked(c *Cell) {
+	if r.cells[c.roomID] == c {
+		delete(r.cells, c.roomID)
+		r.exiting[c.roomID] = c
+		r.metrics.LoadedCells.Dec()
+	}
+}
+
+// cellExited is the last thing a cell goroutine does.
+func (r *Registry) cellExited(c *Cell) {
+	r.mu.Lock()
+	if r.cells[c.roomID] == c {
+		delete(r.cells, c.roomID)
+		r.metrics.LoadedCells.Dec()
+	}
+	if r.exiting[c.roomID] == c {
+		delete(r.exiting, c.roomID)
+	}
+	r.mu.Unlock()
+	close(c.done)
+}
+
+// Loaded returns the number of loaded cells.
+func (r *Registry) Loaded() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.cells)
+}
+
+// Close stops intake, lets every cell answer what it has queued and store a
+// final snapshot, releases the leases and stops the group committer. It
+// returns when all of that is done or ctx ends.
+func (r *Registry) Close(ctx context.Context) error {
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		return nil
+	}
+	r.closed = true
+	close(r.stopping)
+	r.mu.Unlock()
+
+	done := make(chan struct{})
+	go func() {
+		r.wg.Wait()
+		close(done)
+	}()
+	var err error
+	select {
+	case <-done:
+	case <-ctx.Done():
+		err = fmt.Errorf("close registry: %w", ctx.Err())
+		r.cancel() // abandon storage calls still running
+		<-done
+	}
+	r.committer.close()
+	r.cancel()
+	return err
+}
