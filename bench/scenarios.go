@@ -1,0 +1,179 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"slices"
+	"time"
+
+	"hyapp/room-service/cell"
+	"hyapp/room-service/snapshot"
+	"hyapp/room-service/store"
+)
+
+// Throughput measures durable commands per second across rooms through the
+// engine, beside the bare batched insert of the same rows (the hardware
+// ceiling) and the same engine committing one transaction per command.
+func Throughput(ctx context.Context, env Env, rooms, total int) ([]Row, error) {
+	bare, err := env.BareInsert(ctx, total, 64, env.CommitWorkers)
+	if err != nil {
+		return nil, fmt.Errorf("bare insert: %w", err)
+	}
+	ceiling := Row{Name: "bare insert, batches of 64", Ops: total, Elapsed: bare, Extra: "the ceiling"}
+
+	engine, err := withEngine(ctx, env, cell.Config{CommitWorkers: env.CommitWorkers}, func(reg *cell.Registry) (Row, error) {
+		ids, err := createRooms(ctx, reg, "tp", rooms)
+		if err != nil {
+			return Row{}, err
+		}
+		return drive(ctx, reg, fmt.Sprintf("engine, %d rooms", rooms), ids, 2, total, 100_000)
+	})
+	if err != nil {
+		return nil, err
+	}
+	perTotal := max(total/10, 1000)
+	single, err := withEngine(ctx, env, cell.Config{CommitWorkers: env.CommitWorkers, MaxBatch: 1, CommitMaxRooms: 1},
+		func(reg *cell.Registry) (Row, error) {
+			ids, err := createRooms(ctx, reg, "one", rooms)
+			if err != nil {
+				return Row{}, err
+			}
+			return drive(ctx, reg, "engine, one txn per command", ids, 2, perTotal, 100_000)
+		})
+	if err != nil {
+		return nil, err
+	}
+	engine.Extra = fmt.Sprintf("%.0f%% of ceiling (target >= 50%%), %.1fx one-txn (target >= 10x)",
+		100*engine.Rate()/ceiling.Rate(), engine.Rate()/single.Rate())
+	single.Extra = "the per-command baseline"
+	return []Row{ceiling, engine, single}, nil
+}
+
+// HotRoom measures one room under total commands from callers in flight.
+func HotRoom(ctx context.Context, env Env, callers, total int) (Row, error) {
+	return withEngine(ctx, env, cell.Config{CommitWorkers: env.CommitWorkers}, func(reg *cell.Registry) (Row, error) {
+		ids, err := createRooms(ctx, reg, "hot", 1)
+		if err != nil {
+			return Row{}, err
+		}
+		r, err := drive(ctx, reg, fmt.Sprintf("one hot room, %d callers", callers), ids, callers, total, 2000)
+		r.Extra = fmt.Sprintf("target >= 5000/s: %.1fx; p99 target <= 50 ms: %.2fx", r.Rate()/5000, ms(r.P99)/50)
+		return r, err
+	})
+}
+
+// Recovery measures rebuilding a room whose log has tail commands after its
+// snapshot, and the same room from a fresh snapshot.
+func Recovery(ctx context.Context, env Env, tail int) ([]Row, error) {
+	repo, err := env.Open(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = repo.Close() }()
+	reg := newRegistry(repo, cell.Config{CommitWorkers: env.CommitWorkers, SnapshotEvery: 10 * tail})
+	defer func() { _ = reg.Close(ctx) }()
+	ids, err := createRooms(ctx, reg, "rec", 1)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := drive(ctx, reg, "fill", ids, 64, tail, 500); err != nil {
+		return nil, err
+	}
+	meta, _, err := repo.GetRoomMeta(ctx, ids[0])
+	if err != nil {
+		return nil, err
+	}
+	long, err := timeRecover(ctx, repo, meta, tail+1)
+	if err != nil {
+		return nil, err
+	}
+	long.Name = fmt.Sprintf("recover, %d-command tail", tail)
+	long.Extra = fmt.Sprintf("target <= 200 ms: %.2fx", ms(long.P50)/200)
+
+	snap, err := reg.Snapshot(ctx, ids[0])
+	if err != nil {
+		return nil, err
+	}
+	st, err := snapshot.FromProto(snap)
+	if err != nil {
+		return nil, err
+	}
+	payload, err := snapshot.Encode(st)
+	if err != nil {
+		return nil, err
+	}
+	if err := repo.SaveSnapshot(ctx, store.SnapshotRecord{RoomID: ids[0], RoomVersion: st.Version, Payload: payload, CreatedAt: time.Now()}); err != nil {
+		return nil, err
+	}
+	fresh, err := timeRecover(ctx, repo, meta, 0)
+	if err != nil {
+		return nil, err
+	}
+	fresh.Name = fmt.Sprintf("recover, fresh snapshot (%d members)", len(st.Members))
+	fresh.Extra = fmt.Sprintf("target <= 5 ms: %.2fx", ms(fresh.P50)/5)
+	return []Row{long, fresh}, nil
+}
+
+// timeRecover recovers the room several times; P50 and P99 are of single
+// recoveries, Ops the commands replayed by one.
+func timeRecover(ctx context.Context, repo store.Repository, meta store.RoomMeta, wantReplayed int) (Row, error) {
+	const runs = 7
+	var times []time.Duration
+	start := time.Now()
+	for range runs {
+		t0 := time.Now()
+		rec, err := cell.Recover(ctx, repo, meta)
+		if err != nil {
+			return Row{}, err
+		}
+		times = append(times, time.Since(t0))
+		if len(rec.Replayed) != wantReplayed {
+			return Row{}, fmt.Errorf("recover replayed %d commands, want %d", len(rec.Replayed), wantReplayed)
+		}
+	}
+	slices.Sort(times)
+	return Row{Ops: wantReplayed, Elapsed: time.Since(start) / runs, P50: times[runs/2], P99: times[runs-1]}, nil
+}
+
+// Memory loads rooms idle rooms and reports the heap and stacks they hold.
+func Memory(ctx context.Context, env Env, rooms int) (Row, error) {
+	return withEngine(ctx, env, cell.Config{CommitWorkers: env.CommitWorkers, IdleTimeout: time.Hour}, func(reg *cell.Registry) (Row, error) {
+		before := inUse()
+		start := time.Now()
+		if _, err := createRooms(ctx, reg, "mem", rooms); err != nil {
+			return Row{}, err
+		}
+		elapsed := time.Since(start)
+		if reg.Loaded() != rooms {
+			return Row{}, fmt.Errorf("%d rooms loaded, want %d", reg.Loaded(), rooms)
+		}
+		used := inUse() - before
+		perRoom := float64(used) / float64(rooms)
+		return Row{
+			Name: fmt.Sprintf("%d idle rooms loaded", rooms), Ops: rooms, Elapsed: elapsed,
+			Extra: fmt.Sprintf("%.1f MiB, %.0f bytes/room; target <= 1 GiB for 50,000: %.2fx",
+				float64(used)/(1<<20), perRoom, perRoom*50_000/(1<<30)),
+		}, nil
+	})
+}
+
+// inUse is the heap in use plus goroutine stacks, after a collection.
+func inUse() uint64 {
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return m.HeapInuse + m.StackInuse
+}
+
+// withEngine runs f on a fresh repository and registry and closes both.
+func withEngine(ctx context.Context, env Env, cfg cell.Config, f func(*cell.Registry) (Row, error)) (Row, error) {
+	repo, err := env.Open(ctx)
+	if err != nil {
+		return Row{}, err
+	}
+	defer func() { _ = repo.Close() }()
+	reg := newRegistry(repo, cfg)
+	defer func() { _ = reg.Close(ctx) }()
+	return f(reg)
+}

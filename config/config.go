@@ -1,0 +1,254 @@
+// Package config is room-service's one strict configuration path: defaults,
+// then an optional YAML file (unknown keys rejected), then ROOM_* environment
+// variables, then command-line flags; Validate reports every problem at once.
+package config
+
+import (
+	"bytes"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"reflect"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// Config is every setting of the service. The yaml key of a field is also its
+// flag name (with - for _) and, upper-cased with the ROOM_ prefix, its
+// environment variable: listen, -listen, ROOM_LISTEN.
+type Config struct {
+	Listen          string        `yaml:"listen" help:"address to serve the API on; any non-loopback address needs a token"`
+	DataDir         string        `yaml:"data_dir" help:"directory for the embedded SQLite database"`
+	Token           string        `yaml:"token" help:"service token callers send as 'Authorization: Bearer <token>'" secret:"true"`
+	NodeID          string        `yaml:"node_id" help:"this node's name in room ownership records (default: host name)"`
+	LogLevel        string        `yaml:"log_level" help:"debug, info, warn or error"`
+	LogFormat       string        `yaml:"log_format" help:"text or json"`
+	SQLiteSync      string        `yaml:"sqlite_synchronous" help:"FULL (every commit durable) or NORMAL"`
+	SnapshotEvery   int           `yaml:"snapshot_every" help:"commands between stored room snapshots"`
+	MailboxSize     int           `yaml:"mailbox_size" help:"queued requests per room before mailbox_full"`
+	MaxBatch        int           `yaml:"max_batch" help:"most commands a room commits in one batch"`
+	CommitWorkers   int           `yaml:"commit_workers" help:"parallel group-commit transactions"`
+	IdleTimeout     time.Duration `yaml:"idle_timeout" help:"unload a room idle for this long"`
+	CommitTimeout   time.Duration `yaml:"commit_timeout" help:"bound on one commit transaction"`
+	ShutdownTimeout time.Duration `yaml:"shutdown_timeout" help:"bound on graceful shutdown"`
+	PlatformUsers   []int64       `yaml:"platform_operators" help:"comma-separated user ids of platform staff, who may act as any room's owner"`
+}
+
+// Default returns the zero-configuration settings: loopback only, SQLite
+// under ./data.
+func Default() Config {
+	return Config{
+		Listen: "127.0.0.1:8080", DataDir: "./data", LogLevel: "info", LogFormat: "text", SQLiteSync: "FULL",
+		SnapshotEvery: 500, MailboxSize: 4096, MaxBatch: 256, CommitWorkers: 1,
+		IdleTimeout: 10 * time.Minute, CommitTimeout: 5 * time.Second, ShutdownTimeout: 30 * time.Second,
+	}
+}
+
+// Load builds the configuration from defaults, the file named by -config or
+// ROOM_CONFIG, the environment and args (without the program name).
+func Load(args []string, getenv func(string) string) (Config, error) {
+	// A first pass over the flags finds -config and reports bad usage early;
+	// the flags are applied again last, so they win over file and environment.
+	var probe Config
+	path := getenv("ROOM_CONFIG")
+	probeFlags := flagSet(&probe, &path, os.Stderr)
+	if err := probeFlags.Parse(args); err != nil {
+		return probe, err
+	}
+	if probeFlags.NArg() > 0 {
+		return probe, fmt.Errorf("unexpected arguments: %v", probeFlags.Args())
+	}
+	cfg := Default()
+	var problems []error
+	if path != "" {
+		if err := loadFile(&cfg, path); err != nil {
+			problems = append(problems, err)
+		}
+	}
+	for _, f := range fields(&cfg) {
+		if v := getenv(f.env()); v != "" {
+			if err := f.set(v); err != nil {
+				problems = append(problems, fmt.Errorf("%s: %w", f.env(), err))
+			}
+		}
+	}
+	if err := flagSet(&cfg, new(string), io.Discard).Parse(args); err != nil {
+		problems = append(problems, err)
+	}
+	if err := errors.Join(problems...); err != nil {
+		return cfg, err
+	}
+	return cfg, cfg.Validate()
+}
+
+// flagSet binds every setting of cfg to a flag, and -config to path.
+func flagSet(cfg *Config, path *string, out io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet("room-service", flag.ContinueOnError)
+	fs.SetOutput(out)
+	fs.StringVar(path, "config", *path, "optional YAML config file (ROOM_CONFIG)")
+	for _, f := range fields(cfg) {
+		fs.Func(strings.ReplaceAll(f.key, "_", "-"), f.help+" ("+f.env()+")", f.set)
+	}
+	return fs
+}
+
+func loadFile(cfg *Config, path string) error {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("config file: %w", err)
+	}
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	if err := dec.Decode(cfg); err != nil && !errors.Is(err, io.EOF) {
+		return fmt.Errorf("config file %s: %w", path, err)
+	}
+	return nil
+}
+
+// Validate reports every invalid setting at once.
+func (c Config) Validate() error {
+	var p []error
+	host, _, err := net.SplitHostPort(c.Listen)
+	if err != nil {
+		p = append(p, fmt.Errorf("listen %q: %v", c.Listen, err))
+	} else if c.Token == "" && !isLoopback(host) {
+		p = append(p, fmt.Errorf("listen %q is not a loopback address: set a token (ROOM_TOKEN) before exposing the service", c.Listen))
+	}
+	if c.DataDir == "" {
+		p = append(p, errors.New("data_dir is empty"))
+	}
+	if !oneOf(strings.ToLower(c.LogLevel), "debug", "info", "warn", "error") {
+		p = append(p, fmt.Errorf("log_level %q is not debug, info, warn or error", c.LogLevel))
+	}
+	if !oneOf(c.LogFormat, "text", "json") {
+		p = append(p, fmt.Errorf("log_format %q is not text or json", c.LogFormat))
+	}
+	if !oneOf(strings.ToUpper(c.SQLiteSync), "FULL", "NORMAL") {
+		p = append(p, fmt.Errorf("sqlite_synchronous %q is not FULL or NORMAL", c.SQLiteSync))
+	}
+	for _, n := range []struct {
+		key      string
+		v        int
+		min, max int
+	}{
+		{"snapshot_every", c.SnapshotEvery, 1, 1_000_000}, {"mailbox_size", c.MailboxSize, 1, 1 << 20},
+		{"max_batch", c.MaxBatch, 1, 65536}, {"commit_workers", c.CommitWorkers, 1, 256},
+	} {
+		if n.v < n.min || n.v > n.max {
+			p = append(p, fmt.Errorf("%s %d is outside %d..%d", n.key, n.v, n.min, n.max))
+		}
+	}
+	for _, d := range []struct {
+		key string
+		v   time.Duration
+	}{{"idle_timeout", c.IdleTimeout}, {"commit_timeout", c.CommitTimeout}, {"shutdown_timeout", c.ShutdownTimeout}} {
+		if d.v <= 0 {
+			p = append(p, fmt.Errorf("%s must be positive, got %v", d.key, d.v))
+		}
+	}
+	for _, id := range c.PlatformUsers {
+		if id <= 0 {
+			p = append(p, fmt.Errorf("platform_operators holds %d; user ids are positive", id))
+		}
+	}
+	return errors.Join(p...)
+}
+
+// Redacted returns the settings as key=value pairs for logs, secrets masked.
+func (c Config) Redacted() []any {
+	var out []any
+	for _, f := range fields(&c) {
+		v := f.get()
+		if f.secret && v != "" {
+			v = "<redacted>"
+		}
+		out = append(out, f.key, v)
+	}
+	return out
+}
+
+func isLoopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+func oneOf(v string, options ...string) bool {
+	for _, o := range options {
+		if v == o {
+			return true
+		}
+	}
+	return false
+}
+
+// field is one setting, reached by reflection over Config's tags.
+type field struct {
+	key, help string
+	secret    bool
+	set       func(string) error
+	get       func() string
+}
+
+func (f field) env() string { return "ROOM_" + strings.ToUpper(f.key) }
+
+func fields(cfg *Config) []field {
+	v := reflect.ValueOf(cfg).Elem()
+	t := v.Type()
+	out := make([]field, 0, t.NumField())
+	for i := range t.NumField() {
+		sf, fv := t.Field(i), v.Field(i)
+		f := field{key: sf.Tag.Get("yaml"), help: sf.Tag.Get("help"), secret: sf.Tag.Get("secret") == "true"}
+		f.get = func() string { return fmt.Sprint(fv.Interface()) }
+		switch fv.Interface().(type) {
+		case string:
+			f.set = func(s string) error { fv.SetString(s); return nil }
+		case int:
+			f.set = func(s string) error {
+				n, err := strconv.Atoi(s)
+				if err != nil {
+					return fmt.Errorf("not a whole number: %q", s)
+				}
+				fv.SetInt(int64(n))
+				return nil
+			}
+		case time.Duration:
+			f.set = func(s string) error {
+				d, err := time.ParseDuration(s)
+				if err != nil {
+					return fmt.Errorf("not a duration such as 30s or 10m: %q", s)
+				}
+				fv.SetInt(int64(d))
+				return nil
+			}
+		case []int64:
+			f.set = func(s string) error {
+				var ids []int64
+				for _, part := range strings.Split(s, ",") {
+					if part = strings.TrimSpace(part); part == "" {
+						continue
+					}
+					id, err := strconv.ParseInt(part, 10, 64)
+					if err != nil {
+						return fmt.Errorf("not a list of user ids: %q", s)
+					}
+					ids = append(ids, id)
+				}
+				fv.Set(reflect.ValueOf(ids))
+				return nil
+			}
+		default:
+			panic(fmt.Sprintf("config field %s has an unsupported type", sf.Name))
+		}
+		out = append(out, f)
+	}
+	return out
+}

@@ -1,0 +1,90 @@
+package rpc
+
+import (
+	"context"
+	"log/slog"
+
+	"connectrpc.com/connect"
+
+	roomv1 "hyapp/room-service/gen/room/v1"
+	"hyapp/room-service/gen/room/v1/roomv1connect"
+	"hyapp/room-service/room"
+	"hyapp/room-service/snapshot"
+	"hyapp/room-service/store"
+)
+
+// OperatorHandler implements room.v1.OperatorService: read-only views of a
+// room's durable history.
+type OperatorHandler struct {
+	repo store.Repository
+	log  *slog.Logger
+}
+
+var _ roomv1connect.OperatorServiceHandler = (*OperatorHandler)(nil)
+
+// NewOperatorHandler returns the OperatorService handler.
+func NewOperatorHandler(repo store.Repository, log *slog.Logger) *OperatorHandler {
+	return &OperatorHandler{repo: repo, log: log}
+}
+
+// Limits of ListCommands.
+const (
+	defaultCommandLimit = 1000
+	maxCommandLimit     = 10000
+)
+
+// ListCommands implements OperatorService.
+func (h *OperatorHandler) ListCommands(ctx context.Context, r *connect.Request[roomv1.ListCommandsRequest]) (*connect.Response[roomv1.ListCommandsResponse], error) {
+	m := r.Msg
+	if err := room.CheckRoomID(m.GetRoomId()); err != nil {
+		return nil, toConnect(ctx, h.log, err)
+	}
+	limit := int(m.GetLimit())
+	switch {
+	case limit < 0 || limit > maxCommandLimit || m.GetAfterVersion() < 0:
+		return nil, toConnect(ctx, h.log, room.Errorf(room.ErrInvalidArgument, "limit must be 0..%d and after_version not negative", maxCommandLimit))
+	case limit == 0:
+		limit = defaultCommandLimit
+	}
+	if _, found, err := h.repo.GetRoomMeta(ctx, m.GetRoomId()); err != nil || !found {
+		if err == nil {
+			err = room.ErrRoomNotFound
+		}
+		return nil, toConnect(ctx, h.log, err)
+	}
+	recs, err := h.repo.ListCommandsAfter(ctx, m.GetRoomId(), m.GetAfterVersion())
+	if err != nil {
+		return nil, toConnect(ctx, h.log, err)
+	}
+	out := &roomv1.ListCommandsResponse{HeadVersion: m.GetAfterVersion()}
+	if n := len(recs); n > 0 {
+		out.HeadVersion = recs[n-1].RoomVersion
+	}
+	for _, c := range recs[:min(limit, len(recs))] {
+		out.Commands = append(out.Commands, &roomv1.CommandLogEntry{
+			RoomVersion: c.RoomVersion, CommandId: c.CommandID, CommandType: c.CommandType,
+			PayloadJson: string(c.Payload), Replayable: c.Replayable, CreatedAtMs: c.CreatedAt.UnixMilli(),
+		})
+	}
+	return connect.NewResponse(out), nil
+}
+
+// GetStoredSnapshot implements OperatorService.
+func (h *OperatorHandler) GetStoredSnapshot(ctx context.Context, r *connect.Request[roomv1.GetStoredSnapshotRequest]) (*connect.Response[roomv1.GetStoredSnapshotResponse], error) {
+	if err := room.CheckRoomID(r.Msg.GetRoomId()); err != nil {
+		return nil, toConnect(ctx, h.log, err)
+	}
+	rec, found, err := h.repo.GetLatestSnapshot(ctx, r.Msg.GetRoomId())
+	if err != nil {
+		return nil, toConnect(ctx, h.log, err)
+	}
+	out := &roomv1.GetStoredSnapshotResponse{Found: found}
+	if found {
+		st, err := snapshot.Decode(rec.Payload)
+		if err != nil {
+			return nil, toConnect(ctx, h.log, err)
+		}
+		out.Snapshot = snapshot.ToProto(st)
+	}
+	return connect.NewResponse(out), nil
+}

@@ -1,0 +1,247 @@
+package rpc
+
+import (
+	"context"
+	"encoding/base64"
+	"log/slog"
+
+	"connectrpc.com/connect"
+
+	"hyapp/room-service/cell"
+	roomv1 "hyapp/room-service/gen/room/v1"
+	"hyapp/room-service/gen/room/v1/roomv1connect"
+	"hyapp/room-service/room"
+	"hyapp/room-service/snapshot"
+	"hyapp/room-service/store"
+)
+
+// Engine is what the handlers need from the room engine (a *cell.Registry).
+type Engine interface {
+	Submit(ctx context.Context, env *room.Envelope) (cell.Result, error)
+	Snapshot(ctx context.Context, roomID string) (*roomv1.RoomSnapshot, error)
+}
+
+// RoomHandler implements room.v1.RoomService.
+type RoomHandler struct {
+	engine   Engine
+	repo     store.Repository
+	platform func(userID int64) bool
+	log      *slog.Logger
+}
+
+var _ roomv1connect.RoomServiceHandler = (*RoomHandler)(nil)
+
+// NewRoomHandler returns the RoomService handler. platform reports whether
+// a user is platform staff, who may act as any room's owner.
+func NewRoomHandler(engine Engine, repo store.Repository, platform func(int64) bool, log *slog.Logger) *RoomHandler {
+	if platform == nil {
+		platform = func(int64) bool { return false }
+	}
+	return &RoomHandler{engine: engine, repo: repo, platform: platform, log: log}
+}
+
+// header is what every mutating request has.
+type header interface {
+	GetRoomId() string
+	GetCommandId() string
+	GetOperatorUserId() int64
+}
+
+// mutate runs one command and wraps the committed version in its response.
+func mutate[Resp any](ctx context.Context, h *RoomHandler, req header, cmd room.Command, wrap func(version int64) *Resp) (*connect.Response[Resp], error) {
+	env := &room.Envelope{
+		RoomID: req.GetRoomId(), CommandID: req.GetCommandId(), Operator: req.GetOperatorUserId(),
+		Platform: h.platform(req.GetOperatorUserId()), Command: cmd,
+	}
+	res, err := h.engine.Submit(ctx, env)
+	if err != nil {
+		return nil, toConnect(ctx, h.log, err)
+	}
+	return connect.NewResponse(wrap(res.RoomVersion)), nil
+}
+
+// CreateRoom implements RoomService.
+func (h *RoomHandler) CreateRoom(ctx context.Context, r *connect.Request[roomv1.CreateRoomRequest]) (*connect.Response[roomv1.CreateRoomResponse], error) {
+	m := r.Msg
+	return mutate(ctx, h, m, &room.CreateRoom{
+		OwnerUserID: m.GetOwnerUserId(), HostUserID: m.GetHostUserId(), SeatCount: m.GetSeatCount(),
+		Mode: m.GetMode(), Region: m.GetRegion(), Title: m.GetTitle(),
+	}, func(v int64) *roomv1.CreateRoomResponse { return &roomv1.CreateRoomResponse{RoomVersion: v} })
+}
+
+// CloseRoom implements RoomService.
+func (h *RoomHandler) CloseRoom(ctx context.Context, r *connect.Request[roomv1.CloseRoomRequest]) (*connect.Response[roomv1.CloseRoomResponse], error) {
+	return mutate(ctx, h, r.Msg, &room.CloseRoom{},
+		func(v int64) *roomv1.CloseRoomResponse { return &roomv1.CloseRoomResponse{RoomVersion: v} })
+}
+
+// JoinRoom implements RoomService.
+func (h *RoomHandler) JoinRoom(ctx context.Context, r *connect.Request[roomv1.JoinRoomRequest]) (*connect.Response[roomv1.JoinRoomResponse], error) {
+	m := r.Msg
+	return mutate(ctx, h, m, &room.JoinRoom{
+		Nickname: m.GetNickname(), AvatarURL: m.GetAvatarUrl(), Vehicle: m.GetVehicle(), EntryEffect: m.GetEntryEffect(),
+	}, func(v int64) *roomv1.JoinRoomResponse { return &roomv1.JoinRoomResponse{RoomVersion: v} })
+}
+
+// LeaveRoom implements RoomService.
+func (h *RoomHandler) LeaveRoom(ctx context.Context, r *connect.Request[roomv1.LeaveRoomRequest]) (*connect.Response[roomv1.LeaveRoomResponse], error) {
+	return mutate(ctx, h, r.Msg, &room.LeaveRoom{},
+		func(v int64) *roomv1.LeaveRoomResponse { return &roomv1.LeaveRoomResponse{RoomVersion: v} })
+}
+
+// TakeMic implements RoomService.
+func (h *RoomHandler) TakeMic(ctx context.Context, r *connect.Request[roomv1.TakeMicRequest]) (*connect.Response[roomv1.TakeMicResponse], error) {
+	return mutate(ctx, h, r.Msg, &room.TakeMic{SeatIndex: r.Msg.GetSeatIndex()},
+		func(v int64) *roomv1.TakeMicResponse { return &roomv1.TakeMicResponse{RoomVersion: v} })
+}
+
+// LeaveMic implements RoomService.
+func (h *RoomHandler) LeaveMic(ctx context.Context, r *connect.Request[roomv1.LeaveMicRequest]) (*connect.Response[roomv1.LeaveMicResponse], error) {
+	return mutate(ctx, h, r.Msg, &room.LeaveMic{},
+		func(v int64) *roomv1.LeaveMicResponse { return &roomv1.LeaveMicResponse{RoomVersion: v} })
+}
+
+// MoveMic implements RoomService.
+func (h *RoomHandler) MoveMic(ctx context.Context, r *connect.Request[roomv1.MoveMicRequest]) (*connect.Response[roomv1.MoveMicResponse], error) {
+	return mutate(ctx, h, r.Msg, &room.MoveMic{ToSeatIndex: r.Msg.GetToSeatIndex()},
+		func(v int64) *roomv1.MoveMicResponse { return &roomv1.MoveMicResponse{RoomVersion: v} })
+}
+
+// KickFromMic implements RoomService.
+func (h *RoomHandler) KickFromMic(ctx context.Context, r *connect.Request[roomv1.KickFromMicRequest]) (*connect.Response[roomv1.KickFromMicResponse], error) {
+	return mutate(ctx, h, r.Msg, &room.KickFromMic{TargetUserID: r.Msg.GetTargetUserId()},
+		func(v int64) *roomv1.KickFromMicResponse { return &roomv1.KickFromMicResponse{RoomVersion: v} })
+}
+
+// LockMicSeat implements RoomService.
+func (h *RoomHandler) LockMicSeat(ctx context.Context, r *connect.Request[roomv1.LockMicSeatRequest]) (*connect.Response[roomv1.LockMicSeatResponse], error) {
+	return mutate(ctx, h, r.Msg, &room.LockMicSeat{SeatIndex: r.Msg.GetSeatIndex(), Locked: r.Msg.GetLocked()},
+		func(v int64) *roomv1.LockMicSeatResponse { return &roomv1.LockMicSeatResponse{RoomVersion: v} })
+}
+
+// MuteMicSeat implements RoomService.
+func (h *RoomHandler) MuteMicSeat(ctx context.Context, r *connect.Request[roomv1.MuteMicSeatRequest]) (*connect.Response[roomv1.MuteMicSeatResponse], error) {
+	return mutate(ctx, h, r.Msg, &room.MuteMicSeat{SeatIndex: r.Msg.GetSeatIndex(), Muted: r.Msg.GetMuted()},
+		func(v int64) *roomv1.MuteMicSeatResponse { return &roomv1.MuteMicSeatResponse{RoomVersion: v} })
+}
+
+// SetMyMic implements RoomService.
+func (h *RoomHandler) SetMyMic(ctx context.Context, r *connect.Request[roomv1.SetMyMicRequest]) (*connect.Response[roomv1.SetMyMicResponse], error) {
+	return mutate(ctx, h, r.Msg, &room.SetMyMic{On: r.Msg.GetOn()},
+		func(v int64) *roomv1.SetMyMicResponse { return &roomv1.SetMyMicResponse{RoomVersion: v} })
+}
+
+// KickUser implements RoomService.
+func (h *RoomHandler) KickUser(ctx context.Context, r *connect.Request[roomv1.KickUserRequest]) (*connect.Response[roomv1.KickUserResponse], error) {
+	return mutate(ctx, h, r.Msg, &room.KickUser{TargetUserID: r.Msg.GetTargetUserId(), DurationSeconds: r.Msg.GetDurationSeconds()},
+		func(v int64) *roomv1.KickUserResponse { return &roomv1.KickUserResponse{RoomVersion: v} })
+}
+
+// MuteUser implements RoomService.
+func (h *RoomHandler) MuteUser(ctx context.Context, r *connect.Request[roomv1.MuteUserRequest]) (*connect.Response[roomv1.MuteUserResponse], error) {
+	return mutate(ctx, h, r.Msg, &room.MuteUser{TargetUserID: r.Msg.GetTargetUserId(), DurationSeconds: r.Msg.GetDurationSeconds()},
+		func(v int64) *roomv1.MuteUserResponse { return &roomv1.MuteUserResponse{RoomVersion: v} })
+}
+
+// UnbanUser implements RoomService.
+func (h *RoomHandler) UnbanUser(ctx context.Context, r *connect.Request[roomv1.UnbanUserRequest]) (*connect.Response[roomv1.UnbanUserResponse], error) {
+	return mutate(ctx, h, r.Msg, &room.UnbanUser{TargetUserID: r.Msg.GetTargetUserId()},
+		func(v int64) *roomv1.UnbanUserResponse { return &roomv1.UnbanUserResponse{RoomVersion: v} })
+}
+
+// SetAdmin implements RoomService.
+func (h *RoomHandler) SetAdmin(ctx context.Context, r *connect.Request[roomv1.SetAdminRequest]) (*connect.Response[roomv1.SetAdminResponse], error) {
+	return mutate(ctx, h, r.Msg, &room.SetAdmin{TargetUserID: r.Msg.GetTargetUserId(), Admin: r.Msg.GetAdmin()},
+		func(v int64) *roomv1.SetAdminResponse { return &roomv1.SetAdminResponse{RoomVersion: v} })
+}
+
+// UpdateProfile implements RoomService.
+func (h *RoomHandler) UpdateProfile(ctx context.Context, r *connect.Request[roomv1.UpdateProfileRequest]) (*connect.Response[roomv1.UpdateProfileResponse], error) {
+	m := r.Msg
+	return mutate(ctx, h, m, &room.UpdateProfile{Title: m.Title, Notice: m.Notice, CoverURL: m.CoverUrl},
+		func(v int64) *roomv1.UpdateProfileResponse { return &roomv1.UpdateProfileResponse{RoomVersion: v} })
+}
+
+// ChangeBackground implements RoomService.
+func (h *RoomHandler) ChangeBackground(ctx context.Context, r *connect.Request[roomv1.ChangeBackgroundRequest]) (*connect.Response[roomv1.ChangeBackgroundResponse], error) {
+	return mutate(ctx, h, r.Msg, &room.ChangeBackground{BackgroundURL: r.Msg.GetBackgroundUrl()},
+		func(v int64) *roomv1.ChangeBackgroundResponse {
+			return &roomv1.ChangeBackgroundResponse{RoomVersion: v}
+		})
+}
+
+// SetChatEnabled implements RoomService.
+func (h *RoomHandler) SetChatEnabled(ctx context.Context, r *connect.Request[roomv1.SetChatEnabledRequest]) (*connect.Response[roomv1.SetChatEnabledResponse], error) {
+	return mutate(ctx, h, r.Msg, &room.SetChatEnabled{Enabled: r.Msg.GetEnabled()},
+		func(v int64) *roomv1.SetChatEnabledResponse { return &roomv1.SetChatEnabledResponse{RoomVersion: v} })
+}
+
+// GetRoomSnapshot implements RoomService.
+func (h *RoomHandler) GetRoomSnapshot(ctx context.Context, r *connect.Request[roomv1.GetRoomSnapshotRequest]) (*connect.Response[roomv1.GetRoomSnapshotResponse], error) {
+	m := r.Msg
+	if err := room.CheckRoomID(m.GetRoomId()); err != nil {
+		return nil, toConnect(ctx, h.log, err)
+	}
+	if m.GetKnownVersion() < 0 || m.GetMemberLimit() < 0 {
+		return nil, toConnect(ctx, h.log, room.Errorf(room.ErrInvalidArgument, "known_version and member_limit may not be negative"))
+	}
+	snap, err := h.engine.Snapshot(ctx, m.GetRoomId())
+	if err != nil {
+		return nil, toConnect(ctx, h.log, err)
+	}
+	out := &roomv1.GetRoomSnapshotResponse{RoomVersion: snap.GetRoomVersion()}
+	if m.GetKnownVersion() != 0 && m.GetKnownVersion() == snap.GetRoomVersion() {
+		out.NotModified = true
+	} else {
+		out.Snapshot = snapshot.WithMemberLimit(snap, int(m.GetMemberLimit()))
+	}
+	return connect.NewResponse(out), nil
+}
+
+// Page sizes of ListRooms.
+const (
+	defaultPageSize = 100
+	maxPageSize     = 500
+)
+
+// ListRooms implements RoomService.
+func (h *RoomHandler) ListRooms(ctx context.Context, r *connect.Request[roomv1.ListRoomsRequest]) (*connect.Response[roomv1.ListRoomsResponse], error) {
+	m := r.Msg
+	size := int(m.GetPageSize())
+	switch {
+	case size < 0 || size > maxPageSize:
+		return nil, toConnect(ctx, h.log, room.Errorf(room.ErrInvalidArgument, "page_size must be 0..%d", maxPageSize))
+	case size == 0:
+		size = defaultPageSize
+	}
+	var want room.Status
+	if m.GetStatus() != roomv1.RoomStatus_ROOM_STATUS_UNSPECIFIED {
+		var ok bool
+		if want, ok = snapshot.StatusFromProto(m.GetStatus()); !ok {
+			return nil, toConnect(ctx, h.log, room.Errorf(room.ErrInvalidArgument, "unknown status %d", m.GetStatus()))
+		}
+	}
+	after, err := base64.RawURLEncoding.DecodeString(m.GetPageToken())
+	if err != nil {
+		return nil, toConnect(ctx, h.log, room.Errorf(room.ErrInvalidArgument, "bad page_token"))
+	}
+	rooms, err := h.repo.ListRooms(ctx, string(after), size)
+	if err != nil {
+		return nil, toConnect(ctx, h.log, err)
+	}
+	out := &roomv1.ListRoomsResponse{}
+	for _, ri := range rooms {
+		if want != "" && room.Status(ri.Meta.Status) != want {
+			continue
+		}
+		out.Rooms = append(out.Rooms, &roomv1.RoomSummary{
+			RoomId: ri.Meta.RoomID, OwnerUserId: ri.Meta.OwnerUserID, HostUserId: ri.Meta.HostUserID,
+			SeatCount: ri.Meta.SeatCount, Mode: ri.Meta.Mode, Status: snapshot.StatusToProto(room.Status(ri.Meta.Status)),
+			RoomVersion: ri.HeadVersion, OwnerEpoch: ri.OwnerEpoch, OwnerNode: ri.OwnerNode,
+		})
+	}
+	if len(rooms) == size {
+		out.NextPageToken = base64.RawURLEncoding.EncodeToString([]byte(rooms[len(rooms)-1].Meta.RoomID))
+	}
+	return connect.NewResponse(out), nil
+}
