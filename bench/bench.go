@@ -66,6 +66,13 @@ type Env struct {
 	BareInsert func(ctx context.Context, n, batch, conns int) (time.Duration, error)
 	// CommitWorkers is the engine's group-commit parallelism for this database.
 	CommitWorkers int
+	// CommitMaxRooms bounds the room batches of one transaction (0: the engine's default).
+	CommitMaxRooms int
+}
+
+// engineConfig is the engine configuration this environment runs with.
+func (e Env) engineConfig() cell.Config {
+	return cell.Config{CommitWorkers: e.CommitWorkers, CommitMaxRooms: e.CommitMaxRooms}
 }
 
 var quiet = slog.New(slog.DiscardHandler)

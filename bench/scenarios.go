@@ -22,7 +22,7 @@ func Throughput(ctx context.Context, env Env, rooms, total int) ([]Row, error) {
 	}
 	ceiling := Row{Name: "bare insert, batches of 64", Ops: total, Elapsed: bare, Extra: "the ceiling"}
 
-	engine, err := withEngine(ctx, env, cell.Config{CommitWorkers: env.CommitWorkers}, func(reg *cell.Registry) (Row, error) {
+	engine, err := withEngine(ctx, env, env.engineConfig(), func(reg *cell.Registry) (Row, error) {
 		ids, err := createRooms(ctx, reg, "tp", rooms)
 		if err != nil {
 			return Row{}, err
@@ -33,7 +33,9 @@ func Throughput(ctx context.Context, env Env, rooms, total int) ([]Row, error) {
 		return nil, err
 	}
 	perTotal := max(total/10, 1000)
-	single, err := withEngine(ctx, env, cell.Config{CommitWorkers: env.CommitWorkers, MaxBatch: 1, CommitMaxRooms: 1},
+	perCommand := env.engineConfig()
+	perCommand.MaxBatch, perCommand.CommitMaxRooms = 1, 1
+	single, err := withEngine(ctx, env, perCommand,
 		func(reg *cell.Registry) (Row, error) {
 			ids, err := createRooms(ctx, reg, "one", rooms)
 			if err != nil {
@@ -52,7 +54,7 @@ func Throughput(ctx context.Context, env Env, rooms, total int) ([]Row, error) {
 
 // HotRoom measures one room under total commands from callers in flight.
 func HotRoom(ctx context.Context, env Env, callers, total int) (Row, error) {
-	return withEngine(ctx, env, cell.Config{CommitWorkers: env.CommitWorkers}, func(reg *cell.Registry) (Row, error) {
+	return withEngine(ctx, env, env.engineConfig(), func(reg *cell.Registry) (Row, error) {
 		ids, err := createRooms(ctx, reg, "hot", 1)
 		if err != nil {
 			return Row{}, err
@@ -71,7 +73,9 @@ func Recovery(ctx context.Context, env Env, tail int) ([]Row, error) {
 		return nil, err
 	}
 	defer func() { _ = repo.Close() }()
-	reg := newRegistry(repo, cell.Config{CommitWorkers: env.CommitWorkers, SnapshotEvery: 10 * tail})
+	cfg := env.engineConfig()
+	cfg.SnapshotEvery = 10 * tail
+	reg := newRegistry(repo, cfg)
 	defer func() { _ = reg.Close(ctx) }()
 	ids, err := createRooms(ctx, reg, "rec", 1)
 	if err != nil {
@@ -138,7 +142,9 @@ func timeRecover(ctx context.Context, repo store.Repository, meta store.RoomMeta
 
 // Memory loads rooms idle rooms and reports the heap and stacks they hold.
 func Memory(ctx context.Context, env Env, rooms int) (Row, error) {
-	return withEngine(ctx, env, cell.Config{CommitWorkers: env.CommitWorkers, IdleTimeout: time.Hour}, func(reg *cell.Registry) (Row, error) {
+	cfg := env.engineConfig()
+	cfg.IdleTimeout = time.Hour
+	return withEngine(ctx, env, cfg, func(reg *cell.Registry) (Row, error) {
 		before := inUse()
 		start := time.Now()
 		if _, err := createRooms(ctx, reg, "mem", rooms); err != nil {

@@ -38,19 +38,19 @@ func SQLite(dir string) Env {
 			}
 			defer func() { _ = raw.Close() }()
 			raw.SetMaxOpenConns(1)
-			return bareLoop(ctx, raw, total, batch, "?")
+			return bareLoopFrom(ctx, raw, 0, total, batch)
 		},
 	}
 }
 
-// bareLoop inserts total commands' rows (a log row and an outbox row each,
+// bareLoopFrom inserts total commands' rows, numbered from first, (a log row and an outbox row each,
 // shaped like the engine's) in transactions of batch commands, with one
 // multi-row INSERT per table: the least work the database can do for them.
-func bareLoop(ctx context.Context, db *sql.DB, total, batch int, _ string) (time.Duration, error) {
+func bareLoopFrom(ctx context.Context, db *sql.DB, first, total, batch int) (time.Duration, error) {
 	logSQL := "INSERT INTO room_command_log (room_id, room_version, command_id, command_type, payload, replayable, created_at) VALUES " +
 		strings.TrimSuffix(strings.Repeat("(?, ?, ?, ?, ?, 1, ?), ", batch), ", ")
-	outSQL := "INSERT INTO room_outbox (event_id, room_id, room_version, seq, event_type, payload, owner_epoch, status, next_attempt_at, created_at) VALUES " +
-		strings.TrimSuffix(strings.Repeat("(?, ?, ?, 0, 'RoomUserJoined', ?, 1, 'pending', ?, ?), ", batch), ", ")
+	outSQL := "INSERT INTO room_outbox (event_id, room_id, room_version, seq, event_type, payload, owner_epoch, status, attempts, last_error, next_attempt_at, created_at) VALUES " +
+		strings.TrimSuffix(strings.Repeat("(?, ?, ?, 0, 'RoomUserJoined', ?, 1, 'pending', 0, '', ?, ?), ", batch), ", ")
 	logStmt, err := db.PrepareContext(ctx, logSQL)
 	if err != nil {
 		return 0, err
@@ -66,7 +66,7 @@ func bareLoop(ctx context.Context, db *sql.DB, total, batch int, _ string) (time
 	start := time.Now()
 	logArgs := make([]any, 0, 6*batch)
 	outArgs := make([]any, 0, 6*batch)
-	for done := 0; done+batch <= total; done += batch {
+	for done := first; done+batch <= first+total; done += batch {
 		now := time.Now().UnixMilli()
 		logArgs, outArgs = logArgs[:0], outArgs[:0]
 		for i := done; i < done+batch; i++ {

@@ -15,8 +15,10 @@ import (
 	"hyapp/room-service/store"
 )
 
-func TestSeatRaceExactlyOneWins(t *testing.T) {
-	reg := newRegistry(t, openRepo(t), cell.Config{}, nil)
+func TestSeatRaceExactlyOneWins(t *testing.T) { stores(t, testSeatRaceExactlyOneWins) }
+
+func testSeatRaceExactlyOneWins(t *testing.T, open func(testing.TB) store.Repository) {
+	reg := newRegistry(t, open(t), cell.Config{}, nil)
 	createRoom(t, reg, "race")
 	const users = 40
 	for u := int64(10); u < 10+users; u++ {
@@ -53,8 +55,10 @@ func TestSeatRaceExactlyOneWins(t *testing.T) {
 	}
 }
 
-func TestIdempotentRetries(t *testing.T) {
-	repo := openRepo(t)
+func TestIdempotentRetries(t *testing.T) { stores(t, testIdempotentRetries) }
+
+func testIdempotentRetries(t *testing.T, open func(testing.TB) store.Repository) {
+	repo := open(t)
 	reg := newRegistry(t, repo, cell.Config{RecentIDs: 1}, nil)
 	createRoom(t, reg, "idem")
 	join := env("idem", "join-7", 7, &room.JoinRoom{Nickname: "seven"})

@@ -17,12 +17,31 @@ import (
 	"hyapp/room-service/lease"
 	"hyapp/room-service/room"
 	"hyapp/room-service/store"
+	"hyapp/room-service/store/mysql"
+	"hyapp/room-service/store/mysql/mysqltest"
 	"hyapp/room-service/store/sqlite"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+// stores runs f once per storage implementation: SQLite, and MySQL on the
+// local MariaDB (skipped where there is none, unless CI is set).
+func stores(t *testing.T, f func(t *testing.T, open func(testing.TB) store.Repository)) {
+	t.Run("sqlite", func(t *testing.T) { f(t, func(tb testing.TB) store.Repository { return openRepo(tb) }) })
+	t.Run("mysql", func(t *testing.T) {
+		dsn := mysqltest.DSN(t)
+		f(t, func(tb testing.TB) store.Repository {
+			db, err := mysql.Open(context.Background(), dsn, mysql.Options{})
+			if err != nil {
+				tb.Fatal(err)
+			}
+			tb.Cleanup(func() { _ = db.Close() })
+			return db
+		})
+	})
+}
 
 func openRepo(t testing.TB) *sqlite.DB {
 	t.Helper()

@@ -22,7 +22,11 @@ import (
 // rebuilt from any snapshot point plus replay equals the live state, byte for
 // byte in its snapshot encoding.
 func TestReplayFromAnySnapshotEqualsLive(t *testing.T) {
-	repo := openRepo(t)
+	stores(t, testReplayFromAnySnapshotEqualsLive)
+}
+
+func testReplayFromAnySnapshotEqualsLive(t *testing.T, open func(testing.TB) store.Repository) {
+	repo := open(t)
 	reg := newRegistry(t, repo, cell.Config{SnapshotEvery: 7}, nil)
 	const rooms, commands = 12, 150
 	var wg sync.WaitGroup
@@ -116,7 +120,11 @@ func TestReplayFromAnySnapshotEqualsLive(t *testing.T) {
 // own leases) over one database, taking the same room alternately and
 // concurrently. The database is the fence: a stale owner never commits.
 func TestTwoNodesOneRoomDatabaseFences(t *testing.T) {
-	repo := openRepo(t)
+	stores(t, testTwoNodesOneRoomDatabaseFences)
+}
+
+func testTwoNodesOneRoomDatabaseFences(t *testing.T, open func(testing.TB) store.Repository) {
+	repo := open(t)
 	a := newRegistry(t, repo, cell.Config{NodeID: "a"}, nil)
 	b := newRegistry(t, repo, cell.Config{NodeID: "b"}, nil)
 	createRoom(t, a, "shared")

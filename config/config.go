@@ -25,6 +25,7 @@ import (
 type Config struct {
 	Listen          string        `yaml:"listen" help:"address to serve the API on; any non-loopback address needs a token"`
 	DataDir         string        `yaml:"data_dir" help:"directory for the embedded SQLite database"`
+	MySQLDSN        string        `yaml:"mysql_dsn" help:"MySQL/MariaDB DSN (user:pass@tcp(host:3306)/db); when set, rooms are stored there instead of SQLite" secret:"true"`
 	Token           string        `yaml:"token" help:"service token callers send as 'Authorization: Bearer <token>'" secret:"true"`
 	NodeID          string        `yaml:"node_id" help:"this node's name in room ownership records (default: host name)"`
 	LogLevel        string        `yaml:"log_level" help:"debug, info, warn or error"`
@@ -33,11 +34,15 @@ type Config struct {
 	SnapshotEvery   int           `yaml:"snapshot_every" help:"commands between stored room snapshots"`
 	MailboxSize     int           `yaml:"mailbox_size" help:"queued requests per room before mailbox_full"`
 	MaxBatch        int           `yaml:"max_batch" help:"most commands a room commits in one batch"`
-	CommitWorkers   int           `yaml:"commit_workers" help:"parallel group-commit transactions"`
+	CommitWorkers   int           `yaml:"commit_workers" help:"parallel group-commit transactions (0: 1 on SQLite, 4 on MySQL)"`
 	IdleTimeout     time.Duration `yaml:"idle_timeout" help:"unload a room idle for this long"`
 	CommitTimeout   time.Duration `yaml:"commit_timeout" help:"bound on one commit transaction"`
 	ShutdownTimeout time.Duration `yaml:"shutdown_timeout" help:"bound on graceful shutdown"`
 	PlatformUsers   []int64       `yaml:"platform_operators" help:"comma-separated user ids of platform staff, who may act as any room's owner"`
+	RetainVersions  int           `yaml:"retain_versions" help:"command log rows kept below each room's snapshot (also the idempotency horizon)"`
+	RetainCommands  time.Duration `yaml:"retain_commands_for" help:"command log rows younger than this are kept"`
+	RetainPublished time.Duration `yaml:"retain_published_for" help:"published outbox rows are deleted after this"`
+	RetainEvery     time.Duration `yaml:"retention_interval" help:"how often retention runs"`
 }
 
 // Default returns the zero-configuration settings: loopback only, SQLite
@@ -45,8 +50,9 @@ type Config struct {
 func Default() Config {
 	return Config{
 		Listen: "127.0.0.1:8080", DataDir: "./data", LogLevel: "info", LogFormat: "text", SQLiteSync: "FULL",
-		SnapshotEvery: 500, MailboxSize: 4096, MaxBatch: 256, CommitWorkers: 1,
+		SnapshotEvery: 500, MailboxSize: 4096, MaxBatch: 256,
 		IdleTimeout: 10 * time.Minute, CommitTimeout: 5 * time.Second, ShutdownTimeout: 30 * time.Second,
+		RetainVersions: 10_000, RetainCommands: 7 * 24 * time.Hour, RetainPublished: 3 * 24 * time.Hour, RetainEvery: time.Minute,
 	}
 }
 
@@ -56,16 +62,19 @@ func Load(args []string, getenv func(string) string) (Config, error) {
 	// A first pass over the flags finds -config and reports bad usage early;
 	// the flags are applied again last, so they win over file and environment.
 	var probe Config
+	var problems []error
 	path := getenv("ROOM_CONFIG")
-	probeFlags := flagSet(&probe, &path, os.Stderr)
-	if err := probeFlags.Parse(args); err != nil {
+	probeFlags := flagSet(&probe, &path, io.Discard)
+	switch err := probeFlags.Parse(args); {
+	case errors.Is(err, flag.ErrHelp):
+		flagSet(&probe, new(string), os.Stderr).Usage()
 		return probe, err
-	}
-	if probeFlags.NArg() > 0 {
-		return probe, fmt.Errorf("unexpected arguments: %v", probeFlags.Args())
+	case err != nil:
+		problems = append(problems, err) // reported with everything else below
+	case probeFlags.NArg() > 0:
+		problems = append(problems, fmt.Errorf("unexpected arguments: %v", probeFlags.Args()))
 	}
 	cfg := Default()
-	var problems []error
 	if path != "" {
 		if err := loadFile(&cfg, path); err != nil {
 			problems = append(problems, err)
@@ -78,13 +87,15 @@ func Load(args []string, getenv func(string) string) (Config, error) {
 			}
 		}
 	}
-	if err := flagSet(&cfg, new(string), io.Discard).Parse(args); err != nil {
-		problems = append(problems, err)
+	if len(problems) == 0 { // a bad flag was reported by the probe already
+		if err := flagSet(&cfg, new(string), io.Discard).Parse(args); err != nil {
+			problems = append(problems, err)
+		}
+	} else {
+		_ = flagSet(&cfg, new(string), io.Discard).Parse(args) // apply the flags that parse
 	}
-	if err := errors.Join(problems...); err != nil {
-		return cfg, err
-	}
-	return cfg, cfg.Validate()
+	problems = append(problems, cfg.Validate())
+	return cfg, errors.Join(problems...)
 }
 
 // flagSet binds every setting of cfg to a flag, and -config to path.
@@ -138,7 +149,8 @@ func (c Config) Validate() error {
 		min, max int
 	}{
 		{"snapshot_every", c.SnapshotEvery, 1, 1_000_000}, {"mailbox_size", c.MailboxSize, 1, 1 << 20},
-		{"max_batch", c.MaxBatch, 1, 65536}, {"commit_workers", c.CommitWorkers, 1, 256},
+		{"max_batch", c.MaxBatch, 1, 65536}, {"commit_workers", c.CommitWorkers, 0, 256},
+		{"retain_versions", c.RetainVersions, 0, 1 << 30},
 	} {
 		if n.v < n.min || n.v > n.max {
 			p = append(p, fmt.Errorf("%s %d is outside %d..%d", n.key, n.v, n.min, n.max))
@@ -147,7 +159,10 @@ func (c Config) Validate() error {
 	for _, d := range []struct {
 		key string
 		v   time.Duration
-	}{{"idle_timeout", c.IdleTimeout}, {"commit_timeout", c.CommitTimeout}, {"shutdown_timeout", c.ShutdownTimeout}} {
+	}{
+		{"idle_timeout", c.IdleTimeout}, {"commit_timeout", c.CommitTimeout}, {"shutdown_timeout", c.ShutdownTimeout},
+		{"retain_commands_for", c.RetainCommands}, {"retain_published_for", c.RetainPublished}, {"retention_interval", c.RetainEvery},
+	} {
 		if d.v <= 0 {
 			p = append(p, fmt.Errorf("%s must be positive, got %v", d.key, d.v))
 		}

@@ -65,9 +65,6 @@ func (s *State) seatEvent(i int, action string, env *Envelope) Event {
 }
 
 func (c *CreateRoom) apply(s *State, env *Envelope) ([]Event, error) {
-	if !env.Platform && env.Operator != c.OwnerUserID {
-		return nil, ErrPermission
-	}
 	s.OwnerUserID, s.HostUserID, s.Mode, s.Region = c.OwnerUserID, c.HostUserID, c.Mode, c.Region
 	s.Profile = Profile{Title: c.Title, ChatEnabled: true}
 	s.Seats = make([]Seat, c.SeatCount)

@@ -275,6 +275,11 @@ func (c *CreateRoom) validate(env *Envelope) error {
 	if c.OwnerUserID <= 0 || c.HostUserID < 0 {
 		return Errorf(ErrInvalidArgument, "owner_user_id is required and host_user_id may not be negative")
 	}
+	// Checked before anything is stored: only the owner, or platform staff on
+	// the owner's behalf, creates a room.
+	if !env.Platform && env.Operator != c.OwnerUserID {
+		return ErrPermission
+	}
 	if c.SeatCount < MinSeats || c.SeatCount > MaxSeats {
 		return Errorf(ErrBadSeatCount, "seat_count %d is outside %d..%d", c.SeatCount, MinSeats, MaxSeats)
 	}

@@ -135,8 +135,8 @@ type Repository interface {
 	SaveCommand(ctx context.Context, record CommandRecord) error
 	// ListCommandsAfter returns the room's commands with RoomVersion > roomVersion in version order.
 	ListCommandsAfter(ctx context.Context, roomID string, roomVersion int64) ([]CommandRecord, error)
-	// SaveSnapshot stores a snapshot unless one with a higher version is stored
-	// (an older snapshot is ignored, never an error).
+	// SaveSnapshot stores a snapshot unless one with the same or a higher
+	// version is stored (an older snapshot is ignored, never an error).
 	SaveSnapshot(ctx context.Context, snapshot SnapshotRecord) error
 	// GetLatestSnapshot reads the room's snapshot; found is false when there is none.
 	GetLatestSnapshot(ctx context.Context, roomID string) (SnapshotRecord, bool, error)
@@ -155,7 +155,10 @@ type Repository interface {
 	ClaimRoom(ctx context.Context, roomID string, nodeID string) (Claim, error)
 	// CommitBatches commits the batches in one transaction. Each batch is fenced
 	// on its own: if the room's owner epoch or head version differs, that batch
-	// writes nothing and its slot in results is ErrFenced; the others commit.
+	// writes nothing and its slot in results is ErrFenced; a batch holding a
+	// command id or event id that is already stored writes nothing and its
+	// slot is ErrConflict; the others commit. Consecutive batches of one room
+	// in one call see each other.
 	// A non-nil err means no batch is known to be committed (outcome unknown):
 	// callers must reload the rooms involved.
 	CommitBatches(ctx context.Context, batches []Batch) (results []error, err error)
@@ -163,6 +166,15 @@ type Repository interface {
 	GetCommands(ctx context.Context, roomID string, commandIDs []string) (map[string]CommandRecord, error)
 	// ListRooms lists rooms ordered by id, starting after afterRoomID, at most limit.
 	ListRooms(ctx context.Context, afterRoomID string, limit int) ([]RoomInfo, error)
+	// PruneCommands deletes up to limit command log rows that no recovery
+	// needs: rows at least keepVersions versions below their room's stored
+	// snapshot and written before before. It returns the rows deleted; callers
+	// repeat until it returns fewer than limit. The log is also the
+	// idempotency record, so the window bounds how late a retry is recognised.
+	PruneCommands(ctx context.Context, keepVersions int64, before time.Time, limit int) (int, error)
+	// PruneOutbox deletes up to limit published outbox rows published before
+	// before, returning the rows deleted. Pending and dead rows are never deleted.
+	PruneOutbox(ctx context.Context, before time.Time, limit int) (int, error)
 	// Close releases the repository's connections.
 	Close() error
 }

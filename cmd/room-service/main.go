@@ -18,6 +18,7 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -27,6 +28,7 @@ import (
 	"hyapp/room-service/lease"
 	"hyapp/room-service/rpc"
 	"hyapp/room-service/store"
+	"hyapp/room-service/store/mysql"
 	"hyapp/room-service/store/sqlite"
 )
 
@@ -70,8 +72,43 @@ type Main struct {
 	server   *http.Server
 	serveErr chan error
 
+	stopBackground context.CancelFunc
+	background     sync.WaitGroup
+
 	closeOnce sync.Once
 	closeErr  error
+}
+
+// openStore opens the configured database: MySQL when a DSN is set (retrying
+// while the server is unreachable, until ctx ends), SQLite under the data
+// directory otherwise. It also returns the group-commit parallelism that
+// suits the database.
+func (m *Main) openStore(ctx context.Context) (store.Repository, int, error) {
+	cfg := m.Config
+	if cfg.MySQLDSN == "" {
+		if err := os.MkdirAll(cfg.DataDir, 0o750); err != nil {
+			return nil, 0, fmt.Errorf("data dir: %w", err)
+		}
+		db, err := sqlite.Open(ctx, filepath.Join(cfg.DataDir, "room.db"), sqlite.Options{Synchronous: cfg.SQLiteSync})
+		return db, 1, err
+	}
+	wait := 500 * time.Millisecond
+	for {
+		db, err := mysql.Open(ctx, cfg.MySQLDSN, mysql.Options{})
+		if err == nil {
+			return db, 4, nil
+		}
+		if !errors.Is(err, store.ErrUnavailable) || ctx.Err() != nil {
+			return nil, 0, err
+		}
+		m.Log.Error("MySQL is unreachable; retrying", "err", err, "retry_in", wait)
+		select {
+		case <-ctx.Done():
+			return nil, 0, ctx.Err()
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, 10*time.Second)
+	}
 }
 
 // NewMain returns a Main with the default configuration.
@@ -96,14 +133,25 @@ func (m *Main) Run(ctx context.Context) error {
 	m.Log = newLogger(cfg)
 	m.Log.Info("starting room-service", cfg.Redacted()...)
 
-	if err := os.MkdirAll(cfg.DataDir, 0o750); err != nil {
-		return fmt.Errorf("data dir: %w", err)
-	}
-	db, err := sqlite.Open(ctx, filepath.Join(cfg.DataDir, "room.db"), sqlite.Options{Synchronous: cfg.SQLiteSync})
+	db, workers, err := m.openStore(ctx)
 	if err != nil {
 		return fmt.Errorf("open storage: %w", err)
 	}
 	m.repo = db
+	if cfg.CommitWorkers > 0 {
+		workers = cfg.CommitWorkers
+	}
+	retain := &store.Retention{
+		Repo: db, Interval: cfg.RetainEvery, Batch: 1000, KeepVersions: int64(cfg.RetainVersions),
+		KeepCommandsFor: cfg.RetainCommands, KeepPublishedFor: cfg.RetainPublished, Log: m.Log,
+	}
+	var bg context.Context
+	bg, m.stopBackground = context.WithCancel(context.Background())
+	m.background.Add(1)
+	go func() {
+		defer m.background.Done()
+		retain.Run(bg)
+	}()
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -115,7 +163,7 @@ func (m *Main) Run(ctx context.Context) error {
 	}
 	m.registry = cell.New(cell.Config{
 		NodeID: nodeID, MailboxSize: cfg.MailboxSize, MaxBatch: cfg.MaxBatch, SnapshotEvery: cfg.SnapshotEvery,
-		IdleTimeout: cfg.IdleTimeout, CommitTimeout: cfg.CommitTimeout, CommitWorkers: cfg.CommitWorkers,
+		IdleTimeout: cfg.IdleTimeout, CommitTimeout: cfg.CommitTimeout, CommitWorkers: workers,
 	}, db, lease.NewLocal(), m.sink, metrics, m.Log)
 
 	platform := make(map[int64]bool, len(cfg.PlatformUsers))
@@ -164,6 +212,10 @@ func (m *Main) close(ctx context.Context) error {
 		if err := m.registry.Close(ctx); err != nil {
 			errs = append(errs, err)
 		}
+	}
+	if m.stopBackground != nil {
+		m.stopBackground()
+		m.background.Wait()
 	}
 	if m.sink != nil {
 		m.sink.Close()

@@ -14,10 +14,12 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	driver "github.com/go-sql-driver/mysql"
 
 	roomv1 "hyapp/room-service/gen/room/v1"
 	"hyapp/room-service/gen/room/v1/roomv1connect"
 	"hyapp/room-service/rpc"
+	"hyapp/room-service/store/mysql/mysqltest"
 )
 
 // The crash test re-runs this test binary as the service.
@@ -238,4 +240,112 @@ func TestCrashLosesNothingAcknowledged(t *testing.T) {
 		}
 	}
 	t.Logf("%d commands acknowledged before SIGKILL, all present after restart", len(done))
+}
+
+// TestMySQLOutageFailsFastAndHeals runs the service on MySQL through a proxy,
+// cuts the database away mid-run and brings it back: commands fail with
+// unavailable while it is gone, the service heals by itself, and every
+// acknowledged command is in the log exactly once.
+func TestMySQLOutageFailsFastAndHeals(t *testing.T) {
+	dsn := mysqltest.DSN(t)
+	cfg, err := driver.ParseDSN(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := mysqltest.NewProxy(t, cfg.Addr)
+	cfg.Addr = proxy.Addr()
+	cfg.Params = map[string]string{"readTimeout": "2s", "writeTimeout": "2s", "timeout": "1s"}
+	m, client := runMain(t, t.TempDir(), "-mysql-dsn", cfg.FormatDSN(), "-commit-timeout", "2s")
+	ctx := context.Background()
+	if _, err := client.CreateRoom(ctx, connect.NewRequest(&roomv1.CreateRoomRequest{RoomId: "o1", CommandId: "c1", OperatorUserId: 1, OwnerUserId: 1, SeatCount: 8})); err != nil {
+		t.Fatal(err)
+	}
+	acked := map[string]int64{"c1": 1}
+	join := func(id string, user int64) (int64, error) {
+		res, err := client.JoinRoom(ctx, connect.NewRequest(&roomv1.JoinRoomRequest{RoomId: "o1", CommandId: id, OperatorUserId: user}))
+		if err != nil {
+			return 0, err
+		}
+		acked[id] = res.Msg.GetRoomVersion()
+		return res.Msg.GetRoomVersion(), nil
+	}
+	if _, err := join("c2", 2); err != nil {
+		t.Fatal(err)
+	}
+
+	proxy.Cut()
+	for i := range 3 {
+		_, err := join(fmt.Sprintf("down-%d", i), int64(10+i))
+		if connect.CodeOf(err) != connect.CodeUnavailable {
+			t.Fatalf("while the database is away: got %v, want unavailable", err)
+		}
+	}
+
+	proxy.Restore()
+	// The service heals by itself: a retry of a failed command now commits.
+	var healed bool
+	for i := 0; i < 200 && !healed; i++ {
+		_, err := join("down-0", 10)
+		healed = err == nil
+	}
+	if !healed {
+		t.Fatal("the service did not heal after the database came back")
+	}
+	if _, err := join("c3", 3); err != nil {
+		t.Fatal(err)
+	}
+	ops := roomv1connect.NewOperatorServiceClient(http.DefaultClient, "http://"+m.Addr)
+	res, err := ops.ListCommands(ctx, connect.NewRequest(&roomv1.ListCommandsRequest{RoomId: "o1"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]int64{}
+	for i, c := range res.Msg.GetCommands() {
+		if c.GetRoomVersion() != int64(i+1) {
+			t.Fatalf("gap at row %d: version %d", i, c.GetRoomVersion())
+		}
+		if _, dup := seen[c.GetCommandId()]; dup {
+			t.Fatalf("%s committed twice", c.GetCommandId())
+		}
+		seen[c.GetCommandId()] = c.GetRoomVersion()
+	}
+	for id, v := range acked {
+		if seen[id] != v {
+			t.Fatalf("acknowledged %s at %d, the log has %d", id, v, seen[id])
+		}
+	}
+}
+
+// TestStartsWhenMySQLComesUpLate starts the service while its database is
+// unreachable: it keeps retrying instead of exiting, and serves once the
+// database answers.
+func TestStartsWhenMySQLComesUpLate(t *testing.T) {
+	dsn := mysqltest.DSN(t)
+	cfg, err := driver.ParseDSN(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := mysqltest.NewProxy(t, cfg.Addr)
+	cfg.Addr = proxy.Addr()
+	proxy.Cut()
+	m := NewMain()
+	if err := m.ParseFlags([]string{"-listen", "127.0.0.1:0", "-mysql-dsn", cfg.FormatDSN(), "-log-level", "error"}, func(string) string { return "" }); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = m.Close(context.Background()) })
+	ran := make(chan error, 1)
+	go func() { ran <- m.Run(context.Background()) }()
+	select {
+	case err := <-ran:
+		t.Fatalf("Run returned while the database was away: %v", err)
+	default:
+	}
+	proxy.Restore()
+	if err := <-ran; err != nil {
+		t.Fatalf("Run after the database came up: %v", err)
+	}
+	client := roomv1connect.NewRoomServiceClient(http.DefaultClient, "http://"+m.Addr)
+	if _, err := client.CreateRoom(context.Background(), connect.NewRequest(&roomv1.CreateRoomRequest{RoomId: "late", CommandId: "c1", OperatorUserId: 1, OwnerUserId: 1, SeatCount: 8})); err != nil {
+		t.Fatal(err)
+	}
 }

@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"hyapp/room-service/bench"
+	"hyapp/room-service/store/mysql"
 )
 
 // setupBench registers the flags of "roomctl bench".
@@ -22,7 +23,9 @@ func setupBench(fs *flag.FlagSet) func(ctx context.Context, _ *client, _ []strin
 	hotCommands := fs.Int("hot-commands", 50_000, "commands in the hot room")
 	tail := fs.Int("tail", 10_000, "commands after the snapshot in the recovery scenario")
 	idleRooms := fs.Int("idle-rooms", 50_000, "rooms in the memory scenario")
+	maxRooms := fs.Int("commit-max-rooms", 0, "room batches per group-commit transaction (0: the engine's default)")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
+	mysqlDSN := fs.String("mysql-dsn", os.Getenv("ROOM_MYSQL_DSN"), "run on this MySQL/MariaDB server (fresh databases, dropped afterwards) instead of SQLite (env ROOM_MYSQL_DSN)")
 	return func(ctx context.Context, _ *client, _ []string, out io.Writer) error {
 		if *cpuProfile != "" {
 			f, err := os.Create(*cpuProfile)
@@ -35,17 +38,28 @@ func setupBench(fs *flag.FlagSet) func(ctx context.Context, _ *client, _ []strin
 			}
 			defer pprof.StopCPUProfile()
 		}
-		d := *dir
-		if d == "" {
-			tmp, err := os.MkdirTemp("", "roomctl-bench-")
+		var env bench.Env
+		if *mysqlDSN != "" {
+			e, cleanup, err := bench.MySQL(*mysqlDSN, "roombench", *maxRooms)
 			if err != nil {
 				return err
 			}
-			defer func() { _ = os.RemoveAll(tmp) }()
-			d = tmp
+			defer func() { _ = cleanup(context.WithoutCancel(ctx)) }()
+			env = e
+			fmt.Fprintf(out, "room-service engine on MySQL (%d commit connections)\n", env.CommitWorkers)
+		} else {
+			d := *dir
+			if d == "" {
+				tmp, err := os.MkdirTemp("", "roomctl-bench-")
+				if err != nil {
+					return err
+				}
+				defer func() { _ = os.RemoveAll(tmp) }()
+				d = tmp
+			}
+			env = bench.SQLite(d)
+			fmt.Fprintf(out, "room-service engine on SQLite (synchronous=FULL) in %s\n", d)
 		}
-		env := bench.SQLite(d)
-		fmt.Fprintf(out, "room-service engine on SQLite (synchronous=FULL) in %s\n", d)
 		for _, name := range strings.Split(*only, ",") {
 			var rows []bench.Row
 			var err error
@@ -70,6 +84,21 @@ func setupBench(fs *flag.FlagSet) func(ctx context.Context, _ *client, _ []strin
 			}
 			bench.Print(out, name, rows)
 		}
+		return nil
+	}
+}
+
+// setupMigrate registers the flags of "roomctl migrate".
+func setupMigrate(fs *flag.FlagSet) func(ctx context.Context, _ *client, _ []string, out io.Writer) error {
+	dsn := fs.String("mysql-dsn", os.Getenv("ROOM_MYSQL_DSN"), "MySQL/MariaDB DSN (env ROOM_MYSQL_DSN)")
+	return func(ctx context.Context, _ *client, _ []string, out io.Writer) error {
+		if *dsn == "" {
+			return usagef("migrate needs -mysql-dsn (or ROOM_MYSQL_DSN)")
+		}
+		if err := mysql.Migrate(ctx, *dsn); err != nil {
+			return err
+		}
+		fmt.Fprintln(out, "ok: schema is current")
 		return nil
 	}
 }

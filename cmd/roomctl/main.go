@@ -111,6 +111,11 @@ var subcommands = []subcommand{
 		summary: "measure the engine on a fresh local database beside ceilings measured in the same run; prints tables",
 		setup:   setupBench, long: true,
 	},
+	{
+		name: "migrate", args: "-mysql-dsn DSN", minArgs: 0, maxArgs: 0,
+		summary: "apply the embedded schema migrations to a MySQL/MariaDB database (the service also does on start)",
+		setup:   setupMigrate, long: true,
+	},
 }
 
 // usageError is a mistake in the command line; run answers it with exit status 2.

@@ -302,3 +302,53 @@ func benchCommit(b *testing.B, opts Options, nBatches, nCommands int, payload []
 	b.ReportMetric(float64(calls*nBatches*nCommands*2)/secs, "rows/s")
 	b.ReportMetric(float64(calls)/secs, "commits/s")
 }
+
+// TestPruneOutboxKeepsDeadRows covers what the contract suite cannot reach
+// through the Repository: no method makes a row dead.
+func TestPruneOutboxKeepsDeadRows(t *testing.T) {
+	ctx := t.Context()
+	db, _ := openTemp(t, Options{})
+	rows := []outbox.Record{
+		{EventID: "r/1/0", RoomID: "r", RoomVersion: 1, EventType: "E"},
+		{EventID: "r/2/0", RoomID: "r", RoomVersion: 2, EventType: "E"},
+	}
+	if err := db.SaveOutbox(ctx, rows); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.MarkOutboxPublished(ctx, "r/1/0"); err != nil {
+		t.Fatal(err)
+	}
+	// The relay gave up on r/2/0; a dead row may carry a publish time.
+	if _, err := db.write.ExecContext(ctx, `UPDATE room_outbox SET status = 'dead', published_at = 1 WHERE event_id = 'r/2/0'`); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := db.PruneOutbox(ctx, time.Now().Add(time.Hour), 100); err != nil || n != 1 {
+		t.Fatalf("PruneOutbox = %d, %v; want 1 (the published row)", n, err)
+	}
+	var status string
+	if err := db.read.QueryRowContext(ctx, `SELECT status FROM room_outbox WHERE event_id = 'r/2/0'`).Scan(&status); err != nil || status != "dead" {
+		t.Fatalf("dead row after pruning: status %q, err %v", status, err)
+	}
+}
+
+func TestPruneCommandsRangeScansEachRoom(t *testing.T) {
+	db, _ := openTemp(t, Options{})
+	rows, err := db.read.QueryContext(t.Context(), `EXPLAIN QUERY PLAN `+pruneCommandsQuery, 0, 0, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var plan []string
+	for rows.Next() {
+		var id, parent, unused int
+		var detail string
+		if err := rows.Scan(&id, &parent, &unused, &detail); err != nil {
+			t.Fatal(err)
+		}
+		plan = append(plan, detail)
+	}
+	joined := strings.Join(plan, "; ")
+	if !strings.Contains(joined, "SCAN s") || !strings.Contains(joined, "SEARCH l USING INDEX") || !strings.Contains(joined, "room_version<?") {
+		t.Fatalf("prune plan %q, want a scan of the snapshots and a range search of each room's log", joined)
+	}
+}

@@ -22,8 +22,22 @@ import (
 
 // Run runs the contract suite. newRepo returns the repository a subtest uses,
 // and owns its cleanup (t.Cleanup); it may hand every subtest the same
-// database. Subtests run in parallel.
+// database. The subtests that delete across rooms (the prune tests) run
+// first, one at a time; the others then run in parallel. A shared database
+// must hold no published outbox rows of others when Run starts: PruneOutbox
+// deletes every row published before its cut and counts them.
 func Run(t *testing.T, newRepo func(t *testing.T) store.Repository) {
+	serial := []struct {
+		name string
+		fn   func(t *testing.T, repo store.Repository)
+	}{
+		{"PruneOutbox", testPruneOutbox},
+		{"PruneCommands", testPruneCommands},
+	}
+	for _, tc := range serial {
+		t.Run(tc.name, func(t *testing.T) { tc.fn(t, newRepo(t)) })
+	}
+
 	tests := []struct {
 		name string
 		fn   func(t *testing.T, repo store.Repository)
@@ -37,7 +51,12 @@ func Run(t *testing.T, newRepo func(t *testing.T) store.Repository) {
 		{"CommitBatchesStaleEpoch", testCommitBatchesStaleEpoch},
 		{"CommitBatchesMixed", testCommitBatchesMixed},
 		{"CommitBatchesDuplicateKeys", testCommitBatchesDuplicateKeys},
+		{"CommitBatchesWithoutCommands", testCommitBatchesWithoutCommands},
+		{"CommitBatchesManyRooms", testCommitBatchesManyRooms},
 		{"SnapshotNeverBackwards", testSnapshotNeverBackwards},
+		{"SnapshotConcurrent", testSnapshotConcurrent},
+		{"IDsAreBytes", testIDsAreBytes},
+		{"PayloadsAreBytes", testPayloadsAreBytes},
 		{"ListCommandsAfter", testListCommandsAfter},
 		{"GetCommands", testGetCommands},
 		{"SaveCommand", testSaveCommand},
@@ -358,6 +377,8 @@ func testSnapshotNeverBackwards(t *testing.T, repo store.Repository) {
 	assertSnapshot(t, repo, id, 5, "five")
 	save(7, "seven")
 	assertSnapshot(t, repo, id, 7, "seven")
+	save(7, "seven again") // the same version does not replace the stored one
+	assertSnapshot(t, repo, id, 7, "seven")
 
 	// Through batches.
 	r, claim := newClaimedRoom(t, repo)
@@ -372,10 +393,394 @@ func testSnapshotNeverBackwards(t *testing.T, repo store.Repository) {
 		t.Fatalf("SaveSnapshot(older): %v", err)
 	}
 	assertSnapshot(t, repo, r, 3, "three")
-	newer := newBatch(r, claim.Epoch, 4, 1)
-	newer.Snapshot = &store.SnapshotRecord{RoomID: r, RoomVersion: 5, Payload: []byte("five"), CreatedAt: now()}
+	same := newBatch(r, claim.Epoch, 4, 1)
+	same.Snapshot = &store.SnapshotRecord{RoomID: r, RoomVersion: 3, Payload: []byte("three again"), CreatedAt: now()}
+	mustCommitOK(t, repo, same)
+	assertSnapshot(t, repo, r, 3, "three")
+	newer := newBatch(r, claim.Epoch, 5, 1)
+	newer.Snapshot = &store.SnapshotRecord{RoomID: r, RoomVersion: 6, Payload: []byte("six"), CreatedAt: now()}
 	mustCommitOK(t, repo, newer)
-	assertSnapshot(t, repo, r, 5, "five")
+	assertSnapshot(t, repo, r, 6, "six")
+}
+
+func testCommitBatchesManyRooms(t *testing.T, repo store.Repository) {
+	// Enough rooms in one call that an implementation may fence them all at
+	// once, given interleaved, with every way a batch can fail its fence.
+	const n = 12
+	ids := make([]string, n)
+	claims := make([]store.Claim, n)
+	for i := range ids {
+		ids[i], claims[i] = newClaimedRoom(t, repo)
+	}
+	mustClaim(t, repo, ids[1], "node-b") // claims[1] is stale now
+	missing := newRoomID(t)
+
+	var batches []store.Batch
+	var want []error
+	add := func(b store.Batch, w error) {
+		batches = append(batches, b)
+		want = append(want, w)
+	}
+	epoch := func(i int) int64 { return claims[i].Epoch }
+	r3b := newBatch(ids[3], epoch(3), 1, 2)
+	r3b.Status = "closed"
+	r5 := newBatch(ids[5], epoch(5), 0, 1)
+	r5.Status = "closed"
+	// Refused batches carry ids of their own, so that one wrongly let
+	// through would write rows rather than fail on a duplicate key.
+	behind := newBatch(ids[4], epoch(4), 0, 1)
+	behind.Commands[0].CommandID, behind.Outbox[0].EventID = "behind", ids[4]+"/behind"
+
+	for i := n - 1; i >= 6; i-- {
+		add(newBatch(ids[i], epoch(i), 0, 1), nil)
+	}
+	add(newBatch(ids[3], epoch(3), 0, 1), nil)
+	add(newBatch(ids[4], epoch(4), 0, 1), nil)
+	add(newBatch(ids[1], epoch(1), 0, 1), store.ErrFenced) // stale epoch
+	add(r3b, nil)                                          // sees ids[3]'s first batch
+	add(behind, store.ErrFenced)                           // its base is behind now
+	add(newBatch(missing, 1, 0, 1), store.ErrFenced)       // no such room
+	add(newBatch(ids[2], epoch(2), 3, 1), store.ErrFenced) // wrong base
+	add(newBatch(ids[4], epoch(4), 1, 2), nil)             // after the refused one
+	add(r5, nil)
+	add(newBatch(ids[3], epoch(3), 3, 1), nil)
+	add(newBatch(ids[0], epoch(0), 0, 2), nil)
+	add(store.Batch{RoomID: ids[6], OwnerEpoch: epoch(6), BaseVersion: 1}, nil) // no commands
+	mustCommit(t, repo, batches, want...)
+
+	heads := []int64{2, 0, 0, 4, 3, 1, 1, 1, 1, 1, 1, 1}
+	for i, id := range ids {
+		if info := mustRoomInfo(t, repo, id); info.HeadVersion != heads[i] {
+			t.Fatalf("room %d head = %d, want %d", i, info.HeadVersion, heads[i])
+		}
+		status := testMeta(id).Status
+		if i == 3 || i == 5 {
+			status = "closed"
+		}
+		if got := mustGetMeta(t, repo, id); got.Status != status {
+			t.Fatalf("room %d status = %q, want %q", i, got.Status, status)
+		}
+		if cmds := mustListCommands(t, repo, id, 0); int64(len(cmds)) != heads[i] {
+			t.Fatalf("room %d has %d commands, want %d", i, len(cmds), heads[i])
+		}
+		if rows := mustPending(t, repo, id); int64(len(rows)) != heads[i] {
+			t.Fatalf("room %d has %d pending rows, want %d", i, len(rows), heads[i])
+		}
+	}
+	if _, found, err := repo.GetRoomMeta(t.Context(), missing); err != nil || found {
+		t.Fatalf("the missing room exists after a fenced batch: found %v, err %v", found, err)
+	}
+}
+
+func testCommitBatchesWithoutCommands(t *testing.T, repo store.Repository) {
+	// A batch that carries no command leaves the head where it is; the fence
+	// must still pass, however little the UPDATE of the rooms row changes,
+	// and again at once.
+	id, claim := newClaimedRoom(t, repo)
+	for range 3 {
+		mustCommitOK(t, repo, store.Batch{RoomID: id, OwnerEpoch: claim.Epoch, BaseVersion: 0, Status: "closed"})
+	}
+	mustCommitOK(t, repo, store.Batch{RoomID: id, OwnerEpoch: claim.Epoch, BaseVersion: 0},
+		store.Batch{RoomID: id, OwnerEpoch: claim.Epoch, BaseVersion: 0})
+	if got := mustGetMeta(t, repo, id); got.Status != "closed" {
+		t.Fatalf("status = %q, want closed", got.Status)
+	}
+	mustCommit(t, repo, []store.Batch{{RoomID: id, OwnerEpoch: claim.Epoch, BaseVersion: 1}}, store.ErrFenced)
+	mustCommitOK(t, repo, newBatch(id, claim.Epoch, 0, 1))
+}
+
+func testSnapshotConcurrent(t *testing.T, repo store.Repository) {
+	// Writers race to store the first snapshot and then newer ones; a reader
+	// never sees the version go down, and the highest version wins.
+	ctx := t.Context()
+	id := newRoomID(t)
+	const writers, perWriter = 8, 12
+	stop := make(chan struct{})
+	readerErr := make(chan error, 1)
+	go func() {
+		var last int64
+		for {
+			select {
+			case <-stop:
+				readerErr <- nil
+				return
+			default:
+			}
+			s, found, err := repo.GetLatestSnapshot(ctx, id)
+			if err != nil {
+				readerErr <- err
+				return
+			}
+			if found {
+				if s.RoomVersion < last || string(s.Payload) != fmt.Sprintf("v%d", s.RoomVersion) {
+					readerErr <- fmt.Errorf("read v%d %q after v%d", s.RoomVersion, s.Payload, last)
+					return
+				}
+				last = s.RoomVersion
+			}
+		}
+	}()
+	var wg sync.WaitGroup
+	errs := make([]error, writers)
+	for w := range writers {
+		wg.Go(func() {
+			for i := range perWriter {
+				v := int64(1 + w + i*writers)
+				s := store.SnapshotRecord{RoomID: id, RoomVersion: v, Payload: fmt.Appendf(nil, "v%d", v), CreatedAt: now()}
+				if err := repo.SaveSnapshot(ctx, s); err != nil {
+					errs[w] = err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(stop)
+	if err := <-readerErr; err != nil {
+		t.Fatalf("reader: %v", err)
+	}
+	for w, err := range errs {
+		if err != nil {
+			t.Fatalf("writer %d: SaveSnapshot: %v", w, err)
+		}
+	}
+	top := int64(writers * perWriter)
+	assertSnapshot(t, repo, id, top, fmt.Sprintf("v%d", top))
+}
+
+func testIDsAreBytes(t *testing.T, repo store.Repository) {
+	// Ids compare byte for byte: no case folding, no trailing-space padding.
+	ctx := t.Context()
+	base := newRoomID(t)
+	ids := []string{base, strings.ToUpper(base), base + " "}
+	for i, id := range ids {
+		meta := testMeta(id)
+		meta.SeatCount = int32(i + 1)
+		mustSaveMeta(t, repo, meta)
+	}
+	for i, id := range ids {
+		if got := mustGetMeta(t, repo, id); got.SeatCount != int32(i+1) {
+			t.Fatalf("room %q has seat count %d, want %d: ids that differ in bytes share a row", id, got.SeatCount, i+1)
+		}
+	}
+
+	claim := mustClaim(t, repo, base, "node-a")
+	b := newBatch(base, claim.Epoch, 0, 2)
+	b.Commands[0].CommandID, b.Commands[1].CommandID = "cmd-x", "CMD-X"
+	b.Outbox[0].EventID, b.Outbox[1].EventID = base+"/ev-x", base+"/EV-X"
+	mustCommitOK(t, repo, b)
+	for _, want := range b.Commands {
+		got, found, err := repo.GetCommand(ctx, base, want.CommandID)
+		if err != nil || !found {
+			t.Fatalf("GetCommand(%q) = found %v, err %v", want.CommandID, found, err)
+		}
+		assertCommands(t, []store.CommandRecord{got}, []store.CommandRecord{want})
+	}
+	if _, found, err := repo.GetCommand(ctx, base, "Cmd-X"); err != nil || found {
+		t.Fatalf("GetCommand(Cmd-X) = found %v, err %v; want not found", found, err)
+	}
+	if ids := eventIDs(mustPending(t, repo, base)); !slices.Equal(ids, eventIDs(b.Outbox)) {
+		t.Fatalf("pending = %v, want %v", ids, eventIDs(b.Outbox))
+	}
+}
+
+func testPayloadsAreBytes(t *testing.T, repo store.Repository) {
+	// Payloads come back exactly as written: idempotent retries compare them
+	// byte for byte, so no JSON normalisation, no charset conversion.
+	ctx := t.Context()
+	id, claim := newClaimedRoom(t, repo)
+	payloads := [][]byte{
+		[]byte(`{"b":1,  "a":2, "a":3}`),
+		{0x00, 0xff, 0xfe, '\'', '"', '\\', 0x80, '\n'},
+		[]byte("{\"name\":\"\u00e9\u4e2d\U0001F600\"} "),
+		bytes.Repeat([]byte{0xC3}, 70000), // above 64 KiB, invalid UTF-8
+	}
+	b := newBatch(id, claim.Epoch, 0, len(payloads))
+	for i, p := range payloads {
+		b.Commands[i].Payload = p
+		b.Outbox[i].Payload = p
+	}
+	b.Snapshot = &store.SnapshotRecord{RoomID: id, RoomVersion: 1, Payload: payloads[1], CreatedAt: now()}
+	mustCommitOK(t, repo, b)
+
+	assertCommands(t, mustListCommands(t, repo, id, 0), b.Commands)
+	got, _, err := repo.GetCommand(ctx, id, b.Commands[0].CommandID)
+	if err != nil || !bytes.Equal(got.Payload, payloads[0]) {
+		t.Fatalf("GetCommand payload = %q, %v; want %q", got.Payload, err, payloads[0])
+	}
+	pending := mustPending(t, repo, id)
+	if len(pending) != len(payloads) {
+		t.Fatalf("pending rows = %d, want %d", len(pending), len(payloads))
+	}
+	for i, r := range pending {
+		if !bytes.Equal(r.Payload, payloads[i]) {
+			t.Fatalf("outbox payload %d = %q, want %q", i, r.Payload, payloads[i])
+		}
+	}
+	s, found, err := repo.GetLatestSnapshot(ctx, id)
+	if err != nil || !found || !bytes.Equal(s.Payload, payloads[1]) {
+		t.Fatalf("snapshot payload = %q (found %v, err %v), want %q", s.Payload, found, err, payloads[1])
+	}
+}
+
+func testPruneCommands(t *testing.T, repo store.Repository) {
+	ctx := t.Context()
+	old := now().Add(-2 * time.Hour)
+	cut := now().Add(-time.Hour) // only this test writes rows older than this
+	oldBatch := func(id string, claim store.Claim, base int64, n int, snapshot int64) store.Batch {
+		b := newBatch(id, claim.Epoch, base, n)
+		for i := range b.Commands {
+			b.Commands[i].CreatedAt = old
+		}
+		if snapshot > 0 {
+			b.Snapshot = &store.SnapshotRecord{RoomID: id, RoomVersion: snapshot, Payload: []byte("snap"), CreatedAt: old}
+		}
+		return b
+	}
+
+	// a: v1-v4 old, v5-v10 new, snapshot at 8. With 3 versions kept, v1-v5
+	// are below it far enough, and v1-v4 old enough.
+	a, claimA := newClaimedRoom(t, repo)
+	recent := newBatch(a, claimA.Epoch, 4, 6)
+	recent.Snapshot = &store.SnapshotRecord{RoomID: a, RoomVersion: 8, Payload: []byte("snap"), CreatedAt: now()}
+	mustCommitOK(t, repo, oldBatch(a, claimA, 0, 4, 0), recent)
+	// b: old, no snapshot: keeps everything.
+	b, claimB := newClaimedRoom(t, repo)
+	mustCommitOK(t, repo, oldBatch(b, claimB, 0, 6, 0))
+	// c: old, snapshot at its head.
+	c, claimC := newClaimedRoom(t, repo)
+	mustCommitOK(t, repo, oldBatch(c, claimC, 0, 3, 3))
+
+	if n, err := repo.PruneCommands(ctx, 3, cut, 0); err != nil || n != 0 {
+		t.Fatalf("PruneCommands(limit 0) = %d, %v; want 0", n, err)
+	}
+	const limit = 3
+	total := 0
+	for call := 0; ; call++ {
+		if call > 4 {
+			t.Fatal("PruneCommands did not run dry")
+		}
+		n, err := repo.PruneCommands(ctx, 3, cut, limit)
+		if err != nil {
+			t.Fatalf("PruneCommands: %v", err)
+		}
+		if n > limit {
+			t.Fatalf("PruneCommands(limit %d) deleted %d rows", limit, n)
+		}
+		total += n
+		if n < limit {
+			break
+		}
+	}
+	if total != 4 {
+		t.Fatalf("PruneCommands deleted %d rows in all, want 4 (room a's v1-v4)", total)
+	}
+	wantA := recent.Commands
+	assertCommands(t, mustListCommands(t, repo, a, 0), wantA)
+	if _, found, err := repo.GetCommand(ctx, a, command(a, 1).CommandID); err != nil || found {
+		t.Fatalf("GetCommand(pruned) = found %v, err %v; want not found", found, err)
+	}
+	if n := len(mustListCommands(t, repo, b, 0)); n != 6 {
+		t.Fatalf("room b without snapshot has %d commands after pruning, want 6", n)
+	}
+	if n := len(mustListCommands(t, repo, c, 0)); n != 3 {
+		t.Fatalf("room c has %d commands after pruning with 3 kept, want 3", n)
+	}
+
+	// "At least keepVersions below": 1 kept prunes c's v1-v2, 0 its v3 too.
+	for _, step := range []struct {
+		keep     int64
+		deleted  int
+		cCommand int
+	}{{1, 2, 1}, {0, 1, 0}} {
+		n, err := repo.PruneCommands(ctx, step.keep, cut, 100)
+		if err != nil || n != step.deleted {
+			t.Fatalf("PruneCommands(keep %d) = %d, %v; want %d", step.keep, n, err, step.deleted)
+		}
+		if cmds := mustListCommands(t, repo, c, 0); len(cmds) != step.cCommand {
+			t.Fatalf("room c after PruneCommands(keep %d) has %+v, want %d commands", step.keep, cmds, step.cCommand)
+		}
+	}
+	assertSnapshot(t, repo, c, 3, "snap")
+	assertCommands(t, mustListCommands(t, repo, a, 0), wantA)
+	if n, err := repo.PruneCommands(ctx, 0, cut, 100); err != nil || n != 0 {
+		t.Fatalf("PruneCommands again = %d, %v; want 0", n, err)
+	}
+}
+
+func testPruneOutbox(t *testing.T, repo store.Repository) {
+	ctx := t.Context()
+	id := newRoomID(t)
+	var rows []outbox.Record
+	for v := int64(1); v <= 7; v++ {
+		rows = append(rows, event(id, v, 0))
+	}
+	if err := repo.SaveOutbox(ctx, rows); err != nil {
+		t.Fatalf("SaveOutbox: %v", err)
+	}
+	publish := func(r outbox.Record) {
+		t.Helper()
+		if err := repo.MarkOutboxPublished(ctx, r.EventID); err != nil {
+			t.Fatalf("MarkOutboxPublished(%s): %v", r.EventID, err)
+		}
+	}
+	// rows[0:5] published before the cut, rows[5] pending, rows[6] published
+	// after the cut. Times are stored in milliseconds: step over one.
+	for _, r := range rows[:5] {
+		publish(r)
+	}
+	cut := nextMillisecond(time.Now())
+	nextMillisecond(cut)
+	publish(rows[6])
+
+	if n, err := repo.PruneOutbox(ctx, cut, 0); err != nil || n != 0 {
+		t.Fatalf("PruneOutbox(limit 0) = %d, %v; want 0", n, err)
+	}
+	const limit = 2
+	total := 0
+	for call := 0; ; call++ {
+		if call > 5 {
+			t.Fatal("PruneOutbox did not run dry")
+		}
+		n, err := repo.PruneOutbox(ctx, cut, limit)
+		if err != nil {
+			t.Fatalf("PruneOutbox: %v", err)
+		}
+		if n > limit {
+			t.Fatalf("PruneOutbox(limit %d) deleted %d rows", limit, n)
+		}
+		total += n
+		if n < limit {
+			break
+		}
+	}
+	if total != 5 {
+		t.Fatalf("PruneOutbox deleted %d rows in all, want 5", total)
+	}
+	// A deleted row is unknown; a kept published row is still there, and
+	// marking it again is the usual no-op.
+	for _, r := range rows[:5] {
+		if err := repo.MarkOutboxPublished(ctx, r.EventID); !errors.Is(err, store.ErrNotFound) {
+			t.Fatalf("MarkOutboxPublished(pruned %s): err %v, want ErrNotFound", r.EventID, err)
+		}
+	}
+	publish(rows[6])
+	if ids := eventIDs(mustPending(t, repo, id)); !slices.Equal(ids, []string{rows[5].EventID}) {
+		t.Fatalf("pending after pruning = %v, want only %s", ids, rows[5].EventID)
+	}
+	if n, err := repo.PruneOutbox(ctx, cut, limit); err != nil || n != 0 {
+		t.Fatalf("PruneOutbox again = %d, %v; want 0", n, err)
+	}
+}
+
+// nextMillisecond waits until the clock is in a later millisecond than t,
+// and returns the time it read then. It spins: the wait is under 1ms.
+func nextMillisecond(t time.Time) time.Time {
+	for {
+		if n := time.Now(); n.UnixMilli() > t.UnixMilli() {
+			return n
+		}
+	}
 }
 
 func testListCommandsAfter(t *testing.T, repo store.Repository) {

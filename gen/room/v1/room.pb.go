@@ -2419,7 +2419,8 @@ func (x *ListRoomsRequest) GetStatus() RoomStatus {
 	return RoomStatus_ROOM_STATUS_UNSPECIFIED
 }
 
-// ListRoomsResponse is one page of rooms.
+// ListRoomsResponse is one page of rooms. With a status filter a page may
+// hold fewer rooms than page_size, even none: continue while next_page_token is set.
 type ListRoomsResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Rooms         []*RoomSummary         `protobuf:"bytes,1,rep,name=rooms,proto3" json:"rooms,omitempty"`
@@ -3352,6 +3353,109 @@ func (x *Restriction) GetUntilMs() int64 {
 	return 0
 }
 
+// RoomEvent is the envelope of every durable room fact the outbox relay
+// publishes to the message queue (NATS JetStream stream ROOM_EVENTS, subject
+// room.events.<event_type>.<room token>; see docs/events.md). Delivery is at
+// least once: consumers drop duplicates by event_id. Events of one room
+// arrive in (room_version, seq) order.
+type RoomEvent struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Unique and stable: "<room_id>/<room_version>/<seq>". The dedup key.
+	EventId string `protobuf:"bytes,1,opt,name=event_id,json=eventId,proto3" json:"event_id,omitempty"`
+	// RoomCreated, RoomGiftSent, RoomMicChanged, ... (docs/events.md).
+	EventType string `protobuf:"bytes,2,opt,name=event_type,json=eventType,proto3" json:"event_type,omitempty"`
+	RoomId    string `protobuf:"bytes,3,opt,name=room_id,json=roomId,proto3" json:"room_id,omitempty"`
+	// The version of the command that caused the event.
+	RoomVersion int64 `protobuf:"varint,4,opt,name=room_version,json=roomVersion,proto3" json:"room_version,omitempty"`
+	// The event's position among the events of its command, from 0.
+	Seq int32 `protobuf:"varint,5,opt,name=seq,proto3" json:"seq,omitempty"`
+	// When the command committed, unix ms.
+	OccurredAtMs int64 `protobuf:"varint,6,opt,name=occurred_at_ms,json=occurredAtMs,proto3" json:"occurred_at_ms,omitempty"`
+	// The event's fields as JSON (snake_case keys), documented per type in docs/events.md.
+	PayloadJson   string `protobuf:"bytes,7,opt,name=payload_json,json=payloadJson,proto3" json:"payload_json,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RoomEvent) Reset() {
+	*x = RoomEvent{}
+	mi := &file_room_v1_room_proto_msgTypes[51]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RoomEvent) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RoomEvent) ProtoMessage() {}
+
+func (x *RoomEvent) ProtoReflect() protoreflect.Message {
+	mi := &file_room_v1_room_proto_msgTypes[51]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RoomEvent.ProtoReflect.Descriptor instead.
+func (*RoomEvent) Descriptor() ([]byte, []int) {
+	return file_room_v1_room_proto_rawDescGZIP(), []int{51}
+}
+
+func (x *RoomEvent) GetEventId() string {
+	if x != nil {
+		return x.EventId
+	}
+	return ""
+}
+
+func (x *RoomEvent) GetEventType() string {
+	if x != nil {
+		return x.EventType
+	}
+	return ""
+}
+
+func (x *RoomEvent) GetRoomId() string {
+	if x != nil {
+		return x.RoomId
+	}
+	return ""
+}
+
+func (x *RoomEvent) GetRoomVersion() int64 {
+	if x != nil {
+		return x.RoomVersion
+	}
+	return 0
+}
+
+func (x *RoomEvent) GetSeq() int32 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *RoomEvent) GetOccurredAtMs() int64 {
+	if x != nil {
+		return x.OccurredAtMs
+	}
+	return 0
+}
+
+func (x *RoomEvent) GetPayloadJson() string {
+	if x != nil {
+		return x.PayloadJson
+	}
+	return ""
+}
+
 var File_room_v1_room_proto protoreflect.FileDescriptor
 
 const file_room_v1_room_proto_rawDesc = "" +
@@ -3619,7 +3723,16 @@ const file_room_v1_room_proto_rawDesc = "" +
 	"\x05charm\x18\a \x01(\x03R\x05charm\"A\n" +
 	"\vRestriction\x12\x17\n" +
 	"\auser_id\x18\x01 \x01(\x03R\x06userId\x12\x19\n" +
-	"\buntil_ms\x18\x02 \x01(\x03R\auntilMs*q\n" +
+	"\buntil_ms\x18\x02 \x01(\x03R\auntilMs\"\xdc\x01\n" +
+	"\tRoomEvent\x12\x19\n" +
+	"\bevent_id\x18\x01 \x01(\tR\aeventId\x12\x1d\n" +
+	"\n" +
+	"event_type\x18\x02 \x01(\tR\teventType\x12\x17\n" +
+	"\aroom_id\x18\x03 \x01(\tR\x06roomId\x12!\n" +
+	"\froom_version\x18\x04 \x01(\x03R\vroomVersion\x12\x10\n" +
+	"\x03seq\x18\x05 \x01(\x05R\x03seq\x12$\n" +
+	"\x0eoccurred_at_ms\x18\x06 \x01(\x03R\foccurredAtMs\x12!\n" +
+	"\fpayload_json\x18\a \x01(\tR\vpayloadJson*q\n" +
 	"\n" +
 	"RoomStatus\x12\x1b\n" +
 	"\x17ROOM_STATUS_UNSPECIFIED\x10\x00\x12\x18\n" +
@@ -3665,7 +3778,7 @@ func file_room_v1_room_proto_rawDescGZIP() []byte {
 }
 
 var file_room_v1_room_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_room_v1_room_proto_msgTypes = make([]protoimpl.MessageInfo, 51)
+var file_room_v1_room_proto_msgTypes = make([]protoimpl.MessageInfo, 52)
 var file_room_v1_room_proto_goTypes = []any{
 	(RoomStatus)(0),                   // 0: room.v1.RoomStatus
 	(*CreateRoomRequest)(nil),         // 1: room.v1.CreateRoomRequest
@@ -3719,6 +3832,7 @@ var file_room_v1_room_proto_goTypes = []any{
 	(*Member)(nil),                    // 49: room.v1.Member
 	(*MicSeat)(nil),                   // 50: room.v1.MicSeat
 	(*Restriction)(nil),               // 51: room.v1.Restriction
+	(*RoomEvent)(nil),                 // 52: room.v1.RoomEvent
 }
 var file_room_v1_room_proto_depIdxs = []int32{
 	47, // 0: room.v1.GetRoomSnapshotResponse.snapshot:type_name -> room.v1.RoomSnapshot
@@ -3796,7 +3910,7 @@ func file_room_v1_room_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_room_v1_room_proto_rawDesc), len(file_room_v1_room_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   51,
+			NumMessages:   52,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -1,0 +1,291 @@
+package config_test
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"hyapp/room-service/config"
+)
+
+// env returns a getenv over vars only, so tests never see the real environment.
+func env(vars map[string]string) func(string) string {
+	return func(k string) string { return vars[k] }
+}
+
+// writeFile writes a config file in a fresh temporary directory.
+func writeFile(t *testing.T, body string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "room.yaml")
+	if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// mustMention fails unless err names every key. Keys are compared without
+// case, so ROOM_SNAPSHOT_EVERY names snapshot_every.
+func mustMention(t *testing.T, err error, keys ...string) {
+	t.Helper()
+	if err == nil {
+		t.Fatalf("no error; want one naming %v", keys)
+	}
+	msg := strings.ToLower(err.Error())
+	for _, k := range keys {
+		if !strings.Contains(msg, k) {
+			t.Errorf("the error does not name %s:\n%v", k, err)
+		}
+	}
+}
+
+func TestDefaultsAreValid(t *testing.T) {
+	if err := config.Default().Validate(); err != nil {
+		t.Fatalf("defaults: %v", err)
+	}
+	cfg, err := config.Load(nil, env(nil))
+	if err != nil {
+		t.Fatalf("load with nothing set: %v", err)
+	}
+	if !reflect.DeepEqual(cfg, config.Default()) {
+		t.Fatalf("load with nothing set:\n got %+v\nwant %+v", cfg, config.Default())
+	}
+}
+
+// TestPrecedence checks the order defaults < file < environment < flags,
+// for each kind of field.
+func TestPrecedence(t *testing.T) {
+	file := writeFile(t, `
+snapshot_every: 11
+log_level: debug
+idle_timeout: 1m
+platform_operators: [7, 8]
+mailbox_size: 33
+`)
+	tests := []struct {
+		name string
+		args []string
+		env  map[string]string
+		want func(*config.Config)
+	}{
+		{
+			name: "environment over default",
+			env:  map[string]string{"ROOM_SNAPSHOT_EVERY": "7", "ROOM_LOG_FORMAT": "json", "ROOM_COMMIT_TIMEOUT": "2s", "ROOM_PLATFORM_OPERATORS": "5, 6"},
+			want: func(c *config.Config) {
+				c.SnapshotEvery, c.LogFormat, c.CommitTimeout, c.PlatformUsers = 7, "json", 2*time.Second, []int64{5, 6}
+			},
+		},
+		{
+			name: "flag over environment",
+			args: []string{"-snapshot-every", "9", "-log-format=text", "-platform-operators", "4"},
+			env:  map[string]string{"ROOM_SNAPSHOT_EVERY": "7", "ROOM_LOG_FORMAT": "json", "ROOM_PLATFORM_OPERATORS": "5"},
+			want: func(c *config.Config) { c.SnapshotEvery, c.PlatformUsers = 9, []int64{4} },
+		},
+		{
+			name: "file by -config",
+			args: []string{"-config", file},
+			want: func(c *config.Config) {
+				c.SnapshotEvery, c.LogLevel, c.IdleTimeout, c.PlatformUsers, c.MailboxSize = 11, "debug", time.Minute, []int64{7, 8}, 33
+			},
+		},
+		{
+			name: "file by ROOM_CONFIG",
+			env:  map[string]string{"ROOM_CONFIG": file},
+			want: func(c *config.Config) {
+				c.SnapshotEvery, c.LogLevel, c.IdleTimeout, c.PlatformUsers, c.MailboxSize = 11, "debug", time.Minute, []int64{7, 8}, 33
+			},
+		},
+		{
+			name: "environment and flag over file",
+			args: []string{"-log-level", "warn"},
+			env:  map[string]string{"ROOM_CONFIG": file, "ROOM_SNAPSHOT_EVERY": "12", "ROOM_LOG_LEVEL": "error"},
+			want: func(c *config.Config) {
+				c.SnapshotEvery, c.LogLevel, c.IdleTimeout, c.PlatformUsers, c.MailboxSize = 12, "warn", time.Minute, []int64{7, 8}, 33
+			},
+		},
+		{
+			name: "-config over ROOM_CONFIG",
+			args: []string{"-config", file},
+			env:  map[string]string{"ROOM_CONFIG": filepath.Join(t.TempDir(), "missing.yaml")},
+			want: func(c *config.Config) {
+				c.SnapshotEvery, c.LogLevel, c.IdleTimeout, c.PlatformUsers, c.MailboxSize = 11, "debug", time.Minute, []int64{7, 8}, 33
+			},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := config.Load(tt.args, env(tt.env))
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := config.Default()
+			tt.want(&want)
+			if !reflect.DeepEqual(got, want) {
+				t.Fatalf("\n got %+v\nwant %+v", got, want)
+			}
+		})
+	}
+}
+
+func TestEmptyFileKeepsDefaults(t *testing.T) {
+	got, err := config.Load([]string{"-config", writeFile(t, "")}, env(nil))
+	if err != nil || !reflect.DeepEqual(got, config.Default()) {
+		t.Fatalf("got %+v, %v", got, err)
+	}
+}
+
+func TestFileErrors(t *testing.T) {
+	t.Run("unknown key", func(t *testing.T) {
+		_, err := config.Load([]string{"-config", writeFile(t, "listen: 127.0.0.1:1\nsnapshot_evry: 5\n")}, env(nil))
+		mustMention(t, err, "snapshot_evry")
+	})
+	t.Run("missing file", func(t *testing.T) {
+		missing := filepath.Join(t.TempDir(), "missing.yaml")
+		_, err := config.Load(nil, env(map[string]string{"ROOM_CONFIG": missing}))
+		if !errors.Is(err, os.ErrNotExist) {
+			t.Fatalf("got %v, want a not-exist error", err)
+		}
+	})
+}
+
+// TestValidateReportsEveryProblem: invalid values that each parse are all
+// reported by one error, wherever they come from.
+func TestValidateReportsEveryProblem(t *testing.T) {
+	keys := []string{"listen", "snapshot_every", "log_level", "idle_timeout", "platform_operators"}
+	sources := map[string]func(t *testing.T) error{
+		"environment": func(*testing.T) error {
+			_, err := config.Load(nil, env(map[string]string{
+				"ROOM_LISTEN": "nope", "ROOM_SNAPSHOT_EVERY": "0", "ROOM_LOG_LEVEL": "loud",
+				"ROOM_IDLE_TIMEOUT": "-1s", "ROOM_PLATFORM_OPERATORS": "3,-4",
+			}))
+			return err
+		},
+		"flags": func(*testing.T) error {
+			_, err := config.Load([]string{
+				"-listen", "nope", "-snapshot-every", "0", "-log-level", "loud", "-idle-timeout", "-1s", "-platform-operators", "3,-4",
+			}, env(nil))
+			return err
+		},
+		"file": func(t *testing.T) error {
+			path := writeFile(t, "listen: nope\nsnapshot_every: 0\nlog_level: loud\nidle_timeout: -1s\nplatform_operators: [3, -4]\n")
+			_, err := config.Load([]string{"-config", path}, env(nil))
+			return err
+		},
+		"Validate": func(*testing.T) error {
+			c := config.Default()
+			c.Listen, c.SnapshotEvery, c.LogLevel, c.IdleTimeout, c.PlatformUsers = "nope", 0, "loud", -time.Second, []int64{3, -4}
+			return c.Validate()
+		},
+	}
+	for name, load := range sources {
+		t.Run(name, func(t *testing.T) { mustMention(t, load(t), keys...) })
+	}
+}
+
+// TestParseAndValidateProblemsTogether: a value that does not even parse
+// (platform_operators "a,b") is reported together with the invalid values
+// that did parse, as STYLE rule 7 asks ("Validate() that reports every
+// problem at once").
+func TestParseAndValidateProblemsTogether(t *testing.T) {
+	_, err := config.Load(nil, env(map[string]string{
+		"ROOM_LISTEN": "nope", "ROOM_SNAPSHOT_EVERY": "0", "ROOM_LOG_LEVEL": "loud",
+		"ROOM_IDLE_TIMEOUT": "-1s", "ROOM_PLATFORM_OPERATORS": "a,b",
+	}))
+	mustMention(t, err, "listen", "snapshot_every", "log_level", "idle_timeout", "platform_operators")
+}
+
+func TestUnparsableValues(t *testing.T) {
+	tests := []struct {
+		name string
+		args []string
+		env  map[string]string
+		key  string
+	}{
+		{name: "env int", env: map[string]string{"ROOM_MAX_BATCH": "many"}, key: "max_batch"},
+		{name: "env duration", env: map[string]string{"ROOM_COMMIT_TIMEOUT": "5"}, key: "commit_timeout"},
+		{name: "env id list", env: map[string]string{"ROOM_PLATFORM_OPERATORS": "a,b"}, key: "platform_operators"},
+		{name: "flag int", args: []string{"-max-batch", "many"}, key: "max-batch"},
+		{name: "unknown flag", args: []string{"-snapshot-evry", "5"}, key: "snapshot-evry"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := config.Load(tt.args, env(tt.env))
+			mustMention(t, err, tt.key)
+		})
+	}
+}
+
+func TestListenNeedsTokenOffLoopback(t *testing.T) {
+	for _, addr := range []string{"0.0.0.0:8080", ":8080", "10.1.2.3:8080", "[::]:8080"} {
+		t.Run(addr, func(t *testing.T) {
+			_, err := config.Load([]string{"-listen", addr}, env(nil))
+			mustMention(t, err, "listen", "token")
+			cfg, err := config.Load([]string{"-listen", addr}, env(map[string]string{"ROOM_TOKEN": "s3cret"}))
+			if err != nil || cfg.Listen != addr || cfg.Token != "s3cret" {
+				t.Fatalf("with a token: %+v, %v", cfg, err)
+			}
+		})
+	}
+	for _, addr := range []string{"127.0.0.1:0", "localhost:8080", "[::1]:8080"} {
+		t.Run(addr, func(t *testing.T) {
+			if _, err := config.Load([]string{"-listen", addr}, env(nil)); err != nil {
+				t.Fatalf("loopback without a token: %v", err)
+			}
+		})
+	}
+}
+
+func TestPositionalArgumentsAreRefused(t *testing.T) {
+	for _, args := range [][]string{{"serve"}, {"-listen", "127.0.0.1:1", "extra"}, {"--", "x"}} {
+		if _, err := config.Load(args, env(nil)); err == nil {
+			t.Errorf("Load(%q) accepted positional arguments", args)
+		}
+	}
+}
+
+func TestHelp(t *testing.T) {
+	if _, err := config.Load([]string{"-h"}, env(nil)); !errors.Is(err, flag.ErrHelp) {
+		t.Fatalf("got %v, want flag.ErrHelp", err)
+	}
+}
+
+// redacted returns Redacted's key=value pairs as a map.
+func redacted(t *testing.T, c config.Config) map[string]string {
+	t.Helper()
+	kv := c.Redacted()
+	if len(kv)%2 != 0 {
+		t.Fatalf("Redacted returned an odd number of values: %v", kv)
+	}
+	out := map[string]string{}
+	for i := 0; i < len(kv); i += 2 {
+		out[fmt.Sprint(kv[i])] = fmt.Sprint(kv[i+1])
+	}
+	return out
+}
+
+func TestRedactedMasksSecrets(t *testing.T) {
+	c := config.Default()
+	c.Token = "s3cret-token"
+	c.MySQLDSN = "room:s3cret-pass@tcp(db:3306)/room"
+	got := redacted(t, c)
+	for _, key := range []string{"token", "mysql_dsn"} {
+		if got[key] != "<redacted>" {
+			t.Errorf("%s is %q, want it masked", key, got[key])
+		}
+	}
+	if s := fmt.Sprint(c.Redacted()...); strings.Contains(s, "s3cret") {
+		t.Errorf("a secret leaks: %s", s)
+	}
+	if got["listen"] != c.Listen || got["snapshot_every"] != "500" {
+		t.Errorf("other settings must stay readable: %v", got)
+	}
+	c.Token = ""
+	if got := redacted(t, c)["token"]; got != "" {
+		t.Errorf("an empty token shows as %q; want empty, so operators see it is unset", got)
+	}
+}

@@ -1,0 +1,322 @@
+// Package mysql implements store.Repository on MySQL 8.0 and MariaDB 10.6+
+// (github.com/go-sql-driver/mysql). Unlike SQLite, one database serves many
+// room-service nodes; the rooms row of each room is the fence between them.
+//
+// # Durability
+//
+// A commit that returned is durable only if the server makes it so. The
+// adapter cannot set these (they are global) and does not check them:
+//   - innodb_flush_log_at_trx_commit=1: InnoDB flushes its redo log at every
+//     commit (0 or 2 lose up to a second of commits on a crash);
+//   - sync_binlog=1 when the binary log is on, so the binlog and InnoDB agree
+//     after a crash (replicas and change data capture read the binlog);
+//   - binlog_format=ROW when the binary log is on.
+//
+// # Transactions
+//
+// Write transactions run at READ COMMITTED, set per transaction (SET
+// TRANSACTION ISOLATION LEVEL before each START TRANSACTION), so the
+// server's default isolation level does not matter and is not changed. A
+// batch is fenced on its room's row, which stays locked until commit: two
+// writers of one room serialise there, and the second finds the head moved.
+// A commit of a few rooms fences each batch with a conditional UPDATE; a
+// commit of many rooms locks all their rows with one SELECT ... FOR UPDATE,
+// decides the fences from what it read and advances the heads with one
+// UPDATE, two statements instead of one per batch. Either way rooms are
+// locked in id order, so two commits that share rooms take their locks in
+// the same order. A transaction that InnoDB rolls back for a deadlock or a
+// lock wait timeout is run again from the start, a few times, with a short
+// jittered backoff.
+//
+// # Connections
+//
+// Open forces the driver settings the adapter relies on (parseTime,
+// clientFoundRows so that an UPDATE reports the rows it matched, no client
+// side interpolation, no multi statements) and, unless the DSN sets them,
+// connect, read and write timeouts, a strict sql_mode (so an over-long value
+// is an error, never silently truncated) and an innodb_lock_wait_timeout
+// shorter than the read timeout (so a lock wait ends as a retryable error,
+// not as a dropped connection with the transaction's locks still held).
+// Statements are prepared on each pool connection as it first needs them:
+// a node holds at most about MaxOpenConns×15 server-side statements, which
+// counts against the server's max_prepared_stmt_count.
+//
+// MySQL errors stop here: a duplicate key becomes store.ErrConflict, and
+// everything else, lost connections and time-outs included, becomes
+// store.ErrUnavailable with the driver's text kept in the message for logs.
+package mysql
+
+import (
+	"context"
+	"database/sql"
+	"embed"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+
+	"hyapp/room-service/store"
+)
+
+var _ store.Repository = (*DB)(nil)
+
+//go:embed migrations/*.sql
+var migrations embed.FS
+
+// Options configures the connection pool of Open. The zero value is valid.
+type Options struct {
+	// MaxOpenConns caps the connections to the server. Default 32.
+	MaxOpenConns int
+	// MaxIdleConns is how many idle connections the pool keeps. Default
+	// MaxOpenConns: a connection closed for being idle loses its prepared
+	// statements and costs a handshake to replace.
+	MaxIdleConns int
+	// ConnMaxLifetime closes connections older than this, so the pool
+	// follows a failover or a proxy's rebalancing. Default 30 minutes.
+	ConnMaxLifetime time.Duration
+	// ConnMaxIdleTime closes connections idle for longer than this, before a
+	// server (wait_timeout) or a proxy drops them. Default 5 minutes.
+	ConnMaxIdleTime time.Duration
+}
+
+const (
+	defaultMaxOpenConns    = 32
+	defaultConnMaxLifetime = 30 * time.Minute
+	defaultConnMaxIdleTime = 5 * time.Minute
+
+	defaultConnectTimeout = 3 * time.Second
+	defaultIOTimeout      = 10 * time.Second
+)
+
+func (o Options) withDefaults() (Options, error) {
+	var problems []string
+	if o.MaxOpenConns < 0 {
+		problems = append(problems, fmt.Sprintf("negative max open conns %d", o.MaxOpenConns))
+	}
+	if o.MaxIdleConns < 0 {
+		problems = append(problems, fmt.Sprintf("negative max idle conns %d", o.MaxIdleConns))
+	}
+	if o.ConnMaxLifetime < 0 {
+		problems = append(problems, fmt.Sprintf("negative conn max lifetime %v", o.ConnMaxLifetime))
+	}
+	if o.ConnMaxIdleTime < 0 {
+		problems = append(problems, fmt.Sprintf("negative conn max idle time %v", o.ConnMaxIdleTime))
+	}
+	if len(problems) > 0 {
+		return o, fmt.Errorf("mysql options: %s", strings.Join(problems, "; "))
+	}
+	if o.MaxOpenConns == 0 {
+		o.MaxOpenConns = defaultMaxOpenConns
+	}
+	if o.MaxIdleConns == 0 || o.MaxIdleConns > o.MaxOpenConns {
+		o.MaxIdleConns = o.MaxOpenConns
+	}
+	if o.ConnMaxLifetime == 0 {
+		o.ConnMaxLifetime = defaultConnMaxLifetime
+	}
+	if o.ConnMaxIdleTime == 0 {
+		o.ConnMaxIdleTime = defaultConnMaxIdleTime
+	}
+	return o, nil
+}
+
+// DB is a store.Repository on one MySQL or MariaDB database. It is safe for
+// concurrent use, also by several processes on one database.
+type DB struct {
+	db *sql.DB
+
+	// Statements prepared once and on each pool connection as it needs them.
+	advanceHead     *sql.Stmt
+	advanceFenced   *sql.Stmt
+	updateSnapshot  *sql.Stmt
+	insertSnapshot  *sql.Stmt
+	updateMeta      *sql.Stmt
+	insertMeta      *sql.Stmt
+	claim           *sql.Stmt
+	readClaim       *sql.Stmt
+	getMeta         *sql.Stmt
+	getCommand      *sql.Stmt
+	listCommands    *sql.Stmt
+	getSnapshot     *sql.Stmt
+	listPending     *sql.Stmt
+	listRoomsStmt   *sql.Stmt
+	markPublished   *sql.Stmt
+	markFailed      *sql.Stmt
+	headVersion     *sql.Stmt
+	selectPruneCmds *sql.Stmt
+	selectPruneOut  *sql.Stmt
+	insertCommands  *bulkInsert
+	insertOutbox    *bulkInsert
+}
+
+// Open connects to the database dsn names (a go-sql-driver DSN such as
+// "user:pass@tcp(host:3306)/room"), applies the embedded migrations it has
+// not applied yet and prepares the adapter's statements. An unreachable
+// server is store.ErrUnavailable; a malformed DSN or bad options are plain
+// errors. The DSN's password never appears in an error.
+func Open(ctx context.Context, dsn string, opts Options) (*DB, error) {
+	opts, err := opts.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := config(dsn)
+	if err != nil {
+		return nil, err
+	}
+	if err := migrate(ctx, cfg); err != nil {
+		return nil, fmt.Errorf("open mysql db=%s: %w", cfg.DBName, err)
+	}
+	conn, err := mysql.NewConnector(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("open mysql db=%s: %w", cfg.DBName, err)
+	}
+	sqlDB := sql.OpenDB(conn)
+	sqlDB.SetMaxOpenConns(opts.MaxOpenConns)
+	sqlDB.SetMaxIdleConns(opts.MaxIdleConns)
+	sqlDB.SetConnMaxLifetime(opts.ConnMaxLifetime)
+	sqlDB.SetConnMaxIdleTime(opts.ConnMaxIdleTime)
+
+	db := &DB{db: sqlDB}
+	if err := db.prepare(ctx); err != nil {
+		_ = sqlDB.Close()
+		return nil, fmt.Errorf("open mysql db=%s: %w", cfg.DBName, err)
+	}
+	return db, nil
+}
+
+// Close closes the connection pool. Calls after the first return nil;
+// methods called after Close return store.ErrUnavailable.
+func (db *DB) Close() error {
+	return db.db.Close()
+}
+
+// config parses dsn and forces the driver settings the adapter relies on.
+func config(dsn string) (*mysql.Config, error) {
+	cfg, err := mysql.ParseDSN(dsn)
+	if err != nil {
+		// The driver's parse errors name the problem, never the password.
+		return nil, fmt.Errorf("parse mysql dsn: %w", err)
+	}
+	if cfg.DBName == "" {
+		return nil, errors.New("parse mysql dsn: no database name (want user:pass@tcp(host:3306)/db)")
+	}
+	cfg.ParseTime = true
+	cfg.InterpolateParams = false
+	cfg.MultiStatements = false
+	// Rows affected by an UPDATE must be the rows it matched: a fence that
+	// matches but changes nothing (a batch without commands, in the same
+	// millisecond) has still passed.
+	cfg.ClientFoundRows = true
+	if cfg.Timeout == 0 {
+		cfg.Timeout = defaultConnectTimeout
+	}
+	if cfg.ReadTimeout == 0 {
+		cfg.ReadTimeout = defaultIOTimeout
+	}
+	if cfg.WriteTimeout == 0 {
+		cfg.WriteTimeout = defaultIOTimeout
+	}
+	if cfg.Params == nil {
+		cfg.Params = map[string]string{}
+	}
+	if !hasParam(cfg.Params, "sql_mode") {
+		cfg.Params["sql_mode"] = `IF(FIND_IN_SET('STRICT_TRANS_TABLES', @@sql_mode) OR FIND_IN_SET('STRICT_ALL_TABLES', @@sql_mode), @@sql_mode, CONCAT_WS(',', NULLIF(@@sql_mode, ''), 'STRICT_TRANS_TABLES'))`
+	}
+	if !hasParam(cfg.Params, "innodb_lock_wait_timeout") {
+		// A lock wait that outlived the read timeout would drop the
+		// connection while the server goes on waiting, holding the locks
+		// the transaction already took. Give up on the server side first.
+		wait := min(max(cfg.ReadTimeout/2, time.Second), 50*time.Second)
+		cfg.Params["innodb_lock_wait_timeout"] = fmt.Sprint(int(wait / time.Second))
+	}
+	return cfg, nil
+}
+
+func hasParam(params map[string]string, name string) bool {
+	for k := range params {
+		if strings.EqualFold(k, name) {
+			return true
+		}
+	}
+	return false
+}
+
+func (db *DB) prepare(ctx context.Context) error {
+	var firstErr error
+	prep := func(query string) *sql.Stmt {
+		if firstErr != nil {
+			return nil
+		}
+		s, err := db.db.PrepareContext(ctx, query)
+		if err != nil {
+			firstErr = fmt.Errorf("prepare %q: %w", query, mapErr(err))
+		}
+		return s
+	}
+	db.advanceHead = prep(`UPDATE rooms SET room_version = ?, updated_at = ?
+		WHERE room_id = ? AND room_version = ?`)
+	db.advanceFenced = prep(`UPDATE rooms SET room_version = ?, updated_at = ?, status = COALESCE(NULLIF(?, ''), status)
+		WHERE room_id = ? AND room_version = ? AND owner_epoch = ?`)
+	db.headVersion = prep(`SELECT room_version FROM rooms WHERE room_id = ?`)
+	db.updateSnapshot = prep(`UPDATE room_snapshots SET room_version = ?, payload = ?, created_at = ?
+		WHERE room_id = ? AND room_version < ?`)
+	db.insertSnapshot = prep(`INSERT INTO room_snapshots (room_id, room_version, payload, created_at) VALUES (?, ?, ?, ?)`)
+	db.updateMeta = prep(`UPDATE rooms SET owner_user_id = ?, host_user_id = ?, seat_count = ?, mode = ?, status = ?, updated_at = ?
+		WHERE room_id = ? AND room_version = 0`)
+	db.insertMeta = prep(`INSERT INTO rooms (room_id, owner_user_id, host_user_id, seat_count, mode, status, created_at, updated_at)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?)`)
+	db.claim = prep(`UPDATE rooms SET owner_epoch = owner_epoch + 1, owner_node = ?, updated_at = ? WHERE room_id = ?`)
+	db.readClaim = prep(`SELECT owner_epoch, room_version, owner_user_id, host_user_id, seat_count, mode, status
+		FROM rooms WHERE room_id = ?`)
+	db.getMeta = prep(`SELECT owner_user_id, host_user_id, seat_count, mode, status FROM rooms WHERE room_id = ?`)
+	db.getCommand = prep(`SELECT ` + commandColumns + ` FROM room_command_log WHERE room_id = ? AND command_id = ?`)
+	db.listCommands = prep(`SELECT ` + commandColumns + ` FROM room_command_log
+		WHERE room_id = ? AND room_version > ? ORDER BY room_version`)
+	db.getSnapshot = prep(`SELECT room_version, payload, created_at FROM room_snapshots WHERE room_id = ?`)
+	db.listPending = prep(`SELECT ` + outboxColumns + ` FROM room_outbox
+		WHERE status = 'pending' AND next_attempt_at <= ? ORDER BY id LIMIT ?`)
+	db.listRoomsStmt = prep(`SELECT room_id, owner_user_id, host_user_id, seat_count, mode, status,
+		room_version, owner_epoch, owner_node, updated_at
+		FROM rooms WHERE room_id > ? ORDER BY room_id LIMIT ?`)
+	db.markPublished = prep(`UPDATE room_outbox SET status = 'published', published_at = COALESCE(published_at, ?)
+		WHERE event_id = ?`)
+	db.markFailed = prep(`UPDATE room_outbox SET attempts = attempts + 1, last_error = ? WHERE event_id = ?`)
+	db.selectPruneCmds = prep(pruneCommandsQuery)
+	db.selectPruneOut = prep(`SELECT id FROM room_outbox
+		WHERE status = 'published' AND published_at < ? ORDER BY id LIMIT ?`)
+	if firstErr != nil {
+		return firstErr
+	}
+
+	var err error
+	if db.insertCommands, err = newBulkInsert(ctx, db.db,
+		`INSERT INTO room_command_log (`+commandColumns+`) VALUES `,
+		`(?, ?, ?, ?, ?, ?, ?)`); err != nil {
+		return err
+	}
+	if db.insertOutbox, err = newBulkInsert(ctx, db.db,
+		`INSERT INTO room_outbox (event_id, room_id, room_version, seq, event_type, payload, owner_epoch,
+			next_attempt_at, created_at, status, last_error) VALUES `,
+		`(?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', '')`); err != nil {
+		return err
+	}
+	return nil
+}
+
+// millis converts t to the stored unix milliseconds; the zero time is def.
+func millis(t time.Time, def int64) int64 {
+	if t.IsZero() {
+		return def
+	}
+	return t.UnixMilli()
+}
+
+// fromMillis converts stored unix milliseconds back; 0 or NULL is the zero time.
+func fromMillis(ms sql.NullInt64) time.Time {
+	if !ms.Valid || ms.Int64 == 0 {
+		return time.Time{}
+	}
+	return time.UnixMilli(ms.Int64).UTC()
+}
