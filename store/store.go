@@ -78,6 +78,18 @@ type RoomInfo struct {
 	UpdatedAt   time.Time
 }
 
+// OutboxStats is what operators see of the outbox.
+type OutboxStats struct {
+	// Pending counts the rows still to deliver, due or not.
+	Pending int64
+	// OldestPending is the CreatedAt of the oldest pending row; zero when nothing is pending.
+	OldestPending time.Time
+	// Dead counts dead rows by event type. A type without dead rows has no entry; never nil.
+	Dead map[string]int64
+	// Published counts published rows still kept (retention deletes them later).
+	Published int64
+}
+
 // Batch is the unit of an atomic, fenced commit for one room: consecutive
 // commands with the outbox rows they produced and, optionally, a snapshot.
 type Batch struct {
@@ -115,7 +127,7 @@ var (
 
 // Repository is the whole persistence boundary of room-service. The first
 // twelve methods are the original contract; the rest are what a fenced,
-// batched commit path and operators need.
+// batched commit path, the outbox relay and operators need.
 //
 // Implementations are safe for concurrent use. A room's durable head
 // (rooms.room_version) and owner epoch (rooms.owner_epoch) advance only
@@ -146,6 +158,8 @@ type Repository interface {
 	// ListPendingOutbox returns up to limit pending rows whose NextAttemptAt has passed, in id order.
 	ListPendingOutbox(ctx context.Context, limit int) ([]outbox.Record, error)
 	// MarkOutboxPublished marks a row published. Marking a published row again is a no-op.
+	// It publishes a dead row too: the broker has it once it acknowledged, whatever the row's
+	// state (the relay never calls it for a dead row). Unknown id: ErrNotFound.
 	MarkOutboxPublished(ctx context.Context, eventID string) error
 	// MarkOutboxFailed records one failed delivery (attempts+1, last error) and keeps the row pending.
 	MarkOutboxFailed(ctx context.Context, eventID string, lastErr string) error
@@ -175,6 +189,33 @@ type Repository interface {
 	// PruneOutbox deletes up to limit published outbox rows published before
 	// before, returning the rows deleted. Pending and dead rows are never deleted.
 	PruneOutbox(ctx context.Context, before time.Time, limit int) (int, error)
+
+	// ListPendingOutboxAfter returns up to limit pending rows with id > afterID in id order,
+	// whatever their NextAttemptAt (the relay decides what is due). Used to discover rooms with work.
+	// A limit of zero or less lists nothing.
+	ListPendingOutboxAfter(ctx context.Context, afterID int64, limit int) ([]outbox.Record, error)
+	// ListRoomOutbox returns up to limit pending rows of one room in (room_version, seq) order.
+	// It reads the room's pending rows only, however much published history the room keeps.
+	// A limit of zero or less lists nothing.
+	ListRoomOutbox(ctx context.Context, roomID string, limit int) ([]outbox.Record, error)
+	// MarkOutboxPublishedBatch marks the rows published (published_at = now) in one statement
+	// per chunk; ids that are already published or unknown are ignored. A dead row among them
+	// is published, as MarkOutboxPublished does. Chunks commit on their own: after an error
+	// some rows may be published, and calling again with the same ids is safe.
+	MarkOutboxPublishedBatch(ctx context.Context, eventIDs []string) error
+	// FailOutbox records one failed delivery: attempts+1, last_error, next_attempt_at = next;
+	// when attempts reaches maxAttempts the row becomes dead instead. It reports whether the row
+	// is dead now. Unknown id: ErrNotFound. A row that is not pending is left alone (dead=false, nil).
+	// A zero next is due at once; a maxAttempts of zero or less never makes a row dead.
+	// Concurrent calls on one row each count once.
+	FailOutbox(ctx context.Context, eventID string, lastErr string, next time.Time, maxAttempts int32) (dead bool, err error)
+	// OutboxStats summarises the outbox for operators. Its numbers are read from one snapshot.
+	// It reads the pending and dead rows; published rows are only counted, from an index.
+	OutboxStats(ctx context.Context) (OutboxStats, error)
+	// RequeueDeadOutbox makes dead rows pending again (attempts 0, due now), all of them or only
+	// those of eventType when it is not empty, and returns how many. A row keeps its last error
+	// until its next failure. Rows are requeued in chunks that commit on their own.
+	RequeueDeadOutbox(ctx context.Context, eventType string) (int, error)
 	// Close releases the repository's connections.
 	Close() error
 }

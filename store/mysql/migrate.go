@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"database/sql"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io/fs"
 	"sort"
@@ -38,7 +39,9 @@ func Migrate(ctx context.Context, dsn string) error {
 // recorded in schema_migrations. Each file holds one statement. MySQL
 // commits DDL at once, so a migration cannot share a transaction with its
 // schema_migrations row: every migration is written to be run again
-// (CREATE TABLE IF NOT EXISTS), which covers a crash between the two.
+// (CREATE TABLE IF NOT EXISTS), which covers a crash between the two. MySQL
+// has no ADD KEY IF NOT EXISTS, so a migration that adds an index and fails
+// because the index is there counts as applied.
 // A named lock, held on the one connection that migrates, makes nodes that
 // start together take turns; the second finds the work done.
 func migrate(ctx context.Context, cfg *mysql.Config) error {
@@ -105,7 +108,7 @@ func migrate(ctx context.Context, cfg *mysql.Config) error {
 		if err != nil {
 			return fmt.Errorf("read migration %s: %w", name, err)
 		}
-		if _, err := conn.ExecContext(ctx, string(body)); err != nil {
+		if _, err := conn.ExecContext(ctx, string(body)); err != nil && !isDupKeyName(err) {
 			return fmt.Errorf("migrate version=%s: %w", version, mapErr(err))
 		}
 		if _, err := conn.ExecContext(ctx, `INSERT INTO schema_migrations (version, applied_at) VALUES (?, ?)`,
@@ -126,4 +129,9 @@ func migrateLockName(dbName string) string {
 	}
 	sum := sha256.Sum256([]byte(dbName))
 	return prefix + hex.EncodeToString(sum[:16])
+}
+
+func isDupKeyName(err error) bool {
+	var me *mysql.MySQLError
+	return errors.As(err, &me) && me.Number == erDupKeyName
 }

@@ -38,7 +38,7 @@
 // shorter than the read timeout (so a lock wait ends as a retryable error,
 // not as a dropped connection with the transaction's locks still held).
 // Statements are prepared on each pool connection as it first needs them:
-// a node holds at most about MaxOpenConns×15 server-side statements, which
+// a node holds at most about MaxOpenConns×25 server-side statements, which
 // counts against the server's max_prepared_stmt_count.
 //
 // MySQL errors stop here: a duplicate key becomes store.ErrConflict, and
@@ -128,27 +128,31 @@ type DB struct {
 	db *sql.DB
 
 	// Statements prepared once and on each pool connection as it needs them.
-	advanceHead     *sql.Stmt
-	advanceFenced   *sql.Stmt
-	updateSnapshot  *sql.Stmt
-	insertSnapshot  *sql.Stmt
-	updateMeta      *sql.Stmt
-	insertMeta      *sql.Stmt
-	claim           *sql.Stmt
-	readClaim       *sql.Stmt
-	getMeta         *sql.Stmt
-	getCommand      *sql.Stmt
-	listCommands    *sql.Stmt
-	getSnapshot     *sql.Stmt
-	listPending     *sql.Stmt
-	listRoomsStmt   *sql.Stmt
-	markPublished   *sql.Stmt
-	markFailed      *sql.Stmt
-	headVersion     *sql.Stmt
-	selectPruneCmds *sql.Stmt
-	selectPruneOut  *sql.Stmt
-	insertCommands  *bulkInsert
-	insertOutbox    *bulkInsert
+	advanceHead      *sql.Stmt
+	advanceFenced    *sql.Stmt
+	updateSnapshot   *sql.Stmt
+	insertSnapshot   *sql.Stmt
+	updateMeta       *sql.Stmt
+	insertMeta       *sql.Stmt
+	claim            *sql.Stmt
+	readClaim        *sql.Stmt
+	getMeta          *sql.Stmt
+	getCommand       *sql.Stmt
+	listCommands     *sql.Stmt
+	getSnapshot      *sql.Stmt
+	listPending      *sql.Stmt
+	listRoomsStmt    *sql.Stmt
+	markPublished    *sql.Stmt
+	markFailed       *sql.Stmt
+	listPendingAfter *sql.Stmt
+	listRoomOutbox   *sql.Stmt
+	lockOutbox       *sql.Stmt
+	failOutbox       *sql.Stmt
+	headVersion      *sql.Stmt
+	selectPruneCmds  *sql.Stmt
+	selectPruneOut   *sql.Stmt
+	insertCommands   *bulkInsert
+	insertOutbox     *bulkInsert
 }
 
 // Open connects to the database dsn names (a go-sql-driver DSN such as
@@ -283,6 +287,10 @@ func (db *DB) prepare(ctx context.Context) error {
 	db.markPublished = prep(`UPDATE room_outbox SET status = 'published', published_at = COALESCE(published_at, ?)
 		WHERE event_id = ?`)
 	db.markFailed = prep(`UPDATE room_outbox SET attempts = attempts + 1, last_error = ? WHERE event_id = ?`)
+	db.listPendingAfter = prep(listPendingAfterQuery)
+	db.listRoomOutbox = prep(listRoomOutboxQuery)
+	db.lockOutbox = prep(`SELECT status, attempts FROM room_outbox WHERE event_id = ? FOR UPDATE`)
+	db.failOutbox = prep(`UPDATE room_outbox SET status = ?, attempts = ?, last_error = ?, next_attempt_at = ? WHERE event_id = ?`)
 	db.selectPruneCmds = prep(pruneCommandsQuery)
 	db.selectPruneOut = prep(`SELECT id FROM room_outbox
 		WHERE status = 'published' AND published_at < ? ORDER BY id LIMIT ?`)

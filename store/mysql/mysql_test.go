@@ -168,6 +168,31 @@ func TestMigrationsIdempotentAndConcurrent(t *testing.T) {
 	}
 }
 
+// TestMigrationRunAgainAfterCrash runs the index migration again, as after
+// a crash between its DDL and its record: the index is there, so it counts
+// as applied.
+func TestMigrationRunAgainAfterCrash(t *testing.T) {
+	ctx := t.Context()
+	dsn := mysqltest.DSN(t)
+	if err := Migrate(ctx, dsn); err != nil {
+		t.Fatalf("Migrate: %v", err)
+	}
+	raw := rawDB(t, dsn)
+	const version = "0005_room_outbox_room_pending"
+	if res, err := raw.ExecContext(ctx, `DELETE FROM schema_migrations WHERE version = ?`, version); err != nil {
+		t.Fatal(err)
+	} else if n, _ := res.RowsAffected(); n != 1 {
+		t.Fatalf("migration %s was not recorded", version)
+	}
+	if err := Migrate(ctx, dsn); err != nil {
+		t.Fatalf("Migrate with the index present but unrecorded: %v", err)
+	}
+	var n int
+	if err := raw.QueryRowContext(ctx, `SELECT COUNT(*) FROM schema_migrations WHERE version = ?`, version).Scan(&n); err != nil || n != 1 {
+		t.Fatalf("migration %s recorded %d times, err %v; want once", version, n, err)
+	}
+}
+
 func TestMigrateLockName(t *testing.T) {
 	if got := migrateLockName("room"); got != "room_service_migrate.room" {
 		t.Fatalf("lock name %q", got)
@@ -246,6 +271,57 @@ func TestPendingScanUsesIndexInIDOrder(t *testing.T) {
 	}
 }
 
+// TestOutboxRelayReadsUseIndexes checks that the relay's reads and the
+// stats stay on the pending (or dead) rows of an index, whatever published
+// history there is, and need no sort.
+func TestOutboxRelayReadsUseIndexes(t *testing.T) {
+	ctx := t.Context()
+	dsn := mysqltest.DSN(t)
+	db := openDSN(t, dsn, Options{})
+	var rows []outbox.Record
+	for v := int64(1); v <= 400; v++ {
+		room := fmt.Sprintf("r%d", v%4)
+		rows = append(rows, outbox.Record{EventID: fmt.Sprintf("%s/%d/0", room, v), RoomID: room, RoomVersion: v, EventType: "E"})
+	}
+	if err := db.SaveOutbox(ctx, rows); err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, r := range rows[:300] {
+		ids = append(ids, r.EventID)
+	}
+	if err := db.MarkOutboxPublishedBatch(ctx, ids); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.FailOutbox(ctx, rows[399].EventID, "poison", time.Time{}, 1); err != nil {
+		t.Fatal(err)
+	}
+	raw := rawDB(t, dsn)
+	if _, err := raw.ExecContext(ctx, `ANALYZE TABLE room_outbox`); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ query, key string }{
+		{bind(listPendingAfterQuery, "5", "10"), "room_outbox_pending"},
+		{bind(listRoomOutboxQuery, "'r1'", "10"), "room_outbox_room_pending"},
+		{statsPendingQuery, "room_outbox_pending"},
+		{statsPublishedQuery, "room_outbox_pending"},
+		{statsDeadQuery, "room_outbox_pending"},
+	} {
+		key, extra := explain(t, raw, "EXPLAIN "+tc.query)
+		if key != tc.key || (strings.Contains(tc.query, "ORDER BY") && strings.Contains(extra, "filesort")) {
+			t.Errorf("%s: key %q, extra %q; want %s without a sort", tc.query, key, extra, tc.key)
+		}
+	}
+}
+
+// bind replaces the placeholders of q with literal values, in order, for EXPLAIN.
+func bind(q string, vals ...string) string {
+	for _, v := range vals {
+		q = strings.Replace(q, "?", v, 1)
+	}
+	return q
+}
+
 // explain returns the key and Extra of the first row of an EXPLAIN.
 func explain(t *testing.T, raw *sql.DB, q string) (key, extra string) {
 	t.Helper()
@@ -280,8 +356,8 @@ func explain(t *testing.T, raw *sql.DB, q string) (key, extra string) {
 	return key, extra
 }
 
-// TestPruneOutboxKeepsDeadRows covers what the contract suite cannot reach
-// through the Repository: no method makes a row dead.
+// TestPruneOutboxKeepsDeadRows covers what the Repository never makes: a
+// dead row that carries a publish time.
 func TestPruneOutboxKeepsDeadRows(t *testing.T) {
 	ctx := t.Context()
 	dsn := mysqltest.DSN(t)

@@ -18,7 +18,7 @@ func (db *DB) PruneCommands(ctx context.Context, keepVersions int64, before time
 	if limit <= 0 {
 		return 0, nil
 	}
-	n, err := db.prune(ctx, pruneCommandsQuery, max(keepVersions, 0), before.UnixMilli(), limit)
+	n, err := db.execCount(ctx, pruneCommandsQuery, max(keepVersions, 0), before.UnixMilli(), limit)
 	if err != nil {
 		return 0, fmt.Errorf("prune commands: %w", err)
 	}
@@ -38,7 +38,7 @@ func (db *DB) PruneOutbox(ctx context.Context, before time.Time, limit int) (int
 	if limit <= 0 {
 		return 0, nil
 	}
-	n, err := db.prune(ctx, `DELETE FROM room_outbox WHERE id IN (
+	n, err := db.execCount(ctx, `DELETE FROM room_outbox WHERE id IN (
 		SELECT id FROM room_outbox WHERE status = 'published' AND published_at < ? ORDER BY id LIMIT ?)`,
 		before.UnixMilli(), limit)
 	if err != nil {
@@ -47,7 +47,8 @@ func (db *DB) PruneOutbox(ctx context.Context, before time.Time, limit int) (int
 	return n, nil
 }
 
-func (db *DB) prune(ctx context.Context, query string, args ...any) (int, error) {
+// execCount runs a write statement on the writer and returns the rows it changed.
+func (db *DB) execCount(ctx context.Context, query string, args ...any) (int, error) {
 	res, err := db.write.ExecContext(ctx, query, args...)
 	if err != nil {
 		return 0, mapErr(err)

@@ -94,12 +94,14 @@ type DB struct {
 	insertOutbox   *bulkInsert
 
 	// Reader statements, prepared lazily on each read connection.
-	getMeta       *sql.Stmt
-	getCommand    *sql.Stmt
-	listCommands  *sql.Stmt
-	getSnapshot   *sql.Stmt
-	listPending   *sql.Stmt
-	listRoomsStmt *sql.Stmt
+	getMeta          *sql.Stmt
+	getCommand       *sql.Stmt
+	listCommands     *sql.Stmt
+	getSnapshot      *sql.Stmt
+	listPending      *sql.Stmt
+	listPendingAfter *sql.Stmt
+	listRoomOutbox   *sql.Stmt
+	listRoomsStmt    *sql.Stmt
 }
 
 // Open opens (creating if needed) the database at path, switches it to WAL
@@ -252,6 +254,8 @@ func (db *DB) prepare(ctx context.Context) error {
 	db.getSnapshot = prep(db.read, `SELECT room_version, payload, created_at FROM room_snapshots WHERE room_id = ?`)
 	db.listPending = prep(db.read, `SELECT `+outboxColumns+` FROM room_outbox
 		WHERE status = 'pending' AND next_attempt_at <= ? ORDER BY id LIMIT ?`)
+	db.listPendingAfter = prep(db.read, listPendingAfterQuery)
+	db.listRoomOutbox = prep(db.read, listRoomOutboxQuery)
 	db.listRoomsStmt = prep(db.read, `SELECT room_id, owner_user_id, host_user_id, seat_count, mode, status,
 		room_version, owner_epoch, owner_node, updated_at
 		FROM rooms WHERE room_id > ? ORDER BY room_id LIMIT ?`)

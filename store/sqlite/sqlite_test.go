@@ -186,6 +186,54 @@ func TestPendingScanUsesPartialIndex(t *testing.T) {
 	}
 }
 
+// TestOutboxRelayReadsUseIndexes checks that the relay's reads, the stats
+// and the requeue stay on indexes, the pending and dead rows on their
+// partial ones, and need no sort.
+func TestOutboxRelayReadsUseIndexes(t *testing.T) {
+	db, _ := openTemp(t, Options{})
+	for _, tc := range []struct {
+		query string
+		args  []any
+		want  string
+	}{
+		{listPendingAfterQuery, []any{0, 10}, "USING INDEX room_outbox_pending"},
+		{listRoomOutboxQuery, []any{"r", 10}, "USING INDEX room_outbox_room_pending"},
+		{statsPendingQuery, nil, "USING INDEX room_outbox_pending"},
+		{statsDeadQuery, nil, "USING COVERING INDEX room_outbox_dead"},
+		{statsRowsQuery, nil, "USING COVERING INDEX"},
+		{requeueDeadQuery, []any{0, 10}, "USING COVERING INDEX room_outbox_dead"},
+		{requeueDeadTypeQuery, []any{0, "E", 10}, "USING COVERING INDEX room_outbox_dead (event_type=?)"},
+	} {
+		plan := queryPlan(t, db, tc.query, tc.args...)
+		if !strings.Contains(plan, tc.want) || strings.Contains(plan, "TEMP B-TREE") {
+			t.Errorf("%s: plan %q, want %q without a sort", tc.query, plan, tc.want)
+		}
+	}
+}
+
+// queryPlan returns the details of EXPLAIN QUERY PLAN query, joined.
+func queryPlan(t *testing.T, db *DB, query string, args ...any) string {
+	t.Helper()
+	rows, err := db.read.QueryContext(t.Context(), `EXPLAIN QUERY PLAN `+query, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var plan []string
+	for rows.Next() {
+		var id, parent, unused int
+		var detail string
+		if err := rows.Scan(&id, &parent, &unused, &detail); err != nil {
+			t.Fatal(err)
+		}
+		plan = append(plan, detail)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return strings.Join(plan, "; ")
+}
+
 func TestDriverErrorsBecomeSentinels(t *testing.T) {
 	ctx := t.Context()
 	db, path := openTemp(t, Options{BusyTimeout: 50 * time.Millisecond})
@@ -303,8 +351,8 @@ func benchCommit(b *testing.B, opts Options, nBatches, nCommands int, payload []
 	b.ReportMetric(float64(calls)/secs, "commits/s")
 }
 
-// TestPruneOutboxKeepsDeadRows covers what the contract suite cannot reach
-// through the Repository: no method makes a row dead.
+// TestPruneOutboxKeepsDeadRows covers what the Repository never makes: a
+// dead row that carries a publish time.
 func TestPruneOutboxKeepsDeadRows(t *testing.T) {
 	ctx := t.Context()
 	db, _ := openTemp(t, Options{})

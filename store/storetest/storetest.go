@@ -10,6 +10,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -22,10 +23,12 @@ import (
 
 // Run runs the contract suite. newRepo returns the repository a subtest uses,
 // and owns its cleanup (t.Cleanup); it may hand every subtest the same
-// database. The subtests that delete across rooms (the prune tests) run
-// first, one at a time; the others then run in parallel. A shared database
-// must hold no published outbox rows of others when Run starts: PruneOutbox
-// deletes every row published before its cut and counts them.
+// database. The subtests that delete or count across rooms (the prune tests,
+// then the outbox stats test) run first, one at a time; the others then run
+// in parallel. A shared database must hold no published outbox rows of
+// others when Run starts: PruneOutbox deletes every row published before its
+// cut and counts them. The stats test compares the counts before and after
+// its own changes, and requeues every dead row.
 func Run(t *testing.T, newRepo func(t *testing.T) store.Repository) {
 	serial := []struct {
 		name string
@@ -33,6 +36,7 @@ func Run(t *testing.T, newRepo func(t *testing.T) store.Repository) {
 	}{
 		{"PruneOutbox", testPruneOutbox},
 		{"PruneCommands", testPruneCommands},
+		{"OutboxStats", testOutboxStats},
 	}
 	for _, tc := range serial {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, newRepo(t)) })
@@ -62,6 +66,11 @@ func Run(t *testing.T, newRepo func(t *testing.T) store.Repository) {
 		{"SaveCommand", testSaveCommand},
 		{"Outbox", testOutbox},
 		{"OutboxDuplicateEventID", testOutboxDuplicateEventID},
+		{"ListPendingOutboxAfter", testListPendingOutboxAfter},
+		{"ListRoomOutbox", testListRoomOutbox},
+		{"FailOutbox", testFailOutbox},
+		{"FailOutboxConcurrent", testFailOutboxConcurrent},
+		{"MarkOutboxPublishedBatch", testMarkOutboxPublishedBatch},
 		{"ListRooms", testListRooms},
 	}
 	for _, tc := range tests {
@@ -718,6 +727,13 @@ func testPruneOutbox(t *testing.T, repo store.Repository) {
 	if err := repo.SaveOutbox(ctx, rows); err != nil {
 		t.Fatalf("SaveOutbox: %v", err)
 	}
+	// A dead row, of a room and type of its own, is never pruned.
+	doomed := event(newRoomID(t), 1, 0)
+	doomed.EventType = newEventType(t)
+	mustSaveOutbox(t, repo, doomed)
+	if !mustFail(t, repo, doomed.EventID, "gone", time.Time{}, 1) {
+		t.Fatal("FailOutbox(maxAttempts 1) left the row alive")
+	}
 	publish := func(r outbox.Record) {
 		t.Helper()
 		if err := repo.MarkOutboxPublished(ctx, r.EventID); err != nil {
@@ -732,6 +748,10 @@ func testPruneOutbox(t *testing.T, repo store.Repository) {
 	cut := nextMillisecond(time.Now())
 	nextMillisecond(cut)
 	publish(rows[6])
+	// Marking published rows again keeps their first publish time, before the cut.
+	if err := repo.MarkOutboxPublishedBatch(ctx, eventIDs(rows[:5])); err != nil {
+		t.Fatalf("MarkOutboxPublishedBatch(published rows): %v", err)
+	}
 
 	if n, err := repo.PruneOutbox(ctx, cut, 0); err != nil || n != 0 {
 		t.Fatalf("PruneOutbox(limit 0) = %d, %v; want 0", n, err)
@@ -770,6 +790,9 @@ func testPruneOutbox(t *testing.T, repo store.Repository) {
 	}
 	if n, err := repo.PruneOutbox(ctx, cut, limit); err != nil || n != 0 {
 		t.Fatalf("PruneOutbox again = %d, %v; want 0", n, err)
+	}
+	if n, err := repo.RequeueDeadOutbox(ctx, doomed.EventType); err != nil || n != 1 {
+		t.Fatalf("RequeueDeadOutbox(the dead row's type) after pruning = %d, %v; want 1", n, err)
 	}
 }
 
@@ -943,6 +966,393 @@ func testOutboxDuplicateEventID(t *testing.T, repo store.Repository) {
 	}
 }
 
+func testListPendingOutboxAfter(t *testing.T, repo store.Repository) {
+	ctx := t.Context()
+	a, b := newRoomID(t), newRoomID(t)
+	later := event(a, 2, 0)
+	later.NextAttemptAt = now().Add(time.Hour)
+	published := event(b, 1, 0)
+	dead := event(b, 2, 0)
+	dead.EventType = newEventType(t)
+	mustSaveOutbox(t, repo, event(a, 1, 0), published, later)
+	mustSaveOutbox(t, repo, event(b, 3, 0), dead, event(a, 3, 0))
+	if err := repo.MarkOutboxPublished(ctx, published.EventID); err != nil {
+		t.Fatalf("MarkOutboxPublished: %v", err)
+	}
+	mustFail(t, repo, dead.EventID, "poison", time.Time{}, 1)
+	// Id order is insertion order; the row that is not due is listed too.
+	want := []string{event(a, 1, 0).EventID, later.EventID, event(b, 3, 0).EventID, event(a, 3, 0).EventID}
+	mine := func(rows []outbox.Record) []outbox.Record {
+		var out []outbox.Record
+		for _, r := range rows {
+			if r.RoomID == a || r.RoomID == b {
+				out = append(out, r)
+			}
+		}
+		return out
+	}
+
+	all := mustPendingAfter(t, repo, 0, pendingLimit)
+	got := mine(all)
+	if ids := eventIDs(got); !slices.Equal(ids, want) {
+		t.Fatalf("ListPendingOutboxAfter(0) rows of mine = %v, want %v", ids, want)
+	}
+	for _, r := range all {
+		if r.Status != outbox.StatusPending {
+			t.Fatalf("ListPendingOutboxAfter listed %s with status %q", r.EventID, r.Status)
+		}
+	}
+	if first := got[0]; first.RoomID != a || first.RoomVersion != 1 || first.Seq != 0 ||
+		first.EventType != "RoomMicChanged" || !bytes.Equal(first.Payload, event(a, 1, 0).Payload) ||
+		first.Attempts != 0 || first.CreatedAt.IsZero() {
+		t.Fatalf("first row = %+v, want room %s v1 seq 0 as saved", first, a)
+	}
+	if !got[1].NextAttemptAt.Equal(later.NextAttemptAt) {
+		t.Fatalf("not-due row NextAttemptAt = %v, want %v", got[1].NextAttemptAt, later.NextAttemptAt)
+	}
+
+	// Paging by the last id seen walks my rows in order, whatever others
+	// write between them.
+	var paged []outbox.Record
+	after := got[0].ID - 1
+	for page := 0; len(paged) < len(want); page++ {
+		if page > 100000 {
+			t.Fatal("paging did not reach my rows")
+		}
+		rows := mustPendingAfter(t, repo, after, 3)
+		if len(rows) == 0 {
+			break
+		}
+		if len(rows) > 3 {
+			t.Fatalf("ListPendingOutboxAfter(limit 3) returned %d rows", len(rows))
+		}
+		for _, r := range rows {
+			if r.ID <= after {
+				t.Fatalf("ListPendingOutboxAfter(%d) returned id %d", after, r.ID)
+			}
+			after = r.ID
+		}
+		paged = append(paged, mine(rows)...)
+	}
+	if ids := eventIDs(paged); !slices.Equal(ids, want) {
+		t.Fatalf("paged rows of mine = %v, want %v", ids, want)
+	}
+	if rest := mine(mustPendingAfter(t, repo, got[len(got)-1].ID, pendingLimit)); len(rest) != 0 {
+		t.Fatalf("ListPendingOutboxAfter(my last id) = %v, want none of mine", eventIDs(rest))
+	}
+	if rows, err := repo.ListPendingOutboxAfter(ctx, 0, 0); err != nil || len(rows) != 0 {
+		t.Fatalf("ListPendingOutboxAfter(limit 0) = %d rows, %v; want none", len(rows), err)
+	}
+}
+
+func testListRoomOutbox(t *testing.T, repo store.Repository) {
+	ctx := t.Context()
+	a, b := newRoomID(t), newRoomID(t)
+	// Saved out of order and interleaved with room b's rows, so that id
+	// order is not the room's order.
+	later := event(a, 2, 0)
+	later.NextAttemptAt = now().Add(time.Hour)
+	published, dead := event(a, 4, 0), event(a, 5, 0)
+	dead.EventType = newEventType(t)
+	mustSaveOutbox(t, repo, event(a, 3, 0), event(b, 1, 0), event(a, 1, 1))
+	mustSaveOutbox(t, repo, event(b, 2, 0), later, event(a, 1, 0), event(a, 3, 1))
+	mustSaveOutbox(t, repo, published, dead, event(b, 3, 0), event(a, 6, 0))
+	if err := repo.MarkOutboxPublished(ctx, published.EventID); err != nil {
+		t.Fatalf("MarkOutboxPublished: %v", err)
+	}
+	mustFail(t, repo, dead.EventID, "poison", time.Time{}, 1)
+
+	wantA := []string{event(a, 1, 0).EventID, event(a, 1, 1).EventID, later.EventID,
+		event(a, 3, 0).EventID, event(a, 3, 1).EventID, event(a, 6, 0).EventID}
+	got := mustRoomOutbox(t, repo, a, 100)
+	if ids := eventIDs(got); !slices.Equal(ids, wantA) {
+		t.Fatalf("ListRoomOutbox(a) = %v, want %v", ids, wantA)
+	}
+	for _, r := range got {
+		if r.RoomID != a || r.Status != outbox.StatusPending || r.ID <= 0 {
+			t.Fatalf("ListRoomOutbox(a) listed %+v", r)
+		}
+	}
+	if !got[2].NextAttemptAt.Equal(later.NextAttemptAt) {
+		t.Fatalf("not-due row NextAttemptAt = %v, want %v", got[2].NextAttemptAt, later.NextAttemptAt)
+	}
+	if ids := eventIDs(mustRoomOutbox(t, repo, a, 2)); !slices.Equal(ids, wantA[:2]) {
+		t.Fatalf("ListRoomOutbox(a, limit 2) = %v, want %v", ids, wantA[:2])
+	}
+	wantB := []string{event(b, 1, 0).EventID, event(b, 2, 0).EventID, event(b, 3, 0).EventID}
+	if ids := eventIDs(mustRoomOutbox(t, repo, b, 100)); !slices.Equal(ids, wantB) {
+		t.Fatalf("ListRoomOutbox(b) = %v, want %v", ids, wantB)
+	}
+
+	// Once the head is published the next read starts after it.
+	if err := repo.MarkOutboxPublishedBatch(ctx, wantA[:2]); err != nil {
+		t.Fatalf("MarkOutboxPublishedBatch: %v", err)
+	}
+	if ids := eventIDs(mustRoomOutbox(t, repo, a, 2)); !slices.Equal(ids, wantA[2:4]) {
+		t.Fatalf("ListRoomOutbox(a, limit 2) after publishing the head = %v, want %v", ids, wantA[2:4])
+	}
+	if rows := mustRoomOutbox(t, repo, newRoomID(t), 100); len(rows) != 0 {
+		t.Fatalf("ListRoomOutbox(unknown room) = %v, want none", eventIDs(rows))
+	}
+	if rows, err := repo.ListRoomOutbox(ctx, a, 0); err != nil || len(rows) != 0 {
+		t.Fatalf("ListRoomOutbox(limit 0) = %d rows, %v; want none", len(rows), err)
+	}
+}
+
+func testFailOutbox(t *testing.T, repo store.Repository) {
+	ctx := t.Context()
+	id := newRoomID(t)
+	typ := newEventType(t)
+	r, past, free, published := event(id, 1, 0), event(id, 2, 0), event(id, 3, 0), event(id, 4, 0)
+	r.EventType, past.EventType = typ, typ
+	mustSaveOutbox(t, repo, r, past, free, published)
+	row := func(eventID string) (outbox.Record, bool) {
+		t.Helper()
+		return findEvent(mustRoomOutbox(t, repo, id, 100), eventID)
+	}
+
+	for attempt := int32(1); attempt <= 2; attempt++ {
+		msg := fmt.Sprintf("broker down %d", attempt)
+		next := now().Add(time.Duration(attempt) * time.Hour)
+		if mustFail(t, repo, r.EventID, msg, next, 3) {
+			t.Fatalf("failure %d of 3 made the row dead", attempt)
+		}
+		got, ok := row(r.EventID)
+		if !ok || got.Status != outbox.StatusPending || got.Attempts != attempt || got.LastError != msg ||
+			!got.NextAttemptAt.Equal(next) {
+			t.Fatalf("after failure %d: row %+v (listed %v), want pending, attempts %d, last error %q, next %v",
+				attempt, got, ok, attempt, msg, next)
+		}
+		if _, due := findEvent(mustPending(t, repo, id), r.EventID); due {
+			t.Fatalf("after failure %d the row is due before its next attempt", attempt)
+		}
+	}
+	if !mustFail(t, repo, r.EventID, "final", now().Add(time.Hour), 3) {
+		t.Fatal("failure 3 of 3 left the row alive")
+	}
+	if _, ok := row(r.EventID); ok {
+		t.Fatal("a dead row is listed by ListRoomOutbox")
+	}
+	if _, ok := findEvent(mustPendingAfter(t, repo, 0, pendingLimit), r.EventID); ok {
+		t.Fatal("a dead row is listed by ListPendingOutboxAfter")
+	}
+
+	// A row that is not pending is left alone.
+	if err := repo.MarkOutboxPublished(ctx, published.EventID); err != nil {
+		t.Fatalf("MarkOutboxPublished: %v", err)
+	}
+	for _, eventID := range []string{r.EventID, published.EventID} {
+		if dead, err := repo.FailOutbox(ctx, eventID, "late", time.Time{}, 1); err != nil || dead {
+			t.Fatalf("FailOutbox(%s, not pending) = %v, %v; want false, nil", eventID, dead, err)
+		}
+	}
+	if _, err := repo.FailOutbox(ctx, id+"/missing", "x", time.Time{}, 3); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("FailOutbox(unknown): err %v, want ErrNotFound", err)
+	}
+
+	// The limit counts every failed attempt, MarkOutboxFailed's too: a row
+	// past it dies at its next failure.
+	for range 3 {
+		if err := repo.MarkOutboxFailed(ctx, past.EventID, "old failure"); err != nil {
+			t.Fatalf("MarkOutboxFailed: %v", err)
+		}
+	}
+	if !mustFail(t, repo, past.EventID, "over the limit", time.Time{}, 2) {
+		t.Fatal("a row past maxAttempts stayed alive")
+	}
+
+	// Without a limit a row never dies; a zero next is due at once.
+	for attempt := int32(1); attempt <= 4; attempt++ {
+		if mustFail(t, repo, free.EventID, "again", time.Time{}, 0) {
+			t.Fatalf("failure %d with no limit made the row dead", attempt)
+		}
+	}
+	if got, ok := findEvent(mustPending(t, repo, id), free.EventID); !ok || got.Attempts != 4 {
+		t.Fatalf("row failed 4 times with a zero next: %+v (due %v), want due with 4 attempts", got, ok)
+	}
+
+	// Requeued rows are pending again: no attempts, due now, last error kept.
+	if n, err := repo.RequeueDeadOutbox(ctx, typ); err != nil || n != 2 {
+		t.Fatalf("RequeueDeadOutbox(%s) = %d, %v; want 2", typ, n, err)
+	}
+	due := mustPending(t, repo, id)
+	for _, want := range []struct{ eventID, lastErr string }{{r.EventID, "final"}, {past.EventID, "over the limit"}} {
+		got, ok := findEvent(due, want.eventID)
+		if !ok || got.Status != outbox.StatusPending || got.Attempts != 0 || got.LastError != want.lastErr {
+			t.Fatalf("requeued row %+v (due %v), want pending, due, 0 attempts, last error %q", got, ok, want.lastErr)
+		}
+	}
+	if n, err := repo.RequeueDeadOutbox(ctx, typ); err != nil || n != 0 {
+		t.Fatalf("RequeueDeadOutbox(%s) again = %d, %v; want 0", typ, n, err)
+	}
+	// The requeued row counts its attempts from zero.
+	if mustFail(t, repo, r.EventID, "after requeue", time.Time{}, 2) {
+		t.Fatal("the first failure after a requeue made the row dead")
+	}
+}
+
+func testFailOutboxConcurrent(t *testing.T, repo store.Repository) {
+	// Relays failing one row at once each count, and exactly one of them
+	// sees the row die.
+	ctx := t.Context()
+	id := newRoomID(t)
+	typ := newEventType(t)
+	counted, dying := event(id, 1, 0), event(id, 2, 0)
+	dying.EventType = typ
+	mustSaveOutbox(t, repo, counted, dying)
+	const writers = 8
+	deaths := make([]bool, writers)
+	errs := make([]error, 2*writers)
+	var wg sync.WaitGroup
+	for w := range writers {
+		wg.Go(func() {
+			_, errs[w] = repo.FailOutbox(ctx, counted.EventID, fmt.Sprintf("writer %d", w), time.Time{}, 100)
+		})
+		wg.Go(func() {
+			deaths[w], errs[writers+w] = repo.FailOutbox(ctx, dying.EventID, fmt.Sprintf("writer %d", w), time.Time{}, 5)
+		})
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("FailOutbox call %d: %v", i, err)
+		}
+	}
+	died := 0
+	for _, dead := range deaths {
+		if dead {
+			died++
+		}
+	}
+	if died != 1 {
+		t.Fatalf("%d concurrent failures reported the row dead, want exactly 1", died)
+	}
+	rows := mustRoomOutbox(t, repo, id, 100)
+	if len(rows) != 1 || rows[0].EventID != counted.EventID || rows[0].Attempts != writers {
+		t.Fatalf("pending rows after concurrent failures = %+v, want only %s with %d attempts", rows, counted.EventID, writers)
+	}
+	if n, err := repo.RequeueDeadOutbox(ctx, typ); err != nil || n != 1 {
+		t.Fatalf("RequeueDeadOutbox(%s) = %d, %v; want the 1 dead row", typ, n, err)
+	}
+}
+
+func testMarkOutboxPublishedBatch(t *testing.T, repo store.Repository) {
+	ctx := t.Context()
+	id := newRoomID(t)
+	batchType, singleType := newEventType(t), newEventType(t)
+	var rows []outbox.Record
+	for v := int64(1); v <= 6; v++ {
+		rows = append(rows, event(id, v, 0))
+	}
+	rows[4].EventType, rows[5].EventType = batchType, singleType
+	mustSaveOutbox(t, repo, rows...)
+	if err := repo.MarkOutboxPublished(ctx, rows[0].EventID); err != nil {
+		t.Fatalf("MarkOutboxPublished: %v", err)
+	}
+	mustFail(t, repo, rows[4].EventID, "poison", time.Time{}, 1)
+	mustFail(t, repo, rows[5].EventID, "poison", time.Time{}, 1)
+
+	// Published, unknown and dead ids among pending ones, spread over more
+	// ids than one chunk of an implementation that chunks its IN list.
+	ids := []string{rows[0].EventID, id + "/missing", rows[1].EventID}
+	for i := range 1500 {
+		ids = append(ids, fmt.Sprintf("%s/absent/%d", id, i))
+	}
+	ids = append(ids, rows[3].EventID, rows[4].EventID)
+	if err := repo.MarkOutboxPublishedBatch(ctx, ids); err != nil {
+		t.Fatalf("MarkOutboxPublishedBatch: %v", err)
+	}
+	if got := eventIDs(mustRoomOutbox(t, repo, id, 100)); !slices.Equal(got, []string{rows[2].EventID}) {
+		t.Fatalf("pending after MarkOutboxPublishedBatch = %v, want only %s", got, rows[2].EventID)
+	}
+	// The dead row in the batch is published: none of its type is left to requeue.
+	if n, err := repo.RequeueDeadOutbox(ctx, batchType); err != nil || n != 0 {
+		t.Fatalf("RequeueDeadOutbox after publishing the dead row in a batch = %d, %v; want 0", n, err)
+	}
+	for _, r := range []outbox.Record{rows[0], rows[1], rows[3], rows[4]} {
+		if err := repo.MarkOutboxPublished(ctx, r.EventID); err != nil {
+			t.Fatalf("MarkOutboxPublished(%s) after the batch: %v, want the usual no-op", r.EventID, err)
+		}
+	}
+	// MarkOutboxPublished publishes a dead row too.
+	if err := repo.MarkOutboxPublished(ctx, rows[5].EventID); err != nil {
+		t.Fatalf("MarkOutboxPublished(dead): %v", err)
+	}
+	if n, err := repo.RequeueDeadOutbox(ctx, singleType); err != nil || n != 0 {
+		t.Fatalf("RequeueDeadOutbox after publishing the dead row = %d, %v; want 0", n, err)
+	}
+
+	if err := repo.MarkOutboxPublishedBatch(ctx, nil); err != nil {
+		t.Fatalf("MarkOutboxPublishedBatch(none): %v", err)
+	}
+	if err := repo.MarkOutboxPublishedBatch(ctx, []string{rows[2].EventID, rows[2].EventID}); err != nil {
+		t.Fatalf("MarkOutboxPublishedBatch(duplicate ids): %v", err)
+	}
+	if got := mustRoomOutbox(t, repo, id, 100); len(got) != 0 {
+		t.Fatalf("pending after publishing all = %v, want none", eventIDs(got))
+	}
+}
+
+// testOutboxStats runs alone: it compares the global counts before and
+// after its own changes, and requeues every dead row.
+func testOutboxStats(t *testing.T, repo store.Repository) {
+	ctx := t.Context()
+	before := mustStats(t, repo)
+	id := newRoomID(t)
+	typeA, typeB := newEventType(t), newEventType(t)
+
+	// The oldest row is not the lowest id: OldestPending is by creation time.
+	oldest := now().Add(-24 * time.Hour)
+	if !before.OldestPending.IsZero() && !before.OldestPending.After(oldest) {
+		oldest = before.OldestPending.Add(-time.Hour)
+	}
+	var rows []outbox.Record
+	for v := int64(1); v <= 6; v++ {
+		rows = append(rows, event(id, v, 0))
+	}
+	rows[1].CreatedAt = oldest
+	rows[2].EventType, rows[3].EventType, rows[4].EventType = typeA, typeA, typeB
+	mustSaveOutbox(t, repo, rows...)
+	for _, r := range rows[2:5] {
+		mustFail(t, repo, r.EventID, "poison", time.Time{}, 1)
+	}
+	if err := repo.MarkOutboxPublished(ctx, rows[5].EventID); err != nil {
+		t.Fatalf("MarkOutboxPublished: %v", err)
+	}
+
+	wantDead := maps.Clone(before.Dead)
+	wantDead[typeA], wantDead[typeB] = 2, 1
+	assertStats(t, mustStats(t, repo), before.Pending+2, oldest, wantDead, before.Published+1)
+
+	if err := repo.MarkOutboxPublished(ctx, rows[1].EventID); err != nil {
+		t.Fatalf("MarkOutboxPublished: %v", err)
+	}
+	nextOldest := rows[0].CreatedAt
+	if !before.OldestPending.IsZero() && before.OldestPending.Before(nextOldest) {
+		nextOldest = before.OldestPending
+	}
+	assertStats(t, mustStats(t, repo), before.Pending+1, nextOldest, wantDead, before.Published+2)
+
+	if n, err := repo.RequeueDeadOutbox(ctx, typeA); err != nil || n != 2 {
+		t.Fatalf("RequeueDeadOutbox(%s) = %d, %v; want 2", typeA, n, err)
+	}
+	delete(wantDead, typeA)
+	assertStats(t, mustStats(t, repo), before.Pending+3, nextOldest, wantDead, before.Published+2)
+
+	var othersDead int64
+	for _, n := range before.Dead {
+		othersDead += n
+	}
+	if n, err := repo.RequeueDeadOutbox(ctx, ""); err != nil || int64(n) != othersDead+1 {
+		t.Fatalf("RequeueDeadOutbox(all) = %d, %v; want %d", n, err, othersDead+1)
+	}
+	after := mustStats(t, repo)
+	if othersDead > 0 && after.OldestPending.Before(nextOldest) {
+		nextOldest = after.OldestPending // a requeued row of others is older
+	}
+	assertStats(t, after, before.Pending+4+othersDead, nextOldest, map[string]int64{}, before.Published+2)
+}
+
 func testListRooms(t *testing.T, repo store.Repository) {
 	ctx := t.Context()
 	prefix := newRoomID(t)
@@ -1015,6 +1425,13 @@ func newRoomID(t *testing.T) string {
 		t.Fatalf("random room id: %v", err)
 	}
 	return name + "-" + hex.EncodeToString(b[:])
+}
+
+// newEventType returns an event type no other test uses, so that a test can
+// count and requeue its own dead rows in a shared database.
+func newEventType(t *testing.T) string {
+	t.Helper()
+	return "Ev-" + newRoomID(t)
 }
 
 func now() time.Time { return time.Now().Truncate(time.Millisecond) }
@@ -1143,6 +1560,65 @@ func mustPending(t *testing.T, repo store.Repository, id string) []outbox.Record
 		}
 	}
 	return mine
+}
+
+func mustSaveOutbox(t *testing.T, repo store.Repository, rows ...outbox.Record) {
+	t.Helper()
+	if err := repo.SaveOutbox(t.Context(), rows); err != nil {
+		t.Fatalf("SaveOutbox: %v", err)
+	}
+}
+
+func mustPendingAfter(t *testing.T, repo store.Repository, afterID int64, limit int) []outbox.Record {
+	t.Helper()
+	rows, err := repo.ListPendingOutboxAfter(t.Context(), afterID, limit)
+	if err != nil {
+		t.Fatalf("ListPendingOutboxAfter(%d, %d): %v", afterID, limit, err)
+	}
+	for i := 1; i < len(rows); i++ {
+		if rows[i].ID <= rows[i-1].ID {
+			t.Fatalf("ListPendingOutboxAfter(%d, %d): id %d after %d, want ascending ids", afterID, limit, rows[i].ID, rows[i-1].ID)
+		}
+	}
+	return rows
+}
+
+func mustRoomOutbox(t *testing.T, repo store.Repository, id string, limit int) []outbox.Record {
+	t.Helper()
+	rows, err := repo.ListRoomOutbox(t.Context(), id, limit)
+	if err != nil {
+		t.Fatalf("ListRoomOutbox(%s, %d): %v", id, limit, err)
+	}
+	return rows
+}
+
+// mustFail records a failed delivery and returns whether the row is dead now.
+func mustFail(t *testing.T, repo store.Repository, eventID, msg string, next time.Time, maxAttempts int32) bool {
+	t.Helper()
+	dead, err := repo.FailOutbox(t.Context(), eventID, msg, next, maxAttempts)
+	if err != nil {
+		t.Fatalf("FailOutbox(%s): %v", eventID, err)
+	}
+	return dead
+}
+
+func mustStats(t *testing.T, repo store.Repository) store.OutboxStats {
+	t.Helper()
+	st, err := repo.OutboxStats(t.Context())
+	if err != nil {
+		t.Fatalf("OutboxStats: %v", err)
+	}
+	if st.Dead == nil {
+		t.Fatal("OutboxStats.Dead is nil, want a map")
+	}
+	return st
+}
+
+func assertStats(t *testing.T, got store.OutboxStats, pending int64, oldest time.Time, dead map[string]int64, published int64) {
+	t.Helper()
+	if got.Pending != pending || !got.OldestPending.Equal(oldest) || !maps.Equal(got.Dead, dead) || got.Published != published {
+		t.Fatalf("OutboxStats = %+v, want pending %d, oldest pending %v, dead %v, published %d", got, pending, oldest, dead, published)
+	}
 }
 
 // mustRoomInfo finds the room through ListRooms, starting just before its id.
