@@ -1,0 +1,518 @@
+// Package natsbus publishes outbox records to NATS JetStream, and runs the
+// embedded NATS server that is room-service's zero-configuration broker.
+//
+// Every record becomes one message on the subject
+// <prefix>.<event type>.<RoomToken(room id)> of one stream, carrying a
+// protobuf room.v1.RoomEvent and the header Nats-Msg-Id = event_id, so
+// JetStream drops a re-published record inside the stream's duplicate window.
+// The relay that calls Publish owns ordering (one room's records in
+// (room_version, seq) order) and retries; this package only guarantees that a
+// nil error means the broker stored the message (or already had it).
+package natsbus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"hyapp/room-service/outbox"
+)
+
+// Defaults applied by Open to the zero fields of a Config.
+const (
+	DefaultStream         = "ROOM_EVENTS"
+	DefaultSubjectPrefix  = "room.events"
+	DefaultDuplicates     = 15 * time.Minute
+	DefaultMaxAge         = 7 * 24 * time.Hour
+	DefaultReplicas       = 1
+	DefaultPublishTimeout = 5 * time.Second
+
+	// MinDuplicates is the shortest duplicate window Open accepts. A relay
+	// that dies between the broker's ack and marking the row published
+	// re-publishes the row when it comes back; the window must outlast that
+	// restart or the consumers see the event twice.
+	MinDuplicates = 10 * time.Minute
+)
+
+const (
+	// reconnectBufSize bounds what a disconnected connection buffers; a
+	// publish beyond it fails at once and the relay retries the row later.
+	reconnectBufSize = 8 << 20
+	// drainTimeout bounds Close: unacknowledged work is the relay's to retry.
+	drainTimeout = 5 * time.Second
+	// startTimeout bounds the embedded server's start when ctx has no deadline.
+	startTimeout = 30 * time.Second
+)
+
+// ErrInvalidConfig is wrapped by every problem Config.Validate reports.
+var ErrInvalidConfig = errors.New("natsbus: invalid config")
+
+// Config selects the broker and the stream. The zero value of every field but
+// StoreDir (or URL) means its default.
+type Config struct {
+	// URL is an external server or cluster, comma separated
+	// ("nats://a:4222,nats://b:4222"). Empty runs an embedded server.
+	URL string
+	// StoreDir is the embedded server's JetStream storage directory; required
+	// when URL is empty, refused when it is set.
+	StoreDir string
+	// Listen is the embedded server's client address, such as
+	// "127.0.0.1:4333" (port 0 picks a free one), so that consumers outside
+	// the process can attach. Empty opens no port: the Bus talks to the
+	// server in-process.
+	Listen string
+	// Stream is the JetStream stream name, default "ROOM_EVENTS".
+	Stream string
+	// SubjectPrefix is the stream's subject prefix, default "room.events";
+	// the stream captures "<SubjectPrefix>.>".
+	SubjectPrefix string
+	// Duplicates is the stream's dedup window, default 15m, at least
+	// MinDuplicates: longer than the worst relay restart.
+	Duplicates time.Duration
+	// MaxAge is how long the stream keeps a message, default 7 days.
+	MaxAge time.Duration
+	// Replicas is the stream's replication factor, default 1; use 3 on a
+	// production cluster. The embedded server allows only 1.
+	Replicas int
+	// PublishTimeout bounds one Publish's wait for the broker's ack,
+	// default 5s.
+	PublishTimeout time.Duration
+	// Name is the client connection's name (and the embedded server's).
+	Name string
+	// SyncInterval is how often the embedded server fsyncs its store. Zero
+	// keeps the server's default (2 minutes): a killed process loses
+	// nothing, but an OS crash or power loss can lose the last interval's
+	// acknowledged messages. Negative fsyncs every message, which is far
+	// slower. An external server's setting is the server's own.
+	SyncInterval time.Duration
+}
+
+func (c Config) withDefaults() Config {
+	if c.Stream == "" {
+		c.Stream = DefaultStream
+	}
+	if c.SubjectPrefix == "" {
+		c.SubjectPrefix = DefaultSubjectPrefix
+	}
+	if c.Duplicates == 0 {
+		c.Duplicates = DefaultDuplicates
+	}
+	if c.MaxAge == 0 {
+		c.MaxAge = DefaultMaxAge
+	}
+	if c.Replicas == 0 {
+		c.Replicas = DefaultReplicas
+	}
+	if c.PublishTimeout == 0 {
+		c.PublishTimeout = DefaultPublishTimeout
+	}
+	return c
+}
+
+// Validate reports every problem of c, after defaults, at once; each one
+// wraps ErrInvalidConfig.
+func (c Config) Validate() error {
+	c = c.withDefaults()
+	var errs []error
+	bad := func(format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%w: "+format, append([]any{ErrInvalidConfig}, args...)...))
+	}
+	embedded := c.URL == ""
+	switch {
+	case embedded && c.StoreDir == "":
+		bad("store dir is required for the embedded server (no url)")
+	case !embedded && c.StoreDir != "":
+		bad("store dir is for the embedded server only, but url is set")
+	}
+	if !embedded && c.Listen != "" {
+		bad("listen is for the embedded server only, but url is set")
+	}
+	if c.Listen != "" {
+		if _, _, err := splitListen(c.Listen); err != nil {
+			bad("listen %q: %v", c.Listen, err)
+		}
+	}
+	if c.Stream == "" || strings.ContainsAny(c.Stream, " \t\r\n.*>/\\") {
+		bad("stream name %q must be one token without spaces, '.', '*', '>' or path separators", c.Stream)
+	}
+	if !validPrefix(c.SubjectPrefix) {
+		bad("subject prefix %q must be dot-separated non-empty tokens without wildcards or spaces", c.SubjectPrefix)
+	}
+	if c.Duplicates < MinDuplicates {
+		bad("duplicate window %s is shorter than %s (a relay restart must fit in it)", c.Duplicates, MinDuplicates)
+	}
+	if c.MaxAge < c.Duplicates {
+		bad("max age %s is shorter than the duplicate window %s", c.MaxAge, c.Duplicates)
+	}
+	if c.Replicas < 1 || c.Replicas > 5 {
+		bad("replicas %d must be between 1 and 5", c.Replicas)
+	} else if embedded && c.Replicas != 1 {
+		bad("replicas %d: the embedded server is a single node", c.Replicas)
+	}
+	if c.PublishTimeout < 0 {
+		bad("publish timeout %s is negative", c.PublishTimeout)
+	}
+	if !embedded && c.SyncInterval != 0 {
+		bad("sync interval is for the embedded server only, but url is set")
+	}
+	return errors.Join(errs...)
+}
+
+func validPrefix(p string) bool {
+	if p == "" {
+		return false
+	}
+	for tok := range strings.SplitSeq(p, ".") {
+		if tok == "" || strings.ContainsAny(tok, "*> \t\r\n") {
+			return false
+		}
+	}
+	return true
+}
+
+// Bus publishes outbox records to one JetStream stream. It is safe for
+// concurrent use. It owns its connection and, in embedded mode, the server;
+// Close releases both.
+type Bus struct {
+	cfg    Config
+	log    *slog.Logger
+	srv    *server.Server // nil with an external URL
+	nc     *nats.Conn
+	js     jetstream.JetStream
+	closed chan struct{} // closed by the connection's ClosedHandler
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// Open connects to the broker cfg names, or starts the embedded one, and
+// creates or updates the stream: subjects "<SubjectPrefix>.>", file storage,
+// the duplicate window, MaxAge, Replicas, discard old. An external
+// connection reconnects forever and logs its disconnects and reconnects; the
+// first connect fails fast. ctx bounds the start, not the Bus's life. A nil
+// log means slog.Default().
+func Open(ctx context.Context, cfg Config, log *slog.Logger) (*Bus, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	if log == nil {
+		log = slog.Default()
+	}
+	log = log.With("component", "natsbus", "stream", cfg.Stream)
+	b := &Bus{cfg: cfg, log: log, closed: make(chan struct{})}
+
+	opts := []nats.Option{
+		nats.Name(cfg.Name),
+		nats.MaxReconnects(-1),
+		nats.ReconnectWait(250 * time.Millisecond), // a broker back after an outage is found quickly
+		nats.ReconnectBufSize(reconnectBufSize),
+		nats.DrainTimeout(drainTimeout),
+		nats.DisconnectErrHandler(func(nc *nats.Conn, err error) {
+			if err != nil {
+				log.Warn("nats disconnected", "err", err)
+			}
+		}),
+		nats.ReconnectHandler(func(nc *nats.Conn) {
+			log.Info("nats reconnected", "url", nc.ConnectedUrlRedacted())
+		}),
+		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
+			if sub != nil {
+				log.Error("nats async error", "subject", sub.Subject, "err", err)
+				return
+			}
+			log.Error("nats async error", "err", err)
+		}),
+		nats.ClosedHandler(func(*nats.Conn) { close(b.closed) }),
+	}
+	url := cfg.URL
+	if url == "" {
+		srv, err := startServer(ctx, cfg, log)
+		if err != nil {
+			return nil, err
+		}
+		b.srv = srv
+		// In-process even when a client port is open: the Bus's own traffic
+		// never touches the network stack.
+		opts = append(opts, nats.InProcessServer(srv))
+	}
+	nc, err := nats.Connect(url, opts...)
+	if err != nil {
+		b.shutdownServer()
+		return nil, fmt.Errorf("connect nats %s: %w", redactURL(url), err)
+	}
+	b.nc = nc
+	js, err := jetstream.New(nc)
+	if err != nil {
+		_ = b.Close()
+		return nil, fmt.Errorf("jetstream: %w", err)
+	}
+	b.js = js
+	_, err = js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+		Name:        cfg.Stream,
+		Description: "room-service durable room events (outbox)",
+		Subjects:    []string{cfg.SubjectPrefix + ".>"},
+		Storage:     jetstream.FileStorage,
+		Retention:   jetstream.LimitsPolicy,
+		Discard:     jetstream.DiscardOld,
+		Duplicates:  cfg.Duplicates,
+		MaxAge:      cfg.MaxAge,
+		Replicas:    cfg.Replicas,
+	})
+	if err != nil {
+		_ = b.Close()
+		return nil, fmt.Errorf("create or update stream %s: %w", cfg.Stream, err)
+	}
+	log.Info("nats bus open", "embedded", b.srv != nil, "subjects", cfg.SubjectPrefix+".>", "client_url", b.ClientURL())
+	return b, nil
+}
+
+// Publish stores r in the stream and waits, at most PublishTimeout, for the
+// broker's ack. It returns nil once the broker has the message, including
+// when it already had it (a duplicate inside the window). An error means the
+// message may or may not be stored: retry with the same record. A record
+// Encode refuses gives ErrInvalidRecord, wrapped.
+func (b *Bus) Publish(ctx context.Context, r outbox.Record) error {
+	data, h, err := Encode(r)
+	if err != nil {
+		return fmt.Errorf("publish: %w", err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, b.cfg.PublishTimeout)
+	defer cancel()
+	msg := &nats.Msg{Subject: b.Subject(r.EventType, r.RoomID), Data: data, Header: h}
+	// ExpectStream makes the broker refuse the message if the subject were
+	// ever captured by another stream, instead of acking it there.
+	if _, err := b.js.PublishMsg(ctx, msg, jetstream.WithExpectStream(b.cfg.Stream)); err != nil {
+		if transient(err) {
+			return fmt.Errorf("publish event=%s: %w: %w", r.EventID, outbox.ErrTransient, err)
+		}
+		return fmt.Errorf("publish event=%s: %w", r.EventID, err)
+	}
+	return nil
+}
+
+// transient reports whether a publish failed because of the broker or the
+// connection rather than the message: the relay then backs off as a whole
+// and does not count an attempt against the row.
+func transient(err error) bool {
+	for _, t := range []error{
+		context.DeadlineExceeded, context.Canceled, nats.ErrTimeout, nats.ErrNoResponders,
+		nats.ErrConnectionClosed, nats.ErrConnectionReconnecting, nats.ErrConnectionDraining,
+		nats.ErrDisconnected, nats.ErrNoServers, nats.ErrInvalidConnection, jetstream.ErrNoStreamResponse,
+	} {
+		if errors.Is(err, t) {
+			return true
+		}
+	}
+	return false
+}
+
+// Subject is the subject a record of eventType in roomID is published on:
+// <prefix>.<eventType>.<RoomToken(roomID)>. Consumers filter by type with
+// "<prefix>.RoomGiftSent.>" or by room with "<prefix>.*.<token>". The event
+// type is escaped like a room id, which leaves ordinary type names unchanged.
+func (b *Bus) Subject(eventType, roomID string) string {
+	return b.cfg.SubjectPrefix + "." + RoomToken(eventType) + "." + RoomToken(roomID)
+}
+
+// TypeFilter is the subject filter for every event of eventType:
+// "<prefix>.<eventType>.>".
+func (b *Bus) TypeFilter(eventType string) string {
+	return b.cfg.SubjectPrefix + "." + RoomToken(eventType) + ".>"
+}
+
+// RoomFilter is the subject filter for every event of roomID:
+// "<prefix>.*.<RoomToken(roomID)>".
+func (b *Bus) RoomFilter(roomID string) string {
+	return b.cfg.SubjectPrefix + ".*." + RoomToken(roomID)
+}
+
+// Stream is the name of the stream the Bus publishes to.
+func (b *Bus) Stream() string { return b.cfg.Stream }
+
+// ClientURL is the URL consumers connect to: cfg.URL for an external broker,
+// the embedded server's client URL when it listens, and "" when the embedded
+// server is in-process only (use Conn or JetStream instead).
+func (b *Bus) ClientURL() string {
+	if b.srv == nil {
+		return b.cfg.URL
+	}
+	if b.cfg.Listen == "" {
+		return ""
+	}
+	return b.srv.ClientURL()
+}
+
+// JetStream is the Bus's JetStream handle, for consumers and tests. It stays
+// owned by the Bus and dies with Close.
+func (b *Bus) JetStream() jetstream.JetStream { return b.js }
+
+// Conn is the Bus's connection, for consumers and tests. It stays owned by
+// the Bus: do not close it.
+func (b *Bus) Conn() *nats.Conn { return b.nc }
+
+// Close drains the connection (waiting at most a few seconds for
+// outstanding acks), then shuts the embedded server down and waits for it.
+// Only the first call does the work; every call returns its result.
+// Publishing after Close fails.
+func (b *Bus) Close() error {
+	b.closeOnce.Do(func() {
+		if b.nc != nil {
+			err := b.nc.Drain()
+			if err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
+				b.closeErr = fmt.Errorf("drain nats connection: %w", err)
+			}
+			// Drain is asynchronous; the ClosedHandler marks its end. It is
+			// bounded by drainTimeout, the extra second covers the handler.
+			select {
+			case <-b.closed:
+			case <-time.After(drainTimeout + time.Second):
+				b.nc.Close()
+				<-b.closed
+			}
+		}
+		b.shutdownServer()
+		b.log.Info("nats bus closed")
+	})
+	return b.closeErr
+}
+
+func (b *Bus) shutdownServer() {
+	if b.srv == nil {
+		return
+	}
+	b.srv.Shutdown()
+	b.srv.WaitForShutdown()
+}
+
+// startServer runs the embedded server and waits until it takes clients.
+func startServer(ctx context.Context, cfg Config, log *slog.Logger) (*server.Server, error) {
+	name := cfg.Name
+	if name == "" {
+		name = "room-service"
+	}
+	opts := &server.Options{
+		ServerName: name,
+		JetStream:  true,
+		StoreDir:   cfg.StoreDir,
+		NoSigs:     true, // the daemon owns signals
+		DontListen: cfg.Listen == "",
+	}
+	switch {
+	case cfg.SyncInterval > 0:
+		opts.SyncInterval = cfg.SyncInterval
+	case cfg.SyncInterval < 0:
+		opts.SyncAlways = true
+	}
+	if cfg.Listen != "" {
+		host, port, err := splitListen(cfg.Listen)
+		if err != nil {
+			return nil, fmt.Errorf("embedded nats listen %q: %w", cfg.Listen, err)
+		}
+		opts.Host, opts.Port = host, port
+	}
+	srv, err := server.NewServer(opts)
+	if err != nil {
+		return nil, fmt.Errorf("embedded nats: %w", err)
+	}
+	sl := &serverLog{log: log.With("source", "nats-server")}
+	srv.SetLoggerV2(sl, false, false, false)
+	srv.Start()
+	if err := sl.fatalErr(); err != nil {
+		srv.Shutdown()
+		srv.WaitForShutdown()
+		return nil, fmt.Errorf("embedded nats start: %w", err)
+	}
+	wait := startTimeout
+	if d, ok := ctx.Deadline(); ok {
+		wait = time.Until(d)
+	}
+	if !srv.ReadyForConnections(wait) {
+		srv.Shutdown()
+		srv.WaitForShutdown()
+		if err := sl.fatalErr(); err != nil {
+			return nil, fmt.Errorf("embedded nats start: %w", err)
+		}
+		return nil, fmt.Errorf("embedded nats start: not ready after %s", wait)
+	}
+	if !srv.JetStreamEnabled() {
+		srv.Shutdown()
+		srv.WaitForShutdown()
+		return nil, errors.New("embedded nats start: jetstream is not enabled")
+	}
+	return srv, nil
+}
+
+// splitListen parses "host:port"; port 0 asks the server for a free port.
+func splitListen(listen string) (string, int, error) {
+	host, p, err := net.SplitHostPort(listen)
+	if err != nil {
+		return "", 0, err
+	}
+	port, err := strconv.Atoi(p)
+	if err != nil || port < 0 || port > 65535 {
+		return "", 0, fmt.Errorf("bad port %q", p)
+	}
+	if port == 0 {
+		port = server.RANDOM_PORT
+	}
+	return host, port, nil
+}
+
+// redactURL drops user info from every URL of a comma-separated list, so
+// credentials never reach an error message or a log.
+func redactURL(urls string) string {
+	parts := strings.Split(urls, ",")
+	for i, u := range parts {
+		u = strings.TrimSpace(u)
+		if at := strings.LastIndex(u, "@"); at >= 0 {
+			scheme := ""
+			if k := strings.Index(u, "://"); k >= 0 && k < at {
+				scheme = u[:k+3]
+			}
+			u = scheme + "***@" + u[at+1:]
+		}
+		parts[i] = u
+	}
+	return strings.Join(parts, ",")
+}
+
+// serverLog routes the embedded server's log into slog. The server's notices
+// (its start banner among them) are Debug; a Fatalf is remembered so that
+// Open can return it instead of the process exiting.
+type serverLog struct {
+	log   *slog.Logger
+	mu    sync.Mutex
+	fatal error
+}
+
+func (l *serverLog) fatalErr() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.fatal
+}
+
+func (l *serverLog) Noticef(format string, v ...any) { l.log.Debug(fmt.Sprintf(format, v...)) }
+func (l *serverLog) Warnf(format string, v ...any)   { l.log.Warn(fmt.Sprintf(format, v...)) }
+func (l *serverLog) Errorf(format string, v ...any)  { l.log.Error(fmt.Sprintf(format, v...)) }
+func (l *serverLog) Debugf(format string, v ...any)  { l.log.Debug(fmt.Sprintf(format, v...)) }
+func (l *serverLog) Tracef(format string, v ...any)  { l.log.Debug(fmt.Sprintf(format, v...)) }
+func (l *serverLog) Fatalf(format string, v ...any) {
+	msg := fmt.Sprintf(format, v...)
+	l.log.Error(msg)
+	l.mu.Lock()
+	if l.fatal == nil {
+		l.fatal = errors.New(msg)
+	}
+	l.mu.Unlock()
+}

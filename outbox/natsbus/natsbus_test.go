@@ -1,0 +1,664 @@
+package natsbus_test
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/goleak"
+
+	"hyapp/room-service/outbox"
+	"hyapp/room-service/outbox/natsbus"
+)
+
+// externalAddr is the real NATS server that .ci/run starts.
+const externalAddr = "127.0.0.1:4222"
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+func testLogger(tb testing.TB) *slog.Logger {
+	return slog.New(slog.NewTextHandler(tb.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))
+}
+
+func openCtx(tb testing.TB) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	tb.Cleanup(cancel)
+	return ctx
+}
+
+// openEmbedded opens a Bus on an embedded server; an empty StoreDir gets a
+// fresh temporary directory.
+func openEmbedded(tb testing.TB, cfg natsbus.Config) *natsbus.Bus {
+	tb.Helper()
+	if cfg.StoreDir == "" {
+		cfg.StoreDir = tb.TempDir()
+	}
+	b, err := natsbus.Open(openCtx(tb), cfg, testLogger(tb))
+	if err != nil {
+		tb.Fatalf("open embedded: %v", err)
+	}
+	tb.Cleanup(func() {
+		if err := b.Close(); err != nil {
+			tb.Errorf("close: %v", err)
+		}
+	})
+	return b
+}
+
+// externalOrSkip skips without the real server, unless CI is set, where a
+// missing service fails the run.
+func externalOrSkip(tb testing.TB) {
+	tb.Helper()
+	c, err := net.DialTimeout("tcp", externalAddr, time.Second)
+	if err != nil {
+		if os.Getenv("CI") != "" {
+			tb.Fatalf("nats on %s is required in CI: %v", externalAddr, err)
+		}
+		tb.Skipf("no nats on %s: %v", externalAddr, err)
+	}
+	_ = c.Close()
+}
+
+// openExternal opens a Bus on the real server with a stream and subject
+// prefix of its own, deleted when the test ends.
+func openExternal(tb testing.TB) *natsbus.Bus {
+	tb.Helper()
+	externalOrSkip(tb)
+	suffix := strings.ToLower(rand.Text()[:12])
+	cfg := natsbus.Config{
+		URL:           "nats://" + externalAddr,
+		Stream:        "rs_test_" + suffix,
+		SubjectPrefix: "rstest" + suffix + ".events",
+		Name:          "natsbus-test",
+	}
+	b, err := natsbus.Open(openCtx(tb), cfg, testLogger(tb))
+	if err != nil {
+		tb.Fatalf("open external: %v", err)
+	}
+	tb.Cleanup(func() {
+		if err := b.Close(); err != nil {
+			tb.Errorf("close: %v", err)
+		}
+	})
+	// On a connection of its own: the test may have closed the Bus.
+	tb.Cleanup(func() {
+		nc, err := nats.Connect(cfg.URL)
+		if err != nil {
+			tb.Errorf("delete stream %s: %v", cfg.Stream, err)
+			return
+		}
+		defer nc.Close()
+		js, err := jetstream.New(nc)
+		if err == nil {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			err = js.DeleteStream(ctx, cfg.Stream)
+		}
+		if err != nil {
+			tb.Errorf("delete stream %s: %v", cfg.Stream, err)
+		}
+	})
+	return b
+}
+
+// nastyRoom exercises every escaped byte class in one id.
+const nastyRoom = "vip.room *>% 房间\t1"
+
+func record(room string, version int64, seq int32, typ string) outbox.Record {
+	return outbox.Record{
+		ID:          version*10 + int64(seq),
+		EventID:     fmt.Sprintf("%s/%d/%d", room, version, seq),
+		RoomID:      room,
+		RoomVersion: version,
+		Seq:         seq,
+		EventType:   typ,
+		Payload:     []byte(fmt.Sprintf(`{"room_id":%q,"v":%d}`, room, version)),
+		OwnerEpoch:  3,
+		Status:      outbox.StatusPending,
+		CreatedAt:   time.UnixMilli(1_750_000_000_000 + version),
+	}
+}
+
+func sampleRecords() []outbox.Record {
+	return []outbox.Record{
+		record("r1", 1, 0, "RoomCreated"),
+		record("r1", 2, 0, "RoomGiftSent"),
+		record("r1", 2, 1, "RoomMicChanged"),
+		record(nastyRoom, 1, 0, "RoomCreated"),
+		record(nastyRoom, 2, 0, "RoomGiftSent"),
+		record("r2", 7, 0, "RoomGiftSent"),
+	}
+}
+
+// fetch reads n messages matching filter from the start of the stream with an
+// ordered consumer, polling until a deadline.
+func fetch(tb testing.TB, b *natsbus.Bus, filter string, n int) []jetstream.Msg {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	cons, err := b.JetStream().OrderedConsumer(ctx, b.Stream(), jetstream.OrderedConsumerConfig{FilterSubjects: []string{filter}})
+	if err != nil {
+		tb.Fatalf("ordered consumer %s: %v", filter, err)
+	}
+	var got []jetstream.Msg
+	for len(got) < n {
+		if ctx.Err() != nil {
+			tb.Fatalf("fetch %s: got %d of %d messages before the deadline", filter, len(got), n)
+		}
+		batch, err := cons.Fetch(n-len(got), jetstream.FetchMaxWait(time.Second))
+		if err != nil {
+			tb.Fatalf("fetch %s: %v", filter, err)
+		}
+		for m := range batch.Messages() {
+			got = append(got, m)
+		}
+		if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) {
+			tb.Fatalf("fetch %s: %v", filter, err)
+		}
+	}
+	return got
+}
+
+// count is the number of messages the stream holds on subjects matching filter.
+func count(tb testing.TB, b *natsbus.Bus, filter string) uint64 {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	s, err := b.JetStream().Stream(ctx, b.Stream())
+	if err != nil {
+		tb.Fatalf("stream: %v", err)
+	}
+	info, err := s.Info(ctx, jetstream.WithSubjectFilter(filter))
+	if err != nil {
+		tb.Fatalf("stream info: %v", err)
+	}
+	var n uint64
+	for _, c := range info.State.Subjects {
+		n += c
+	}
+	return n
+}
+
+func checkMsg(tb testing.TB, b *natsbus.Bus, m jetstream.Msg, want outbox.Record) {
+	tb.Helper()
+	if got, w := m.Subject(), b.Subject(want.EventType, want.RoomID); got != w {
+		tb.Errorf("subject = %q, want %q", got, w)
+	}
+	if !server.IsValidLiteralSubject(m.Subject()) {
+		tb.Errorf("subject %q is not a valid literal subject", m.Subject())
+	}
+	h := m.Headers()
+	for k, w := range map[string]string{
+		"Nats-Msg-Id":  want.EventID,
+		"Content-Type": "application/protobuf",
+		"Room-Id":      want.RoomID,
+		"Room-Version": strconv.FormatInt(want.RoomVersion, 10),
+		"Event-Type":   want.EventType,
+	} {
+		if got := h.Get(k); got != w {
+			tb.Errorf("header %s = %q, want %q", k, got, w)
+		}
+	}
+	ev, err := natsbus.Decode(m.Data())
+	if err != nil {
+		tb.Fatalf("decode: %v", err)
+	}
+	if ev.GetEventId() != want.EventID || ev.GetEventType() != want.EventType || ev.GetRoomId() != want.RoomID ||
+		ev.GetRoomVersion() != want.RoomVersion || ev.GetSeq() != want.Seq ||
+		ev.GetOccurredAtMs() != want.CreatedAt.UnixMilli() || ev.GetPayloadJson() != string(want.Payload) {
+		tb.Errorf("decoded %v, want %+v", ev, want)
+	}
+}
+
+func publishAll(tb testing.TB, b *natsbus.Bus, recs []outbox.Record) {
+	tb.Helper()
+	for _, r := range recs {
+		if err := b.Publish(context.Background(), r); err != nil {
+			tb.Fatalf("publish %s: %v", r.EventID, err)
+		}
+	}
+}
+
+// testBus is the contract every broker behind a Bus meets; open returns a
+// Bus on an empty stream of its own.
+func testBus(t *testing.T, open func(testing.TB) *natsbus.Bus) {
+	t.Run("PublishAndRead", func(t *testing.T) {
+		b := open(t)
+		recs := sampleRecords()
+		publishAll(t, b, recs)
+
+		all := fetch(t, b, ">", len(recs))
+		for i, m := range all {
+			checkMsg(t, b, m, recs[i])
+		}
+		if n := count(t, b, ">"); n != uint64(len(recs)) {
+			t.Errorf("stream holds %d messages, want %d", n, len(recs))
+		}
+
+		// By event type: the gifts of every room, in publish order.
+		gifts := fetch(t, b, b.TypeFilter("RoomGiftSent"), 3)
+		for i, want := range []outbox.Record{recs[1], recs[4], recs[5]} {
+			checkMsg(t, b, gifts[i], want)
+		}
+		// By room: every event of the nasty room, in (version, seq) order.
+		room := fetch(t, b, b.RoomFilter(nastyRoom), 2)
+		checkMsg(t, b, room[0], recs[3])
+		checkMsg(t, b, room[1], recs[4])
+		if n := count(t, b, b.RoomFilter(nastyRoom)); n != 2 {
+			t.Errorf("room filter matches %d messages, want 2", n)
+		}
+	})
+
+	t.Run("Dedup", func(t *testing.T) {
+		b := open(t)
+		r := record("r1", 5, 0, "RoomGiftSent")
+		publishAll(t, b, []outbox.Record{r, r})
+		// Dedup compares the id only: a changed body is still the same event.
+		r2 := r
+		r2.Payload = []byte(`{"changed":true}`)
+		publishAll(t, b, []outbox.Record{r2})
+		if n := count(t, b, ">"); n != 1 {
+			t.Fatalf("stream holds %d messages after publishing one event id three times, want 1", n)
+		}
+		checkMsg(t, b, fetch(t, b, ">", 1)[0], r)
+	})
+
+	t.Run("ConcurrentPublish", func(t *testing.T) {
+		b := open(t)
+		const rooms, perRoom = 8, 40
+		var wg sync.WaitGroup
+		errs := make(chan error, rooms*perRoom)
+		for g := range rooms {
+			wg.Go(func() {
+				room := "room-" + strconv.Itoa(g)
+				for v := 1; v <= perRoom; v++ {
+					if err := b.Publish(context.Background(), record(room, int64(v), 0, "RoomMicChanged")); err != nil {
+						errs <- err
+					}
+				}
+			})
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Error(err)
+		}
+		if n := count(t, b, ">"); n != rooms*perRoom {
+			t.Fatalf("stream holds %d messages, want %d", n, rooms*perRoom)
+		}
+		// Per-room order survives concurrent publishers of other rooms.
+		for i, m := range fetch(t, b, b.RoomFilter("room-3"), perRoom) {
+			checkMsg(t, b, m, record("room-3", int64(i+1), 0, "RoomMicChanged"))
+		}
+	})
+
+	t.Run("BareAsyncPublish", func(t *testing.T) {
+		b := open(t)
+		recs := benchRecords(500, 7)
+		for range 2 { // the second round is all duplicates
+			if _, err := natsbus.BareAsyncPublish(context.Background(), b, recs, 64); err != nil {
+				t.Fatalf("bare async publish: %v", err)
+			}
+		}
+		if n := count(t, b, ">"); n != uint64(len(recs)) {
+			t.Fatalf("stream holds %d messages, want %d", n, len(recs))
+		}
+		for i, m := range fetch(t, b, ">", len(recs)) {
+			checkMsg(t, b, m, recs[i])
+		}
+	})
+
+	t.Run("InvalidRecordAndClose", func(t *testing.T) {
+		b := open(t)
+		r := record("r1", 1, 0, "RoomCreated")
+		r.EventID = ""
+		if err := b.Publish(context.Background(), r); !errors.Is(err, natsbus.ErrInvalidRecord) {
+			t.Errorf("publish without event id: %v, want ErrInvalidRecord", err)
+		}
+		if err := b.Close(); err != nil {
+			t.Fatalf("close: %v", err)
+		}
+		if err := b.Close(); err != nil {
+			t.Fatalf("second close: %v", err)
+		}
+		if err := b.Publish(context.Background(), record("r1", 1, 0, "RoomCreated")); err == nil {
+			t.Error("publish after close succeeded")
+		}
+	})
+}
+
+func TestEmbedded(t *testing.T) {
+	testBus(t, func(tb testing.TB) *natsbus.Bus { return openEmbedded(tb, natsbus.Config{}) })
+}
+
+func TestExternal(t *testing.T) {
+	externalOrSkip(t)
+	testBus(t, openExternal)
+}
+
+func TestEmbeddedReopenKeepsMessagesAndDedup(t *testing.T) {
+	dir := t.TempDir()
+	recs := sampleRecords()
+	b, err := natsbus.Open(openCtx(t), natsbus.Config{StoreDir: dir}, testLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	publishAll(t, b, recs)
+	if err := b.Close(); err != nil {
+		t.Fatalf("close: %v", err)
+	}
+
+	// A restarted relay re-publishes what it had not marked: the store keeps
+	// the messages and the dedup window survives the restart. The changed
+	// MaxAge is applied to the existing stream.
+	b = openEmbedded(t, natsbus.Config{StoreDir: dir, MaxAge: 48 * time.Hour})
+	publishAll(t, b, recs[len(recs)-2:])
+	if n := count(t, b, ">"); n != uint64(len(recs)) {
+		t.Fatalf("reopened stream holds %d messages, want %d", n, len(recs))
+	}
+	for i, m := range fetch(t, b, ">", len(recs)) {
+		checkMsg(t, b, m, recs[i])
+	}
+	s, err := b.JetStream().Stream(openCtx(t), b.Stream())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := s.CachedInfo().Config.MaxAge; got != 48*time.Hour {
+		t.Errorf("max age after reopen = %s, want 48h", got)
+	}
+}
+
+func TestEmbeddedListenServesOutsideConsumers(t *testing.T) {
+	b := openEmbedded(t, natsbus.Config{Listen: "127.0.0.1:0"})
+	u := b.ClientURL()
+	if !strings.HasPrefix(u, "nats://127.0.0.1:") || strings.HasSuffix(u, ":0") || strings.HasSuffix(u, ":-1") {
+		t.Fatalf("client url = %q, want nats://127.0.0.1:<port>", u)
+	}
+	recs := sampleRecords()
+	publishAll(t, b, recs)
+
+	nc, err := nats.Connect(u)
+	if err != nil {
+		t.Fatalf("connect %s: %v", u, err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := openCtx(t)
+	cons, err := js.OrderedConsumer(ctx, natsbus.DefaultStream, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{"room.events.RoomGiftSent.>"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []jetstream.Msg
+	for len(got) < 3 && ctx.Err() == nil {
+		batch, err := cons.Fetch(3-len(got), jetstream.FetchMaxWait(time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for m := range batch.Messages() {
+			got = append(got, m)
+		}
+	}
+	if len(got) != 3 {
+		t.Fatalf("outside consumer got %d gifts, want 3", len(got))
+	}
+	for i, want := range []outbox.Record{recs[1], recs[4], recs[5]} {
+		checkMsg(t, b, got[i], want)
+	}
+}
+
+func TestEmbeddedInProcessHasNoClientURL(t *testing.T) {
+	b := openEmbedded(t, natsbus.Config{})
+	if u := b.ClientURL(); u != "" {
+		t.Errorf("client url = %q, want empty without Listen", u)
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	tests := []struct {
+		name string
+		cfg  natsbus.Config
+		ok   bool
+	}{
+		{"embedded defaults", natsbus.Config{StoreDir: "/tmp/x"}, true},
+		{"external defaults", natsbus.Config{URL: "nats://a:4222,nats://b:4222", Replicas: 3}, true},
+		{"embedded listen", natsbus.Config{StoreDir: "/tmp/x", Listen: "127.0.0.1:4333"}, true},
+		{"no url no store", natsbus.Config{}, false},
+		{"url and store", natsbus.Config{URL: "nats://a:4222", StoreDir: "/tmp/x"}, false},
+		{"url and listen", natsbus.Config{URL: "nats://a:4222", Listen: "127.0.0.1:1"}, false},
+		{"bad listen", natsbus.Config{StoreDir: "/tmp/x", Listen: "4333"}, false},
+		{"short dup window", natsbus.Config{StoreDir: "/tmp/x", Duplicates: 2 * time.Minute}, false},
+		{"negative dup window", natsbus.Config{StoreDir: "/tmp/x", Duplicates: -time.Hour}, false},
+		{"max age below window", natsbus.Config{StoreDir: "/tmp/x", MaxAge: 5 * time.Minute}, false},
+		{"embedded replicas", natsbus.Config{StoreDir: "/tmp/x", Replicas: 3}, false},
+		{"too many replicas", natsbus.Config{URL: "nats://a:4222", Replicas: 7}, false},
+		{"stream with dot", natsbus.Config{StoreDir: "/tmp/x", Stream: "ROOM.EVENTS"}, false},
+		{"prefix wildcard", natsbus.Config{StoreDir: "/tmp/x", SubjectPrefix: "room.*"}, false},
+		{"prefix empty token", natsbus.Config{StoreDir: "/tmp/x", SubjectPrefix: "room..events"}, false},
+		{"negative publish timeout", natsbus.Config{StoreDir: "/tmp/x", PublishTimeout: -time.Second}, false},
+		{"external sync interval", natsbus.Config{URL: "nats://a:4222", SyncInterval: time.Second}, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := tt.cfg.Validate()
+			if tt.ok != (err == nil) {
+				t.Fatalf("Validate() = %v, want ok=%v", err, tt.ok)
+			}
+			if err != nil && !errors.Is(err, natsbus.ErrInvalidConfig) {
+				t.Fatalf("Validate() = %v, want ErrInvalidConfig", err)
+			}
+		})
+	}
+	// Every problem is reported at once.
+	err := natsbus.Config{Duplicates: time.Minute, Replicas: 9}.Validate()
+	if n := len(err.(interface{ Unwrap() []error }).Unwrap()); n != 3 {
+		t.Errorf("Validate() reported %d problems, want 3 (store dir, window, replicas): %v", n, err)
+	}
+	// Open refuses before touching anything.
+	if _, err := natsbus.Open(context.Background(), natsbus.Config{}, testLogger(t)); !errors.Is(err, natsbus.ErrInvalidConfig) {
+		t.Errorf("Open(zero config) = %v, want ErrInvalidConfig", err)
+	}
+}
+
+func TestEncodeDecode(t *testing.T) {
+	r := record(nastyRoom, 42, 3, "RoomGiftSent")
+	data, h, err := natsbus.Encode(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h.Get(natsbus.HeaderMsgID) != r.EventID || h.Get(natsbus.HeaderContentType) != natsbus.ContentType ||
+		h.Get(natsbus.HeaderRoomID) != r.RoomID || h.Get(natsbus.HeaderRoomVersion) != "42" ||
+		h.Get(natsbus.HeaderEventType) != "RoomGiftSent" {
+		t.Errorf("headers = %v", h)
+	}
+	ev, err := natsbus.Decode(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ev.GetEventId() != r.EventID || ev.GetRoomId() != r.RoomID || ev.GetRoomVersion() != 42 || ev.GetSeq() != 3 ||
+		ev.GetOccurredAtMs() != r.CreatedAt.UnixMilli() || ev.GetPayloadJson() != string(r.Payload) || ev.GetEventType() != r.EventType {
+		t.Errorf("decoded %v, want %+v", ev, r)
+	}
+
+	r.CreatedAt = time.Time{}
+	data, _, err = natsbus.Encode(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ev, err := natsbus.Decode(data); err != nil || ev.GetOccurredAtMs() != 0 {
+		t.Errorf("zero CreatedAt decoded as %v, %v; want occurred_at_ms 0", ev, err)
+	}
+
+	for _, mutate := range []func(*outbox.Record){
+		func(r *outbox.Record) { r.EventID = "" },
+		func(r *outbox.Record) { r.EventType = "" },
+		func(r *outbox.Record) { r.RoomID = "" },
+	} {
+		bad := record("r1", 1, 0, "RoomCreated")
+		mutate(&bad)
+		if _, _, err := natsbus.Encode(bad); !errors.Is(err, natsbus.ErrInvalidRecord) {
+			t.Errorf("Encode(%+v) = %v, want ErrInvalidRecord", bad, err)
+		}
+	}
+	if _, err := natsbus.Decode([]byte{0xff, 0xff, 0xff}); err == nil {
+		t.Error("Decode(garbage) succeeded")
+	}
+}
+
+func TestRoomToken(t *testing.T) {
+	for _, tt := range []struct{ id, token string }{
+		{"r1", "r1"},
+		{"plain-id_123:x/y", "plain-id_123:x/y"},
+		{"room.1", "room%2E1"},
+		{"a b", "a%20b"},
+		{"*", "%2A"},
+		{">", "%3E"},
+		{"%", "%25"},
+		{"%41", "%2541"},
+		{"..", "%2E%2E"},
+		{"é", "%C3%A9"},
+		{"房间", "%E6%88%BF%E9%97%B4"},
+		{"\x00\x7f\xff", "%00%7F%FF"},
+		{"tab\tnl\n", "tab%09nl%0A"},
+		{nastyRoom, "vip%2Eroom%20%2A%3E%25%20%E6%88%BF%E9%97%B4%091"},
+	} {
+		tok := natsbus.RoomToken(tt.id)
+		if tok != tt.token {
+			t.Errorf("RoomToken(%q) = %q, want %q", tt.id, tok, tt.token)
+		}
+		checkToken(t, tt.id)
+	}
+	for _, bad := range []string{"%", "%4", "%zz", "%41", "%2e", "a.b", "a b", "a*", ">", "é"} {
+		if id, err := natsbus.ParseRoomToken(bad); !errors.Is(err, natsbus.ErrInvalidToken) {
+			t.Errorf("ParseRoomToken(%q) = %q, %v; want ErrInvalidToken", bad, id, err)
+		}
+	}
+}
+
+// checkToken asserts the round trip and that the token makes a subject that
+// is one literal token: no separator, wildcard, space or control byte.
+func checkToken(tb testing.TB, id string) {
+	tb.Helper()
+	tok := natsbus.RoomToken(id)
+	back, err := natsbus.ParseRoomToken(tok)
+	if err != nil || back != id {
+		tb.Fatalf("ParseRoomToken(RoomToken(%q)) = %q, %v", id, back, err)
+	}
+	if id == "" {
+		return
+	}
+	subj := "room.events.RoomGiftSent." + tok
+	if !server.IsValidLiteralSubject(subj) || strings.Count(subj, ".") != 3 {
+		tb.Fatalf("subject %q for room %q is not four literal tokens", subj, id)
+	}
+	for i := 0; i < len(tok); i++ {
+		if c := tok[i]; c <= ' ' || c >= 0x7f {
+			tb.Fatalf("token %q for room %q has byte %#x", tok, id, c)
+		}
+	}
+}
+
+func FuzzRoomToken(f *testing.F) {
+	for _, s := range []string{"", "r1", nastyRoom, "%", "%2E", "a.b.c", "\xff\x00", "房间>*"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, id string) { checkToken(t, id) })
+}
+
+// benchRecords spreads n records over rooms rooms, versions rising per room,
+// with a payload of a realistic size (~120 bytes).
+func benchRecords(n, rooms int) []outbox.Record {
+	recs := make([]outbox.Record, n)
+	for i := range recs {
+		room := "room-" + strconv.Itoa(i%rooms)
+		v := int64(i/rooms + 1)
+		recs[i] = outbox.Record{
+			EventID:     room + "/" + strconv.FormatInt(v, 10) + "/0",
+			RoomID:      room,
+			RoomVersion: v,
+			EventType:   "RoomGiftSent",
+			Payload:     []byte(`{"sender_user_id":"u123456","receiver_user_ids":["u654321"],"gift_id":"rose","count":1,"total_coins":10}`),
+			CreatedAt:   time.UnixMilli(1_750_000_000_000 + int64(i)),
+		}
+	}
+	return recs
+}
+
+func benchTargets(b *testing.B, run func(*testing.B, func(testing.TB) *natsbus.Bus)) {
+	b.Run("embedded", func(b *testing.B) {
+		run(b, func(tb testing.TB) *natsbus.Bus { return openEmbedded(tb, natsbus.Config{}) })
+	})
+	b.Run("external", func(b *testing.B) {
+		run(b, openExternal)
+	})
+}
+
+// BenchmarkPublish is the relay's simplest loop: one sync publish, one ack.
+func BenchmarkPublish(b *testing.B) {
+	benchTargets(b, func(b *testing.B, open func(testing.TB) *natsbus.Bus) {
+		bus := open(b)
+		recs := benchRecords(b.N, 1000)
+		ctx := context.Background()
+		b.ResetTimer()
+		for _, r := range recs {
+			if err := bus.Publish(ctx, r); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.StopTimer()
+		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msgs/s")
+	})
+}
+
+// BenchmarkPublishAsync is the ceiling: BareAsyncPublish with 4096 in flight.
+func BenchmarkPublishAsync(b *testing.B) {
+	benchTargets(b, func(b *testing.B, open func(testing.TB) *natsbus.Bus) {
+		bus := open(b)
+		recs := benchRecords(b.N, 1000)
+		b.ResetTimer()
+		d, err := natsbus.BareAsyncPublish(context.Background(), bus, recs, 4096)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.StopTimer()
+		b.ReportMetric(float64(b.N)/d.Seconds(), "msgs/s")
+	})
+}
+
+func TestOpenFailuresLeaveNothingRunning(t *testing.T) {
+	// A store dir that is a file: JetStream cannot start; Open says so and
+	// shuts the server down (goleak checks the rest).
+	file := t.TempDir() + "/not-a-dir"
+	if err := os.WriteFile(file, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := natsbus.Open(openCtx(t), natsbus.Config{StoreDir: file}, testLogger(t)); err == nil {
+		_ = b.Close()
+		t.Error("Open on a file as store dir succeeded")
+	}
+	// Nobody listens on port 1: the first connect fails fast.
+	if b, err := natsbus.Open(openCtx(t), natsbus.Config{URL: "nats://user:secret@127.0.0.1:1"}, testLogger(t)); err == nil {
+		_ = b.Close()
+		t.Error("Open on a closed port succeeded")
+	} else if strings.Contains(err.Error(), "secret") {
+		t.Errorf("error leaks the password: %v", err)
+	}
+}
