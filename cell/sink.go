@@ -87,3 +87,29 @@ func (s *LogSink) Close() {
 	s.once.Do(func() { close(s.quit) })
 	s.wg.Wait()
 }
+
+// Sinks hands every batch to each sink in turn. Each must not block.
+type Sinks []EventSink
+
+// Publish implements EventSink.
+func (s Sinks) Publish(batch []Committed) {
+	for _, sink := range s {
+		sink.Publish(batch)
+	}
+}
+
+// OutboxWaker is an EventSink that calls Wake when a batch wrote outbox
+// rows: the outbox relay then publishes them at once instead of at its next poll.
+type OutboxWaker struct{ Wake func() }
+
+// Publish implements EventSink.
+func (w OutboxWaker) Publish(batch []Committed) {
+	for _, c := range batch {
+		for _, ev := range c.Events {
+			if ev.Lanes().Outbox {
+				w.Wake()
+				return
+			}
+		}
+	}
+}

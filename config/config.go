@@ -39,6 +39,10 @@ type Config struct {
 	CommitTimeout   time.Duration `yaml:"commit_timeout" help:"bound on one commit transaction"`
 	ShutdownTimeout time.Duration `yaml:"shutdown_timeout" help:"bound on graceful shutdown"`
 	PlatformUsers   []int64       `yaml:"platform_operators" help:"comma-separated user ids of platform staff, who may act as any room's owner"`
+	NATSURL         string        `yaml:"nats_url" help:"NATS server or cluster for durable room events (nats://host:4222,...); empty: an embedded server storing under data_dir/nats" secret:"true"`
+	NATSListen      string        `yaml:"nats_listen" help:"embedded NATS: also listen on this address (such as 127.0.0.1:4333) so consumers can attach"`
+	NATSStream      string        `yaml:"nats_stream" help:"JetStream stream of durable room events"`
+	RelayAttempts   int           `yaml:"relay_max_attempts" help:"failed deliveries after which an outbox row is dead (broker outages do not count)"`
 	RetainVersions  int           `yaml:"retain_versions" help:"command log rows kept below each room's snapshot (also the idempotency horizon)"`
 	RetainCommands  time.Duration `yaml:"retain_commands_for" help:"command log rows younger than this are kept"`
 	RetainPublished time.Duration `yaml:"retain_published_for" help:"published outbox rows are deleted after this"`
@@ -52,6 +56,7 @@ func Default() Config {
 		Listen: "127.0.0.1:8080", DataDir: "./data", LogLevel: "info", LogFormat: "text", SQLiteSync: "FULL",
 		SnapshotEvery: 500, MailboxSize: 4096, MaxBatch: 256,
 		IdleTimeout: 10 * time.Minute, CommitTimeout: 5 * time.Second, ShutdownTimeout: 30 * time.Second,
+		NATSStream: "ROOM_EVENTS", RelayAttempts: 10,
 		RetainVersions: 10_000, RetainCommands: 7 * 24 * time.Hour, RetainPublished: 3 * 24 * time.Hour, RetainEvery: time.Minute,
 	}
 }
@@ -131,6 +136,9 @@ func (c Config) Validate() error {
 	} else if c.Token == "" && !isLoopback(host) {
 		p = append(p, fmt.Errorf("listen %q is not a loopback address: set a token (ROOM_TOKEN) before exposing the service", c.Listen))
 	}
+	if c.NATSURL != "" && c.NATSListen != "" {
+		p = append(p, errors.New("nats_listen is for the embedded server; it cannot go with nats_url"))
+	}
 	if c.DataDir == "" {
 		p = append(p, errors.New("data_dir is empty"))
 	}
@@ -150,7 +158,7 @@ func (c Config) Validate() error {
 	}{
 		{"snapshot_every", c.SnapshotEvery, 1, 1_000_000}, {"mailbox_size", c.MailboxSize, 1, 1 << 20},
 		{"max_batch", c.MaxBatch, 1, 65536}, {"commit_workers", c.CommitWorkers, 0, 256},
-		{"retain_versions", c.RetainVersions, 0, 1 << 30},
+		{"retain_versions", c.RetainVersions, 0, 1 << 30}, {"relay_max_attempts", c.RelayAttempts, 1, 1000},
 	} {
 		if n.v < n.min || n.v > n.max {
 			p = append(p, fmt.Errorf("%s %d is outside %d..%d", n.key, n.v, n.min, n.max))

@@ -42,12 +42,13 @@ type Lanes struct {
 
 // lanes is the one table that routes every event type. Direct-IM-only events
 // (heat, rank, rocket) write no outbox row; every durable fact with UI display
-// goes to both lanes.
+// goes to both lanes. RoomUserLeft is durable as the seed lists it (active-user
+// statistics need the end of a visit), where the design's table had it IM only.
 var lanes = map[EventType]Lanes{
 	EventRoomCreated:            {IM: false, Outbox: true},
 	EventRoomClosed:             {IM: true, Outbox: true, Priority: PriorityHigh},
 	EventRoomUserJoined:         {IM: true, Outbox: true, Priority: PriorityNormal},
-	EventRoomUserLeft:           {IM: true, Outbox: false, Priority: PriorityLow},
+	EventRoomUserLeft:           {IM: true, Outbox: true, Priority: PriorityLow},
 	EventRoomMicChanged:         {IM: true, Outbox: true, Priority: PriorityHigh},
 	EventRoomMicSeatLocked:      {IM: true, Outbox: true, Priority: PriorityHigh},
 	EventRoomUserKicked:         {IM: true, Outbox: true, Priority: PriorityHigh},
@@ -206,4 +207,12 @@ type RoomBackgroundChangedEvent struct {
 type RoomChatEnabledChangedEvent struct {
 	Enabled        bool  `json:"enabled"`
 	OperatorUserID int64 `json:"operator_user_id"`
+}
+
+// CheckEventType accepts "" or a known event type.
+func CheckEventType(t string) error {
+	if _, ok := lanes[EventType(t)]; t != "" && !ok {
+		return Errorf(ErrInvalidArgument, "unknown event type %q", t)
+	}
+	return nil
 }

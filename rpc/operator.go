@@ -3,6 +3,7 @@ package rpc
 import (
 	"context"
 	"log/slog"
+	"time"
 
 	"connectrpc.com/connect"
 
@@ -18,13 +19,15 @@ import (
 type OperatorHandler struct {
 	repo store.Repository
 	log  *slog.Logger
+	wake func() // tells the outbox relay that rows are due; may be nil
 }
 
 var _ roomv1connect.OperatorServiceHandler = (*OperatorHandler)(nil)
 
-// NewOperatorHandler returns the OperatorService handler.
-func NewOperatorHandler(repo store.Repository, log *slog.Logger) *OperatorHandler {
-	return &OperatorHandler{repo: repo, log: log}
+// NewOperatorHandler returns the OperatorService handler. wake, if set, is
+// called when requeued rows are due, so the outbox relay picks them up at once.
+func NewOperatorHandler(repo store.Repository, wake func(), log *slog.Logger) *OperatorHandler {
+	return &OperatorHandler{repo: repo, wake: wake, log: log}
 }
 
 // Limits of ListCommands.
@@ -87,4 +90,32 @@ func (h *OperatorHandler) GetStoredSnapshot(ctx context.Context, r *connect.Requ
 		out.Snapshot = snapshot.ToProto(st)
 	}
 	return connect.NewResponse(out), nil
+}
+
+// GetOutboxStatus implements OperatorService.
+func (h *OperatorHandler) GetOutboxStatus(ctx context.Context, _ *connect.Request[roomv1.GetOutboxStatusRequest]) (*connect.Response[roomv1.GetOutboxStatusResponse], error) {
+	st, err := h.repo.OutboxStats(ctx)
+	if err != nil {
+		return nil, toConnect(ctx, h.log, err)
+	}
+	out := &roomv1.GetOutboxStatusResponse{Pending: st.Pending, Dead: st.Dead, Published: st.Published}
+	if !st.OldestPending.IsZero() {
+		out.OldestPendingAgeMs = max(time.Since(st.OldestPending).Milliseconds(), 0)
+	}
+	return connect.NewResponse(out), nil
+}
+
+// RequeueDeadOutbox implements OperatorService.
+func (h *OperatorHandler) RequeueDeadOutbox(ctx context.Context, r *connect.Request[roomv1.RequeueDeadOutboxRequest]) (*connect.Response[roomv1.RequeueDeadOutboxResponse], error) {
+	if err := room.CheckEventType(r.Msg.GetEventType()); err != nil {
+		return nil, toConnect(ctx, h.log, err)
+	}
+	n, err := h.repo.RequeueDeadOutbox(ctx, r.Msg.GetEventType())
+	if err != nil {
+		return nil, toConnect(ctx, h.log, err)
+	}
+	if n > 0 && h.wake != nil {
+		h.wake()
+	}
+	return connect.NewResponse(&roomv1.RequeueDeadOutboxResponse{Requeued: int64(n)}), nil
 }

@@ -70,7 +70,7 @@ func start(t *testing.T) *stack {
 		}
 		return id == platformUser
 	}
-	mux := rpc.NewMux(rpc.NewRoomHandler(reg, db, platform, quiet), rpc.NewOperatorHandler(db, quiet), rpc.Options{Token: token}, quiet)
+	mux := rpc.NewMux(rpc.NewRoomHandler(reg, db, platform, quiet), rpc.NewOperatorHandler(db, nil, quiet), rpc.Options{Token: token}, quiet)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -26,6 +26,8 @@ import (
 	"hyapp/room-service/cell"
 	"hyapp/room-service/config"
 	"hyapp/room-service/lease"
+	"hyapp/room-service/outbox"
+	"hyapp/room-service/outbox/natsbus"
 	"hyapp/room-service/rpc"
 	"hyapp/room-service/store"
 	"hyapp/room-service/store/mysql"
@@ -74,6 +76,9 @@ type Main struct {
 
 	stopBackground context.CancelFunc
 	background     sync.WaitGroup
+	bus            *natsbus.Bus
+	stopRelay      context.CancelFunc
+	relayDone      chan struct{}
 
 	closeOnce sync.Once
 	closeErr  error
@@ -108,6 +113,55 @@ func (m *Main) openStore(ctx context.Context) (store.Repository, int, error) {
 		case <-time.After(wait):
 		}
 		wait = min(2*wait, 10*time.Second)
+	}
+}
+
+// openBus connects to the configured NATS, or starts the embedded server
+// under the data directory. An unreachable external server is retried until
+// ctx ends.
+func (m *Main) openBus(ctx context.Context) (*natsbus.Bus, error) {
+	cfg := m.Config
+	nc := natsbus.Config{URL: cfg.NATSURL, Stream: cfg.NATSStream, Name: "room-service"}
+	if cfg.NATSURL == "" {
+		nc.StoreDir, nc.Listen = filepath.Join(cfg.DataDir, "nats"), cfg.NATSListen
+	}
+	wait := 500 * time.Millisecond
+	for {
+		bus, err := natsbus.Open(ctx, nc, m.Log)
+		if err == nil || cfg.NATSURL == "" || errors.Is(err, natsbus.ErrInvalidConfig) || ctx.Err() != nil {
+			if err == nil && bus.ClientURL() != "" {
+				m.Log.Info("embedded NATS accepts consumers", "url", bus.ClientURL(), "stream", bus.Stream())
+			}
+			return bus, err
+		}
+		m.Log.Error("NATS is unreachable; retrying", "err", err, "retry_in", wait)
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, 10*time.Second)
+	}
+}
+
+// newRelayMetrics registers the outbox relay's instruments.
+func newRelayMetrics(reg prometheus.Registerer) outbox.RelayMetrics {
+	published := prometheus.NewCounter(prometheus.CounterOpts{Name: "room_outbox_published_total", Help: "Outbox rows the broker acknowledged."})
+	failed := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "room_outbox_publish_failures_total", Help: "Failed publishes, by kind (broker: outage; message: counts against the row)."}, []string{"kind"})
+	dead := prometheus.NewCounter(prometheus.CounterOpts{Name: "room_outbox_dead_total", Help: "Outbox rows that went dead."})
+	lag := prometheus.NewHistogram(prometheus.HistogramOpts{Name: "room_outbox_lag_seconds", Help: "Commit-to-acknowledge delay of published rows.", Buckets: prometheus.ExponentialBuckets(0.0005, 2, 18)})
+	reg.MustRegister(published, failed, dead, lag)
+	return outbox.RelayMetrics{
+		Published: func(n int) { published.Add(float64(n)) },
+		Failed: func(transient bool) {
+			kind := "message"
+			if transient {
+				kind = "broker"
+			}
+			failed.WithLabelValues(kind).Inc()
+		},
+		Dead: dead.Inc,
+		Lag:  func(d time.Duration) { lag.Observe(d.Seconds()) },
 	}
 }
 
@@ -157,6 +211,20 @@ func (m *Main) Run(ctx context.Context) error {
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	metrics := cell.NewMetrics(reg)
 	m.sink = cell.NewLogSink(m.Log, 4096, metrics.SinkDropped.Inc)
+	leases := lease.NewLocal()
+
+	if m.bus, err = m.openBus(ctx); err != nil {
+		return fmt.Errorf("open message queue: %w", err)
+	}
+	relay := outbox.NewRelay(db, m.bus, outbox.LeaseGate{Lease: leases},
+		outbox.RelayConfig{MaxAttempts: int32(cfg.RelayAttempts)}, newRelayMetrics(reg), m.Log.With("component", "relay"))
+	var relayCtx context.Context
+	relayCtx, m.stopRelay = context.WithCancel(context.Background())
+	m.relayDone = make(chan struct{})
+	go func() {
+		defer close(m.relayDone)
+		relay.Run(relayCtx)
+	}()
 	nodeID := cfg.NodeID
 	if nodeID == "" {
 		nodeID, _ = os.Hostname()
@@ -164,7 +232,7 @@ func (m *Main) Run(ctx context.Context) error {
 	m.registry = cell.New(cell.Config{
 		NodeID: nodeID, MailboxSize: cfg.MailboxSize, MaxBatch: cfg.MaxBatch, SnapshotEvery: cfg.SnapshotEvery,
 		IdleTimeout: cfg.IdleTimeout, CommitTimeout: cfg.CommitTimeout, CommitWorkers: workers,
-	}, db, lease.NewLocal(), m.sink, metrics, m.Log)
+	}, db, leases, cell.Sinks{m.sink, cell.OutboxWaker{Wake: relay.Wake}}, metrics, m.Log)
 
 	platform := make(map[int64]bool, len(cfg.PlatformUsers))
 	for _, id := range cfg.PlatformUsers {
@@ -172,7 +240,7 @@ func (m *Main) Run(ctx context.Context) error {
 	}
 	mux := rpc.NewMux(
 		rpc.NewRoomHandler(m.registry, db, func(id int64) bool { return platform[id] }, m.Log),
-		rpc.NewOperatorHandler(db, m.Log),
+		rpc.NewOperatorHandler(db, relay.Wake, m.Log),
 		rpc.Options{Token: cfg.Token, Metrics: reg},
 		m.Log,
 	)
@@ -211,6 +279,17 @@ func (m *Main) close(ctx context.Context) error {
 	if m.registry != nil {
 		if err := m.registry.Close(ctx); err != nil {
 			errs = append(errs, err)
+		}
+	}
+	if m.stopRelay != nil {
+		// Rows committed but not yet published stay pending; the next start
+		// publishes them (the broker drops what it already has).
+		m.stopRelay()
+		<-m.relayDone
+	}
+	if m.bus != nil {
+		if err := m.bus.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("close message queue: %w", err))
 		}
 	}
 	if m.stopBackground != nil {

@@ -65,6 +65,21 @@ func TestServiceRestartsWithItsRoomsAndChecksTheToken(t *testing.T) {
 	if _, err := client.JoinRoom(ctx, join); err != nil {
 		t.Fatal(err)
 	}
+	// The durable facts reach the embedded JetStream through the relay.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		info, err := m.bus.JetStream().Stream(ctx, m.bus.Stream())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.CachedInfo().State.Msgs == 2 { // RoomCreated, RoomUserJoined
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the stream holds %d messages, want 2", info.CachedInfo().State.Msgs)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 	if err := m.Close(ctx); err != nil {
 		t.Fatal(err)
 	}

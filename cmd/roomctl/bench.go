@@ -8,6 +8,7 @@ import (
 	"os"
 	"runtime/pprof"
 	"strings"
+	"time"
 
 	"hyapp/room-service/bench"
 	"hyapp/room-service/store/mysql"
@@ -15,7 +16,10 @@ import (
 
 // setupBench registers the flags of "roomctl bench".
 func setupBench(fs *flag.FlagSet) func(ctx context.Context, _ *client, _ []string, out io.Writer) error {
-	only := fs.String("only", "throughput,hot,recovery,memory", "scenarios to run, comma-separated")
+	only := fs.String("only", "throughput,hot,recovery,memory,relay", "scenarios to run, comma-separated")
+	relayEvents := fs.Int("relay-events", 100_000, "events in the relay throughput scenario")
+	relayRate := fs.Int("relay-rate", 1000, "steady input rate (events/s) of the relay lag and outage scenarios")
+	outage := fs.Duration("outage", 60*time.Second, "broker outage in the relay drain scenario")
 	dir := fs.String("dir", "", "directory for the benchmark databases (default: a new temporary directory, removed afterwards)")
 	rooms := fs.Int("rooms", 1000, "rooms in the throughput scenario")
 	commands := fs.Int("commands", 100_000, "commands in the throughput scenario")
@@ -72,6 +76,13 @@ func setupBench(fs *flag.FlagSet) func(ctx context.Context, _ *client, _ []strin
 				rows = []bench.Row{r}
 			case "recovery":
 				rows, err = bench.Recovery(ctx, env, *tail)
+			case "relay":
+				rdir, derr := os.MkdirTemp("", "roomctl-relay-")
+				if derr != nil {
+					return derr
+				}
+				rows, err = bench.RelayScenarios(ctx, env, rdir, *relayEvents, *relayRate, *outage)
+				_ = os.RemoveAll(rdir)
 			case "memory":
 				var r bench.Row
 				r, err = bench.Memory(ctx, env, *idleRooms)

@@ -112,6 +112,16 @@ var subcommands = []subcommand{
 		setup:   setupBench, long: true,
 	},
 	{
+		name: "outbox", args: "status | requeue [-type EventType]", minArgs: 1, maxArgs: 1,
+		summary: "show the durable outbox (pending, oldest age, dead rows by type) or requeue dead rows",
+		setup:   setupOutbox,
+	},
+	{
+		name: "events", args: "tail [-nats-url URL] [-type T] [-room R] [-durable NAME] [-n N]", minArgs: 1, maxArgs: 1,
+		summary: "consume durable room events from NATS JetStream, dropping duplicates by event_id; one JSON line each",
+		setup:   setupEvents, long: true,
+	},
+	{
 		name: "migrate", args: "-mysql-dsn DSN", minArgs: 0, maxArgs: 0,
 		summary: "apply the embedded schema migrations to a MySQL/MariaDB database (the service also does on start)",
 		setup:   setupMigrate, long: true,

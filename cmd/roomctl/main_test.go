@@ -55,7 +55,7 @@ func startServer(t *testing.T) string {
 			t.Error(err)
 		}
 	})
-	mux := rpc.NewMux(rpc.NewRoomHandler(reg, db, nil, log), rpc.NewOperatorHandler(db, log), rpc.Options{Token: testToken}, log)
+	mux := rpc.NewMux(rpc.NewRoomHandler(reg, db, nil, log), rpc.NewOperatorHandler(db, nil, log), rpc.Options{Token: testToken}, log)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -83,6 +83,206 @@ func (RoomStatus) EnumDescriptor() ([]byte, []int) {
 	return file_room_v1_room_proto_rawDescGZIP(), []int{0}
 }
 
+// GetOutboxStatusRequest asks for the outbox summary.
+type GetOutboxStatusRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetOutboxStatusRequest) Reset() {
+	*x = GetOutboxStatusRequest{}
+	mi := &file_room_v1_room_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetOutboxStatusRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetOutboxStatusRequest) ProtoMessage() {}
+
+func (x *GetOutboxStatusRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_room_v1_room_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetOutboxStatusRequest.ProtoReflect.Descriptor instead.
+func (*GetOutboxStatusRequest) Descriptor() ([]byte, []int) {
+	return file_room_v1_room_proto_rawDescGZIP(), []int{0}
+}
+
+// GetOutboxStatusResponse is the outbox summary.
+type GetOutboxStatusResponse struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Pending int64                  `protobuf:"varint,1,opt,name=pending,proto3" json:"pending,omitempty"`
+	// Age of the oldest pending row in milliseconds; 0 when nothing is pending.
+	OldestPendingAgeMs int64 `protobuf:"varint,2,opt,name=oldest_pending_age_ms,json=oldestPendingAgeMs,proto3" json:"oldest_pending_age_ms,omitempty"`
+	// Dead rows by event type.
+	Dead map[string]int64 `protobuf:"bytes,3,rep,name=dead,proto3" json:"dead,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	// Published rows not yet removed by retention.
+	Published     int64 `protobuf:"varint,4,opt,name=published,proto3" json:"published,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetOutboxStatusResponse) Reset() {
+	*x = GetOutboxStatusResponse{}
+	mi := &file_room_v1_room_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetOutboxStatusResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetOutboxStatusResponse) ProtoMessage() {}
+
+func (x *GetOutboxStatusResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_room_v1_room_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetOutboxStatusResponse.ProtoReflect.Descriptor instead.
+func (*GetOutboxStatusResponse) Descriptor() ([]byte, []int) {
+	return file_room_v1_room_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *GetOutboxStatusResponse) GetPending() int64 {
+	if x != nil {
+		return x.Pending
+	}
+	return 0
+}
+
+func (x *GetOutboxStatusResponse) GetOldestPendingAgeMs() int64 {
+	if x != nil {
+		return x.OldestPendingAgeMs
+	}
+	return 0
+}
+
+func (x *GetOutboxStatusResponse) GetDead() map[string]int64 {
+	if x != nil {
+		return x.Dead
+	}
+	return nil
+}
+
+func (x *GetOutboxStatusResponse) GetPublished() int64 {
+	if x != nil {
+		return x.Published
+	}
+	return 0
+}
+
+// RequeueDeadOutboxRequest names the dead rows to retry.
+type RequeueDeadOutboxRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Only rows of this event type; empty: every dead row.
+	EventType     string `protobuf:"bytes,1,opt,name=event_type,json=eventType,proto3" json:"event_type,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RequeueDeadOutboxRequest) Reset() {
+	*x = RequeueDeadOutboxRequest{}
+	mi := &file_room_v1_room_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RequeueDeadOutboxRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RequeueDeadOutboxRequest) ProtoMessage() {}
+
+func (x *RequeueDeadOutboxRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_room_v1_room_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RequeueDeadOutboxRequest.ProtoReflect.Descriptor instead.
+func (*RequeueDeadOutboxRequest) Descriptor() ([]byte, []int) {
+	return file_room_v1_room_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *RequeueDeadOutboxRequest) GetEventType() string {
+	if x != nil {
+		return x.EventType
+	}
+	return ""
+}
+
+// RequeueDeadOutboxResponse says how many rows are pending again.
+type RequeueDeadOutboxResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Requeued      int64                  `protobuf:"varint,1,opt,name=requeued,proto3" json:"requeued,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RequeueDeadOutboxResponse) Reset() {
+	*x = RequeueDeadOutboxResponse{}
+	mi := &file_room_v1_room_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RequeueDeadOutboxResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RequeueDeadOutboxResponse) ProtoMessage() {}
+
+func (x *RequeueDeadOutboxResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_room_v1_room_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RequeueDeadOutboxResponse.ProtoReflect.Descriptor instead.
+func (*RequeueDeadOutboxResponse) Descriptor() ([]byte, []int) {
+	return file_room_v1_room_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *RequeueDeadOutboxResponse) GetRequeued() int64 {
+	if x != nil {
+		return x.Requeued
+	}
+	return 0
+}
+
 // CreateRoomRequest: Creates the room; room_id is chosen by the caller. The operator must be the owner (or platform staff).
 type CreateRoomRequest struct {
 	state          protoimpl.MessageState `protogen:"open.v1"`
@@ -101,7 +301,7 @@ type CreateRoomRequest struct {
 
 func (x *CreateRoomRequest) Reset() {
 	*x = CreateRoomRequest{}
-	mi := &file_room_v1_room_proto_msgTypes[0]
+	mi := &file_room_v1_room_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -113,7 +313,7 @@ func (x *CreateRoomRequest) String() string {
 func (*CreateRoomRequest) ProtoMessage() {}
 
 func (x *CreateRoomRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[0]
+	mi := &file_room_v1_room_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -126,7 +326,7 @@ func (x *CreateRoomRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateRoomRequest.ProtoReflect.Descriptor instead.
 func (*CreateRoomRequest) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{0}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *CreateRoomRequest) GetRoomId() string {
@@ -202,7 +402,7 @@ type CreateRoomResponse struct {
 
 func (x *CreateRoomResponse) Reset() {
 	*x = CreateRoomResponse{}
-	mi := &file_room_v1_room_proto_msgTypes[1]
+	mi := &file_room_v1_room_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -214,7 +414,7 @@ func (x *CreateRoomResponse) String() string {
 func (*CreateRoomResponse) ProtoMessage() {}
 
 func (x *CreateRoomResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[1]
+	mi := &file_room_v1_room_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -227,7 +427,7 @@ func (x *CreateRoomResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateRoomResponse.ProtoReflect.Descriptor instead.
 func (*CreateRoomResponse) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{1}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *CreateRoomResponse) GetRoomVersion() int64 {
@@ -249,7 +449,7 @@ type CloseRoomRequest struct {
 
 func (x *CloseRoomRequest) Reset() {
 	*x = CloseRoomRequest{}
-	mi := &file_room_v1_room_proto_msgTypes[2]
+	mi := &file_room_v1_room_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -261,7 +461,7 @@ func (x *CloseRoomRequest) String() string {
 func (*CloseRoomRequest) ProtoMessage() {}
 
 func (x *CloseRoomRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[2]
+	mi := &file_room_v1_room_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -274,7 +474,7 @@ func (x *CloseRoomRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseRoomRequest.ProtoReflect.Descriptor instead.
 func (*CloseRoomRequest) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{2}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *CloseRoomRequest) GetRoomId() string {
@@ -308,7 +508,7 @@ type CloseRoomResponse struct {
 
 func (x *CloseRoomResponse) Reset() {
 	*x = CloseRoomResponse{}
-	mi := &file_room_v1_room_proto_msgTypes[3]
+	mi := &file_room_v1_room_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -320,7 +520,7 @@ func (x *CloseRoomResponse) String() string {
 func (*CloseRoomResponse) ProtoMessage() {}
 
 func (x *CloseRoomResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[3]
+	mi := &file_room_v1_room_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -333,7 +533,7 @@ func (x *CloseRoomResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseRoomResponse.ProtoReflect.Descriptor instead.
 func (*CloseRoomResponse) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{3}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *CloseRoomResponse) GetRoomVersion() int64 {
@@ -359,7 +559,7 @@ type JoinRoomRequest struct {
 
 func (x *JoinRoomRequest) Reset() {
 	*x = JoinRoomRequest{}
-	mi := &file_room_v1_room_proto_msgTypes[4]
+	mi := &file_room_v1_room_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -371,7 +571,7 @@ func (x *JoinRoomRequest) String() string {
 func (*JoinRoomRequest) ProtoMessage() {}
 
 func (x *JoinRoomRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[4]
+	mi := &file_room_v1_room_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -384,7 +584,7 @@ func (x *JoinRoomRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinRoomRequest.ProtoReflect.Descriptor instead.
 func (*JoinRoomRequest) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{4}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *JoinRoomRequest) GetRoomId() string {
@@ -446,7 +646,7 @@ type JoinRoomResponse struct {
 
 func (x *JoinRoomResponse) Reset() {
 	*x = JoinRoomResponse{}
-	mi := &file_room_v1_room_proto_msgTypes[5]
+	mi := &file_room_v1_room_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -458,7 +658,7 @@ func (x *JoinRoomResponse) String() string {
 func (*JoinRoomResponse) ProtoMessage() {}
 
 func (x *JoinRoomResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[5]
+	mi := &file_room_v1_room_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -471,7 +671,7 @@ func (x *JoinRoomResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinRoomResponse.ProtoReflect.Descriptor instead.
 func (*JoinRoomResponse) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{5}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *JoinRoomResponse) GetRoomVersion() int64 {
@@ -493,7 +693,7 @@ type LeaveRoomRequest struct {
 
 func (x *LeaveRoomRequest) Reset() {
 	*x = LeaveRoomRequest{}
-	mi := &file_room_v1_room_proto_msgTypes[6]
+	mi := &file_room_v1_room_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -505,7 +705,7 @@ func (x *LeaveRoomRequest) String() string {
 func (*LeaveRoomRequest) ProtoMessage() {}
 
 func (x *LeaveRoomRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[6]
+	mi := &file_room_v1_room_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -518,7 +718,7 @@ func (x *LeaveRoomRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaveRoomRequest.ProtoReflect.Descriptor instead.
 func (*LeaveRoomRequest) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{6}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *LeaveRoomRequest) GetRoomId() string {
@@ -552,7 +752,7 @@ type LeaveRoomResponse struct {
 
 func (x *LeaveRoomResponse) Reset() {
 	*x = LeaveRoomResponse{}
-	mi := &file_room_v1_room_proto_msgTypes[7]
+	mi := &file_room_v1_room_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -564,7 +764,7 @@ func (x *LeaveRoomResponse) String() string {
 func (*LeaveRoomResponse) ProtoMessage() {}
 
 func (x *LeaveRoomResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[7]
+	mi := &file_room_v1_room_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -577,7 +777,7 @@ func (x *LeaveRoomResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaveRoomResponse.ProtoReflect.Descriptor instead.
 func (*LeaveRoomResponse) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{7}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *LeaveRoomResponse) GetRoomVersion() int64 {
@@ -600,7 +800,7 @@ type TakeMicRequest struct {
 
 func (x *TakeMicRequest) Reset() {
 	*x = TakeMicRequest{}
-	mi := &file_room_v1_room_proto_msgTypes[8]
+	mi := &file_room_v1_room_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -612,7 +812,7 @@ func (x *TakeMicRequest) String() string {
 func (*TakeMicRequest) ProtoMessage() {}
 
 func (x *TakeMicRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[8]
+	mi := &file_room_v1_room_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -625,7 +825,7 @@ func (x *TakeMicRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TakeMicRequest.ProtoReflect.Descriptor instead.
 func (*TakeMicRequest) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{8}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *TakeMicRequest) GetRoomId() string {
@@ -666,7 +866,7 @@ type TakeMicResponse struct {
 
 func (x *TakeMicResponse) Reset() {
 	*x = TakeMicResponse{}
-	mi := &file_room_v1_room_proto_msgTypes[9]
+	mi := &file_room_v1_room_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -678,7 +878,7 @@ func (x *TakeMicResponse) String() string {
 func (*TakeMicResponse) ProtoMessage() {}
 
 func (x *TakeMicResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[9]
+	mi := &file_room_v1_room_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -691,7 +891,7 @@ func (x *TakeMicResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TakeMicResponse.ProtoReflect.Descriptor instead.
 func (*TakeMicResponse) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{9}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *TakeMicResponse) GetRoomVersion() int64 {
@@ -713,7 +913,7 @@ type LeaveMicRequest struct {
 
 func (x *LeaveMicRequest) Reset() {
 	*x = LeaveMicRequest{}
-	mi := &file_room_v1_room_proto_msgTypes[10]
+	mi := &file_room_v1_room_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -725,7 +925,7 @@ func (x *LeaveMicRequest) String() string {
 func (*LeaveMicRequest) ProtoMessage() {}
 
 func (x *LeaveMicRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[10]
+	mi := &file_room_v1_room_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -738,7 +938,7 @@ func (x *LeaveMicRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaveMicRequest.ProtoReflect.Descriptor instead.
 func (*LeaveMicRequest) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{10}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *LeaveMicRequest) GetRoomId() string {
@@ -772,7 +972,7 @@ type LeaveMicResponse struct {
 
 func (x *LeaveMicResponse) Reset() {
 	*x = LeaveMicResponse{}
-	mi := &file_room_v1_room_proto_msgTypes[11]
+	mi := &file_room_v1_room_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -784,7 +984,7 @@ func (x *LeaveMicResponse) String() string {
 func (*LeaveMicResponse) ProtoMessage() {}
 
 func (x *LeaveMicResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[11]
+	mi := &file_room_v1_room_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -797,7 +997,7 @@ func (x *LeaveMicResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaveMicResponse.ProtoReflect.Descriptor instead.
 func (*LeaveMicResponse) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{11}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *LeaveMicResponse) GetRoomVersion() int64 {
@@ -820,7 +1020,7 @@ type MoveMicRequest struct {
 
 func (x *MoveMicRequest) Reset() {
 	*x = MoveMicRequest{}
-	mi := &file_room_v1_room_proto_msgTypes[12]
+	mi := &file_room_v1_room_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -832,7 +1032,7 @@ func (x *MoveMicRequest) String() string {
 func (*MoveMicRequest) ProtoMessage() {}
 
 func (x *MoveMicRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[12]
+	mi := &file_room_v1_room_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -845,7 +1045,7 @@ func (x *MoveMicRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MoveMicRequest.ProtoReflect.Descriptor instead.
 func (*MoveMicRequest) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{12}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *MoveMicRequest) GetRoomId() string {
@@ -886,7 +1086,7 @@ type MoveMicResponse struct {
 
 func (x *MoveMicResponse) Reset() {
 	*x = MoveMicResponse{}
-	mi := &file_room_v1_room_proto_msgTypes[13]
+	mi := &file_room_v1_room_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -898,7 +1098,7 @@ func (x *MoveMicResponse) String() string {
 func (*MoveMicResponse) ProtoMessage() {}
 
 func (x *MoveMicResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[13]
+	mi := &file_room_v1_room_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -911,7 +1111,7 @@ func (x *MoveMicResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MoveMicResponse.ProtoReflect.Descriptor instead.
 func (*MoveMicResponse) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{13}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *MoveMicResponse) GetRoomVersion() int64 {
@@ -934,7 +1134,7 @@ type KickFromMicRequest struct {
 
 func (x *KickFromMicRequest) Reset() {
 	*x = KickFromMicRequest{}
-	mi := &file_room_v1_room_proto_msgTypes[14]
+	mi := &file_room_v1_room_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -946,7 +1146,7 @@ func (x *KickFromMicRequest) String() string {
 func (*KickFromMicRequest) ProtoMessage() {}
 
 func (x *KickFromMicRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[14]
+	mi := &file_room_v1_room_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -959,7 +1159,7 @@ func (x *KickFromMicRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KickFromMicRequest.ProtoReflect.Descriptor instead.
 func (*KickFromMicRequest) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{14}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *KickFromMicRequest) GetRoomId() string {
@@ -1000,7 +1200,7 @@ type KickFromMicResponse struct {
 
 func (x *KickFromMicResponse) Reset() {
 	*x = KickFromMicResponse{}
-	mi := &file_room_v1_room_proto_msgTypes[15]
+	mi := &file_room_v1_room_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1012,7 +1212,7 @@ func (x *KickFromMicResponse) String() string {
 func (*KickFromMicResponse) ProtoMessage() {}
 
 func (x *KickFromMicResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[15]
+	mi := &file_room_v1_room_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1025,7 +1225,7 @@ func (x *KickFromMicResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KickFromMicResponse.ProtoReflect.Descriptor instead.
 func (*KickFromMicResponse) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{15}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *KickFromMicResponse) GetRoomVersion() int64 {
@@ -1049,7 +1249,7 @@ type LockMicSeatRequest struct {
 
 func (x *LockMicSeatRequest) Reset() {
 	*x = LockMicSeatRequest{}
-	mi := &file_room_v1_room_proto_msgTypes[16]
+	mi := &file_room_v1_room_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1061,7 +1261,7 @@ func (x *LockMicSeatRequest) String() string {
 func (*LockMicSeatRequest) ProtoMessage() {}
 
 func (x *LockMicSeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[16]
+	mi := &file_room_v1_room_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1074,7 +1274,7 @@ func (x *LockMicSeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LockMicSeatRequest.ProtoReflect.Descriptor instead.
 func (*LockMicSeatRequest) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{16}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *LockMicSeatRequest) GetRoomId() string {
@@ -1122,7 +1322,7 @@ type LockMicSeatResponse struct {
 
 func (x *LockMicSeatResponse) Reset() {
 	*x = LockMicSeatResponse{}
-	mi := &file_room_v1_room_proto_msgTypes[17]
+	mi := &file_room_v1_room_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1134,7 +1334,7 @@ func (x *LockMicSeatResponse) String() string {
 func (*LockMicSeatResponse) ProtoMessage() {}
 
 func (x *LockMicSeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[17]
+	mi := &file_room_v1_room_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1147,7 +1347,7 @@ func (x *LockMicSeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LockMicSeatResponse.ProtoReflect.Descriptor instead.
 func (*LockMicSeatResponse) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{17}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *LockMicSeatResponse) GetRoomVersion() int64 {
@@ -1171,7 +1371,7 @@ type MuteMicSeatRequest struct {
 
 func (x *MuteMicSeatRequest) Reset() {
 	*x = MuteMicSeatRequest{}
-	mi := &file_room_v1_room_proto_msgTypes[18]
+	mi := &file_room_v1_room_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1183,7 +1383,7 @@ func (x *MuteMicSeatRequest) String() string {
 func (*MuteMicSeatRequest) ProtoMessage() {}
 
 func (x *MuteMicSeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[18]
+	mi := &file_room_v1_room_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1196,7 +1396,7 @@ func (x *MuteMicSeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MuteMicSeatRequest.ProtoReflect.Descriptor instead.
 func (*MuteMicSeatRequest) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{18}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *MuteMicSeatRequest) GetRoomId() string {
@@ -1244,7 +1444,7 @@ type MuteMicSeatResponse struct {
 
 func (x *MuteMicSeatResponse) Reset() {
 	*x = MuteMicSeatResponse{}
-	mi := &file_room_v1_room_proto_msgTypes[19]
+	mi := &file_room_v1_room_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1256,7 +1456,7 @@ func (x *MuteMicSeatResponse) String() string {
 func (*MuteMicSeatResponse) ProtoMessage() {}
 
 func (x *MuteMicSeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[19]
+	mi := &file_room_v1_room_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1269,7 +1469,7 @@ func (x *MuteMicSeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MuteMicSeatResponse.ProtoReflect.Descriptor instead.
 func (*MuteMicSeatResponse) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{19}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *MuteMicSeatResponse) GetRoomVersion() int64 {
@@ -1292,7 +1492,7 @@ type SetMyMicRequest struct {
 
 func (x *SetMyMicRequest) Reset() {
 	*x = SetMyMicRequest{}
-	mi := &file_room_v1_room_proto_msgTypes[20]
+	mi := &file_room_v1_room_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1304,7 +1504,7 @@ func (x *SetMyMicRequest) String() string {
 func (*SetMyMicRequest) ProtoMessage() {}
 
 func (x *SetMyMicRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[20]
+	mi := &file_room_v1_room_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1317,7 +1517,7 @@ func (x *SetMyMicRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetMyMicRequest.ProtoReflect.Descriptor instead.
 func (*SetMyMicRequest) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{20}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *SetMyMicRequest) GetRoomId() string {
@@ -1358,7 +1558,7 @@ type SetMyMicResponse struct {
 
 func (x *SetMyMicResponse) Reset() {
 	*x = SetMyMicResponse{}
-	mi := &file_room_v1_room_proto_msgTypes[21]
+	mi := &file_room_v1_room_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1370,7 +1570,7 @@ func (x *SetMyMicResponse) String() string {
 func (*SetMyMicResponse) ProtoMessage() {}
 
 func (x *SetMyMicResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[21]
+	mi := &file_room_v1_room_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1383,7 +1583,7 @@ func (x *SetMyMicResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetMyMicResponse.ProtoReflect.Descriptor instead.
 func (*SetMyMicResponse) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{21}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *SetMyMicResponse) GetRoomVersion() int64 {
@@ -1407,7 +1607,7 @@ type KickUserRequest struct {
 
 func (x *KickUserRequest) Reset() {
 	*x = KickUserRequest{}
-	mi := &file_room_v1_room_proto_msgTypes[22]
+	mi := &file_room_v1_room_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1419,7 +1619,7 @@ func (x *KickUserRequest) String() string {
 func (*KickUserRequest) ProtoMessage() {}
 
 func (x *KickUserRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[22]
+	mi := &file_room_v1_room_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1432,7 +1632,7 @@ func (x *KickUserRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KickUserRequest.ProtoReflect.Descriptor instead.
 func (*KickUserRequest) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{22}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *KickUserRequest) GetRoomId() string {
@@ -1480,7 +1680,7 @@ type KickUserResponse struct {
 
 func (x *KickUserResponse) Reset() {
 	*x = KickUserResponse{}
-	mi := &file_room_v1_room_proto_msgTypes[23]
+	mi := &file_room_v1_room_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1492,7 +1692,7 @@ func (x *KickUserResponse) String() string {
 func (*KickUserResponse) ProtoMessage() {}
 
 func (x *KickUserResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[23]
+	mi := &file_room_v1_room_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1505,7 +1705,7 @@ func (x *KickUserResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KickUserResponse.ProtoReflect.Descriptor instead.
 func (*KickUserResponse) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{23}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *KickUserResponse) GetRoomVersion() int64 {
@@ -1529,7 +1729,7 @@ type MuteUserRequest struct {
 
 func (x *MuteUserRequest) Reset() {
 	*x = MuteUserRequest{}
-	mi := &file_room_v1_room_proto_msgTypes[24]
+	mi := &file_room_v1_room_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1541,7 +1741,7 @@ func (x *MuteUserRequest) String() string {
 func (*MuteUserRequest) ProtoMessage() {}
 
 func (x *MuteUserRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[24]
+	mi := &file_room_v1_room_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1554,7 +1754,7 @@ func (x *MuteUserRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MuteUserRequest.ProtoReflect.Descriptor instead.
 func (*MuteUserRequest) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{24}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *MuteUserRequest) GetRoomId() string {
@@ -1602,7 +1802,7 @@ type MuteUserResponse struct {
 
 func (x *MuteUserResponse) Reset() {
 	*x = MuteUserResponse{}
-	mi := &file_room_v1_room_proto_msgTypes[25]
+	mi := &file_room_v1_room_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1614,7 +1814,7 @@ func (x *MuteUserResponse) String() string {
 func (*MuteUserResponse) ProtoMessage() {}
 
 func (x *MuteUserResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[25]
+	mi := &file_room_v1_room_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1627,7 +1827,7 @@ func (x *MuteUserResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MuteUserResponse.ProtoReflect.Descriptor instead.
 func (*MuteUserResponse) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{25}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *MuteUserResponse) GetRoomVersion() int64 {
@@ -1650,7 +1850,7 @@ type UnbanUserRequest struct {
 
 func (x *UnbanUserRequest) Reset() {
 	*x = UnbanUserRequest{}
-	mi := &file_room_v1_room_proto_msgTypes[26]
+	mi := &file_room_v1_room_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1662,7 +1862,7 @@ func (x *UnbanUserRequest) String() string {
 func (*UnbanUserRequest) ProtoMessage() {}
 
 func (x *UnbanUserRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[26]
+	mi := &file_room_v1_room_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1675,7 +1875,7 @@ func (x *UnbanUserRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnbanUserRequest.ProtoReflect.Descriptor instead.
 func (*UnbanUserRequest) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{26}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *UnbanUserRequest) GetRoomId() string {
@@ -1716,7 +1916,7 @@ type UnbanUserResponse struct {
 
 func (x *UnbanUserResponse) Reset() {
 	*x = UnbanUserResponse{}
-	mi := &file_room_v1_room_proto_msgTypes[27]
+	mi := &file_room_v1_room_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1728,7 +1928,7 @@ func (x *UnbanUserResponse) String() string {
 func (*UnbanUserResponse) ProtoMessage() {}
 
 func (x *UnbanUserResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[27]
+	mi := &file_room_v1_room_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1741,7 +1941,7 @@ func (x *UnbanUserResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnbanUserResponse.ProtoReflect.Descriptor instead.
 func (*UnbanUserResponse) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{27}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *UnbanUserResponse) GetRoomVersion() int64 {
@@ -1765,7 +1965,7 @@ type SetAdminRequest struct {
 
 func (x *SetAdminRequest) Reset() {
 	*x = SetAdminRequest{}
-	mi := &file_room_v1_room_proto_msgTypes[28]
+	mi := &file_room_v1_room_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1777,7 +1977,7 @@ func (x *SetAdminRequest) String() string {
 func (*SetAdminRequest) ProtoMessage() {}
 
 func (x *SetAdminRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[28]
+	mi := &file_room_v1_room_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1790,7 +1990,7 @@ func (x *SetAdminRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetAdminRequest.ProtoReflect.Descriptor instead.
 func (*SetAdminRequest) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{28}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *SetAdminRequest) GetRoomId() string {
@@ -1838,7 +2038,7 @@ type SetAdminResponse struct {
 
 func (x *SetAdminResponse) Reset() {
 	*x = SetAdminResponse{}
-	mi := &file_room_v1_room_proto_msgTypes[29]
+	mi := &file_room_v1_room_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1850,7 +2050,7 @@ func (x *SetAdminResponse) String() string {
 func (*SetAdminResponse) ProtoMessage() {}
 
 func (x *SetAdminResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[29]
+	mi := &file_room_v1_room_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1863,7 +2063,7 @@ func (x *SetAdminResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetAdminResponse.ProtoReflect.Descriptor instead.
 func (*SetAdminResponse) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{29}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *SetAdminResponse) GetRoomVersion() int64 {
@@ -1888,7 +2088,7 @@ type UpdateProfileRequest struct {
 
 func (x *UpdateProfileRequest) Reset() {
 	*x = UpdateProfileRequest{}
-	mi := &file_room_v1_room_proto_msgTypes[30]
+	mi := &file_room_v1_room_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1900,7 +2100,7 @@ func (x *UpdateProfileRequest) String() string {
 func (*UpdateProfileRequest) ProtoMessage() {}
 
 func (x *UpdateProfileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[30]
+	mi := &file_room_v1_room_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1913,7 +2113,7 @@ func (x *UpdateProfileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateProfileRequest.ProtoReflect.Descriptor instead.
 func (*UpdateProfileRequest) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{30}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *UpdateProfileRequest) GetRoomId() string {
@@ -1968,7 +2168,7 @@ type UpdateProfileResponse struct {
 
 func (x *UpdateProfileResponse) Reset() {
 	*x = UpdateProfileResponse{}
-	mi := &file_room_v1_room_proto_msgTypes[31]
+	mi := &file_room_v1_room_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1980,7 +2180,7 @@ func (x *UpdateProfileResponse) String() string {
 func (*UpdateProfileResponse) ProtoMessage() {}
 
 func (x *UpdateProfileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[31]
+	mi := &file_room_v1_room_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1993,7 +2193,7 @@ func (x *UpdateProfileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateProfileResponse.ProtoReflect.Descriptor instead.
 func (*UpdateProfileResponse) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{31}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *UpdateProfileResponse) GetRoomVersion() int64 {
@@ -2016,7 +2216,7 @@ type ChangeBackgroundRequest struct {
 
 func (x *ChangeBackgroundRequest) Reset() {
 	*x = ChangeBackgroundRequest{}
-	mi := &file_room_v1_room_proto_msgTypes[32]
+	mi := &file_room_v1_room_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2028,7 +2228,7 @@ func (x *ChangeBackgroundRequest) String() string {
 func (*ChangeBackgroundRequest) ProtoMessage() {}
 
 func (x *ChangeBackgroundRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[32]
+	mi := &file_room_v1_room_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2041,7 +2241,7 @@ func (x *ChangeBackgroundRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChangeBackgroundRequest.ProtoReflect.Descriptor instead.
 func (*ChangeBackgroundRequest) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{32}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ChangeBackgroundRequest) GetRoomId() string {
@@ -2082,7 +2282,7 @@ type ChangeBackgroundResponse struct {
 
 func (x *ChangeBackgroundResponse) Reset() {
 	*x = ChangeBackgroundResponse{}
-	mi := &file_room_v1_room_proto_msgTypes[33]
+	mi := &file_room_v1_room_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2094,7 +2294,7 @@ func (x *ChangeBackgroundResponse) String() string {
 func (*ChangeBackgroundResponse) ProtoMessage() {}
 
 func (x *ChangeBackgroundResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[33]
+	mi := &file_room_v1_room_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2107,7 +2307,7 @@ func (x *ChangeBackgroundResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChangeBackgroundResponse.ProtoReflect.Descriptor instead.
 func (*ChangeBackgroundResponse) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{33}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *ChangeBackgroundResponse) GetRoomVersion() int64 {
@@ -2130,7 +2330,7 @@ type SetChatEnabledRequest struct {
 
 func (x *SetChatEnabledRequest) Reset() {
 	*x = SetChatEnabledRequest{}
-	mi := &file_room_v1_room_proto_msgTypes[34]
+	mi := &file_room_v1_room_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2142,7 +2342,7 @@ func (x *SetChatEnabledRequest) String() string {
 func (*SetChatEnabledRequest) ProtoMessage() {}
 
 func (x *SetChatEnabledRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[34]
+	mi := &file_room_v1_room_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2155,7 +2355,7 @@ func (x *SetChatEnabledRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetChatEnabledRequest.ProtoReflect.Descriptor instead.
 func (*SetChatEnabledRequest) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{34}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *SetChatEnabledRequest) GetRoomId() string {
@@ -2196,7 +2396,7 @@ type SetChatEnabledResponse struct {
 
 func (x *SetChatEnabledResponse) Reset() {
 	*x = SetChatEnabledResponse{}
-	mi := &file_room_v1_room_proto_msgTypes[35]
+	mi := &file_room_v1_room_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2208,7 +2408,7 @@ func (x *SetChatEnabledResponse) String() string {
 func (*SetChatEnabledResponse) ProtoMessage() {}
 
 func (x *SetChatEnabledResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[35]
+	mi := &file_room_v1_room_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2221,7 +2421,7 @@ func (x *SetChatEnabledResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetChatEnabledResponse.ProtoReflect.Descriptor instead.
 func (*SetChatEnabledResponse) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{35}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *SetChatEnabledResponse) GetRoomVersion() int64 {
@@ -2245,7 +2445,7 @@ type GetRoomSnapshotRequest struct {
 
 func (x *GetRoomSnapshotRequest) Reset() {
 	*x = GetRoomSnapshotRequest{}
-	mi := &file_room_v1_room_proto_msgTypes[36]
+	mi := &file_room_v1_room_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2257,7 +2457,7 @@ func (x *GetRoomSnapshotRequest) String() string {
 func (*GetRoomSnapshotRequest) ProtoMessage() {}
 
 func (x *GetRoomSnapshotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[36]
+	mi := &file_room_v1_room_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2270,7 +2470,7 @@ func (x *GetRoomSnapshotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRoomSnapshotRequest.ProtoReflect.Descriptor instead.
 func (*GetRoomSnapshotRequest) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{36}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *GetRoomSnapshotRequest) GetRoomId() string {
@@ -2306,7 +2506,7 @@ type GetRoomSnapshotResponse struct {
 
 func (x *GetRoomSnapshotResponse) Reset() {
 	*x = GetRoomSnapshotResponse{}
-	mi := &file_room_v1_room_proto_msgTypes[37]
+	mi := &file_room_v1_room_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2318,7 +2518,7 @@ func (x *GetRoomSnapshotResponse) String() string {
 func (*GetRoomSnapshotResponse) ProtoMessage() {}
 
 func (x *GetRoomSnapshotResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[37]
+	mi := &file_room_v1_room_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2331,7 +2531,7 @@ func (x *GetRoomSnapshotResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRoomSnapshotResponse.ProtoReflect.Descriptor instead.
 func (*GetRoomSnapshotResponse) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{37}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *GetRoomSnapshotResponse) GetNotModified() bool {
@@ -2370,7 +2570,7 @@ type ListRoomsRequest struct {
 
 func (x *ListRoomsRequest) Reset() {
 	*x = ListRoomsRequest{}
-	mi := &file_room_v1_room_proto_msgTypes[38]
+	mi := &file_room_v1_room_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2382,7 +2582,7 @@ func (x *ListRoomsRequest) String() string {
 func (*ListRoomsRequest) ProtoMessage() {}
 
 func (x *ListRoomsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[38]
+	mi := &file_room_v1_room_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2395,7 +2595,7 @@ func (x *ListRoomsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRoomsRequest.ProtoReflect.Descriptor instead.
 func (*ListRoomsRequest) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{38}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *ListRoomsRequest) GetPageSize() int32 {
@@ -2431,7 +2631,7 @@ type ListRoomsResponse struct {
 
 func (x *ListRoomsResponse) Reset() {
 	*x = ListRoomsResponse{}
-	mi := &file_room_v1_room_proto_msgTypes[39]
+	mi := &file_room_v1_room_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2443,7 +2643,7 @@ func (x *ListRoomsResponse) String() string {
 func (*ListRoomsResponse) ProtoMessage() {}
 
 func (x *ListRoomsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[39]
+	mi := &file_room_v1_room_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2456,7 +2656,7 @@ func (x *ListRoomsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRoomsResponse.ProtoReflect.Descriptor instead.
 func (*ListRoomsResponse) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{39}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *ListRoomsResponse) GetRooms() []*RoomSummary {
@@ -2491,7 +2691,7 @@ type RoomSummary struct {
 
 func (x *RoomSummary) Reset() {
 	*x = RoomSummary{}
-	mi := &file_room_v1_room_proto_msgTypes[40]
+	mi := &file_room_v1_room_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2503,7 +2703,7 @@ func (x *RoomSummary) String() string {
 func (*RoomSummary) ProtoMessage() {}
 
 func (x *RoomSummary) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[40]
+	mi := &file_room_v1_room_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2516,7 +2716,7 @@ func (x *RoomSummary) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RoomSummary.ProtoReflect.Descriptor instead.
 func (*RoomSummary) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{40}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *RoomSummary) GetRoomId() string {
@@ -2595,7 +2795,7 @@ type ListCommandsRequest struct {
 
 func (x *ListCommandsRequest) Reset() {
 	*x = ListCommandsRequest{}
-	mi := &file_room_v1_room_proto_msgTypes[41]
+	mi := &file_room_v1_room_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2607,7 +2807,7 @@ func (x *ListCommandsRequest) String() string {
 func (*ListCommandsRequest) ProtoMessage() {}
 
 func (x *ListCommandsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[41]
+	mi := &file_room_v1_room_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2620,7 +2820,7 @@ func (x *ListCommandsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCommandsRequest.ProtoReflect.Descriptor instead.
 func (*ListCommandsRequest) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{41}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *ListCommandsRequest) GetRoomId() string {
@@ -2656,7 +2856,7 @@ type ListCommandsResponse struct {
 
 func (x *ListCommandsResponse) Reset() {
 	*x = ListCommandsResponse{}
-	mi := &file_room_v1_room_proto_msgTypes[42]
+	mi := &file_room_v1_room_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2668,7 +2868,7 @@ func (x *ListCommandsResponse) String() string {
 func (*ListCommandsResponse) ProtoMessage() {}
 
 func (x *ListCommandsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[42]
+	mi := &file_room_v1_room_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2681,7 +2881,7 @@ func (x *ListCommandsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCommandsResponse.ProtoReflect.Descriptor instead.
 func (*ListCommandsResponse) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{42}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *ListCommandsResponse) GetCommands() []*CommandLogEntry {
@@ -2714,7 +2914,7 @@ type CommandLogEntry struct {
 
 func (x *CommandLogEntry) Reset() {
 	*x = CommandLogEntry{}
-	mi := &file_room_v1_room_proto_msgTypes[43]
+	mi := &file_room_v1_room_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2726,7 +2926,7 @@ func (x *CommandLogEntry) String() string {
 func (*CommandLogEntry) ProtoMessage() {}
 
 func (x *CommandLogEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[43]
+	mi := &file_room_v1_room_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2739,7 +2939,7 @@ func (x *CommandLogEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandLogEntry.ProtoReflect.Descriptor instead.
 func (*CommandLogEntry) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{43}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *CommandLogEntry) GetRoomVersion() int64 {
@@ -2794,7 +2994,7 @@ type GetStoredSnapshotRequest struct {
 
 func (x *GetStoredSnapshotRequest) Reset() {
 	*x = GetStoredSnapshotRequest{}
-	mi := &file_room_v1_room_proto_msgTypes[44]
+	mi := &file_room_v1_room_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2806,7 +3006,7 @@ func (x *GetStoredSnapshotRequest) String() string {
 func (*GetStoredSnapshotRequest) ProtoMessage() {}
 
 func (x *GetStoredSnapshotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[44]
+	mi := &file_room_v1_room_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2819,7 +3019,7 @@ func (x *GetStoredSnapshotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetStoredSnapshotRequest.ProtoReflect.Descriptor instead.
 func (*GetStoredSnapshotRequest) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{44}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *GetStoredSnapshotRequest) GetRoomId() string {
@@ -2840,7 +3040,7 @@ type GetStoredSnapshotResponse struct {
 
 func (x *GetStoredSnapshotResponse) Reset() {
 	*x = GetStoredSnapshotResponse{}
-	mi := &file_room_v1_room_proto_msgTypes[45]
+	mi := &file_room_v1_room_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2852,7 +3052,7 @@ func (x *GetStoredSnapshotResponse) String() string {
 func (*GetStoredSnapshotResponse) ProtoMessage() {}
 
 func (x *GetStoredSnapshotResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[45]
+	mi := &file_room_v1_room_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2865,7 +3065,7 @@ func (x *GetStoredSnapshotResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetStoredSnapshotResponse.ProtoReflect.Descriptor instead.
 func (*GetStoredSnapshotResponse) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{45}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *GetStoredSnapshotResponse) GetFound() bool {
@@ -2909,7 +3109,7 @@ type RoomSnapshot struct {
 
 func (x *RoomSnapshot) Reset() {
 	*x = RoomSnapshot{}
-	mi := &file_room_v1_room_proto_msgTypes[46]
+	mi := &file_room_v1_room_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2921,7 +3121,7 @@ func (x *RoomSnapshot) String() string {
 func (*RoomSnapshot) ProtoMessage() {}
 
 func (x *RoomSnapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[46]
+	mi := &file_room_v1_room_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2934,7 +3134,7 @@ func (x *RoomSnapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RoomSnapshot.ProtoReflect.Descriptor instead.
 func (*RoomSnapshot) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{46}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *RoomSnapshot) GetRoomId() string {
@@ -3056,7 +3256,7 @@ type RoomProfile struct {
 
 func (x *RoomProfile) Reset() {
 	*x = RoomProfile{}
-	mi := &file_room_v1_room_proto_msgTypes[47]
+	mi := &file_room_v1_room_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3068,7 +3268,7 @@ func (x *RoomProfile) String() string {
 func (*RoomProfile) ProtoMessage() {}
 
 func (x *RoomProfile) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[47]
+	mi := &file_room_v1_room_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3081,7 +3281,7 @@ func (x *RoomProfile) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RoomProfile.ProtoReflect.Descriptor instead.
 func (*RoomProfile) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{47}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *RoomProfile) GetTitle() string {
@@ -3134,7 +3334,7 @@ type Member struct {
 
 func (x *Member) Reset() {
 	*x = Member{}
-	mi := &file_room_v1_room_proto_msgTypes[48]
+	mi := &file_room_v1_room_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3146,7 +3346,7 @@ func (x *Member) String() string {
 func (*Member) ProtoMessage() {}
 
 func (x *Member) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[48]
+	mi := &file_room_v1_room_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3159,7 +3359,7 @@ func (x *Member) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Member.ProtoReflect.Descriptor instead.
 func (*Member) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{48}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *Member) GetUserId() int64 {
@@ -3223,7 +3423,7 @@ type MicSeat struct {
 
 func (x *MicSeat) Reset() {
 	*x = MicSeat{}
-	mi := &file_room_v1_room_proto_msgTypes[49]
+	mi := &file_room_v1_room_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3235,7 +3435,7 @@ func (x *MicSeat) String() string {
 func (*MicSeat) ProtoMessage() {}
 
 func (x *MicSeat) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[49]
+	mi := &file_room_v1_room_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3248,7 +3448,7 @@ func (x *MicSeat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MicSeat.ProtoReflect.Descriptor instead.
 func (*MicSeat) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{49}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *MicSeat) GetIndex() int32 {
@@ -3311,7 +3511,7 @@ type Restriction struct {
 
 func (x *Restriction) Reset() {
 	*x = Restriction{}
-	mi := &file_room_v1_room_proto_msgTypes[50]
+	mi := &file_room_v1_room_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3323,7 +3523,7 @@ func (x *Restriction) String() string {
 func (*Restriction) ProtoMessage() {}
 
 func (x *Restriction) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[50]
+	mi := &file_room_v1_room_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3336,7 +3536,7 @@ func (x *Restriction) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Restriction.ProtoReflect.Descriptor instead.
 func (*Restriction) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{50}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *Restriction) GetUserId() int64 {
@@ -3379,7 +3579,7 @@ type RoomEvent struct {
 
 func (x *RoomEvent) Reset() {
 	*x = RoomEvent{}
-	mi := &file_room_v1_room_proto_msgTypes[51]
+	mi := &file_room_v1_room_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3391,7 +3591,7 @@ func (x *RoomEvent) String() string {
 func (*RoomEvent) ProtoMessage() {}
 
 func (x *RoomEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[51]
+	mi := &file_room_v1_room_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3404,7 +3604,7 @@ func (x *RoomEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RoomEvent.ProtoReflect.Descriptor instead.
 func (*RoomEvent) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{51}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *RoomEvent) GetEventId() string {
@@ -3460,7 +3660,21 @@ var File_room_v1_room_proto protoreflect.FileDescriptor
 
 const file_room_v1_room_proto_rawDesc = "" +
 	"\n" +
-	"\x12room/v1/room.proto\x12\aroom.v1\"\x9c\x02\n" +
+	"\x12room/v1/room.proto\x12\aroom.v1\"\x18\n" +
+	"\x16GetOutboxStatusRequest\"\xfd\x01\n" +
+	"\x17GetOutboxStatusResponse\x12\x18\n" +
+	"\apending\x18\x01 \x01(\x03R\apending\x121\n" +
+	"\x15oldest_pending_age_ms\x18\x02 \x01(\x03R\x12oldestPendingAgeMs\x12>\n" +
+	"\x04dead\x18\x03 \x03(\v2*.room.v1.GetOutboxStatusResponse.DeadEntryR\x04dead\x12\x1c\n" +
+	"\tpublished\x18\x04 \x01(\x03R\tpublished\x1a7\n" +
+	"\tDeadEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"9\n" +
+	"\x18RequeueDeadOutboxRequest\x12\x1d\n" +
+	"\n" +
+	"event_type\x18\x01 \x01(\tR\teventType\"7\n" +
+	"\x19RequeueDeadOutboxResponse\x12\x1a\n" +
+	"\brequeued\x18\x01 \x01(\x03R\brequeued\"\x9c\x02\n" +
 	"\x11CreateRoomRequest\x12\x17\n" +
 	"\aroom_id\x18\x01 \x01(\tR\x06roomId\x12\x1d\n" +
 	"\n" +
@@ -3760,10 +3974,12 @@ const file_room_v1_room_proto_rawDesc = "" +
 	"\x10ChangeBackground\x12 .room.v1.ChangeBackgroundRequest\x1a!.room.v1.ChangeBackgroundResponse\x12Q\n" +
 	"\x0eSetChatEnabled\x12\x1e.room.v1.SetChatEnabledRequest\x1a\x1f.room.v1.SetChatEnabledResponse\x12Y\n" +
 	"\x0fGetRoomSnapshot\x12\x1f.room.v1.GetRoomSnapshotRequest\x1a .room.v1.GetRoomSnapshotResponse\"\x03\x90\x02\x01\x12G\n" +
-	"\tListRooms\x12\x19.room.v1.ListRoomsRequest\x1a\x1a.room.v1.ListRoomsResponse\"\x03\x90\x02\x012\xc4\x01\n" +
+	"\tListRooms\x12\x19.room.v1.ListRoomsRequest\x1a\x1a.room.v1.ListRoomsResponse\"\x03\x90\x02\x012\xfb\x02\n" +
 	"\x0fOperatorService\x12P\n" +
 	"\fListCommands\x12\x1c.room.v1.ListCommandsRequest\x1a\x1d.room.v1.ListCommandsResponse\"\x03\x90\x02\x01\x12_\n" +
-	"\x11GetStoredSnapshot\x12!.room.v1.GetStoredSnapshotRequest\x1a\".room.v1.GetStoredSnapshotResponse\"\x03\x90\x02\x01B'Z%hyapp/room-service/gen/room/v1;roomv1b\x06proto3"
+	"\x11GetStoredSnapshot\x12!.room.v1.GetStoredSnapshotRequest\x1a\".room.v1.GetStoredSnapshotResponse\"\x03\x90\x02\x01\x12Y\n" +
+	"\x0fGetOutboxStatus\x12\x1f.room.v1.GetOutboxStatusRequest\x1a .room.v1.GetOutboxStatusResponse\"\x03\x90\x02\x01\x12Z\n" +
+	"\x11RequeueDeadOutbox\x12!.room.v1.RequeueDeadOutboxRequest\x1a\".room.v1.RequeueDeadOutboxResponseB'Z%hyapp/room-service/gen/room/v1;roomv1b\x06proto3"
 
 var (
 	file_room_v1_room_proto_rawDescOnce sync.Once
@@ -3778,124 +3994,134 @@ func file_room_v1_room_proto_rawDescGZIP() []byte {
 }
 
 var file_room_v1_room_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_room_v1_room_proto_msgTypes = make([]protoimpl.MessageInfo, 52)
+var file_room_v1_room_proto_msgTypes = make([]protoimpl.MessageInfo, 57)
 var file_room_v1_room_proto_goTypes = []any{
 	(RoomStatus)(0),                   // 0: room.v1.RoomStatus
-	(*CreateRoomRequest)(nil),         // 1: room.v1.CreateRoomRequest
-	(*CreateRoomResponse)(nil),        // 2: room.v1.CreateRoomResponse
-	(*CloseRoomRequest)(nil),          // 3: room.v1.CloseRoomRequest
-	(*CloseRoomResponse)(nil),         // 4: room.v1.CloseRoomResponse
-	(*JoinRoomRequest)(nil),           // 5: room.v1.JoinRoomRequest
-	(*JoinRoomResponse)(nil),          // 6: room.v1.JoinRoomResponse
-	(*LeaveRoomRequest)(nil),          // 7: room.v1.LeaveRoomRequest
-	(*LeaveRoomResponse)(nil),         // 8: room.v1.LeaveRoomResponse
-	(*TakeMicRequest)(nil),            // 9: room.v1.TakeMicRequest
-	(*TakeMicResponse)(nil),           // 10: room.v1.TakeMicResponse
-	(*LeaveMicRequest)(nil),           // 11: room.v1.LeaveMicRequest
-	(*LeaveMicResponse)(nil),          // 12: room.v1.LeaveMicResponse
-	(*MoveMicRequest)(nil),            // 13: room.v1.MoveMicRequest
-	(*MoveMicResponse)(nil),           // 14: room.v1.MoveMicResponse
-	(*KickFromMicRequest)(nil),        // 15: room.v1.KickFromMicRequest
-	(*KickFromMicResponse)(nil),       // 16: room.v1.KickFromMicResponse
-	(*LockMicSeatRequest)(nil),        // 17: room.v1.LockMicSeatRequest
-	(*LockMicSeatResponse)(nil),       // 18: room.v1.LockMicSeatResponse
-	(*MuteMicSeatRequest)(nil),        // 19: room.v1.MuteMicSeatRequest
-	(*MuteMicSeatResponse)(nil),       // 20: room.v1.MuteMicSeatResponse
-	(*SetMyMicRequest)(nil),           // 21: room.v1.SetMyMicRequest
-	(*SetMyMicResponse)(nil),          // 22: room.v1.SetMyMicResponse
-	(*KickUserRequest)(nil),           // 23: room.v1.KickUserRequest
-	(*KickUserResponse)(nil),          // 24: room.v1.KickUserResponse
-	(*MuteUserRequest)(nil),           // 25: room.v1.MuteUserRequest
-	(*MuteUserResponse)(nil),          // 26: room.v1.MuteUserResponse
-	(*UnbanUserRequest)(nil),          // 27: room.v1.UnbanUserRequest
-	(*UnbanUserResponse)(nil),         // 28: room.v1.UnbanUserResponse
-	(*SetAdminRequest)(nil),           // 29: room.v1.SetAdminRequest
-	(*SetAdminResponse)(nil),          // 30: room.v1.SetAdminResponse
-	(*UpdateProfileRequest)(nil),      // 31: room.v1.UpdateProfileRequest
-	(*UpdateProfileResponse)(nil),     // 32: room.v1.UpdateProfileResponse
-	(*ChangeBackgroundRequest)(nil),   // 33: room.v1.ChangeBackgroundRequest
-	(*ChangeBackgroundResponse)(nil),  // 34: room.v1.ChangeBackgroundResponse
-	(*SetChatEnabledRequest)(nil),     // 35: room.v1.SetChatEnabledRequest
-	(*SetChatEnabledResponse)(nil),    // 36: room.v1.SetChatEnabledResponse
-	(*GetRoomSnapshotRequest)(nil),    // 37: room.v1.GetRoomSnapshotRequest
-	(*GetRoomSnapshotResponse)(nil),   // 38: room.v1.GetRoomSnapshotResponse
-	(*ListRoomsRequest)(nil),          // 39: room.v1.ListRoomsRequest
-	(*ListRoomsResponse)(nil),         // 40: room.v1.ListRoomsResponse
-	(*RoomSummary)(nil),               // 41: room.v1.RoomSummary
-	(*ListCommandsRequest)(nil),       // 42: room.v1.ListCommandsRequest
-	(*ListCommandsResponse)(nil),      // 43: room.v1.ListCommandsResponse
-	(*CommandLogEntry)(nil),           // 44: room.v1.CommandLogEntry
-	(*GetStoredSnapshotRequest)(nil),  // 45: room.v1.GetStoredSnapshotRequest
-	(*GetStoredSnapshotResponse)(nil), // 46: room.v1.GetStoredSnapshotResponse
-	(*RoomSnapshot)(nil),              // 47: room.v1.RoomSnapshot
-	(*RoomProfile)(nil),               // 48: room.v1.RoomProfile
-	(*Member)(nil),                    // 49: room.v1.Member
-	(*MicSeat)(nil),                   // 50: room.v1.MicSeat
-	(*Restriction)(nil),               // 51: room.v1.Restriction
-	(*RoomEvent)(nil),                 // 52: room.v1.RoomEvent
+	(*GetOutboxStatusRequest)(nil),    // 1: room.v1.GetOutboxStatusRequest
+	(*GetOutboxStatusResponse)(nil),   // 2: room.v1.GetOutboxStatusResponse
+	(*RequeueDeadOutboxRequest)(nil),  // 3: room.v1.RequeueDeadOutboxRequest
+	(*RequeueDeadOutboxResponse)(nil), // 4: room.v1.RequeueDeadOutboxResponse
+	(*CreateRoomRequest)(nil),         // 5: room.v1.CreateRoomRequest
+	(*CreateRoomResponse)(nil),        // 6: room.v1.CreateRoomResponse
+	(*CloseRoomRequest)(nil),          // 7: room.v1.CloseRoomRequest
+	(*CloseRoomResponse)(nil),         // 8: room.v1.CloseRoomResponse
+	(*JoinRoomRequest)(nil),           // 9: room.v1.JoinRoomRequest
+	(*JoinRoomResponse)(nil),          // 10: room.v1.JoinRoomResponse
+	(*LeaveRoomRequest)(nil),          // 11: room.v1.LeaveRoomRequest
+	(*LeaveRoomResponse)(nil),         // 12: room.v1.LeaveRoomResponse
+	(*TakeMicRequest)(nil),            // 13: room.v1.TakeMicRequest
+	(*TakeMicResponse)(nil),           // 14: room.v1.TakeMicResponse
+	(*LeaveMicRequest)(nil),           // 15: room.v1.LeaveMicRequest
+	(*LeaveMicResponse)(nil),          // 16: room.v1.LeaveMicResponse
+	(*MoveMicRequest)(nil),            // 17: room.v1.MoveMicRequest
+	(*MoveMicResponse)(nil),           // 18: room.v1.MoveMicResponse
+	(*KickFromMicRequest)(nil),        // 19: room.v1.KickFromMicRequest
+	(*KickFromMicResponse)(nil),       // 20: room.v1.KickFromMicResponse
+	(*LockMicSeatRequest)(nil),        // 21: room.v1.LockMicSeatRequest
+	(*LockMicSeatResponse)(nil),       // 22: room.v1.LockMicSeatResponse
+	(*MuteMicSeatRequest)(nil),        // 23: room.v1.MuteMicSeatRequest
+	(*MuteMicSeatResponse)(nil),       // 24: room.v1.MuteMicSeatResponse
+	(*SetMyMicRequest)(nil),           // 25: room.v1.SetMyMicRequest
+	(*SetMyMicResponse)(nil),          // 26: room.v1.SetMyMicResponse
+	(*KickUserRequest)(nil),           // 27: room.v1.KickUserRequest
+	(*KickUserResponse)(nil),          // 28: room.v1.KickUserResponse
+	(*MuteUserRequest)(nil),           // 29: room.v1.MuteUserRequest
+	(*MuteUserResponse)(nil),          // 30: room.v1.MuteUserResponse
+	(*UnbanUserRequest)(nil),          // 31: room.v1.UnbanUserRequest
+	(*UnbanUserResponse)(nil),         // 32: room.v1.UnbanUserResponse
+	(*SetAdminRequest)(nil),           // 33: room.v1.SetAdminRequest
+	(*SetAdminResponse)(nil),          // 34: room.v1.SetAdminResponse
+	(*UpdateProfileRequest)(nil),      // 35: room.v1.UpdateProfileRequest
+	(*UpdateProfileResponse)(nil),     // 36: room.v1.UpdateProfileResponse
+	(*ChangeBackgroundRequest)(nil),   // 37: room.v1.ChangeBackgroundRequest
+	(*ChangeBackgroundResponse)(nil),  // 38: room.v1.ChangeBackgroundResponse
+	(*SetChatEnabledRequest)(nil),     // 39: room.v1.SetChatEnabledRequest
+	(*SetChatEnabledResponse)(nil),    // 40: room.v1.SetChatEnabledResponse
+	(*GetRoomSnapshotRequest)(nil),    // 41: room.v1.GetRoomSnapshotRequest
+	(*GetRoomSnapshotResponse)(nil),   // 42: room.v1.GetRoomSnapshotResponse
+	(*ListRoomsRequest)(nil),          // 43: room.v1.ListRoomsRequest
+	(*ListRoomsResponse)(nil),         // 44: room.v1.ListRoomsResponse
+	(*RoomSummary)(nil),               // 45: room.v1.RoomSummary
+	(*ListCommandsRequest)(nil),       // 46: room.v1.ListCommandsRequest
+	(*ListCommandsResponse)(nil),      // 47: room.v1.ListCommandsResponse
+	(*CommandLogEntry)(nil),           // 48: room.v1.CommandLogEntry
+	(*GetStoredSnapshotRequest)(nil),  // 49: room.v1.GetStoredSnapshotRequest
+	(*GetStoredSnapshotResponse)(nil), // 50: room.v1.GetStoredSnapshotResponse
+	(*RoomSnapshot)(nil),              // 51: room.v1.RoomSnapshot
+	(*RoomProfile)(nil),               // 52: room.v1.RoomProfile
+	(*Member)(nil),                    // 53: room.v1.Member
+	(*MicSeat)(nil),                   // 54: room.v1.MicSeat
+	(*Restriction)(nil),               // 55: room.v1.Restriction
+	(*RoomEvent)(nil),                 // 56: room.v1.RoomEvent
+	nil,                               // 57: room.v1.GetOutboxStatusResponse.DeadEntry
 }
 var file_room_v1_room_proto_depIdxs = []int32{
-	47, // 0: room.v1.GetRoomSnapshotResponse.snapshot:type_name -> room.v1.RoomSnapshot
-	0,  // 1: room.v1.ListRoomsRequest.status:type_name -> room.v1.RoomStatus
-	41, // 2: room.v1.ListRoomsResponse.rooms:type_name -> room.v1.RoomSummary
-	0,  // 3: room.v1.RoomSummary.status:type_name -> room.v1.RoomStatus
-	44, // 4: room.v1.ListCommandsResponse.commands:type_name -> room.v1.CommandLogEntry
-	47, // 5: room.v1.GetStoredSnapshotResponse.snapshot:type_name -> room.v1.RoomSnapshot
-	0,  // 6: room.v1.RoomSnapshot.status:type_name -> room.v1.RoomStatus
-	48, // 7: room.v1.RoomSnapshot.profile:type_name -> room.v1.RoomProfile
-	49, // 8: room.v1.RoomSnapshot.members:type_name -> room.v1.Member
-	50, // 9: room.v1.RoomSnapshot.seats:type_name -> room.v1.MicSeat
-	51, // 10: room.v1.RoomSnapshot.chat_mutes:type_name -> room.v1.Restriction
-	51, // 11: room.v1.RoomSnapshot.bans:type_name -> room.v1.Restriction
-	1,  // 12: room.v1.RoomService.CreateRoom:input_type -> room.v1.CreateRoomRequest
-	3,  // 13: room.v1.RoomService.CloseRoom:input_type -> room.v1.CloseRoomRequest
-	5,  // 14: room.v1.RoomService.JoinRoom:input_type -> room.v1.JoinRoomRequest
-	7,  // 15: room.v1.RoomService.LeaveRoom:input_type -> room.v1.LeaveRoomRequest
-	9,  // 16: room.v1.RoomService.TakeMic:input_type -> room.v1.TakeMicRequest
-	11, // 17: room.v1.RoomService.LeaveMic:input_type -> room.v1.LeaveMicRequest
-	13, // 18: room.v1.RoomService.MoveMic:input_type -> room.v1.MoveMicRequest
-	15, // 19: room.v1.RoomService.KickFromMic:input_type -> room.v1.KickFromMicRequest
-	17, // 20: room.v1.RoomService.LockMicSeat:input_type -> room.v1.LockMicSeatRequest
-	19, // 21: room.v1.RoomService.MuteMicSeat:input_type -> room.v1.MuteMicSeatRequest
-	21, // 22: room.v1.RoomService.SetMyMic:input_type -> room.v1.SetMyMicRequest
-	23, // 23: room.v1.RoomService.KickUser:input_type -> room.v1.KickUserRequest
-	25, // 24: room.v1.RoomService.MuteUser:input_type -> room.v1.MuteUserRequest
-	27, // 25: room.v1.RoomService.UnbanUser:input_type -> room.v1.UnbanUserRequest
-	29, // 26: room.v1.RoomService.SetAdmin:input_type -> room.v1.SetAdminRequest
-	31, // 27: room.v1.RoomService.UpdateProfile:input_type -> room.v1.UpdateProfileRequest
-	33, // 28: room.v1.RoomService.ChangeBackground:input_type -> room.v1.ChangeBackgroundRequest
-	35, // 29: room.v1.RoomService.SetChatEnabled:input_type -> room.v1.SetChatEnabledRequest
-	37, // 30: room.v1.RoomService.GetRoomSnapshot:input_type -> room.v1.GetRoomSnapshotRequest
-	39, // 31: room.v1.RoomService.ListRooms:input_type -> room.v1.ListRoomsRequest
-	42, // 32: room.v1.OperatorService.ListCommands:input_type -> room.v1.ListCommandsRequest
-	45, // 33: room.v1.OperatorService.GetStoredSnapshot:input_type -> room.v1.GetStoredSnapshotRequest
-	2,  // 34: room.v1.RoomService.CreateRoom:output_type -> room.v1.CreateRoomResponse
-	4,  // 35: room.v1.RoomService.CloseRoom:output_type -> room.v1.CloseRoomResponse
-	6,  // 36: room.v1.RoomService.JoinRoom:output_type -> room.v1.JoinRoomResponse
-	8,  // 37: room.v1.RoomService.LeaveRoom:output_type -> room.v1.LeaveRoomResponse
-	10, // 38: room.v1.RoomService.TakeMic:output_type -> room.v1.TakeMicResponse
-	12, // 39: room.v1.RoomService.LeaveMic:output_type -> room.v1.LeaveMicResponse
-	14, // 40: room.v1.RoomService.MoveMic:output_type -> room.v1.MoveMicResponse
-	16, // 41: room.v1.RoomService.KickFromMic:output_type -> room.v1.KickFromMicResponse
-	18, // 42: room.v1.RoomService.LockMicSeat:output_type -> room.v1.LockMicSeatResponse
-	20, // 43: room.v1.RoomService.MuteMicSeat:output_type -> room.v1.MuteMicSeatResponse
-	22, // 44: room.v1.RoomService.SetMyMic:output_type -> room.v1.SetMyMicResponse
-	24, // 45: room.v1.RoomService.KickUser:output_type -> room.v1.KickUserResponse
-	26, // 46: room.v1.RoomService.MuteUser:output_type -> room.v1.MuteUserResponse
-	28, // 47: room.v1.RoomService.UnbanUser:output_type -> room.v1.UnbanUserResponse
-	30, // 48: room.v1.RoomService.SetAdmin:output_type -> room.v1.SetAdminResponse
-	32, // 49: room.v1.RoomService.UpdateProfile:output_type -> room.v1.UpdateProfileResponse
-	34, // 50: room.v1.RoomService.ChangeBackground:output_type -> room.v1.ChangeBackgroundResponse
-	36, // 51: room.v1.RoomService.SetChatEnabled:output_type -> room.v1.SetChatEnabledResponse
-	38, // 52: room.v1.RoomService.GetRoomSnapshot:output_type -> room.v1.GetRoomSnapshotResponse
-	40, // 53: room.v1.RoomService.ListRooms:output_type -> room.v1.ListRoomsResponse
-	43, // 54: room.v1.OperatorService.ListCommands:output_type -> room.v1.ListCommandsResponse
-	46, // 55: room.v1.OperatorService.GetStoredSnapshot:output_type -> room.v1.GetStoredSnapshotResponse
-	34, // [34:56] is the sub-list for method output_type
-	12, // [12:34] is the sub-list for method input_type
-	12, // [12:12] is the sub-list for extension type_name
-	12, // [12:12] is the sub-list for extension extendee
-	0,  // [0:12] is the sub-list for field type_name
+	57, // 0: room.v1.GetOutboxStatusResponse.dead:type_name -> room.v1.GetOutboxStatusResponse.DeadEntry
+	51, // 1: room.v1.GetRoomSnapshotResponse.snapshot:type_name -> room.v1.RoomSnapshot
+	0,  // 2: room.v1.ListRoomsRequest.status:type_name -> room.v1.RoomStatus
+	45, // 3: room.v1.ListRoomsResponse.rooms:type_name -> room.v1.RoomSummary
+	0,  // 4: room.v1.RoomSummary.status:type_name -> room.v1.RoomStatus
+	48, // 5: room.v1.ListCommandsResponse.commands:type_name -> room.v1.CommandLogEntry
+	51, // 6: room.v1.GetStoredSnapshotResponse.snapshot:type_name -> room.v1.RoomSnapshot
+	0,  // 7: room.v1.RoomSnapshot.status:type_name -> room.v1.RoomStatus
+	52, // 8: room.v1.RoomSnapshot.profile:type_name -> room.v1.RoomProfile
+	53, // 9: room.v1.RoomSnapshot.members:type_name -> room.v1.Member
+	54, // 10: room.v1.RoomSnapshot.seats:type_name -> room.v1.MicSeat
+	55, // 11: room.v1.RoomSnapshot.chat_mutes:type_name -> room.v1.Restriction
+	55, // 12: room.v1.RoomSnapshot.bans:type_name -> room.v1.Restriction
+	5,  // 13: room.v1.RoomService.CreateRoom:input_type -> room.v1.CreateRoomRequest
+	7,  // 14: room.v1.RoomService.CloseRoom:input_type -> room.v1.CloseRoomRequest
+	9,  // 15: room.v1.RoomService.JoinRoom:input_type -> room.v1.JoinRoomRequest
+	11, // 16: room.v1.RoomService.LeaveRoom:input_type -> room.v1.LeaveRoomRequest
+	13, // 17: room.v1.RoomService.TakeMic:input_type -> room.v1.TakeMicRequest
+	15, // 18: room.v1.RoomService.LeaveMic:input_type -> room.v1.LeaveMicRequest
+	17, // 19: room.v1.RoomService.MoveMic:input_type -> room.v1.MoveMicRequest
+	19, // 20: room.v1.RoomService.KickFromMic:input_type -> room.v1.KickFromMicRequest
+	21, // 21: room.v1.RoomService.LockMicSeat:input_type -> room.v1.LockMicSeatRequest
+	23, // 22: room.v1.RoomService.MuteMicSeat:input_type -> room.v1.MuteMicSeatRequest
+	25, // 23: room.v1.RoomService.SetMyMic:input_type -> room.v1.SetMyMicRequest
+	27, // 24: room.v1.RoomService.KickUser:input_type -> room.v1.KickUserRequest
+	29, // 25: room.v1.RoomService.MuteUser:input_type -> room.v1.MuteUserRequest
+	31, // 26: room.v1.RoomService.UnbanUser:input_type -> room.v1.UnbanUserRequest
+	33, // 27: room.v1.RoomService.SetAdmin:input_type -> room.v1.SetAdminRequest
+	35, // 28: room.v1.RoomService.UpdateProfile:input_type -> room.v1.UpdateProfileRequest
+	37, // 29: room.v1.RoomService.ChangeBackground:input_type -> room.v1.ChangeBackgroundRequest
+	39, // 30: room.v1.RoomService.SetChatEnabled:input_type -> room.v1.SetChatEnabledRequest
+	41, // 31: room.v1.RoomService.GetRoomSnapshot:input_type -> room.v1.GetRoomSnapshotRequest
+	43, // 32: room.v1.RoomService.ListRooms:input_type -> room.v1.ListRoomsRequest
+	46, // 33: room.v1.OperatorService.ListCommands:input_type -> room.v1.ListCommandsRequest
+	49, // 34: room.v1.OperatorService.GetStoredSnapshot:input_type -> room.v1.GetStoredSnapshotRequest
+	1,  // 35: room.v1.OperatorService.GetOutboxStatus:input_type -> room.v1.GetOutboxStatusRequest
+	3,  // 36: room.v1.OperatorService.RequeueDeadOutbox:input_type -> room.v1.RequeueDeadOutboxRequest
+	6,  // 37: room.v1.RoomService.CreateRoom:output_type -> room.v1.CreateRoomResponse
+	8,  // 38: room.v1.RoomService.CloseRoom:output_type -> room.v1.CloseRoomResponse
+	10, // 39: room.v1.RoomService.JoinRoom:output_type -> room.v1.JoinRoomResponse
+	12, // 40: room.v1.RoomService.LeaveRoom:output_type -> room.v1.LeaveRoomResponse
+	14, // 41: room.v1.RoomService.TakeMic:output_type -> room.v1.TakeMicResponse
+	16, // 42: room.v1.RoomService.LeaveMic:output_type -> room.v1.LeaveMicResponse
+	18, // 43: room.v1.RoomService.MoveMic:output_type -> room.v1.MoveMicResponse
+	20, // 44: room.v1.RoomService.KickFromMic:output_type -> room.v1.KickFromMicResponse
+	22, // 45: room.v1.RoomService.LockMicSeat:output_type -> room.v1.LockMicSeatResponse
+	24, // 46: room.v1.RoomService.MuteMicSeat:output_type -> room.v1.MuteMicSeatResponse
+	26, // 47: room.v1.RoomService.SetMyMic:output_type -> room.v1.SetMyMicResponse
+	28, // 48: room.v1.RoomService.KickUser:output_type -> room.v1.KickUserResponse
+	30, // 49: room.v1.RoomService.MuteUser:output_type -> room.v1.MuteUserResponse
+	32, // 50: room.v1.RoomService.UnbanUser:output_type -> room.v1.UnbanUserResponse
+	34, // 51: room.v1.RoomService.SetAdmin:output_type -> room.v1.SetAdminResponse
+	36, // 52: room.v1.RoomService.UpdateProfile:output_type -> room.v1.UpdateProfileResponse
+	38, // 53: room.v1.RoomService.ChangeBackground:output_type -> room.v1.ChangeBackgroundResponse
+	40, // 54: room.v1.RoomService.SetChatEnabled:output_type -> room.v1.SetChatEnabledResponse
+	42, // 55: room.v1.RoomService.GetRoomSnapshot:output_type -> room.v1.GetRoomSnapshotResponse
+	44, // 56: room.v1.RoomService.ListRooms:output_type -> room.v1.ListRoomsResponse
+	47, // 57: room.v1.OperatorService.ListCommands:output_type -> room.v1.ListCommandsResponse
+	50, // 58: room.v1.OperatorService.GetStoredSnapshot:output_type -> room.v1.GetStoredSnapshotResponse
+	2,  // 59: room.v1.OperatorService.GetOutboxStatus:output_type -> room.v1.GetOutboxStatusResponse
+	4,  // 60: room.v1.OperatorService.RequeueDeadOutbox:output_type -> room.v1.RequeueDeadOutboxResponse
+	37, // [37:61] is the sub-list for method output_type
+	13, // [13:37] is the sub-list for method input_type
+	13, // [13:13] is the sub-list for extension type_name
+	13, // [13:13] is the sub-list for extension extendee
+	0,  // [0:13] is the sub-list for field type_name
 }
 
 func init() { file_room_v1_room_proto_init() }
@@ -3903,14 +4129,14 @@ func file_room_v1_room_proto_init() {
 	if File_room_v1_room_proto != nil {
 		return
 	}
-	file_room_v1_room_proto_msgTypes[30].OneofWrappers = []any{}
+	file_room_v1_room_proto_msgTypes[34].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_room_v1_room_proto_rawDesc), len(file_room_v1_room_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   52,
+			NumMessages:   57,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -92,6 +92,12 @@ const (
 	// OperatorServiceGetStoredSnapshotProcedure is the fully-qualified name of the OperatorService's
 	// GetStoredSnapshot RPC.
 	OperatorServiceGetStoredSnapshotProcedure = "/room.v1.OperatorService/GetStoredSnapshot"
+	// OperatorServiceGetOutboxStatusProcedure is the fully-qualified name of the OperatorService's
+	// GetOutboxStatus RPC.
+	OperatorServiceGetOutboxStatusProcedure = "/room.v1.OperatorService/GetOutboxStatus"
+	// OperatorServiceRequeueDeadOutboxProcedure is the fully-qualified name of the OperatorService's
+	// RequeueDeadOutbox RPC.
+	OperatorServiceRequeueDeadOutboxProcedure = "/room.v1.OperatorService/RequeueDeadOutbox"
 )
 
 // RoomServiceClient is a client for the room.v1.RoomService service.
@@ -710,6 +716,10 @@ type OperatorServiceClient interface {
 	ListCommands(context.Context, *connect.Request[v1.ListCommandsRequest]) (*connect.Response[v1.ListCommandsResponse], error)
 	// Returns the room's latest stored snapshot (not the live state).
 	GetStoredSnapshot(context.Context, *connect.Request[v1.GetStoredSnapshotRequest]) (*connect.Response[v1.GetStoredSnapshotResponse], error)
+	// Summarises the durable outbox: pending rows, the oldest one's age, dead rows by type.
+	GetOutboxStatus(context.Context, *connect.Request[v1.GetOutboxStatusRequest]) (*connect.Response[v1.GetOutboxStatusResponse], error)
+	// Makes dead outbox rows pending again, all or those of one event type.
+	RequeueDeadOutbox(context.Context, *connect.Request[v1.RequeueDeadOutboxRequest]) (*connect.Response[v1.RequeueDeadOutboxResponse], error)
 }
 
 // NewOperatorServiceClient constructs a client for the room.v1.OperatorService service. By default,
@@ -737,6 +747,19 @@ func NewOperatorServiceClient(httpClient connect.HTTPClient, baseURL string, opt
 			connect.WithIdempotency(connect.IdempotencyNoSideEffects),
 			connect.WithClientOptions(opts...),
 		),
+		getOutboxStatus: connect.NewClient[v1.GetOutboxStatusRequest, v1.GetOutboxStatusResponse](
+			httpClient,
+			baseURL+OperatorServiceGetOutboxStatusProcedure,
+			connect.WithSchema(operatorServiceMethods.ByName("GetOutboxStatus")),
+			connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+			connect.WithClientOptions(opts...),
+		),
+		requeueDeadOutbox: connect.NewClient[v1.RequeueDeadOutboxRequest, v1.RequeueDeadOutboxResponse](
+			httpClient,
+			baseURL+OperatorServiceRequeueDeadOutboxProcedure,
+			connect.WithSchema(operatorServiceMethods.ByName("RequeueDeadOutbox")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -744,6 +767,8 @@ func NewOperatorServiceClient(httpClient connect.HTTPClient, baseURL string, opt
 type operatorServiceClient struct {
 	listCommands      *connect.Client[v1.ListCommandsRequest, v1.ListCommandsResponse]
 	getStoredSnapshot *connect.Client[v1.GetStoredSnapshotRequest, v1.GetStoredSnapshotResponse]
+	getOutboxStatus   *connect.Client[v1.GetOutboxStatusRequest, v1.GetOutboxStatusResponse]
+	requeueDeadOutbox *connect.Client[v1.RequeueDeadOutboxRequest, v1.RequeueDeadOutboxResponse]
 }
 
 // ListCommands calls room.v1.OperatorService.ListCommands.
@@ -756,12 +781,26 @@ func (c *operatorServiceClient) GetStoredSnapshot(ctx context.Context, req *conn
 	return c.getStoredSnapshot.CallUnary(ctx, req)
 }
 
+// GetOutboxStatus calls room.v1.OperatorService.GetOutboxStatus.
+func (c *operatorServiceClient) GetOutboxStatus(ctx context.Context, req *connect.Request[v1.GetOutboxStatusRequest]) (*connect.Response[v1.GetOutboxStatusResponse], error) {
+	return c.getOutboxStatus.CallUnary(ctx, req)
+}
+
+// RequeueDeadOutbox calls room.v1.OperatorService.RequeueDeadOutbox.
+func (c *operatorServiceClient) RequeueDeadOutbox(ctx context.Context, req *connect.Request[v1.RequeueDeadOutboxRequest]) (*connect.Response[v1.RequeueDeadOutboxResponse], error) {
+	return c.requeueDeadOutbox.CallUnary(ctx, req)
+}
+
 // OperatorServiceHandler is an implementation of the room.v1.OperatorService service.
 type OperatorServiceHandler interface {
 	// Lists a room's committed commands after a version, in version order.
 	ListCommands(context.Context, *connect.Request[v1.ListCommandsRequest]) (*connect.Response[v1.ListCommandsResponse], error)
 	// Returns the room's latest stored snapshot (not the live state).
 	GetStoredSnapshot(context.Context, *connect.Request[v1.GetStoredSnapshotRequest]) (*connect.Response[v1.GetStoredSnapshotResponse], error)
+	// Summarises the durable outbox: pending rows, the oldest one's age, dead rows by type.
+	GetOutboxStatus(context.Context, *connect.Request[v1.GetOutboxStatusRequest]) (*connect.Response[v1.GetOutboxStatusResponse], error)
+	// Makes dead outbox rows pending again, all or those of one event type.
+	RequeueDeadOutbox(context.Context, *connect.Request[v1.RequeueDeadOutboxRequest]) (*connect.Response[v1.RequeueDeadOutboxResponse], error)
 }
 
 // NewOperatorServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -785,12 +824,29 @@ func NewOperatorServiceHandler(svc OperatorServiceHandler, opts ...connect.Handl
 		connect.WithIdempotency(connect.IdempotencyNoSideEffects),
 		connect.WithHandlerOptions(opts...),
 	)
+	operatorServiceGetOutboxStatusHandler := connect.NewUnaryHandler(
+		OperatorServiceGetOutboxStatusProcedure,
+		svc.GetOutboxStatus,
+		connect.WithSchema(operatorServiceMethods.ByName("GetOutboxStatus")),
+		connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+		connect.WithHandlerOptions(opts...),
+	)
+	operatorServiceRequeueDeadOutboxHandler := connect.NewUnaryHandler(
+		OperatorServiceRequeueDeadOutboxProcedure,
+		svc.RequeueDeadOutbox,
+		connect.WithSchema(operatorServiceMethods.ByName("RequeueDeadOutbox")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/room.v1.OperatorService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case OperatorServiceListCommandsProcedure:
 			operatorServiceListCommandsHandler.ServeHTTP(w, r)
 		case OperatorServiceGetStoredSnapshotProcedure:
 			operatorServiceGetStoredSnapshotHandler.ServeHTTP(w, r)
+		case OperatorServiceGetOutboxStatusProcedure:
+			operatorServiceGetOutboxStatusHandler.ServeHTTP(w, r)
+		case OperatorServiceRequeueDeadOutboxProcedure:
+			operatorServiceRequeueDeadOutboxHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -806,4 +862,12 @@ func (UnimplementedOperatorServiceHandler) ListCommands(context.Context, *connec
 
 func (UnimplementedOperatorServiceHandler) GetStoredSnapshot(context.Context, *connect.Request[v1.GetStoredSnapshotRequest]) (*connect.Response[v1.GetStoredSnapshotResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("room.v1.OperatorService.GetStoredSnapshot is not implemented"))
+}
+
+func (UnimplementedOperatorServiceHandler) GetOutboxStatus(context.Context, *connect.Request[v1.GetOutboxStatusRequest]) (*connect.Response[v1.GetOutboxStatusResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("room.v1.OperatorService.GetOutboxStatus is not implemented"))
+}
+
+func (UnimplementedOperatorServiceHandler) RequeueDeadOutbox(context.Context, *connect.Request[v1.RequeueDeadOutboxRequest]) (*connect.Response[v1.RequeueDeadOutboxResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("room.v1.OperatorService.RequeueDeadOutbox is not implemented"))
 }

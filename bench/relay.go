@@ -1,0 +1,253 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+
+	"hyapp/room-service/lease"
+	"hyapp/room-service/outbox"
+	"hyapp/room-service/outbox/natsbus"
+	"hyapp/room-service/store"
+)
+
+// broker is a restartable NATS server with JetStream, so a scenario can take
+// the message queue away and bring it back on the same port and storage.
+type broker struct {
+	dir  string
+	port int
+	srv  *server.Server
+}
+
+func startBroker(dir string, port int) (*broker, error) {
+	b := &broker{dir: dir, port: port}
+	return b, b.start()
+}
+
+func (b *broker) start() error {
+	srv, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: b.port, JetStream: true, StoreDir: b.dir, NoSigs: true, NoLog: true})
+	if err != nil {
+		return err
+	}
+	srv.Start()
+	if !srv.ReadyForConnections(10 * time.Second) {
+		return fmt.Errorf("nats did not start")
+	}
+	b.srv, b.port = srv, srv.Addr().(*net.TCPAddr).Port
+	return nil
+}
+
+func (b *broker) stop() {
+	b.srv.Shutdown()
+	b.srv.WaitForShutdown()
+}
+
+func (b *broker) url() string { return fmt.Sprintf("nats://127.0.0.1:%d", b.port) }
+
+// commitEvents commits n outbox rows spread over rooms (one command and one
+// row each), the way cells would, and returns the records.
+func commitEvents(ctx context.Context, repo store.Repository, prefix string, rooms, n int) error {
+	type head struct{ epoch, version int64 }
+	heads := make(map[string]head, rooms)
+	ids := make([]string, rooms)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("%s-%d", prefix, i)
+		if err := repo.SaveRoomMeta(ctx, store.RoomMeta{RoomID: ids[i], OwnerUserID: 1, SeatCount: 8}); err != nil {
+			return err
+		}
+		c, err := repo.ClaimRoom(ctx, ids[i], "bench")
+		if err != nil {
+			return err
+		}
+		heads[ids[i]] = head{c.Epoch, c.HeadVersion}
+	}
+	var batches []store.Batch
+	flush := func() error {
+		res, err := repo.CommitBatches(ctx, batches)
+		if err != nil {
+			return err
+		}
+		for _, e := range res {
+			if e != nil {
+				return e
+			}
+		}
+		batches = batches[:0]
+		return nil
+	}
+	now := time.Now()
+	for i := range n {
+		id := ids[i%rooms]
+		h := heads[id]
+		v := h.version + 1
+		heads[id] = head{h.epoch, v}
+		batches = append(batches, store.Batch{
+			RoomID: id, OwnerEpoch: h.epoch, BaseVersion: h.version,
+			Commands: []store.CommandRecord{{RoomID: id, RoomVersion: v, CommandID: fmt.Sprint("c", v), CommandType: "JoinRoom", Payload: []byte(`{"op":1,"at":1,"body":{}}`), Replayable: true, CreatedAt: now}},
+			Outbox: []outbox.Record{{EventID: fmt.Sprintf("%s/%d/0", id, v), RoomID: id, RoomVersion: v, EventType: "RoomUserJoined",
+				Payload: []byte(`{"user_id":123456,"nickname":"listener","vehicle":"car-7","joined_at":1796033128314,"online_count":57}`), CreatedAt: now}},
+		})
+		if len(batches) == rooms {
+			if err := flush(); err != nil {
+				return err
+			}
+		}
+	}
+	if len(batches) > 0 {
+		return flush()
+	}
+	return nil
+}
+
+// RelayScenarios measures the outbox relay on env's database against a NATS
+// server of its own: throughput beside a bare async-publish loop of the same
+// messages, commit-to-ack lag at a steady rate, and the drain after an outage.
+func RelayScenarios(ctx context.Context, env Env, dir string, events, rate int, outage time.Duration) ([]Row, error) {
+	var rows []Row
+	log := slog.New(slog.DiscardHandler)
+
+	// Ceiling: the same number of messages through a bare async loop.
+	ceilBus, err := natsbus.Open(ctx, natsbus.Config{StoreDir: dir + "/ceiling"}, log)
+	if err != nil {
+		return nil, err
+	}
+	recs := make([]outbox.Record, events)
+	for i := range recs {
+		recs[i] = outbox.Record{EventID: fmt.Sprintf("ceil-%d/%d/0", i%1000, i), RoomID: fmt.Sprintf("ceil-%d", i%1000), RoomVersion: int64(i),
+			EventType: "RoomUserJoined", Payload: []byte(`{"user_id":123456,"nickname":"listener","vehicle":"car-7","joined_at":1796033128314,"online_count":57}`), CreatedAt: time.Now()}
+	}
+	bare, err := natsbus.BareAsyncPublish(ctx, ceilBus, recs, 4096)
+	_ = ceilBus.Close()
+	if err != nil {
+		return nil, err
+	}
+	ceiling := Row{Name: "bare JetStream async publish", Ops: events, Elapsed: bare, Extra: "the ceiling"}
+
+	repo, err := env.Open(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = repo.Close() }()
+	brk, err := startBroker(dir+"/relay", -1)
+	if err != nil {
+		return nil, err
+	}
+	defer brk.stop()
+	bus, err := natsbus.Open(ctx, natsbus.Config{URL: brk.url(), PublishTimeout: time.Second}, log)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = bus.Close() }()
+
+	var mu sync.Mutex
+	var lags []time.Duration
+	relay := outbox.NewRelay(repo, bus, outbox.LeaseGate{Lease: lease.NewLocal()}, outbox.RelayConfig{PollInterval: 50 * time.Millisecond},
+		outbox.RelayMetrics{Lag: func(d time.Duration) { mu.Lock(); lags = append(lags, d); mu.Unlock() }}, log)
+	if err := commitEvents(ctx, repo, "tp", 1000, events); err != nil {
+		return nil, err
+	}
+	rctx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	start := time.Now()
+	go func() { defer close(done); relay.Run(rctx) }()
+	defer func() { stop(); <-done }()
+	if err := waitDrained(ctx, repo); err != nil {
+		return nil, err
+	}
+	tp := Row{Name: "relay, 1000 rooms, backlog", Ops: events, Elapsed: time.Since(start)}
+	tp.Extra = fmt.Sprintf("%.0f%% of ceiling (target >= 50%%); target >= 20000/s: %.1fx", 100*tp.Rate()/ceiling.Rate(), tp.Rate()/20000)
+	rows = append(rows, ceiling, tp)
+
+	// Steady input: commit-to-ack lag.
+	mu.Lock()
+	lags = lags[:0]
+	mu.Unlock()
+	steady := 10 * time.Second
+	if err := produce(ctx, repo, relay, "steady", rate, steady); err != nil {
+		return nil, err
+	}
+	if err := waitDrained(ctx, repo); err != nil {
+		return nil, err
+	}
+	mu.Lock()
+	l := append([]time.Duration(nil), lags...)
+	mu.Unlock()
+	slices.Sort(l)
+	if len(l) == 0 {
+		return nil, fmt.Errorf("no lag measured")
+	}
+	lagRow := Row{Name: fmt.Sprintf("commit-to-ack lag at %d events/s", rate), Ops: len(l), Elapsed: steady, P50: l[len(l)/2], P99: l[len(l)*99/100]}
+	lagRow.Extra = fmt.Sprintf("p99 target <= 250 ms: %.2fx", ms(lagRow.P99)/250)
+	rows = append(rows, lagRow)
+
+	// Outage: input goes on while the broker is away; then it drains.
+	brk.stop()
+	if err := produce(ctx, repo, relay, "outage", rate, outage); err != nil {
+		return nil, err
+	}
+	backlog, err := countPending(ctx, repo)
+	if err != nil {
+		return nil, err
+	}
+	if err := brk.start(); err != nil {
+		return nil, err
+	}
+	drainStart := time.Now()
+	inputDone := make(chan error, 1)
+	go func() { inputDone <- produce(ctx, repo, relay, "after", rate, 3*time.Second) }() // input keeps coming
+	if err := waitDrained(ctx, repo); err != nil {
+		return nil, err
+	}
+	drain := Row{Name: fmt.Sprintf("drain after a %s outage", outage), Ops: backlog, Elapsed: time.Since(drainStart)}
+	if err := <-inputDone; err != nil {
+		return nil, err
+	}
+	drain.Extra = fmt.Sprintf("%.1fx the input rate (target >= 3x)", drain.Rate()/float64(rate))
+	return append(rows, drain), nil
+}
+
+// produce commits rate events per second for d, waking the relay like a cell does.
+func produce(ctx context.Context, repo store.Repository, relay *outbox.Relay, prefix string, rate int, d time.Duration) error {
+	const tick = 10 * time.Millisecond
+	per := max(rate*int(tick)/int(time.Second), 1)
+	t := time.NewTicker(tick)
+	defer t.Stop()
+	end := time.Now().Add(d)
+	for i := 0; time.Now().Before(end); i++ {
+		if err := commitEvents(ctx, repo, fmt.Sprintf("%s%d", prefix, i), per, per); err != nil {
+			return err
+		}
+		relay.Wake()
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+	return nil
+}
+
+func countPending(ctx context.Context, repo store.Repository) (int, error) {
+	st, err := repo.OutboxStats(ctx)
+	return int(st.Pending), err
+}
+
+func waitDrained(ctx context.Context, repo store.Repository) error {
+	for {
+		n, err := countPending(ctx, repo)
+		if err != nil || n == 0 {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}

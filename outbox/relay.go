@@ -1,0 +1,413 @@
+package outbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+)
+
+// ErrTransient marks a publish that failed because of the broker or the
+// connection, not the message. The relay then pauses as a whole and counts
+// no attempt against the row, so an outage of any length sends nothing dead.
+var ErrTransient = errors.New("broker unavailable")
+
+// Source is what the relay needs from storage.
+type Source interface {
+	ListPendingOutboxAfter(ctx context.Context, afterID int64, limit int) ([]Record, error)
+	ListRoomOutbox(ctx context.Context, roomID string, limit int) ([]Record, error)
+	MarkOutboxPublishedBatch(ctx context.Context, eventIDs []string) error
+	FailOutbox(ctx context.Context, eventID string, lastErr string, next time.Time, maxAttempts int32) (dead bool, err error)
+}
+
+// Publisher delivers one record to the message queue and returns once the
+// broker acknowledged it. Errors wrapping ErrTransient are the broker's;
+// others count as the message's fault. Safe for concurrent use.
+type Publisher interface {
+	Publish(ctx context.Context, r Record) error
+}
+
+// Gate decides who may publish a room's events right now: exactly one relay
+// per room at a time, across nodes when the gate is a shared lease. Acquire
+// returns ok=false when another relay holds the room.
+type Gate interface {
+	Acquire(ctx context.Context, roomID string) (release func(), ok bool)
+}
+
+// RelayConfig tunes the relay. Zero values take the defaults.
+type RelayConfig struct {
+	// ScanLimit is the page size of the scan for rooms with pending rows.
+	ScanLimit int
+	// RoomBatch is the most rows one room chain publishes before yielding.
+	RoomBatch int
+	// MaxRooms bounds the rooms published concurrently (and so the publishes in flight).
+	MaxRooms int
+	// PollInterval is the fallback scan period; commits wake the relay at once.
+	PollInterval time.Duration
+	// MaxAttempts is the number of failed deliveries after which a row is dead.
+	MaxAttempts int32
+	// BackoffMin and BackoffMax bound the per-row retry delay after a failure.
+	BackoffMin, BackoffMax time.Duration
+	// MarkEvery bounds how long acknowledged rows wait to be marked together.
+	MarkEvery time.Duration
+}
+
+func (c RelayConfig) withDefaults() RelayConfig {
+	if c.ScanLimit <= 0 {
+		c.ScanLimit = 2000
+	}
+	if c.RoomBatch <= 0 {
+		c.RoomBatch = 500
+	}
+	if c.MaxRooms <= 0 {
+		c.MaxRooms = 256
+	}
+	if c.PollInterval <= 0 {
+		c.PollInterval = time.Second
+	}
+	if c.MaxAttempts <= 0 {
+		c.MaxAttempts = 10
+	}
+	if c.BackoffMin <= 0 {
+		c.BackoffMin = 500 * time.Millisecond
+	}
+	if c.BackoffMax <= 0 {
+		c.BackoffMax = time.Minute
+	}
+	if c.MarkEvery <= 0 {
+		c.MarkEvery = 2 * time.Millisecond
+	}
+	return c
+}
+
+// RelayMetrics are the relay's counters; any field may be nil.
+type RelayMetrics struct {
+	Published func(n int)
+	Failed    func(transient bool)
+	Dead      func()
+	// Lag observes commit-to-acknowledge delay.
+	Lag func(d time.Duration)
+}
+
+// Relay delivers committed outbox rows to the message queue: at least once,
+// each room's rows strictly in (room_version, seq) order, one publish in
+// flight per room and up to MaxRooms rooms at once. A row is marked
+// published only after the broker acknowledged it (in bulk); a failed row
+// backs off its room alone, and after MaxAttempts goes dead, where operators
+// see it, and the room moves on. The scan is by status, never by an id
+// cursor that late commits would slip behind.
+type Relay struct {
+	src     Source
+	pub     Publisher
+	gate    Gate
+	cfg     RelayConfig
+	log     *slog.Logger
+	metrics RelayMetrics
+	now     func() time.Time
+
+	wake  chan struct{}
+	marks chan markReq
+
+	mu    sync.Mutex
+	busy  map[string]bool      // rooms with a chain running
+	until map[string]time.Time // rooms backing off in this process
+	pause time.Time            // the broker is away until then
+	fails int                  // consecutive transient failures
+}
+
+type markReq struct {
+	ids  []string
+	done chan error
+}
+
+// NewRelay returns a relay; Run starts it.
+func NewRelay(src Source, pub Publisher, gate Gate, cfg RelayConfig, m RelayMetrics, log *slog.Logger) *Relay {
+	return &Relay{
+		src: src, pub: pub, gate: gate, cfg: cfg.withDefaults(), log: log, metrics: m, now: time.Now,
+		wake: make(chan struct{}, 1), marks: make(chan markReq, 1024),
+		busy: make(map[string]bool), until: make(map[string]time.Time),
+	}
+}
+
+// Wake makes the relay scan now. It never blocks; call it after a commit
+// that wrote outbox rows.
+func (r *Relay) Wake() {
+	select {
+	case r.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Run relays until ctx ends, then waits for its room chains and the marker.
+// Rows acknowledged but not yet marked when it stops are published again by
+// the next run; the broker drops them as duplicates of their event id.
+func (r *Relay) Run(ctx context.Context) {
+	var chains sync.WaitGroup
+	markerDone := make(chan struct{})
+	markCtx, stopMarker := context.WithCancel(context.WithoutCancel(ctx))
+	go func() {
+		defer close(markerDone)
+		r.marker(markCtx)
+	}()
+	defer func() {
+		chains.Wait()
+		stopMarker()
+		<-markerDone
+	}()
+	slots := make(chan struct{}, r.cfg.MaxRooms)
+	poll := time.NewTimer(0)
+	defer poll.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-r.wake:
+		case <-poll.C:
+		}
+		if err := r.scan(ctx, slots, &chains); err != nil && ctx.Err() == nil {
+			r.log.Warn("outbox scan", "err", err)
+		}
+		poll.Reset(r.cfg.PollInterval)
+	}
+}
+
+// scan finds rooms with due rows and starts a chain for each one that is
+// free, until the slots run out.
+func (r *Relay) scan(ctx context.Context, slots chan struct{}, chains *sync.WaitGroup) error {
+	now := r.now()
+	r.mu.Lock()
+	paused := now.Before(r.pause)
+	r.mu.Unlock()
+	if paused {
+		return nil
+	}
+	seen := make(map[string]bool)
+	for after := int64(0); ; {
+		rows, err := r.src.ListPendingOutboxAfter(ctx, after, r.cfg.ScanLimit)
+		if err != nil {
+			return err
+		}
+		for _, row := range rows {
+			if seen[row.RoomID] {
+				continue
+			}
+			seen[row.RoomID] = true // its first pending row decides
+			if row.NextAttemptAt.After(now) || !r.claim(row.RoomID, now) {
+				continue
+			}
+			select {
+			case slots <- struct{}{}:
+			case <-ctx.Done():
+				r.free(row.RoomID)
+				return nil
+			}
+			chains.Add(1)
+			go func(roomID string) {
+				defer chains.Done()
+				more := r.chain(ctx, roomID)
+				r.free(roomID)
+				<-slots
+				if more {
+					r.Wake() // the room has more rows than one chain takes
+				}
+			}(row.RoomID)
+		}
+		if len(rows) < r.cfg.ScanLimit {
+			return nil
+		}
+		after = rows[len(rows)-1].ID
+	}
+}
+
+// claim marks a room busy unless a chain runs or it backs off.
+func (r *Relay) claim(roomID string, now time.Time) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.busy[roomID] || now.Before(r.until[roomID]) {
+		return false
+	}
+	delete(r.until, roomID)
+	r.busy[roomID] = true
+	return true
+}
+
+func (r *Relay) free(roomID string) {
+	r.mu.Lock()
+	delete(r.busy, roomID)
+	r.mu.Unlock()
+}
+
+// chain publishes one room's pending rows in order, one at a time, under the
+// room's gate, and marks them before the room is free again. It reports
+// whether the room may have more rows ready.
+func (r *Relay) chain(ctx context.Context, roomID string) (more bool) {
+	release, ok := r.gate.Acquire(ctx, roomID)
+	if !ok {
+		return false // another relay has the room
+	}
+	defer release()
+	// Read the rows under the gate: a relay that held the room before us has
+	// marked what it published.
+	rows, err := r.src.ListRoomOutbox(ctx, roomID, r.cfg.RoomBatch)
+	if err != nil {
+		r.log.Warn("outbox room read", "room_id", roomID, "err", err)
+		return false
+	}
+	var acked []string
+	defer func() {
+		if len(acked) > 0 {
+			r.mark(ctx, roomID, acked)
+		}
+	}()
+	for _, row := range rows {
+		if now := r.now(); row.NextAttemptAt.After(now) {
+			r.backoff(roomID, row.NextAttemptAt)
+			return false
+		}
+		err := r.pub.Publish(ctx, row)
+		if err == nil {
+			acked = append(acked, row.EventID)
+			if r.metrics.Lag != nil && !row.CreatedAt.IsZero() {
+				r.metrics.Lag(r.now().Sub(row.CreatedAt))
+			}
+			r.brokerOK()
+			continue
+		}
+		if ctx.Err() != nil {
+			return false
+		}
+		if errors.Is(err, ErrTransient) {
+			r.brokerDown(err)
+			return false
+		}
+		if !r.failed(ctx, roomID, row, err) {
+			return false // the row backs off: nothing after it may go first
+		}
+	}
+	return len(rows) == r.cfg.RoomBatch
+}
+
+// failed records a message failure; it reports whether the chain may go on
+// past the row (it went dead).
+func (r *Relay) failed(ctx context.Context, roomID string, row Record, err error) bool {
+	if r.metrics.Failed != nil {
+		r.metrics.Failed(false)
+	}
+	next := r.now().Add(r.delay(row.Attempts + 1))
+	dead, ferr := r.src.FailOutbox(ctx, row.EventID, err.Error(), next, r.cfg.MaxAttempts)
+	if ferr != nil {
+		r.log.Warn("outbox record failure", "event_id", row.EventID, "err", ferr)
+		r.backoff(roomID, next)
+		return false
+	}
+	if dead {
+		r.log.Error("outbox row is dead after its last attempt; the room moves on", "event_id", row.EventID,
+			"room_id", roomID, "event_type", row.EventType, "attempts", row.Attempts+1, "err", err)
+		if r.metrics.Dead != nil {
+			r.metrics.Dead()
+		}
+		return true
+	}
+	r.log.Warn("outbox publish failed; the room backs off", "event_id", row.EventID, "room_id", roomID,
+		"attempt", row.Attempts+1, "retry_at", next, "err", err)
+	r.backoff(roomID, next)
+	return false
+}
+
+func (r *Relay) delay(attempt int32) time.Duration {
+	d := r.cfg.BackoffMin
+	for i := int32(1); i < attempt && d < r.cfg.BackoffMax; i++ {
+		d *= 2
+	}
+	return min(d, r.cfg.BackoffMax)
+}
+
+func (r *Relay) backoff(roomID string, until time.Time) {
+	r.mu.Lock()
+	r.until[roomID] = until
+	r.mu.Unlock()
+}
+
+// brokerDown pauses every chain for a growing delay; brokerOK resets it.
+func (r *Relay) brokerDown(err error) {
+	if r.metrics.Failed != nil {
+		r.metrics.Failed(true)
+	}
+	r.mu.Lock()
+	r.fails++
+	// Short pauses: the broker's return is noticed within a second, so the
+	// backlog starts draining at once (the client reconnects on its own).
+	d := min(r.cfg.BackoffMin<<min(r.fails-1, 4), time.Second)
+	r.pause = r.now().Add(d)
+	first := r.fails == 1
+	r.mu.Unlock()
+	if first {
+		r.log.Warn("message queue unavailable; relay pauses", "err", err)
+	}
+}
+
+func (r *Relay) brokerOK() {
+	r.mu.Lock()
+	if r.fails > 0 {
+		r.log.Info("message queue is back")
+	}
+	r.fails = 0
+	r.mu.Unlock()
+}
+
+// mark hands acknowledged ids to the marker and waits until they are stored.
+func (r *Relay) mark(ctx context.Context, roomID string, ids []string) {
+	req := markReq{ids: ids, done: make(chan error, 1)}
+	select {
+	case r.marks <- req:
+	case <-ctx.Done():
+		return
+	}
+	if err := <-req.done; err != nil {
+		// They stay pending and go out again; the broker drops the duplicates.
+		r.log.Warn("outbox mark published", "room_id", roomID, "rows", len(ids), "err", err)
+		return
+	}
+	if r.metrics.Published != nil {
+		r.metrics.Published(len(ids))
+	}
+}
+
+// marker stores acknowledgements of many chains in few transactions.
+func (r *Relay) marker(ctx context.Context) {
+	for {
+		var batch []markReq
+		select {
+		case <-ctx.Done():
+			return
+		case req := <-r.marks:
+			batch = append(batch, req)
+		}
+		t := time.NewTimer(r.cfg.MarkEvery)
+		n := len(batch[0].ids)
+	gather:
+		for n < 5000 {
+			select {
+			case req := <-r.marks:
+				batch = append(batch, req)
+				n += len(req.ids)
+			case <-t.C:
+				break gather
+			}
+		}
+		t.Stop()
+		ids := make([]string, 0, n)
+		for _, b := range batch {
+			ids = append(ids, b.ids...)
+		}
+		err := r.src.MarkOutboxPublishedBatch(ctx, ids)
+		if err != nil {
+			err = fmt.Errorf("mark %d rows published: %w", len(ids), err)
+		}
+		for _, b := range batch {
+			b.done <- err
+		}
+	}
+}

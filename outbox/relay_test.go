@@ -1,0 +1,405 @@
+package outbox_test
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/goleak"
+
+	"hyapp/room-service/lease"
+	"hyapp/room-service/outbox"
+	"hyapp/room-service/outbox/natsbus"
+	"hyapp/room-service/store"
+	"hyapp/room-service/store/sqlite"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+var quiet = slog.New(slog.DiscardHandler)
+
+func openRepo(t testing.TB) *sqlite.DB {
+	t.Helper()
+	db, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "room.db"), sqlite.Options{Synchronous: "NORMAL"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = db.Close() })
+	return db
+}
+
+func openBus(t testing.TB, cfg natsbus.Config) *natsbus.Bus {
+	t.Helper()
+	if cfg.URL == "" && cfg.StoreDir == "" {
+		cfg.StoreDir = t.TempDir()
+	}
+	b, err := natsbus.Open(context.Background(), cfg, quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = b.Close() })
+	return b
+}
+
+// external opens a bus on the real NATS server on this machine, with a stream
+// of its own, deleted when the test ends.
+func external(t *testing.T) *natsbus.Bus {
+	t.Helper()
+	c, err := net.DialTimeout("tcp", "127.0.0.1:4222", time.Second)
+	if err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("NATS on 127.0.0.1:4222 is required in CI: %v", err)
+		}
+		t.Skipf("no NATS on 127.0.0.1:4222: %v", err)
+	}
+	_ = c.Close()
+	id := rand.Text()[:10]
+	b := openBus(t, natsbus.Config{URL: "nats://127.0.0.1:4222", Stream: "rs_relay_" + id, SubjectPrefix: "rsrelay" + id + ".events"})
+	t.Cleanup(func() { _ = b.JetStream().DeleteStream(context.Background(), b.Stream()) })
+	return b
+}
+
+// seed commits n rows for each room, in the room's own order.
+func seed(t testing.TB, repo store.Repository, rooms []string, n int) {
+	t.Helper()
+	ctx := context.Background()
+	for _, r := range rooms {
+		_, found, err := repo.GetRoomMeta(ctx, r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !found {
+			if err := repo.SaveRoomMeta(ctx, store.RoomMeta{RoomID: r, OwnerUserID: 1, SeatCount: 8}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		claim, err := repo.ClaimRoom(ctx, r, "test")
+		if err != nil {
+			t.Fatal(err)
+		}
+		b := store.Batch{RoomID: r, OwnerEpoch: claim.Epoch, BaseVersion: claim.HeadVersion}
+		for i := range n {
+			v := claim.HeadVersion + int64(i) + 1
+			b.Commands = append(b.Commands, store.CommandRecord{RoomID: r, RoomVersion: v, CommandID: fmt.Sprint("c", v), CommandType: "JoinRoom", Payload: []byte("{}"), Replayable: true})
+			for seq := range int32(2) {
+				b.Outbox = append(b.Outbox, outbox.Record{
+					EventID: fmt.Sprintf("%s/%d/%d", r, v, seq), RoomID: r, RoomVersion: v, Seq: seq,
+					EventType: "RoomUserJoined", Payload: fmt.Appendf(nil, `{"v":%d}`, v), CreatedAt: time.Now(),
+				})
+			}
+		}
+		if res, err := repo.CommitBatches(ctx, []store.Batch{b}); err != nil || res[0] != nil {
+			t.Fatalf("seed %s: %v %v", r, err, res)
+		}
+	}
+}
+
+func rooms(prefix string, n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = fmt.Sprintf("%s-%d", prefix, i)
+	}
+	return out
+}
+
+// fastConfig retries quickly so tests do not wait on production backoffs.
+func fastConfig() outbox.RelayConfig {
+	return outbox.RelayConfig{MaxAttempts: 1000, BackoffMin: time.Millisecond, BackoffMax: 5 * time.Millisecond, PollInterval: 5 * time.Millisecond, RoomBatch: 7}
+}
+
+func runRelay(t testing.TB, r *outbox.Relay) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		r.Run(ctx)
+	}()
+	stopped := false
+	stop = func() {
+		if !stopped {
+			stopped = true
+			cancel()
+			<-done
+		}
+	}
+	t.Cleanup(stop)
+	return stop
+}
+
+func checkFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func pending(t testing.TB, repo store.Repository) int {
+	rows, err := repo.ListPendingOutboxAfter(context.Background(), 0, 100_000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(rows)
+}
+
+// consume reads the whole stream in stream order and checks it as a
+// consumer would: no event twice, and each room's events in order.
+func consume(t testing.TB, b *natsbus.Bus, want int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c, err := b.JetStream().OrderedConsumer(ctx, b.Stream(), jetstream.OrderedConsumerConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := map[string][2]int64{}
+	seen := map[string]bool{}
+	for i := range want {
+		msg, err := c.Next(jetstream.FetchMaxWait(10 * time.Second))
+		if err != nil {
+			t.Fatalf("message %d of %d: %v", i, want, err)
+		}
+		ev, err := natsbus.Decode(msg.Data())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if seen[ev.GetEventId()] {
+			t.Fatalf("event %s stored twice", ev.GetEventId())
+		}
+		seen[ev.GetEventId()] = true
+		pos := [2]int64{ev.GetRoomVersion(), int64(ev.GetSeq())}
+		if p, ok := last[ev.GetRoomId()]; ok && (pos[0] < p[0] || pos[0] == p[0] && pos[1] <= p[1]) {
+			t.Fatalf("room %s: event %v after %v", ev.GetRoomId(), pos, p)
+		}
+		last[ev.GetRoomId()] = pos
+	}
+	info, err := b.JetStream().Stream(ctx, b.Stream())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := info.CachedInfo().State.Msgs; got != uint64(want) {
+		t.Fatalf("the stream holds %d messages, want %d", got, want)
+	}
+}
+
+// flaky fails some publishes: before sending (a refused message), after
+// sending (a lost acknowledgement: the broker has it), or as an outage.
+type flaky struct {
+	next     outbox.Publisher
+	n        atomic.Int64
+	inFlight sync.Map // room -> *atomic.Int32
+	overlaps atomic.Int64
+}
+
+func (f *flaky) Publish(ctx context.Context, r outbox.Record) error {
+	v, _ := f.inFlight.LoadOrStore(r.RoomID, new(atomic.Int32))
+	if v.(*atomic.Int32).Add(1) > 1 {
+		f.overlaps.Add(1)
+	}
+	defer v.(*atomic.Int32).Add(-1)
+	switch f.n.Add(1) % 7 {
+	case 2:
+		return errors.New("injected: message refused")
+	case 4:
+		if err := f.next.Publish(ctx, r); err != nil {
+			return err
+		}
+		return errors.New("injected: acknowledgement lost")
+	case 6:
+		return fmt.Errorf("injected: %w", outbox.ErrTransient)
+	}
+	return f.next.Publish(ctx, r)
+}
+
+func testOrderUnderFailures(t *testing.T, bus *natsbus.Bus) {
+	repo := openRepo(t)
+	ids := rooms("order", 12)
+	seed(t, repo, ids, 20)
+	pub := &flaky{next: bus}
+	runRelay(t, outbox.NewRelay(repo, pub, outbox.LeaseGate{Lease: lease.NewLocal()}, fastConfig(), outbox.RelayMetrics{}, quiet))
+	seed(t, repo, ids, 10) // late commits while the relay runs
+	checkFor(t, 60*time.Second, "every row published", func() bool { return pending(t, repo) == 0 })
+	consume(t, bus, 12*30*2)
+	if pub.overlaps.Load() != 0 {
+		t.Fatalf("%d publishes overlapped another of the same room", pub.overlaps.Load())
+	}
+}
+
+func TestRelayKeepsRoomOrderUnderInjectedFailures(t *testing.T) {
+	t.Run("embedded", func(t *testing.T) { testOrderUnderFailures(t, openBus(t, natsbus.Config{})) })
+	t.Run("external", func(t *testing.T) { testOrderUnderFailures(t, external(t)) })
+}
+
+// stopAfter cancels the relay right after the broker acknowledged n
+// messages, before the relay can mark them.
+type stopAfter struct {
+	next   outbox.Publisher
+	n      atomic.Int64
+	at     int64
+	cancel func()
+}
+
+func (s *stopAfter) Publish(ctx context.Context, r outbox.Record) error {
+	err := s.next.Publish(ctx, r)
+	if err == nil && s.n.Add(1) == s.at {
+		s.cancel()
+	}
+	return err
+}
+
+func TestRelayKilledBetweenAckAndMarkStoresNoDuplicate(t *testing.T) {
+	repo := openRepo(t)
+	bus := openBus(t, natsbus.Config{})
+	ids := rooms("kill", 5)
+	seed(t, repo, ids, 20)
+	ctx, cancel := context.WithCancel(context.Background())
+	first := outbox.NewRelay(repo, &stopAfter{next: bus, at: 37, cancel: cancel}, outbox.LeaseGate{Lease: lease.NewLocal()}, fastConfig(), outbox.RelayMetrics{}, quiet)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		first.Run(ctx)
+	}()
+	<-done
+	if left := pending(t, repo); left <= 200-37 {
+		t.Fatalf("%d rows pending after the kill; some acknowledged rows should still be unmarked", left)
+	}
+	runRelay(t, outbox.NewRelay(repo, bus, outbox.LeaseGate{Lease: lease.NewLocal()}, fastConfig(), outbox.RelayMetrics{}, quiet))
+	checkFor(t, 30*time.Second, "every row published", func() bool { return pending(t, repo) == 0 })
+	consume(t, bus, 200)
+}
+
+// refuse fails every publish of one event.
+type refuse struct {
+	next outbox.Publisher
+	bad  string
+}
+
+func (r refuse) Publish(ctx context.Context, rec outbox.Record) error {
+	if rec.EventID == r.bad {
+		return errors.New("injected: poison")
+	}
+	return r.next.Publish(ctx, rec)
+}
+
+func TestPoisonRowGoesDeadWithoutBlockingOthers(t *testing.T) {
+	repo := openRepo(t)
+	bus := openBus(t, natsbus.Config{})
+	ids := rooms("poison", 4)
+	seed(t, repo, ids, 10)
+	cfg := fastConfig()
+	cfg.MaxAttempts = 3
+	var dead atomic.Int64
+	runRelay(t, outbox.NewRelay(repo, refuse{next: bus, bad: "poison-0/3/1"}, outbox.LeaseGate{Lease: lease.NewLocal()}, cfg,
+		outbox.RelayMetrics{Dead: func() { dead.Add(1) }}, quiet))
+	checkFor(t, 30*time.Second, "every other row published", func() bool { return pending(t, repo) == 0 })
+	consume(t, bus, 4*20-1)
+	st, err := repo.OutboxStats(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Dead["RoomUserJoined"] != 1 || dead.Load() != 1 {
+		t.Fatalf("dead rows %v (metric %d), want exactly the poison row", st.Dead, dead.Load())
+	}
+	// An operator requeues it once the cause is fixed; it goes out then.
+	if n, err := repo.RequeueDeadOutbox(context.Background(), ""); err != nil || n != 1 {
+		t.Fatalf("requeue: %d %v", n, err)
+	}
+}
+
+func TestOwnerRelayAndSweeperNeverPublishOneRoomAtOnce(t *testing.T) {
+	repo := openRepo(t)
+	bus := openBus(t, natsbus.Config{})
+	ids := rooms("sweep", 8)
+	seed(t, repo, ids, 25)
+	gate := outbox.LeaseGate{Lease: lease.NewLocal()} // one lease table, as nodes share one Redis
+	pub := &watch{next: bus}
+	runRelay(t, outbox.NewRelay(repo, pub, gate, fastConfig(), outbox.RelayMetrics{}, quiet))
+	runRelay(t, outbox.NewRelay(repo, pub, gate, fastConfig(), outbox.RelayMetrics{}, quiet))
+	seed(t, repo, ids, 25)
+	checkFor(t, 30*time.Second, "every row published", func() bool { return pending(t, repo) == 0 })
+	consume(t, bus, 8*50*2)
+	if pub.overlaps.Load() != 0 {
+		t.Fatalf("two relays published one room at once %d times", pub.overlaps.Load())
+	}
+}
+
+// watch counts publishes of one room that overlap.
+type watch struct {
+	next     outbox.Publisher
+	inFlight sync.Map
+	overlaps atomic.Int64
+}
+
+func (w *watch) Publish(ctx context.Context, r outbox.Record) error {
+	v, _ := w.inFlight.LoadOrStore(r.RoomID, new(atomic.Int32))
+	if v.(*atomic.Int32).Add(1) > 1 {
+		w.overlaps.Add(1)
+	}
+	defer v.(*atomic.Int32).Add(-1)
+	return w.next.Publish(ctx, r)
+}
+
+// TestBrokerOutageLosesNothing stops the broker while rows are being
+// published and committed, starts it again, and checks the backlog drains
+// with nothing lost, nothing doubled and every room in order.
+func TestBrokerOutageLosesNothing(t *testing.T) {
+	dir := t.TempDir()
+	start := func(port int) *server.Server {
+		srv, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: port, JetStream: true, StoreDir: dir, NoSigs: true, NoLog: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv.Start()
+		if !srv.ReadyForConnections(10 * time.Second) {
+			t.Fatal("nats did not start")
+		}
+		return srv
+	}
+	srv := start(-1)
+	port := srv.Addr().(*net.TCPAddr).Port
+	t.Cleanup(func() { srv.Shutdown(); srv.WaitForShutdown() })
+	bus := openBus(t, natsbus.Config{URL: fmt.Sprintf("nats://127.0.0.1:%d", port), PublishTimeout: 500 * time.Millisecond})
+	repo := openRepo(t)
+	ids := rooms("outage", 6)
+	seed(t, repo, ids, 20)
+	var broker atomic.Int64
+	runRelay(t, outbox.NewRelay(repo, bus, outbox.LeaseGate{Lease: lease.NewLocal()}, fastConfig(),
+		outbox.RelayMetrics{Failed: func(transient bool) {
+			if transient {
+				broker.Add(1)
+			}
+		}}, quiet))
+	checkFor(t, 30*time.Second, "some rows published", func() bool { return pending(t, repo) < 240 })
+
+	srv.Shutdown()
+	srv.WaitForShutdown()
+	seed(t, repo, ids, 20) // the room goes on committing while the broker is away
+	checkFor(t, 30*time.Second, "the relay to notice the outage", func() bool { return broker.Load() > 0 })
+	if left := pending(t, repo); left == 0 {
+		t.Fatal("everything was published during the outage")
+	}
+	srv = start(port)
+	checkFor(t, 60*time.Second, "the backlog to drain", func() bool { return pending(t, repo) == 0 })
+	consume(t, bus, 6*40*2)
+	st, err := repo.OutboxStats(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(st.Dead) != 0 {
+		t.Fatalf("the outage sent rows dead: %v", st.Dead)
+	}
+}
