@@ -16,7 +16,11 @@ import (
 // MySQL returns the environment of a MySQL or MariaDB server: every Open
 // makes a fresh database named after prefix on the server that dsn points at,
 // and Cleanup drops them all.
+// maxRooms bounds the room batches per transaction (0: 256, the daemon's setting for MySQL).
 func MySQL(dsn, prefix string, maxRooms int) (Env, func(context.Context) error, error) {
+	if maxRooms <= 0 {
+		maxRooms = 256
+	}
 	base, err := driver.ParseDSN(dsn)
 	if err != nil {
 		return Env{}, nil, fmt.Errorf("mysql dsn: %w", err)

@@ -50,26 +50,38 @@ func (b *broker) stop() {
 
 func (b *broker) url() string { return fmt.Sprintf("nats://127.0.0.1:%d", b.port) }
 
-// commitEvents commits n outbox rows spread over rooms (one command and one
-// row each), the way cells would, and returns the records.
-func commitEvents(ctx context.Context, repo store.Repository, prefix string, rooms, n int) error {
-	type head struct{ epoch, version int64 }
-	heads := make(map[string]head, rooms)
-	ids := make([]string, rooms)
-	for i := range ids {
-		ids[i] = fmt.Sprintf("%s-%d", prefix, i)
-		if err := repo.SaveRoomMeta(ctx, store.RoomMeta{RoomID: ids[i], OwnerUserID: 1, SeatCount: 8}); err != nil {
-			return err
+// producer commits outbox rows (one command and one row each) to its rooms
+// the way cells would.
+type producer struct {
+	repo  store.Repository
+	ids   []string
+	heads map[string][2]int64 // epoch, version
+	next  int
+}
+
+func newProducer(ctx context.Context, repo store.Repository, prefix string, rooms int) (*producer, error) {
+	p := &producer{repo: repo, heads: make(map[string][2]int64, rooms)}
+	for i := range rooms {
+		id := fmt.Sprintf("%s-%d", prefix, i)
+		if err := repo.SaveRoomMeta(ctx, store.RoomMeta{RoomID: id, OwnerUserID: 1, SeatCount: 8}); err != nil {
+			return nil, err
 		}
-		c, err := repo.ClaimRoom(ctx, ids[i], "bench")
+		c, err := repo.ClaimRoom(ctx, id, "bench")
 		if err != nil {
-			return err
+			return nil, err
 		}
-		heads[ids[i]] = head{c.Epoch, c.HeadVersion}
+		p.ids = append(p.ids, id)
+		p.heads[id] = [2]int64{c.Epoch, c.HeadVersion}
 	}
+	return p, nil
+}
+
+// commit commits n rows, round robin over the rooms, one transaction per
+// len(rooms) rows.
+func (p *producer) commit(ctx context.Context, n int) error {
 	var batches []store.Batch
 	flush := func() error {
-		res, err := repo.CommitBatches(ctx, batches)
+		res, err := p.repo.CommitBatches(ctx, batches)
 		if err != nil {
 			return err
 		}
@@ -82,18 +94,19 @@ func commitEvents(ctx context.Context, repo store.Repository, prefix string, roo
 		return nil
 	}
 	now := time.Now()
-	for i := range n {
-		id := ids[i%rooms]
-		h := heads[id]
-		v := h.version + 1
-		heads[id] = head{h.epoch, v}
+	for range n {
+		id := p.ids[p.next%len(p.ids)]
+		p.next++
+		h := p.heads[id]
+		v := h[1] + 1
+		p.heads[id] = [2]int64{h[0], v}
 		batches = append(batches, store.Batch{
-			RoomID: id, OwnerEpoch: h.epoch, BaseVersion: h.version,
+			RoomID: id, OwnerEpoch: h[0], BaseVersion: h[1],
 			Commands: []store.CommandRecord{{RoomID: id, RoomVersion: v, CommandID: fmt.Sprint("c", v), CommandType: "JoinRoom", Payload: []byte(`{"op":1,"at":1,"body":{}}`), Replayable: true, CreatedAt: now}},
 			Outbox: []outbox.Record{{EventID: fmt.Sprintf("%s/%d/0", id, v), RoomID: id, RoomVersion: v, EventType: "RoomUserJoined",
 				Payload: []byte(`{"user_id":123456,"nickname":"listener","vehicle":"car-7","joined_at":1796033128314,"online_count":57}`), CreatedAt: now}},
 		})
-		if len(batches) == rooms {
+		if len(batches) == len(p.ids) {
 			if err := flush(); err != nil {
 				return err
 			}
@@ -149,7 +162,15 @@ func RelayScenarios(ctx context.Context, env Env, dir string, events, rate int, 
 	var lags []time.Duration
 	relay := outbox.NewRelay(repo, bus, outbox.LeaseGate{Lease: lease.NewLocal()}, outbox.RelayConfig{PollInterval: 50 * time.Millisecond},
 		outbox.RelayMetrics{Lag: func(d time.Duration) { mu.Lock(); lags = append(lags, d); mu.Unlock() }}, log)
-	if err := commitEvents(ctx, repo, "tp", 1000, events); err != nil {
+	backlog, err := newProducer(ctx, repo, "tp", 1000)
+	if err != nil {
+		return nil, err
+	}
+	if err := backlog.commit(ctx, events); err != nil {
+		return nil, err
+	}
+	steadyRooms, err := newProducer(ctx, repo, "steady", 50)
+	if err != nil {
 		return nil, err
 	}
 	rctx, stop := context.WithCancel(ctx)
@@ -169,7 +190,7 @@ func RelayScenarios(ctx context.Context, env Env, dir string, events, rate int, 
 	lags = lags[:0]
 	mu.Unlock()
 	steady := 10 * time.Second
-	if err := produce(ctx, repo, relay, "steady", rate, steady); err != nil {
+	if err := produce(ctx, steadyRooms, relay, rate, steady); err != nil {
 		return nil, err
 	}
 	if err := waitDrained(ctx, repo); err != nil {
@@ -188,10 +209,10 @@ func RelayScenarios(ctx context.Context, env Env, dir string, events, rate int, 
 
 	// Outage: input goes on while the broker is away; then it drains.
 	brk.stop()
-	if err := produce(ctx, repo, relay, "outage", rate, outage); err != nil {
+	if err := produce(ctx, steadyRooms, relay, rate, outage); err != nil {
 		return nil, err
 	}
-	backlog, err := countPending(ctx, repo)
+	pendingRows, err := countPending(ctx, repo)
 	if err != nil {
 		return nil, err
 	}
@@ -200,11 +221,11 @@ func RelayScenarios(ctx context.Context, env Env, dir string, events, rate int, 
 	}
 	drainStart := time.Now()
 	inputDone := make(chan error, 1)
-	go func() { inputDone <- produce(ctx, repo, relay, "after", rate, 3*time.Second) }() // input keeps coming
+	go func() { inputDone <- produce(ctx, steadyRooms, relay, rate, 3*time.Second) }() // input keeps coming
 	if err := waitDrained(ctx, repo); err != nil {
 		return nil, err
 	}
-	drain := Row{Name: fmt.Sprintf("drain after a %s outage", outage), Ops: backlog, Elapsed: time.Since(drainStart)}
+	drain := Row{Name: fmt.Sprintf("drain after a %s outage", outage), Ops: pendingRows, Elapsed: time.Since(drainStart)}
 	if err := <-inputDone; err != nil {
 		return nil, err
 	}
@@ -213,14 +234,14 @@ func RelayScenarios(ctx context.Context, env Env, dir string, events, rate int, 
 }
 
 // produce commits rate events per second for d, waking the relay like a cell does.
-func produce(ctx context.Context, repo store.Repository, relay *outbox.Relay, prefix string, rate int, d time.Duration) error {
+func produce(ctx context.Context, p *producer, relay *outbox.Relay, rate int, d time.Duration) error {
 	const tick = 10 * time.Millisecond
 	per := max(rate*int(tick)/int(time.Second), 1)
 	t := time.NewTicker(tick)
 	defer t.Stop()
 	end := time.Now().Add(d)
-	for i := 0; time.Now().Before(end); i++ {
-		if err := commitEvents(ctx, repo, fmt.Sprintf("%s%d", prefix, i), per, per); err != nil {
+	for time.Now().Before(end) {
+		if err := p.commit(ctx, per); err != nil {
 			return err
 		}
 		relay.Wake()

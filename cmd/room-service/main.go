@@ -86,30 +86,32 @@ type Main struct {
 
 // openStore opens the configured database: MySQL when a DSN is set (retrying
 // while the server is unreachable, until ctx ends), SQLite under the data
-// directory otherwise. It also returns the group-commit parallelism that
-// suits the database.
-func (m *Main) openStore(ctx context.Context) (store.Repository, int, error) {
+// directory otherwise. It also returns the group-commit shape that suits the
+// database: SQLite has one writer, so one large transaction at a time; MySQL
+// commits best with a few parallel transactions of a few hundred rooms each
+// (measured with roomctl bench -commit-max-rooms).
+func (m *Main) openStore(ctx context.Context) (store.Repository, cell.Config, error) {
 	cfg := m.Config
 	if cfg.MySQLDSN == "" {
 		if err := os.MkdirAll(cfg.DataDir, 0o750); err != nil {
-			return nil, 0, fmt.Errorf("data dir: %w", err)
+			return nil, cell.Config{}, fmt.Errorf("data dir: %w", err)
 		}
 		db, err := sqlite.Open(ctx, filepath.Join(cfg.DataDir, "room.db"), sqlite.Options{Synchronous: cfg.SQLiteSync})
-		return db, 1, err
+		return db, cell.Config{CommitWorkers: 1}, err
 	}
 	wait := 500 * time.Millisecond
 	for {
 		db, err := mysql.Open(ctx, cfg.MySQLDSN, mysql.Options{})
 		if err == nil {
-			return db, 4, nil
+			return db, cell.Config{CommitWorkers: 4, CommitMaxRooms: 256}, nil
 		}
 		if !errors.Is(err, store.ErrUnavailable) || ctx.Err() != nil {
-			return nil, 0, err
+			return nil, cell.Config{}, err
 		}
 		m.Log.Error("MySQL is unreachable; retrying", "err", err, "retry_in", wait)
 		select {
 		case <-ctx.Done():
-			return nil, 0, ctx.Err()
+			return nil, cell.Config{}, ctx.Err()
 		case <-time.After(wait):
 		}
 		wait = min(2*wait, 10*time.Second)
@@ -187,13 +189,13 @@ func (m *Main) Run(ctx context.Context) error {
 	m.Log = newLogger(cfg)
 	m.Log.Info("starting room-service", cfg.Redacted()...)
 
-	db, workers, err := m.openStore(ctx)
+	db, tuning, err := m.openStore(ctx)
 	if err != nil {
 		return fmt.Errorf("open storage: %w", err)
 	}
 	m.repo = db
 	if cfg.CommitWorkers > 0 {
-		workers = cfg.CommitWorkers
+		tuning.CommitWorkers = cfg.CommitWorkers
 	}
 	retain := &store.Retention{
 		Repo: db, Interval: cfg.RetainEvery, Batch: 1000, KeepVersions: int64(cfg.RetainVersions),
@@ -231,7 +233,8 @@ func (m *Main) Run(ctx context.Context) error {
 	}
 	m.registry = cell.New(cell.Config{
 		NodeID: nodeID, MailboxSize: cfg.MailboxSize, MaxBatch: cfg.MaxBatch, SnapshotEvery: cfg.SnapshotEvery,
-		IdleTimeout: cfg.IdleTimeout, CommitTimeout: cfg.CommitTimeout, CommitWorkers: workers,
+		IdleTimeout: cfg.IdleTimeout, CommitTimeout: cfg.CommitTimeout,
+		CommitWorkers: tuning.CommitWorkers, CommitMaxRooms: tuning.CommitMaxRooms,
 	}, db, leases, cell.Sinks{m.sink, cell.OutboxWaker{Wake: relay.Wake}}, metrics, m.Log)
 
 	platform := make(map[int64]bool, len(cfg.PlatformUsers))

@@ -10,6 +10,7 @@ import (
 
 	"hyapp/room-service/outbox"
 	"hyapp/room-service/store"
+	"hyapp/room-service/store/internal/sqlrow"
 )
 
 const commandColumns = `room_id, room_version, command_id, command_type, payload, replayable, created_at`
@@ -20,21 +21,6 @@ const maxInIDs = 500
 // errDuplicate reports that the merged INSERTs of CommitBatches hit a
 // duplicate key: the batches are committed again one by one.
 var errDuplicate = errors.New("duplicate key in a merged insert")
-
-type scanner interface{ Scan(dest ...any) error }
-
-func scanCommand(s scanner) (store.CommandRecord, error) {
-	var c store.CommandRecord
-	var created sql.NullInt64
-	err := s.Scan(&c.RoomID, &c.RoomVersion, &c.CommandID, &c.CommandType, &c.Payload, &c.Replayable, &created)
-	c.CreatedAt = fromMillis(created)
-	return c, err
-}
-
-// commandArgs appends one room_command_log row; a zero CreatedAt becomes now.
-func commandArgs(dst []any, c *store.CommandRecord, now int64) []any {
-	return append(dst, c.RoomID, c.RoomVersion, c.CommandID, c.CommandType, c.Payload, c.Replayable, millis(c.CreatedAt, now))
-}
 
 func commandSize(c *store.CommandRecord) int {
 	return len(c.RoomID) + len(c.CommandID) + len(c.CommandType) + len(c.Payload) + rowOverhead
@@ -66,7 +52,7 @@ func (db *DB) SaveCommand(ctx context.Context, record store.CommandRecord) error
 		}
 		return db.insertCommands.exec(ctx, tx, 1,
 			func(int) int { return commandSize(&record) },
-			func(dst []any, _ int) []any { return commandArgs(dst, &record, now) })
+			func(dst []any, _ int) []any { return sqlrow.CommandArgs(dst, &record, now) })
 	})
 	if err != nil {
 		return fmt.Errorf("save command room=%s version=%d command=%s: %w",
@@ -78,7 +64,7 @@ func (db *DB) SaveCommand(ctx context.Context, record store.CommandRecord) error
 // GetCommand reads one committed command by its id; found is false when the
 // room has no such command.
 func (db *DB) GetCommand(ctx context.Context, roomID string, commandID string) (store.CommandRecord, bool, error) {
-	c, err := scanCommand(db.getCommand.QueryRowContext(ctx, roomID, commandID))
+	c, err := sqlrow.ScanCommand(db.getCommand.QueryRowContext(ctx, roomID, commandID))
 	if errors.Is(err, sql.ErrNoRows) {
 		return store.CommandRecord{}, false, nil
 	}
@@ -104,7 +90,7 @@ func (db *DB) GetCommands(ctx context.Context, roomID string, commandIDs []strin
 			placeholders(len(chunk)) + `)`
 		rows, err := db.db.QueryContext(ctx, q, args...)
 		if err == nil {
-			err = collect(rows, func(c store.CommandRecord) { out[c.CommandID] = c })
+			err = sqlrow.Collect(rows, func(c store.CommandRecord) { out[c.CommandID] = c })
 		}
 		if err != nil {
 			return nil, fmt.Errorf("get commands room=%s: %w", roomID, mapErr(err))
@@ -119,24 +105,12 @@ func (db *DB) ListCommandsAfter(ctx context.Context, roomID string, roomVersion 
 	var out []store.CommandRecord
 	rows, err := db.listCommands.QueryContext(ctx, roomID, roomVersion)
 	if err == nil {
-		err = collect(rows, func(c store.CommandRecord) { out = append(out, c) })
+		err = sqlrow.Collect(rows, func(c store.CommandRecord) { out = append(out, c) })
 	}
 	if err != nil {
 		return nil, fmt.Errorf("list commands room=%s after=%d: %w", roomID, roomVersion, mapErr(err))
 	}
 	return out, nil
-}
-
-func collect(rows *sql.Rows, each func(store.CommandRecord)) error {
-	defer rows.Close()
-	for rows.Next() {
-		c, err := scanCommand(rows)
-		if err != nil {
-			return err
-		}
-		each(c)
-	}
-	return rows.Err()
 }
 
 // CommitBatches commits the batches in one transaction, so one durable
@@ -169,7 +143,7 @@ func (db *DB) CommitBatches(ctx context.Context, batches []store.Batch) ([]error
 	checked := make([]error, len(batches))
 	order := make([]int, 0, len(batches))
 	for i := range batches {
-		if err := validateBatch(&batches[i]); err != nil {
+		if err := sqlrow.ValidateBatch(&batches[i]); err != nil {
 			checked[i] = fmt.Errorf("commit batch room=%s base=%d: %w", batches[i].RoomID, batches[i].BaseVersion, err)
 			continue
 		}
@@ -228,11 +202,11 @@ func (db *DB) commitMerged(ctx context.Context, tx *sql.Tx, batches []store.Batc
 	}
 	err = db.insertCommands.exec(ctx, tx, len(commands),
 		func(i int) int { return commandSize(commands[i]) },
-		func(dst []any, i int) []any { return commandArgs(dst, commands[i], now) })
+		func(dst []any, i int) []any { return sqlrow.CommandArgs(dst, commands[i], now) })
 	if err == nil {
 		err = db.insertOutbox.exec(ctx, tx, len(events),
 			func(i int) int { return outboxSize(events[i].r) },
-			func(dst []any, i int) []any { return outboxArgs(dst, events[i].r, events[i].epoch, now) })
+			func(dst []any, i int) []any { return sqlrow.OutboxArgs(dst, events[i].r, events[i].epoch, now) })
 	}
 	if errors.Is(err, store.ErrConflict) {
 		return fmt.Errorf("%w: %w", errDuplicate, err)
@@ -290,44 +264,18 @@ func (db *DB) commitIsolated(ctx context.Context, tx *sql.Tx, batches []store.Ba
 func (db *DB) writeRows(ctx context.Context, tx *sql.Tx, update, insert *sql.Stmt, b *store.Batch, now int64) error {
 	err := db.insertCommands.exec(ctx, tx, len(b.Commands),
 		func(i int) int { return commandSize(&b.Commands[i]) },
-		func(dst []any, i int) []any { return commandArgs(dst, &b.Commands[i], now) })
+		func(dst []any, i int) []any { return sqlrow.CommandArgs(dst, &b.Commands[i], now) })
 	if err != nil {
 		return err
 	}
 	err = db.insertOutbox.exec(ctx, tx, len(b.Outbox),
 		func(i int) int { return outboxSize(&b.Outbox[i]) },
-		func(dst []any, i int) []any { return outboxArgs(dst, &b.Outbox[i], b.OwnerEpoch, now) })
+		func(dst []any, i int) []any { return sqlrow.OutboxArgs(dst, &b.Outbox[i], b.OwnerEpoch, now) })
 	if err != nil {
 		return err
 	}
 	if b.Snapshot != nil {
 		return saveSnapshot(ctx, update, insert, b.Snapshot, now)
-	}
-	return nil
-}
-
-func validateBatch(b *store.Batch) error {
-	for i := range b.Commands {
-		c := &b.Commands[i]
-		if c.RoomID != b.RoomID {
-			return fmt.Errorf("command %s names room %s: %w", c.CommandID, c.RoomID, store.ErrConflict)
-		}
-		if want := b.BaseVersion + 1 + int64(i); c.RoomVersion != want {
-			return fmt.Errorf("command %s has version %d, want %d: %w", c.CommandID, c.RoomVersion, want, store.ErrConflict)
-		}
-	}
-	for i := range b.Outbox {
-		if r := &b.Outbox[i]; r.RoomID != b.RoomID {
-			return fmt.Errorf("outbox event %s names room %s: %w", r.EventID, r.RoomID, store.ErrConflict)
-		}
-	}
-	if s := b.Snapshot; s != nil {
-		if s.RoomID != b.RoomID {
-			return fmt.Errorf("snapshot names room %s: %w", s.RoomID, store.ErrConflict)
-		}
-		if s.RoomVersion > b.HeadVersion() {
-			return fmt.Errorf("snapshot version %d is beyond head %d: %w", s.RoomVersion, b.HeadVersion(), store.ErrConflict)
-		}
 	}
 	return nil
 }

@@ -16,6 +16,7 @@ import (
 
 	"hyapp/room-service/outbox"
 	"hyapp/room-service/store"
+	"hyapp/room-service/store/internal/sqlrow"
 	"hyapp/room-service/store/mysql/mysqltest"
 	"hyapp/room-service/store/storetest"
 )
@@ -572,7 +573,7 @@ func TestDeadlockIsRetried(t *testing.T) {
 	q := db.insertOutbox.query(len(rows))
 	var args []any
 	for i := range rows {
-		args = outboxArgs(args, &rows[i], 1, 1)
+		args = sqlrow.OutboxArgs(args, &rows[i], 1, 1)
 	}
 	if _, err := other.ExecContext(ctx, q, args...); err != nil {
 		t.Fatal(err)

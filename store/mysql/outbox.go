@@ -11,6 +11,7 @@ import (
 
 	"hyapp/room-service/outbox"
 	"hyapp/room-service/store"
+	"hyapp/room-service/store/internal/sqlrow"
 )
 
 const outboxColumns = `id, event_id, room_id, room_version, seq, event_type, payload, owner_epoch,
@@ -39,14 +40,6 @@ const (
 // maxLastError caps the stored delivery error (a TEXT column holds 64 KiB).
 const maxLastError = 4096
 
-// outboxArgs appends one room_outbox row. A zero CreatedAt becomes now and a
-// zero NextAttemptAt becomes CreatedAt, so a new row is due at once.
-func outboxArgs(dst []any, r *outbox.Record, epoch int64, now int64) []any {
-	created := millis(r.CreatedAt, now)
-	return append(dst, r.EventID, r.RoomID, r.RoomVersion, r.Seq, r.EventType, r.Payload, epoch,
-		millis(r.NextAttemptAt, created), created)
-}
-
 func outboxSize(r *outbox.Record) int {
 	return len(r.EventID) + len(r.RoomID) + len(r.EventType) + len(r.Payload) + rowOverhead
 }
@@ -61,7 +54,7 @@ func (db *DB) SaveOutbox(ctx context.Context, records []outbox.Record) error {
 		now := time.Now().UnixMilli()
 		return db.insertOutbox.exec(ctx, tx, len(records),
 			func(i int) int { return outboxSize(&records[i]) },
-			func(dst []any, i int) []any { return outboxArgs(dst, &records[i], records[i].OwnerEpoch, now) })
+			func(dst []any, i int) []any { return sqlrow.OutboxArgs(dst, &records[i], records[i].OwnerEpoch, now) })
 	})
 	if err != nil {
 		return fmt.Errorf("save outbox room=%s: %w", records[0].RoomID, err)
@@ -117,19 +110,8 @@ func queryOutbox(ctx context.Context, stmt *sql.Stmt, args ...any) ([]outbox.Rec
 	if err != nil {
 		return nil, mapErr(err)
 	}
-	defer rows.Close()
-	var out []outbox.Record
-	for rows.Next() {
-		var r outbox.Record
-		var next, created, published sql.NullInt64
-		if err := rows.Scan(&r.ID, &r.EventID, &r.RoomID, &r.RoomVersion, &r.Seq, &r.EventType, &r.Payload,
-			&r.OwnerEpoch, &r.Status, &r.Attempts, &r.LastError, &next, &created, &published); err != nil {
-			return nil, mapErr(err)
-		}
-		r.NextAttemptAt, r.CreatedAt, r.PublishedAt = fromMillis(next), fromMillis(created), fromMillis(published)
-		out = append(out, r)
-	}
-	if err := rows.Err(); err != nil {
+	out, err := sqlrow.ScanOutbox(rows)
+	if err != nil {
 		return nil, mapErr(err)
 	}
 	return out, nil
@@ -204,7 +186,7 @@ func (db *DB) FailOutbox(ctx context.Context, eventID string, lastErr string, ne
 			status, dead = outbox.StatusDead, true
 		}
 		_, err = tx.StmtContext(ctx, db.failOutbox).ExecContext(ctx, status, attempts, lastErr,
-			millis(next, time.Now().UnixMilli()), eventID)
+			sqlrow.Millis(next, time.Now().UnixMilli()), eventID)
 		return mapErr(err)
 	})
 	if err != nil {
@@ -226,7 +208,7 @@ func (db *DB) OutboxStats(ctx context.Context) (store.OutboxStats, error) {
 		if err := tx.QueryRowContext(ctx, statsPendingQuery).Scan(&st.Pending, &oldest); err != nil {
 			return err
 		}
-		st.OldestPending = fromMillis(oldest)
+		st.OldestPending = sqlrow.FromMillis(oldest)
 		if err := tx.QueryRowContext(ctx, statsPublishedQuery).Scan(&st.Published); err != nil {
 			return err
 		}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"hyapp/room-service/store"
+	"hyapp/room-service/store/internal/sqlrow"
 )
 
 // SaveRoomMeta inserts the room, or replaces the metadata of a room that has
@@ -93,7 +94,7 @@ func (db *DB) ListRooms(ctx context.Context, afterRoomID string, limit int) ([]s
 			&r.Meta.Mode, &r.Meta.Status, &r.HeadVersion, &r.OwnerEpoch, &r.OwnerNode, &updated); err != nil {
 			return nil, fmt.Errorf("list rooms after=%s: %w", afterRoomID, mapErr(err))
 		}
-		r.UpdatedAt = fromMillis(updated)
+		r.UpdatedAt = sqlrow.FromMillis(updated)
 		out = append(out, r)
 	}
 	if err := rows.Err(); err != nil {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"hyapp/room-service/store"
+	"hyapp/room-service/store/internal/sqlrow"
 )
 
 // SaveSnapshot stores the snapshot unless the room's stored snapshot has the
@@ -29,7 +30,7 @@ func (db *DB) SaveSnapshot(ctx context.Context, snapshot store.SnapshotRecord) e
 // UPDATE is final. update and insert are db.updateSnapshot and
 // db.insertSnapshot, or their transaction-bound copies.
 func saveSnapshot(ctx context.Context, update, insert *sql.Stmt, s *store.SnapshotRecord, now int64) error {
-	created := millis(s.CreatedAt, now)
+	created := sqlrow.Millis(s.CreatedAt, now)
 	for attempt := 0; ; attempt++ {
 		res, err := update.ExecContext(ctx, s.RoomVersion, s.Payload, created, s.RoomID, s.RoomVersion)
 		if err != nil {
@@ -60,6 +61,6 @@ func (db *DB) GetLatestSnapshot(ctx context.Context, roomID string) (store.Snaps
 	if err != nil {
 		return store.SnapshotRecord{}, false, fmt.Errorf("get snapshot room=%s: %w", roomID, mapErr(err))
 	}
-	s.CreatedAt = fromMillis(created)
+	s.CreatedAt = sqlrow.FromMillis(created)
 	return s, true, nil
 }

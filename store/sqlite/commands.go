@@ -8,29 +8,14 @@ import (
 	"strings"
 	"time"
 
-	"hyapp/room-service/outbox"
 	"hyapp/room-service/store"
+	"hyapp/room-service/store/internal/sqlrow"
 )
 
 const commandColumns = `room_id, room_version, command_id, command_type, payload, replayable, created_at`
 
 // maxInIDs caps the ids of one IN (...) list in GetCommands.
 const maxInIDs = 500
-
-type scanner interface{ Scan(dest ...any) error }
-
-func scanCommand(s scanner) (store.CommandRecord, error) {
-	var c store.CommandRecord
-	var created sql.NullInt64
-	err := s.Scan(&c.RoomID, &c.RoomVersion, &c.CommandID, &c.CommandType, &c.Payload, &c.Replayable, &created)
-	c.CreatedAt = fromMillis(created)
-	return c, err
-}
-
-// commandArgs appends one room_command_log row; a zero CreatedAt becomes now.
-func commandArgs(dst []any, c *store.CommandRecord, now int64) []any {
-	return append(dst, c.RoomID, c.RoomVersion, c.CommandID, c.CommandType, c.Payload, c.Replayable, millis(c.CreatedAt, now))
-}
 
 // SaveCommand appends one command and advances the head, in one write
 // transaction. The record must be the room's next version (head+1) and its
@@ -69,7 +54,7 @@ func (db *DB) saveCommand(ctx context.Context, record store.CommandRecord) error
 		return fmt.Errorf("head is %d: %w", head, store.ErrConflict)
 	}
 	if err := db.insertCommands.exec(ctx, tx, 1, func(dst []any, _ int) []any {
-		return commandArgs(dst, &record, now)
+		return sqlrow.CommandArgs(dst, &record, now)
 	}); err != nil {
 		return err
 	}
@@ -79,7 +64,7 @@ func (db *DB) saveCommand(ctx context.Context, record store.CommandRecord) error
 // GetCommand reads one committed command by its id; found is false when the
 // room has no such command.
 func (db *DB) GetCommand(ctx context.Context, roomID string, commandID string) (store.CommandRecord, bool, error) {
-	c, err := scanCommand(db.getCommand.QueryRowContext(ctx, roomID, commandID))
+	c, err := sqlrow.ScanCommand(db.getCommand.QueryRowContext(ctx, roomID, commandID))
 	if errors.Is(err, sql.ErrNoRows) {
 		return store.CommandRecord{}, false, nil
 	}
@@ -116,7 +101,7 @@ func (db *DB) ListCommandsAfter(ctx context.Context, roomID string, roomVersion 
 	var out []store.CommandRecord
 	rows, err := db.listCommands.QueryContext(ctx, roomID, roomVersion)
 	if err == nil {
-		err = collect(rows, func(c store.CommandRecord) { out = append(out, c) })
+		err = sqlrow.Collect(rows, func(c store.CommandRecord) { out = append(out, c) })
 	}
 	if err != nil {
 		return nil, fmt.Errorf("list commands room=%s after=%d: %w", roomID, roomVersion, mapErr(err))
@@ -129,19 +114,7 @@ func (db *DB) queryCommands(ctx context.Context, query string, args []any, each 
 	if err != nil {
 		return mapErr(err)
 	}
-	return mapErr(collect(rows, each))
-}
-
-func collect(rows *sql.Rows, each func(store.CommandRecord)) error {
-	defer rows.Close()
-	for rows.Next() {
-		c, err := scanCommand(rows)
-		if err != nil {
-			return err
-		}
-		each(c)
-	}
-	return rows.Err()
+	return mapErr(sqlrow.Collect(rows, each))
 }
 
 // CommitBatches commits the batches in one write transaction, so one durable
@@ -167,7 +140,7 @@ func (db *DB) CommitBatches(ctx context.Context, batches []store.Batch) ([]error
 	results := make([]error, len(batches))
 	valid := 0
 	for i := range batches {
-		if err := validateBatch(&batches[i]); err != nil {
+		if err := sqlrow.ValidateBatch(&batches[i]); err != nil {
 			results[i] = fmt.Errorf("commit batch room=%s base=%d: %w", batches[i].RoomID, batches[i].BaseVersion, err)
 			continue
 		}
@@ -232,10 +205,12 @@ func (db *DB) commitMerged(ctx context.Context, batches []store.Batch, results [
 		})
 	}
 	err = insert(db.insertCommands, commands, func(b *store.Batch) int { return len(b.Commands) },
-		func(dst []any, b *store.Batch, i int) []any { return commandArgs(dst, &b.Commands[i], now) })
+		func(dst []any, b *store.Batch, i int) []any { return sqlrow.CommandArgs(dst, &b.Commands[i], now) })
 	if err == nil {
 		err = insert(db.insertOutbox, events, func(b *store.Batch) int { return len(b.Outbox) },
-			func(dst []any, b *store.Batch, i int) []any { return outboxArgs(dst, &b.Outbox[i], b.OwnerEpoch, now) })
+			func(dst []any, b *store.Batch, i int) []any {
+				return sqlrow.OutboxArgs(dst, &b.Outbox[i], b.OwnerEpoch, now)
+			})
 	}
 	if errors.Is(err, store.ErrConflict) {
 		return false, nil
@@ -295,32 +270,6 @@ func (db *DB) commitIsolated(ctx context.Context, batches []store.Batch, results
 	return results, nil
 }
 
-func validateBatch(b *store.Batch) error {
-	for i := range b.Commands {
-		c := &b.Commands[i]
-		if c.RoomID != b.RoomID {
-			return fmt.Errorf("command %s names room %s: %w", c.CommandID, c.RoomID, store.ErrConflict)
-		}
-		if want := b.BaseVersion + 1 + int64(i); c.RoomVersion != want {
-			return fmt.Errorf("command %s has version %d, want %d: %w", c.CommandID, c.RoomVersion, want, store.ErrConflict)
-		}
-	}
-	for i := range b.Outbox {
-		if r := &b.Outbox[i]; r.RoomID != b.RoomID {
-			return fmt.Errorf("outbox event %s names room %s: %w", r.EventID, r.RoomID, store.ErrConflict)
-		}
-	}
-	if s := b.Snapshot; s != nil {
-		if s.RoomID != b.RoomID {
-			return fmt.Errorf("snapshot names room %s: %w", s.RoomID, store.ErrConflict)
-		}
-		if s.RoomVersion > b.HeadVersion() {
-			return fmt.Errorf("snapshot version %d is beyond head %d: %w", s.RoomVersion, b.HeadVersion(), store.ErrConflict)
-		}
-	}
-	return nil
-}
-
 // writeBatch writes one validated batch. A fenced batch has written nothing
 // when it returns store.ErrFenced; on store.ErrConflict the caller rolls
 // back to the batch's savepoint.
@@ -330,14 +279,14 @@ func (db *DB) writeBatch(ctx context.Context, tx *sql.Tx, b *store.Batch, now in
 	}
 	if len(b.Commands) > 0 {
 		if err := db.insertCommands.exec(ctx, tx, len(b.Commands), func(dst []any, i int) []any {
-			return commandArgs(dst, &b.Commands[i], now)
+			return sqlrow.CommandArgs(dst, &b.Commands[i], now)
 		}); err != nil {
 			return err
 		}
 	}
 	if len(b.Outbox) > 0 {
 		if err := db.insertOutbox.exec(ctx, tx, len(b.Outbox), func(dst []any, i int) []any {
-			return outboxArgs(dst, &b.Outbox[i], b.OwnerEpoch, now)
+			return sqlrow.OutboxArgs(dst, &b.Outbox[i], b.OwnerEpoch, now)
 		}); err != nil {
 			return err
 		}
@@ -365,17 +314,9 @@ func (db *DB) advance(ctx context.Context, tx *sql.Tx, b *store.Batch, now int64
 func (db *DB) saveBatchSnapshot(ctx context.Context, tx *sql.Tx, b *store.Batch, now int64) error {
 	if s := b.Snapshot; s != nil {
 		if _, err := tx.StmtContext(ctx, db.upsertSnapshot).ExecContext(ctx,
-			s.RoomID, s.RoomVersion, s.Payload, millis(s.CreatedAt, now)); err != nil {
+			s.RoomID, s.RoomVersion, s.Payload, sqlrow.Millis(s.CreatedAt, now)); err != nil {
 			return mapErr(err)
 		}
 	}
 	return nil
-}
-
-// outboxArgs appends one room_outbox row. A zero CreatedAt becomes now and a
-// zero NextAttemptAt becomes CreatedAt, so a new row is due at once.
-func outboxArgs(dst []any, r *outbox.Record, epoch int64, now int64) []any {
-	created := millis(r.CreatedAt, now)
-	return append(dst, r.EventID, r.RoomID, r.RoomVersion, r.Seq, r.EventType, r.Payload, epoch,
-		millis(r.NextAttemptAt, created), created)
 }

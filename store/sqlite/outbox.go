@@ -11,6 +11,7 @@ import (
 
 	"hyapp/room-service/outbox"
 	"hyapp/room-service/store"
+	"hyapp/room-service/store/internal/sqlrow"
 )
 
 const outboxColumns = `id, event_id, room_id, room_version, seq, event_type, payload, owner_epoch,
@@ -56,7 +57,7 @@ func (db *DB) SaveOutbox(ctx context.Context, records []outbox.Record) error {
 	defer func() { _ = tx.Rollback() }()
 	now := time.Now().UnixMilli()
 	if err := db.insertOutbox.exec(ctx, tx, len(records), func(dst []any, i int) []any {
-		return outboxArgs(dst, &records[i], records[i].OwnerEpoch, now)
+		return sqlrow.OutboxArgs(dst, &records[i], records[i].OwnerEpoch, now)
 	}); err != nil {
 		return fmt.Errorf("save outbox room=%s: %w", records[0].RoomID, err)
 	}
@@ -114,19 +115,8 @@ func queryOutbox(ctx context.Context, stmt *sql.Stmt, args ...any) ([]outbox.Rec
 	if err != nil {
 		return nil, mapErr(err)
 	}
-	defer rows.Close()
-	var out []outbox.Record
-	for rows.Next() {
-		var r outbox.Record
-		var next, created, published sql.NullInt64
-		if err := rows.Scan(&r.ID, &r.EventID, &r.RoomID, &r.RoomVersion, &r.Seq, &r.EventType, &r.Payload,
-			&r.OwnerEpoch, &r.Status, &r.Attempts, &r.LastError, &next, &created, &published); err != nil {
-			return nil, mapErr(err)
-		}
-		r.NextAttemptAt, r.CreatedAt, r.PublishedAt = fromMillis(next), fromMillis(created), fromMillis(published)
-		out = append(out, r)
-	}
-	if err := rows.Err(); err != nil {
+	out, err := sqlrow.ScanOutbox(rows)
+	if err != nil {
 		return nil, mapErr(err)
 	}
 	return out, nil
@@ -240,7 +230,7 @@ func (db *DB) failOutbox(ctx context.Context, eventID string, lastErr string, ne
 		status = outbox.StatusDead
 	}
 	if _, err := tx.ExecContext(ctx, `UPDATE room_outbox SET status = ?, attempts = ?, last_error = ?, next_attempt_at = ?
-		WHERE event_id = ?`, status, attempts, lastErr, millis(next, time.Now().UnixMilli()), eventID); err != nil {
+		WHERE event_id = ?`, status, attempts, lastErr, sqlrow.Millis(next, time.Now().UnixMilli()), eventID); err != nil {
 		return false, mapErr(err)
 	}
 	if err := tx.Commit(); err != nil {
@@ -271,7 +261,7 @@ func (db *DB) outboxStats(ctx context.Context) (store.OutboxStats, error) {
 	if err := tx.QueryRowContext(ctx, statsPendingQuery).Scan(&st.Pending, &oldest); err != nil {
 		return st, mapErr(err)
 	}
-	st.OldestPending = fromMillis(oldest)
+	st.OldestPending = sqlrow.FromMillis(oldest)
 	rows, err := tx.QueryContext(ctx, statsDeadQuery)
 	if err != nil {
 		return st, mapErr(err)

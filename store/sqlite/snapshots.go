@@ -8,13 +8,14 @@ import (
 	"time"
 
 	"hyapp/room-service/store"
+	"hyapp/room-service/store/internal/sqlrow"
 )
 
 // SaveSnapshot stores the snapshot unless the room's stored snapshot has the
 // same or a higher version; an older snapshot is ignored without error.
 func (db *DB) SaveSnapshot(ctx context.Context, snapshot store.SnapshotRecord) error {
 	if _, err := db.upsertSnapshot.ExecContext(ctx, snapshot.RoomID, snapshot.RoomVersion, snapshot.Payload,
-		millis(snapshot.CreatedAt, time.Now().UnixMilli())); err != nil {
+		sqlrow.Millis(snapshot.CreatedAt, time.Now().UnixMilli())); err != nil {
 		return fmt.Errorf("save snapshot room=%s version=%d: %w", snapshot.RoomID, snapshot.RoomVersion, mapErr(err))
 	}
 	return nil
@@ -31,6 +32,6 @@ func (db *DB) GetLatestSnapshot(ctx context.Context, roomID string) (store.Snaps
 	if err != nil {
 		return store.SnapshotRecord{}, false, fmt.Errorf("get snapshot room=%s: %w", roomID, mapErr(err))
 	}
-	s.CreatedAt = fromMillis(created)
+	s.CreatedAt = sqlrow.FromMillis(created)
 	return s, true, nil
 }

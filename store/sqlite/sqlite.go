@@ -276,19 +276,3 @@ func (db *DB) prepare(ctx context.Context) error {
 	}
 	return nil
 }
-
-// millis converts t to the stored unix milliseconds; the zero time is def.
-func millis(t time.Time, def int64) int64 {
-	if t.IsZero() {
-		return def
-	}
-	return t.UnixMilli()
-}
-
-// fromMillis converts stored unix milliseconds back; 0 or NULL is the zero time.
-func fromMillis(ms sql.NullInt64) time.Time {
-	if !ms.Valid || ms.Int64 == 0 {
-		return time.Time{}
-	}
-	return time.UnixMilli(ms.Int64).UTC()
-}
