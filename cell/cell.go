@@ -61,7 +61,6 @@ type Cell struct {
 	// Owned by the cell goroutine.
 	state        *room.State
 	lastSnapshot int64 // version of the newest stored snapshot
-	lastAt       int64 // time of the newest command, unix ms; command times never go back
 	recent       *recentIDs
 	snapCache    *roomv1.RoomSnapshot
 	log          *slog.Logger
@@ -240,7 +239,7 @@ func (c *Cell) decide(p *pending, seen map[string]*pending, stored map[string]st
 	env := p.req.env
 	if first, ok := seen[env.CommandID]; ok && first.applied {
 		// The same id twice in one batch: the second is a retry of the first.
-		c.answerDuplicate(p, first.result.RoomVersion, env.Command.Type(), first.payload)
+		c.answerDuplicate(p, first.result.RoomVersion, first.req.env.Command.Type(), first.payload)
 		return
 	}
 	if _, ok := seen[env.CommandID]; !ok {
@@ -256,13 +255,12 @@ func (c *Cell) decide(p *pending, seen map[string]*pending, stored map[string]st
 		return
 	}
 	// Command times come from this node's clock and never go back within a room.
-	env.At = max(c.reg.cfg.Clock().UnixMilli(), c.lastAt)
+	env.At = max(c.reg.cfg.Clock().UnixMilli(), c.state.LastAt)
 	events, err := room.Apply(c.state, env)
 	if err != nil {
 		p.err = err
 		return
 	}
-	c.lastAt = env.At
 	payload, err := room.EncodeCommand(env)
 	if err != nil {
 		// Unreachable for the domain's own types; refuse rather than log a command we cannot replay.
@@ -327,6 +325,9 @@ func (c *Cell) buildBatch(cmds []*pending, base int64, prevStatus room.Status) (
 			continue
 		}
 		env := p.req.env
+		if c, ok := env.Command.(*room.CreateRoom); ok {
+			b.Meta = &store.RoomMeta{RoomID: env.RoomID, OwnerUserID: c.OwnerUserID, HostUserID: c.HostUserID, SeatCount: c.SeatCount, Mode: c.Mode}
+		}
 		b.Commands = append(b.Commands, store.CommandRecord{
 			RoomID: c.roomID, RoomVersion: p.result.RoomVersion, CommandID: env.CommandID,
 			CommandType: string(env.Command.Type()), Payload: p.payload, Replayable: true, CreatedAt: now,
@@ -411,7 +412,7 @@ func (c *Cell) reload() error {
 
 // adopt takes a recovered state as the cell's own.
 func (c *Cell) adopt(rec *Recovered) {
-	c.state, c.lastSnapshot, c.lastAt, c.snapCache = rec.State, rec.SnapshotVersion, rec.LastAt, nil
+	c.state, c.lastSnapshot, c.snapCache = rec.State, rec.SnapshotVersion, nil
 	c.recent = newRecentIDs(c.reg.cfg.RecentIDs)
 	for _, r := range rec.Replayed {
 		c.recent.add(r.CommandID, recentEntry{version: r.RoomVersion, typ: room.CommandType(r.CommandType), payload: r.Payload})

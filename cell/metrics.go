@@ -14,7 +14,6 @@ type Metrics struct {
 	ReplayLength   prometheus.Histogram   // commands replayed per recovery
 	RecoverSeconds prometheus.Histogram
 	Stops          *prometheus.CounterVec // cell stops by reason
-	SinkDropped    prometheus.Counter
 }
 
 // NewMetrics makes the instruments and registers them with reg (nil: not registered).
@@ -51,13 +50,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Stops: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "room_cell_stops_total", Help: "Cells stopped, by reason.",
 		}, []string{"reason"}),
-		SinkDropped: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "room_event_sink_dropped_total", Help: "Committed event batches the after-commit sink dropped because it was full.",
-		}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.Commands, m.BatchSize, m.TxnRooms, m.CommitSeconds, m.MailboxDepth, m.LoadedCells,
-			m.Recoveries, m.ReplayLength, m.RecoverSeconds, m.Stops, m.SinkDropped)
+			m.Recoveries, m.ReplayLength, m.RecoverSeconds, m.Stops)
 	}
 	return m
 }

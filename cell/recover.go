@@ -16,8 +16,6 @@ type Recovered struct {
 	SnapshotVersion int64
 	// Replayed are the command log rows applied after the snapshot, in order.
 	Replayed []store.CommandRecord
-	// LastAt is the time of the last replayed command (unix ms), 0 if none.
-	LastAt int64
 }
 
 // Recover rebuilds a room: its latest snapshot plus the commands after it,
@@ -46,7 +44,7 @@ func Recover(ctx context.Context, repo store.Repository, meta store.RoomMeta) (*
 	if rec.Replayed, err = repo.ListCommandsAfter(ctx, meta.RoomID, rec.State.Version); err != nil {
 		return nil, fmt.Errorf("recover room=%s: %w", meta.RoomID, err)
 	}
-	if rec.LastAt, err = Replay(rec.State, rec.Replayed); err != nil {
+	if err := Replay(rec.State, rec.Replayed); err != nil {
 		return nil, err
 	}
 	return rec, nil
@@ -54,25 +52,23 @@ func Recover(ctx context.Context, repo store.Repository, meta store.RoomMeta) (*
 
 // Replay applies command log rows to s in order. Every row must be the next
 // version; a replayable row that the domain refuses means the log and the
-// code disagree, which is reported, never skipped. It returns the time of
-// the last row.
-func Replay(s *room.State, records []store.CommandRecord) (lastAt int64, err error) {
+// code disagree, which is reported, never skipped.
+func Replay(s *room.State, records []store.CommandRecord) error {
 	for _, r := range records {
 		if r.RoomVersion != s.Version+1 {
-			return 0, fmt.Errorf("replay room=%s: version %d follows %d", s.RoomID, r.RoomVersion, s.Version)
+			return fmt.Errorf("replay room=%s: version %d follows %d", s.RoomID, r.RoomVersion, s.Version)
 		}
 		env, err := room.DecodeCommand(r.RoomID, r.CommandID, room.CommandType(r.CommandType), r.Payload)
 		if err != nil {
-			return 0, fmt.Errorf("replay room=%s version=%d: %w", s.RoomID, r.RoomVersion, err)
+			return fmt.Errorf("replay room=%s version=%d: %w", s.RoomID, r.RoomVersion, err)
 		}
-		lastAt = env.At
 		if !r.Replayable {
-			s.Version = r.RoomVersion
+			s.Version, s.LastAt = r.RoomVersion, max(s.LastAt, env.At)
 			continue
 		}
 		if _, err := room.Apply(s, env); err != nil {
-			return 0, fmt.Errorf("replay room=%s version=%d command=%s: %w", s.RoomID, r.RoomVersion, r.CommandID, err)
+			return fmt.Errorf("replay room=%s version=%d command=%s: %w", s.RoomID, r.RoomVersion, r.CommandID, err)
 		}
 	}
-	return lastAt, nil
+	return nil
 }

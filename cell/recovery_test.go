@@ -78,7 +78,7 @@ func testReplayFromAnySnapshotEqualsLive(t *testing.T, open func(testing.TB) sto
 		prefix := genesis()
 		for k := 0; k <= len(log); k++ {
 			if k > 0 {
-				if _, err := cell.Replay(prefix, log[k-1:k]); err != nil {
+				if err := cell.Replay(prefix, log[k-1:k]); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -90,7 +90,7 @@ func testReplayFromAnySnapshotEqualsLive(t *testing.T, open func(testing.TB) sto
 			if err != nil {
 				t.Fatal(err)
 			}
-			if _, err := cell.Replay(st, log[k:]); err != nil {
+			if err := cell.Replay(st, log[k:]); err != nil {
 				t.Fatal(err)
 			}
 			got, err := snapshot.Encode(st)

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime/debug"
 	"sync"
 	"time"
 
@@ -173,7 +174,12 @@ func (r *Registry) call(ctx context.Context, roomID string, env *room.Envelope) 
 		}
 		req := &request{env: env, reply: make(chan response, 1)}
 		if !c.mailbox.push(req) {
-			return response{}, room.ErrMailboxFull
+			select {
+			case <-c.done:
+				continue // the cell stopped with a full mailbox: try its successor
+			default:
+				return response{}, room.ErrMailboxFull
+			}
 		}
 		select {
 		case resp := <-req.reply:
@@ -225,10 +231,11 @@ func (r *Registry) cell(ctx context.Context, roomID string) (*Cell, error) {
 		c, err := r.load(ctx, roomID)
 		r.mu.Lock()
 		delete(r.loading, roomID)
+		var release lease.Handle // released after the lock: a lease call may be a network call
 		if err == nil {
 			if r.closed {
 				err = room.ErrShutdown
-				_ = c.lease.Release(r.ctx)
+				release = c.lease
 			} else {
 				r.cells[roomID] = c
 				r.metrics.LoadedCells.Inc()
@@ -242,6 +249,9 @@ func (r *Registry) cell(ctx context.Context, roomID string) (*Cell, error) {
 		l.err = err
 		close(l.done)
 		r.mu.Unlock()
+		if release != nil {
+			_ = release.Release(r.ctx)
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -280,7 +290,15 @@ func (r *Registry) load(ctx context.Context, roomID string) (*Cell, error) {
 	return c, nil
 }
 
-func (r *Registry) recoverCell(roomID string, h lease.Handle) (*Cell, error) {
+func (r *Registry) recoverCell(roomID string, h lease.Handle) (c *Cell, err error) {
+	defer func() {
+		// A panic while rebuilding (a corrupt snapshot the decoder chokes on)
+		// fails this load instead of wedging the room's loaders.
+		if p := recover(); p != nil {
+			r.log.Error("panic while recovering a room", "room_id", roomID, "panic", p, "stack", string(debug.Stack()))
+			c, err = nil, room.Errorf(room.ErrInternal, "room %s could not be recovered", roomID)
+		}
+	}()
 	claim, err := r.repo.ClaimRoom(r.ctx, roomID, r.cfg.NodeID)
 	if err != nil {
 		return nil, err
@@ -297,7 +315,7 @@ func (r *Registry) recoverCell(roomID string, h lease.Handle) (*Cell, error) {
 		return nil, fmt.Errorf("recover room=%s: replay reached version %d, the head is %d", roomID, rec.State.Version, claim.HeadVersion)
 	}
 	r.metrics.ReplayLength.Observe(float64(len(rec.Replayed)))
-	c := &Cell{
+	c = &Cell{
 		reg: r, roomID: roomID, epoch: claim.Epoch, lease: h,
 		mailbox: newMailbox(r.cfg.MailboxSize), done: make(chan struct{}),
 		log: r.log.With("room_id", roomID),

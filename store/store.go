@@ -107,6 +107,10 @@ type Batch struct {
 	Snapshot *SnapshotRecord
 	// Status, when set, becomes rooms.status (so a rebuild without snapshot sees a closed room).
 	Status string
+	// Meta, when set, replaces the room's owner, host, seat count and mode.
+	// The batch holding CreateRoom sets it, so the row always matches the
+	// command that created the room, whatever a racing create saved before.
+	Meta *RoomMeta
 }
 
 // HeadVersion is the room version after the batch.

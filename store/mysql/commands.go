@@ -219,6 +219,9 @@ func (db *DB) commitMerged(ctx context.Context, tx *sql.Tx, batches []store.Batc
 	}
 	update, insert := tx.StmtContext(ctx, db.updateSnapshot), tx.StmtContext(ctx, db.insertSnapshot)
 	for _, b := range pass {
+		if err := saveMeta(ctx, tx, b); err != nil {
+			return fmt.Errorf("room=%s: %w", b.RoomID, err)
+		}
 		if b.Snapshot != nil {
 			if err := saveSnapshot(ctx, update, insert, b.Snapshot, now); err != nil {
 				return fmt.Errorf("room=%s: %w", b.RoomID, err)
@@ -274,10 +277,24 @@ func (db *DB) writeRows(ctx context.Context, tx *sql.Tx, update, insert *sql.Stm
 	if err != nil {
 		return err
 	}
+	if err := saveMeta(ctx, tx, b); err != nil {
+		return err
+	}
 	if b.Snapshot != nil {
 		return saveSnapshot(ctx, update, insert, b.Snapshot, now)
 	}
 	return nil
+}
+
+// saveMeta writes the batch's room metadata when it carries some.
+func saveMeta(ctx context.Context, tx *sql.Tx, b *store.Batch) error {
+	m := b.Meta
+	if m == nil {
+		return nil
+	}
+	_, err := tx.ExecContext(ctx, `UPDATE rooms SET owner_user_id = ?, host_user_id = ?, seat_count = ?, mode = ? WHERE room_id = ?`,
+		m.OwnerUserID, m.HostUserID, m.SeatCount, m.Mode, b.RoomID)
+	return mapErr(err)
 }
 
 // advance moves the room's head to the batch's, fenced on its owner epoch

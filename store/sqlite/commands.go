@@ -310,8 +310,15 @@ func (db *DB) advance(ctx context.Context, tx *sql.Tx, b *store.Batch, now int64
 	return nil
 }
 
-// saveBatchSnapshot stores the batch's snapshot unless a newer one is stored.
+// saveBatchSnapshot stores the batch's snapshot unless a newer one is
+// stored, and its metadata when set.
 func (db *DB) saveBatchSnapshot(ctx context.Context, tx *sql.Tx, b *store.Batch, now int64) error {
+	if m := b.Meta; m != nil {
+		if _, err := tx.ExecContext(ctx, `UPDATE rooms SET owner_user_id = ?, host_user_id = ?, seat_count = ?, mode = ? WHERE room_id = ?`,
+			m.OwnerUserID, m.HostUserID, m.SeatCount, m.Mode, b.RoomID); err != nil {
+			return mapErr(err)
+		}
+	}
 	if s := b.Snapshot; s != nil {
 		if _, err := tx.StmtContext(ctx, db.upsertSnapshot).ExecContext(ctx,
 			s.RoomID, s.RoomVersion, s.Payload, sqlrow.Millis(s.CreatedAt, now)); err != nil {

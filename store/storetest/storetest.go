@@ -56,6 +56,7 @@ func Run(t *testing.T, newRepo func(t *testing.T) store.Repository) {
 		{"CommitBatchesMixed", testCommitBatchesMixed},
 		{"CommitBatchesDuplicateKeys", testCommitBatchesDuplicateKeys},
 		{"CommitBatchesWithoutCommands", testCommitBatchesWithoutCommands},
+		{"CommitBatchesMeta", testCommitBatchesMeta},
 		{"CommitBatchesManyRooms", testCommitBatchesManyRooms},
 		{"SnapshotNeverBackwards", testSnapshotNeverBackwards},
 		{"SnapshotConcurrent", testSnapshotConcurrent},
@@ -478,6 +479,23 @@ func testCommitBatchesManyRooms(t *testing.T, repo store.Repository) {
 	}
 	if _, found, err := repo.GetRoomMeta(t.Context(), missing); err != nil || found {
 		t.Fatalf("the missing room exists after a fenced batch: found %v, err %v", found, err)
+	}
+}
+
+// A batch with Meta replaces the room's owner, host, seat count and mode
+// (the batch holding CreateRoom), with its status; a fenced one changes nothing.
+func testCommitBatchesMeta(t *testing.T, repo store.Repository) {
+	id, claim := newClaimedRoom(t, repo)
+	b := newBatch(id, claim.Epoch, claim.HeadVersion, 1)
+	b.Status = "open"
+	b.Meta = &store.RoomMeta{RoomID: id, OwnerUserID: 77, HostUserID: 78, SeatCount: 15, Mode: "party"}
+	stale := newBatch(id, claim.Epoch-1, claim.HeadVersion+1, 1)
+	stale.Meta = &store.RoomMeta{RoomID: id, OwnerUserID: 99, SeatCount: 3}
+	mustCommit(t, repo, []store.Batch{b, stale}, nil, store.ErrFenced)
+	got := mustGetMeta(t, repo, id)
+	want := store.RoomMeta{RoomID: id, OwnerUserID: 77, HostUserID: 78, SeatCount: 15, Mode: "party", Status: "open"}
+	if got != want {
+		t.Fatalf("meta after the batch: %+v, want %+v", got, want)
 	}
 }
 
