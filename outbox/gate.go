@@ -7,7 +7,7 @@ import (
 )
 
 // LeaseGate lets a relay publish a room only while it holds the room's relay
-// lease ("relay/<room_id>"). With the in-process lease it keeps the relays of
+// lease ("relay <room_id>": room ids hold no spaces, so this never names a room). With the in-process lease it keeps the relays of
 // one process apart; with a shared lease it keeps every node's relay apart,
 // so a node's relay and a sweeper never publish one room at once.
 type LeaseGate struct {
@@ -18,7 +18,7 @@ var _ Gate = LeaseGate{}
 
 // Acquire implements Gate.
 func (g LeaseGate) Acquire(ctx context.Context, roomID string) (func(), bool) {
-	h, err := g.Lease.Acquire(ctx, "relay/"+roomID)
+	h, err := g.Lease.Acquire(ctx, "relay "+roomID)
 	if err != nil {
 		return nil, false
 	}

@@ -82,6 +82,10 @@ func (c RelayConfig) withDefaults() RelayConfig {
 	return c
 }
 
+// chainsPerTurn is how many chains (of up to RoomBatch rows) a room with a
+// backlog runs before it yields its slot to other rooms.
+const chainsPerTurn = 20
+
 // RelayMetrics are the relay's counters; any field may be nil.
 type RelayMetrics struct {
 	Published func(n int)
@@ -111,7 +115,7 @@ type Relay struct {
 	marks chan markReq
 
 	mu    sync.Mutex
-	busy  map[string]bool      // rooms with a chain running
+	busy  map[string]bool      // rooms with a chain running; true: a scan found it busy
 	until map[string]time.Time // rooms backing off in this process
 	pause time.Time            // the broker is away until then
 	fails int                  // consecutive transient failures
@@ -200,17 +204,22 @@ func (r *Relay) scan(ctx context.Context, slots chan struct{}, chains *sync.Wait
 			select {
 			case slots <- struct{}{}:
 			case <-ctx.Done():
-				r.free(row.RoomID)
+				_ = r.free(row.RoomID)
 				return nil
 			}
 			chains.Add(1)
 			go func(roomID string) {
 				defer chains.Done()
-				more := r.chain(ctx, roomID)
-				r.free(roomID)
+				// A room with a backlog keeps its slot for a few chains (no
+				// rescan of every pending row per chain), then yields it.
+				more := true
+				for i := 0; more && i < chainsPerTurn && ctx.Err() == nil; i++ {
+					more = r.chain(ctx, roomID)
+				}
+				missed := r.free(roomID)
 				<-slots
-				if more {
-					r.Wake() // the room has more rows than one chain takes
+				if missed || more {
+					r.Wake() // rows came in while the chain ran, or more wait
 				}
 			}(row.RoomID)
 		}
@@ -221,22 +230,30 @@ func (r *Relay) scan(ctx context.Context, slots chan struct{}, chains *sync.Wait
 	}
 }
 
-// claim marks a room busy unless a chain runs or it backs off.
+// claim marks a room busy unless a chain runs or it backs off. A scan that
+// finds the room busy leaves a note, so the chain's end scans again.
 func (r *Relay) claim(roomID string, now time.Time) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.busy[roomID] || now.Before(r.until[roomID]) {
+	if _, running := r.busy[roomID]; running {
+		r.busy[roomID] = true
+		return false
+	}
+	if now.Before(r.until[roomID]) {
 		return false
 	}
 	delete(r.until, roomID)
-	r.busy[roomID] = true
+	r.busy[roomID] = false
 	return true
 }
 
-func (r *Relay) free(roomID string) {
+// free ends a room's chain and reports whether a scan found it busy meanwhile.
+func (r *Relay) free(roomID string) (missed bool) {
 	r.mu.Lock()
+	defer r.mu.Unlock()
+	missed = r.busy[roomID]
 	delete(r.busy, roomID)
-	r.mu.Unlock()
+	return missed
 }
 
 // chain publishes one room's pending rows in order, one at a time, under the

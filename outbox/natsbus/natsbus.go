@@ -337,6 +337,9 @@ func (b *Bus) RoomFilter(roomID string) string {
 	return b.cfg.SubjectPrefix + ".*." + RoomToken(roomID)
 }
 
+// AllFilter is the subject filter for every event: "<prefix>.>".
+func (b *Bus) AllFilter() string { return b.cfg.SubjectPrefix + ".>" }
+
 // Stream is the name of the stream the Bus publishes to.
 func (b *Bus) Stream() string { return b.cfg.Stream }
 
