@@ -1,0 +1,174 @@
+package im_test
+
+import (
+	"context"
+	"fmt"
+	"net/http/httptest"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"hyapp/room-service/cell"
+	"hyapp/room-service/im"
+	"hyapp/room-service/im/tencent"
+	"hyapp/room-service/im/timlocal"
+	"hyapp/room-service/lease"
+	"hyapp/room-service/outbox"
+	"hyapp/room-service/outbox/natsbus"
+	"hyapp/room-service/room"
+	"hyapp/room-service/store/sqlite"
+)
+
+// world is the engine with the IM lane in front of the local Tencent endpoint.
+type world struct {
+	local  *timlocal.Server
+	client *tencent.Client
+	lane   *im.Lane
+	reg    *cell.Registry
+	db     *sqlite.DB
+	shed   map[string]int
+	mu     sync.Mutex
+}
+
+func newWorld(t *testing.T, extra ...cell.EventSink) *world {
+	t.Helper()
+	w := &world{shed: map[string]int{}}
+	w.local = timlocal.New(timlocal.Config{SDKAppID: 1400000001, SecretKey: "test-key", Admin: "administrator"})
+	srv := httptest.NewServer(w.local)
+	t.Cleanup(srv.Close)
+	var err error
+	w.client, err = tencent.New(tencent.Config{SDKAppID: 1400000001, SecretKey: "test-key", Admin: "administrator", Endpoint: srv.URL, Timeout: time.Second}, quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(w.client.Close)
+	w.lane = im.New(im.Config{Budget: 20}, im.TencentSender{Client: w.client}, im.Metrics{
+		Shed: func(p room.Priority, reason string) { w.mu.Lock(); w.shed[string(p)+"/"+reason]++; w.mu.Unlock() },
+	}, quiet)
+	t.Cleanup(w.lane.Close)
+	w.db, err = sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "room.db"), sqlite.Options{Synchronous: "NORMAL"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = w.db.Close() })
+	w.reg = cell.New(cell.Config{}, w.db, lease.NewLocal(), append(cell.Sinks{w.lane}, extra...), nil, quiet)
+	t.Cleanup(func() { _ = w.reg.Close(context.Background()) })
+	return w
+}
+
+func (w *world) submit(t *testing.T, roomID, id string, op int64, cmd room.Command) {
+	t.Helper()
+	if _, err := w.reg.Submit(context.Background(), &room.Envelope{RoomID: roomID, CommandID: id, Operator: op, Command: cmd}); err != nil {
+		t.Fatalf("%s: %v", id, err)
+	}
+}
+
+// TestCommandBurstKeepsTheGroupInBudget runs a burst of joins and mic
+// changes through the engine: Tencent's 40/s never drops anything, the group
+// sees at most its budget, and every High event arrives.
+func TestCommandBurstKeepsTheGroupInBudget(t *testing.T) {
+	w := newWorld(t)
+	if err := w.client.CreateGroup(context.Background(), "burst", "burst"); err != nil {
+		t.Fatal(err)
+	}
+	w.submit(t, "burst", "create", 1, &room.CreateRoom{OwnerUserID: 1, SeatCount: 10})
+	mic := 0
+	for i := range 1000 {
+		user := int64(100 + i)
+		w.submit(t, "burst", fmt.Sprint("j", i), user, &room.JoinRoom{Nickname: "n"})
+		if i%10 == 0 { // a High event: a seat taken and left again
+			w.submit(t, "burst", fmt.Sprint("t", i), user, &room.TakeMic{SeatIndex: 1})
+			w.submit(t, "burst", fmt.Sprint("l", i), user, &room.LeaveMic{})
+			mic += 2
+		}
+	}
+	seen := func() int {
+		var data [][]byte
+		for _, m := range w.local.Messages("burst") {
+			data = append(data, []byte(m.Data))
+		}
+		return countType(t, data, room.EventRoomMicChanged)
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for seen() != mic {
+		if time.Now().After(deadline) {
+			w.mu.Lock()
+			t.Fatalf("%d of %d mic changes reached the group; shed %v; stats %+v", seen(), mic, w.shed, w.local.Stats("burst"))
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	st := w.local.Stats("burst")
+	if st.Dropped != 0 || st.MaxOfferedPerSecond > 20+5+1 {
+		t.Fatalf("group stats %+v: the lane let Tencent drop messages or went over its budget of 20", st)
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for k, n := range w.shed {
+		if k[:4] == "High" {
+			t.Fatalf("%d High events shed (%s)", n, k)
+		}
+	}
+}
+
+// TestHangingIMNeverFailsCommands: with the IM endpoint hanging, commands
+// commit and answer as usual.
+func TestHangingIMNeverFailsCommands(t *testing.T) {
+	w := newWorld(t)
+	w.local.SetFaults(timlocal.Faults{Hang: true})
+	defer w.local.SetFaults(timlocal.Faults{})
+	w.submit(t, "hang", "create", 1, &room.CreateRoom{OwnerUserID: 1, SeatCount: 10})
+	for i := range 300 {
+		w.submit(t, "hang", fmt.Sprint("j", i), int64(100+i), &room.JoinRoom{})
+		w.submit(t, "hang", fmt.Sprint("t", i), int64(100+i), &room.TakeMic{SeatIndex: 2})
+		w.submit(t, "hang", fmt.Sprint("l", i), int64(100+i), &room.LeaveMic{})
+	}
+}
+
+// TestLostMuteIsRetriedFromTheOutbox: group control rides the durable outbox;
+// a forbid_send_msg that fails past the client's retries is delivered again
+// until Tencent accepts it.
+func TestLostMuteIsRetriedFromTheOutbox(t *testing.T) {
+	bus, err := natsbus.Open(context.Background(), natsbus.Config{StoreDir: t.TempDir()}, quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = bus.Close() })
+	var relay *outbox.Relay
+	w := newWorld(t, cell.OutboxWaker{Wake: func() { relay.Wake() }})
+	relay = outbox.NewRelay(w.db, bus, outbox.LeaseGate{Lease: lease.NewLocal()}, outbox.RelayConfig{PollInterval: 10 * time.Millisecond}, outbox.RelayMetrics{}, quiet)
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { defer wg.Done(); relay.Run(ctx) }()
+	control := &im.Control{Bus: bus, API: w.client, MaxBackoff: 50 * time.Millisecond, Log: quiet}
+	go func() { defer wg.Done(); _ = control.Run(ctx) }()
+	t.Cleanup(func() { cancel(); wg.Wait() })
+
+	w.submit(t, "ctl", "create", 1, &room.CreateRoom{OwnerUserID: 1, SeatCount: 10})
+	checkFor(t, 30*time.Second, "the group to be created from RoomCreated", func() bool {
+		for _, g := range w.local.Groups() {
+			if g == "ctl" {
+				return true
+			}
+		}
+		return false
+	})
+	w.submit(t, "ctl", "join", 5, &room.JoinRoom{})
+	w.local.SetFaults(timlocal.Faults{FailNext: 10}) // more failures than one call retries
+	w.submit(t, "ctl", "mute", 1, &room.MuteUser{TargetUserID: 5, DurationSeconds: 600})
+	checkFor(t, 30*time.Second, "the mute to reach the group", func() bool {
+		_, muted := w.local.Muted("ctl")["5"]
+		return muted
+	})
+	w.submit(t, "ctl", "kick", 1, &room.KickUser{TargetUserID: 5, DurationSeconds: 0})
+	checkFor(t, 30*time.Second, "the ban to reach the group", func() bool {
+		_, banned := w.local.Banned("ctl")["5"]
+		return banned
+	})
+	w.submit(t, "ctl", "unban", 1, &room.UnbanUser{TargetUserID: 5})
+	checkFor(t, 30*time.Second, "the ban to be lifted", func() bool {
+		_, banned := w.local.Banned("ctl")["5"]
+		return !banned
+	})
+}

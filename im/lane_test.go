@@ -1,0 +1,241 @@
+package im_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"hyapp/room-service/cell"
+	"hyapp/room-service/im"
+	"hyapp/room-service/room"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+var quiet = slog.New(slog.DiscardHandler)
+
+// recorder keeps what was sent and when.
+type recorder struct {
+	mu    sync.Mutex
+	sent  []sent
+	block chan struct{} // when set, Send waits for it (a hanging endpoint)
+}
+
+type sent struct {
+	at  time.Time
+	msg im.Message
+}
+
+func (r *recorder) Send(ctx context.Context, m im.Message) error {
+	if r.block != nil {
+		select {
+		case <-r.block:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	r.mu.Lock()
+	r.sent = append(r.sent, sent{time.Now(), m})
+	r.mu.Unlock()
+	return nil
+}
+
+func (r *recorder) all() []sent {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]sent(nil), r.sent...)
+}
+
+type counts struct {
+	mu     sync.Mutex
+	shed   map[string]int
+	merged int
+}
+
+func (c *counts) metrics() im.Metrics {
+	c.shed = map[string]int{}
+	return im.Metrics{
+		Shed: func(p room.Priority, reason string) {
+			c.mu.Lock()
+			c.shed[string(p)]++
+			c.mu.Unlock()
+		},
+		Merged: func(n int) { c.mu.Lock(); c.merged += n; c.mu.Unlock() },
+	}
+}
+
+// typesIn lists the event types a message shows: its own, or those of the
+// events a Batch carries.
+func typesIn(t *testing.T, data []byte) []string {
+	var env struct {
+		Type   string            `json:"type"`
+		Events []json.RawMessage `json:"events"`
+	}
+	if err := json.Unmarshal(data, &env); err != nil {
+		t.Fatalf("message data %q: %v", data, err)
+	}
+	if env.Type != "Batch" {
+		return []string{env.Type}
+	}
+	var out []string
+	for _, e := range env.Events {
+		out = append(out, typesIn(t, e)...)
+	}
+	return out
+}
+
+func countType(t *testing.T, msgs [][]byte, typ room.EventType) int {
+	n := 0
+	for _, m := range msgs {
+		for _, got := range typesIn(t, m) {
+			if got == string(typ) {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+func committed(roomID string, version int64, typ room.EventType, data any) []cell.Committed {
+	return []cell.Committed{{RoomID: roomID, RoomVersion: version, At: time.Now().UnixMilli(), Events: []room.Event{{Type: typ, Data: data}}}}
+}
+
+func checkFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestBurstStaysInBudgetAndKeepsHigh pushes a 1,000-event burst into one room:
+// the group gets no more than its budget in any second, every High event
+// arrives, Low and Normal are merged or shed, and the heat display arrives at
+// most once a second with its last value.
+func TestBurstStaysInBudgetAndKeepsHigh(t *testing.T) {
+	rec := &recorder{}
+	var c counts
+	lane := im.New(im.Config{Budget: 20, QueueLimit: 100}, rec, c.metrics(), quiet)
+	defer lane.Close()
+	const n = 1000
+	high := 0
+	for v := int64(1); v <= n; v++ {
+		switch v % 10 {
+		case 0:
+			lane.Publish(committed("r1", v, room.EventRoomMicChanged, &room.RoomMicChangedEvent{Action: room.MicTake, UserID: v}))
+			high++
+		case 1, 2, 3:
+			lane.Publish(committed("r1", v, room.EventRoomUserJoined, &room.RoomUserJoinedEvent{UserID: v}))
+		case 4, 5:
+			lane.Publish(committed("r1", v, room.EventRoomHeatChanged, map[string]int64{"heat": v}))
+		default:
+			lane.Publish(committed("r1", v, room.EventRoomUserLeft, &room.RoomUserLeftEvent{UserID: v}))
+		}
+	}
+	lastHeat := fmt.Sprint(int64(n - 5))
+	checkFor(t, 30*time.Second, "every High event and the last heat", func() bool {
+		gotHigh, heat := 0, ""
+		for _, s := range rec.all() {
+			gotHigh += countType(t, [][]byte{s.msg.Data}, room.EventRoomMicChanged)
+			switch s.msg.Type {
+			case string(room.EventRoomHeatChanged):
+				var env struct {
+					Data map[string]int64 `json:"data"`
+				}
+				_ = json.Unmarshal(s.msg.Data, &env)
+				heat = fmt.Sprint(env.Data["heat"])
+			}
+		}
+		return gotHigh == high && heat == lastHeat
+	})
+	all := rec.all()
+	for i := range all {
+		inWindow := 0
+		for j := i; j < len(all) && all[j].at.Sub(all[i].at) < time.Second; j++ {
+			inWindow++
+		}
+		// The budget plus its burst, and one for the jitter between a send
+		// being allowed and this recorder seeing it.
+		if inWindow > 20+5+1 {
+			t.Fatalf("%d messages within one second, budget 20", inWindow)
+		}
+	}
+	var heats []time.Time
+	for _, s := range all {
+		if s.msg.Type == string(room.EventRoomHeatChanged) {
+			heats = append(heats, s.at)
+		}
+	}
+	for i := 1; i < len(heats); i++ {
+		if heats[i].Sub(heats[i-1]) < 990*time.Millisecond {
+			t.Fatalf("heat sent twice within %v", heats[i].Sub(heats[i-1]))
+		}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.shed["High"] != 0 {
+		t.Fatalf("%d High events shed", c.shed["High"])
+	}
+	if c.merged == 0 && c.shed["Low"]+c.shed["Normal"] == 0 {
+		t.Fatal("a 1,000-event burst over a budget of 20 merged and shed nothing")
+	}
+}
+
+// TestHangingEndpointNeverBlocksPublish: with every send hanging, Publish
+// still returns at once and the lane sheds instead of queueing without end.
+func TestHangingEndpointNeverBlocksPublish(t *testing.T) {
+	rec := &recorder{block: make(chan struct{})}
+	var c counts
+	lane := im.New(im.Config{Budget: 1000, Workers: 2, SendTimeout: time.Hour}, rec, c.metrics(), quiet)
+	defer lane.Close()
+	defer close(rec.block)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for v := int64(1); v <= 20_000; v++ {
+			lane.Publish(committed(fmt.Sprint("room-", v%50), v, room.EventRoomUserJoined, &room.RoomUserJoinedEvent{UserID: v}))
+		}
+	}()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("Publish blocked behind a hanging endpoint")
+	}
+	checkFor(t, 10*time.Second, "the lane to shed", func() bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return c.shed["Normal"] > 0
+	})
+}
+
+type bigGift struct{ Value int64 }
+
+func (g bigGift) RegionalDisplay() (string, int64) { return "sg", g.Value }
+
+func TestBigEventsAlsoGoToTheRegionalGroup(t *testing.T) {
+	rec := &recorder{}
+	lane := im.New(im.Config{RegionalGroups: map[string]string{"sg": "region-sg"}, RegionalThreshold: 1000}, rec, im.Metrics{}, quiet)
+	defer lane.Close()
+	lane.Publish(committed("r1", 1, room.EventRoomMicChanged, bigGift{Value: 10}))
+	lane.Publish(committed("r1", 2, room.EventRoomMicChanged, bigGift{Value: 5000}))
+	groups := map[string]int{}
+	checkFor(t, 10*time.Second, "three events", func() bool {
+		clear(groups)
+		for _, s := range rec.all() {
+			groups[s.msg.GroupID] += len(typesIn(t, s.msg.Data))
+		}
+		return groups["r1"]+groups["region-sg"] == 3
+	})
+	if groups["r1"] != 2 || groups["region-sg"] != 1 {
+		t.Fatalf("messages by group: %v", groups)
+	}
+}
