@@ -43,6 +43,13 @@ type Config struct {
 	NATSListen      string        `yaml:"nats_listen" help:"embedded NATS: also listen on this address (such as 127.0.0.1:4333) so consumers can attach"`
 	NATSStream      string        `yaml:"nats_stream" help:"JetStream stream of durable room events"`
 	RelayAttempts   int           `yaml:"relay_max_attempts" help:"failed deliveries after which an outbox row is dead (broker outages do not count)"`
+	TIMSDKAppID     string        `yaml:"tim_sdkappid" help:"Tencent IM SDKAppID; empty: a local Tencent-compatible endpoint on the API port (/local/ shows what rooms would display)"`
+	TIMSecretKey    string        `yaml:"tim_secret_key" help:"Tencent IM secret key for UserSig" secret:"true"`
+	TIMAdmin        string        `yaml:"tim_admin" help:"Tencent IM admin identifier"`
+	TIMEndpoint     string        `yaml:"tim_endpoint" help:"Tencent IM REST host of the app's region, such as https://adminapisgp.im.qcloud.com"`
+	IMBudget        int           `yaml:"im_group_budget" help:"IM messages per second the service sends to one room's group (Tencent drops above 40)"`
+	IMRegional      string        `yaml:"im_regional_groups" help:"region=group pairs, comma-separated: the broadcast group of each region for big gifts"`
+	IMRegionalMin   int           `yaml:"im_regional_threshold" help:"gift value from which a gift also shows in its region's broadcast group"`
 	RetainVersions  int           `yaml:"retain_versions" help:"command log rows kept below each room's snapshot (also the idempotency horizon)"`
 	RetainCommands  time.Duration `yaml:"retain_commands_for" help:"command log rows younger than this are kept"`
 	RetainPublished time.Duration `yaml:"retain_published_for" help:"published outbox rows are deleted after this"`
@@ -56,7 +63,7 @@ func Default() Config {
 		Listen: "127.0.0.1:8080", DataDir: "./data", LogLevel: "info", LogFormat: "text", SQLiteSync: "FULL",
 		SnapshotEvery: 500, MailboxSize: 4096, MaxBatch: 256,
 		IdleTimeout: 10 * time.Minute, CommitTimeout: 5 * time.Second, ShutdownTimeout: 30 * time.Second,
-		NATSStream: "ROOM_EVENTS", RelayAttempts: 10,
+		NATSStream: "ROOM_EVENTS", RelayAttempts: 10, IMBudget: 20, IMRegionalMin: 10_000,
 		RetainVersions: 10_000, RetainCommands: 7 * 24 * time.Hour, RetainPublished: 3 * 24 * time.Hour, RetainEvery: time.Minute,
 	}
 }
@@ -139,6 +146,17 @@ func (c Config) Validate() error {
 	if c.NATSURL != "" && c.NATSListen != "" {
 		p = append(p, errors.New("nats_listen is for the embedded server; it cannot go with nats_url"))
 	}
+	if _, err := c.RegionalGroups(); err != nil {
+		p = append(p, err)
+	}
+	if c.TIMSDKAppID != "" {
+		if _, err := strconv.ParseUint(c.TIMSDKAppID, 10, 64); err != nil {
+			p = append(p, fmt.Errorf("tim_sdkappid %q is not a number", c.TIMSDKAppID))
+		}
+		if c.TIMSecretKey == "" || c.TIMAdmin == "" || c.TIMEndpoint == "" {
+			p = append(p, errors.New("with tim_sdkappid set, tim_secret_key, tim_admin and tim_endpoint are required"))
+		}
+	}
 	if c.DataDir == "" {
 		p = append(p, errors.New("data_dir is empty"))
 	}
@@ -159,6 +177,7 @@ func (c Config) Validate() error {
 		{"snapshot_every", c.SnapshotEvery, 1, 1_000_000}, {"mailbox_size", c.MailboxSize, 1, 1 << 20},
 		{"max_batch", c.MaxBatch, 1, 65536}, {"commit_workers", c.CommitWorkers, 0, 256},
 		{"retain_versions", c.RetainVersions, 0, 1 << 30}, {"relay_max_attempts", c.RelayAttempts, 1, 1000},
+		{"im_group_budget", c.IMBudget, 1, 40}, {"im_regional_threshold", c.IMRegionalMin, 0, 1 << 30},
 	} {
 		if n.v < n.min || n.v > n.max {
 			p = append(p, fmt.Errorf("%s %d is outside %d..%d", n.key, n.v, n.min, n.max))
@@ -181,6 +200,22 @@ func (c Config) Validate() error {
 		}
 	}
 	return errors.Join(p...)
+}
+
+// RegionalGroups parses im_regional_groups ("sg=group-sg,us=group-us").
+func (c Config) RegionalGroups() (map[string]string, error) {
+	out := map[string]string{}
+	for _, pair := range strings.Split(c.IMRegional, ",") {
+		if pair = strings.TrimSpace(pair); pair == "" {
+			continue
+		}
+		region, group, ok := strings.Cut(pair, "=")
+		if !ok || region == "" || group == "" {
+			return nil, fmt.Errorf("im_regional_groups: %q is not region=group", pair)
+		}
+		out[region] = group
+	}
+	return out, nil
 }
 
 // Redacted returns the settings as key=value pairs for logs, secrets masked.

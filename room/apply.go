@@ -26,6 +26,7 @@ func Apply(s *State, env *Envelope) ([]Event, error) {
 		return nil, err
 	}
 	s.Version++
+	s.LastAt = max(s.LastAt, env.At)
 	return events, nil
 }
 

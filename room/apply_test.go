@@ -1123,8 +1123,8 @@ func TestLanes(t *testing.T) {
 	// seed, which lists it among the durable facts that still write room_outbox.
 	want := map[EventType]Lanes{
 		EventRoomCreated:            {IM: false, Outbox: true},
-		EventRoomUserLeft:           {IM: true, Outbox: true, Priority: PriorityLow},
-		EventRoomUserJoined:         {IM: true, Outbox: true, Priority: PriorityNormal},
+		EventRoomUserLeft:           {IM: true, Outbox: true, Priority: PriorityLow, Merge: true},
+		EventRoomUserJoined:         {IM: true, Outbox: true, Priority: PriorityNormal, Merge: true},
 		EventRoomMicChanged:         {IM: true, Outbox: true, Priority: PriorityHigh},
 		EventRoomMicSeatLocked:      {IM: true, Outbox: true, Priority: PriorityHigh},
 		EventRoomClosed:             {IM: true, Outbox: true, Priority: PriorityHigh},
@@ -1135,6 +1135,9 @@ func TestLanes(t *testing.T) {
 		EventRoomBackgroundChanged:  {IM: true, Outbox: true, Priority: PriorityNormal},
 		EventRoomChatEnabledChanged: {IM: true, Outbox: true, Priority: PriorityNormal},
 		EventRoomAdminChanged:       {IM: true, Outbox: true, Priority: PriorityNormal},
+		EventRoomHeatChanged:        {IM: true, Priority: PriorityLow, Coalesce: true},
+		EventRoomRankChanged:        {IM: true, Priority: PriorityLow, Coalesce: true},
+		EventRoomRocketFuelChanged:  {IM: true, Priority: PriorityLow, Coalesce: true},
 	}
 	types := EventTypes()
 	if got, exp := slices.Sorted(slices.Values(types)), slices.Sorted(maps.Keys(want)); !slices.Equal(got, exp) {

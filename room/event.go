@@ -18,6 +18,11 @@ const (
 	EventRoomProfileUpdated     EventType = "RoomProfileUpdated"
 	EventRoomBackgroundChanged  EventType = "RoomBackgroundChanged"
 	EventRoomChatEnabledChanged EventType = "RoomChatEnabledChanged"
+	// Display-only economy events: the gift economy emits them; they go to
+	// the IM lane alone, latest value wins.
+	EventRoomHeatChanged       EventType = "RoomHeatChanged"
+	EventRoomRankChanged       EventType = "RoomRankChanged"
+	EventRoomRocketFuelChanged EventType = "RoomRocketFuelChanged"
 )
 
 // Priority is the Tencent IM message priority class of a direct-IM event.
@@ -38,6 +43,10 @@ type Lanes struct {
 	Outbox bool
 	// Priority of the IM message.
 	Priority Priority
+	// Coalesce: only the latest value matters; the IM lane sends it at most once a second.
+	Coalesce bool
+	// Merge: under pressure the IM lane may merge bursts of it into one message.
+	Merge bool
 }
 
 // lanes is the one table that routes every event type. Direct-IM-only events
@@ -47,8 +56,8 @@ type Lanes struct {
 var lanes = map[EventType]Lanes{
 	EventRoomCreated:            {IM: false, Outbox: true},
 	EventRoomClosed:             {IM: true, Outbox: true, Priority: PriorityHigh},
-	EventRoomUserJoined:         {IM: true, Outbox: true, Priority: PriorityNormal},
-	EventRoomUserLeft:           {IM: true, Outbox: true, Priority: PriorityLow},
+	EventRoomUserJoined:         {IM: true, Outbox: true, Priority: PriorityNormal, Merge: true},
+	EventRoomUserLeft:           {IM: true, Outbox: true, Priority: PriorityLow, Merge: true},
 	EventRoomMicChanged:         {IM: true, Outbox: true, Priority: PriorityHigh},
 	EventRoomMicSeatLocked:      {IM: true, Outbox: true, Priority: PriorityHigh},
 	EventRoomUserKicked:         {IM: true, Outbox: true, Priority: PriorityHigh},
@@ -58,6 +67,9 @@ var lanes = map[EventType]Lanes{
 	EventRoomProfileUpdated:     {IM: true, Outbox: true, Priority: PriorityNormal},
 	EventRoomBackgroundChanged:  {IM: true, Outbox: true, Priority: PriorityNormal},
 	EventRoomChatEnabledChanged: {IM: true, Outbox: true, Priority: PriorityNormal},
+	EventRoomHeatChanged:        {IM: true, Outbox: false, Priority: PriorityLow, Coalesce: true},
+	EventRoomRankChanged:        {IM: true, Outbox: false, Priority: PriorityLow, Coalesce: true},
+	EventRoomRocketFuelChanged:  {IM: true, Outbox: false, Priority: PriorityLow, Coalesce: true},
 }
 
 // LanesOf returns the lanes of an event type. Unknown types go nowhere.

@@ -356,6 +356,7 @@ func runApplyCases(t *testing.T, cases []applyCase) {
 			}
 			want := cloneState(before)
 			want.Version++
+			want.LastAt = max(want.LastAt, tc.env.At)
 			if tc.change != nil {
 				tc.change(want)
 			}

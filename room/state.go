@@ -79,7 +79,10 @@ type State struct {
 	Mode        string
 	Region      string
 	CreatedAt   int64 // unix ms
-	Profile     Profile
+	// LastAt is the time of the last applied command, unix ms: the next
+	// command's time is never earlier, on this node or the next owner.
+	LastAt  int64
+	Profile Profile
 
 	Admins  map[int64]struct{}
 	Members map[int64]*Member

@@ -3,6 +3,7 @@ package rpc
 import (
 	"context"
 	"encoding/base64"
+	"encoding/json"
 	"log/slog"
 
 	"connectrpc.com/connect"
@@ -26,7 +27,64 @@ type RoomHandler struct {
 	engine   Engine
 	repo     store.Repository
 	platform func(userID int64) bool
+	robots   RobotDisplay
 	log      *slog.Logger
+}
+
+// RobotDisplay shows robot display events (the IM lane).
+type RobotDisplay interface {
+	PublishRobot(roomID, eventType string, payload json.RawMessage)
+}
+
+// SetRobotDisplay connects PublishRobotDisplay to the IM lane.
+func (h *RoomHandler) SetRobotDisplay(r RobotDisplay) { h.robots = r }
+
+// Limits of PublishRobotDisplay.
+const (
+	maxRobotType    = 64
+	maxRobotPayload = 4096
+)
+
+// PublishRobotDisplay implements RoomService.
+func (h *RoomHandler) PublishRobotDisplay(ctx context.Context, r *connect.Request[roomv1.PublishRobotDisplayRequest]) (*connect.Response[roomv1.PublishRobotDisplayResponse], error) {
+	m := r.Msg
+	if err := room.CheckRoomID(m.GetRoomId()); err != nil {
+		return nil, toConnect(ctx, h.log, err)
+	}
+	if !robotType(m.GetEventType()) {
+		return nil, toConnect(ctx, h.log, room.Errorf(room.ErrInvalidArgument, "event_type must be 1..%d letters, digits or _, starting with a letter", maxRobotType))
+	}
+	payload := []byte(m.GetPayloadJson())
+	var obj map[string]any
+	if len(payload) > maxRobotPayload || json.Unmarshal(payload, &obj) != nil {
+		return nil, toConnect(ctx, h.log, room.Errorf(room.ErrInvalidArgument, "payload_json must be a JSON object of at most %d bytes", maxRobotPayload))
+	}
+	meta, found, err := h.repo.GetRoomMeta(ctx, m.GetRoomId())
+	switch {
+	case err != nil:
+		return nil, toConnect(ctx, h.log, err)
+	case !found:
+		return nil, toConnect(ctx, h.log, room.ErrRoomNotFound)
+	case meta.Status == string(room.StatusClosed):
+		return nil, toConnect(ctx, h.log, room.ErrRoomClosed)
+	case h.robots == nil:
+		return nil, toConnect(ctx, h.log, room.Errorf(room.ErrUnavailable, "no IM lane"))
+	}
+	h.robots.PublishRobot(m.GetRoomId(), m.GetEventType(), payload)
+	return connect.NewResponse(&roomv1.PublishRobotDisplayResponse{}), nil
+}
+
+func robotType(t string) bool {
+	if t == "" || len(t) > maxRobotType || !(t[0] >= 'A' && t[0] <= 'Z' || t[0] >= 'a' && t[0] <= 'z') {
+		return false
+	}
+	for i := 0; i < len(t); i++ {
+		c := t[i]
+		if !(c >= 'A' && c <= 'Z' || c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '_') {
+			return false
+		}
+	}
+	return true
 }
 
 var _ roomv1connect.RoomServiceHandler = (*RoomHandler)(nil)

@@ -35,16 +35,17 @@ func StatusFromProto(s roomv1.RoomStatus) (room.Status, bool) {
 // ToProto builds the snapshot message of s. Lists are sorted by user id.
 func ToProto(s *room.State) *roomv1.RoomSnapshot {
 	p := &roomv1.RoomSnapshot{
-		RoomId:       s.RoomID,
-		RoomVersion:  s.Version,
-		Status:       StatusToProto(s.Status),
-		OwnerUserId:  s.OwnerUserID,
-		HostUserId:   s.HostUserID,
-		Mode:         s.Mode,
-		Region:       s.Region,
-		CreatedAtMs:  s.CreatedAt,
-		AdminUserIds: s.SortedAdminIDs(),
-		OnlineCount:  int32(len(s.Members)),
+		RoomId:          s.RoomID,
+		RoomVersion:     s.Version,
+		Status:          StatusToProto(s.Status),
+		OwnerUserId:     s.OwnerUserID,
+		HostUserId:      s.HostUserID,
+		Mode:            s.Mode,
+		Region:          s.Region,
+		CreatedAtMs:     s.CreatedAt,
+		AdminUserIds:    s.SortedAdminIDs(),
+		OnlineCount:     int32(len(s.Members)),
+		LastCommandAtMs: s.LastAt,
 		Profile: &roomv1.RoomProfile{
 			Title:         s.Profile.Title,
 			Notice:        s.Profile.Notice,
@@ -95,6 +96,7 @@ func FromProto(p *roomv1.RoomSnapshot) (*room.State, error) {
 	s := room.NewEmpty()
 	s.RoomID, s.Version, s.Status = p.GetRoomId(), p.GetRoomVersion(), status
 	s.OwnerUserID, s.HostUserID, s.Mode, s.Region, s.CreatedAt = p.GetOwnerUserId(), p.GetHostUserId(), p.GetMode(), p.GetRegion(), p.GetCreatedAtMs()
+	s.LastAt = p.GetLastCommandAtMs()
 	pr := p.GetProfile()
 	s.Profile = room.Profile{
 		Title: pr.GetTitle(), Notice: pr.GetNotice(), CoverURL: pr.GetCoverUrl(),
@@ -158,6 +160,6 @@ func WithMemberLimit(p *roomv1.RoomSnapshot, limit int) *roomv1.RoomSnapshot {
 		RoomId: p.RoomId, RoomVersion: p.RoomVersion, Status: p.Status, OwnerUserId: p.OwnerUserId,
 		HostUserId: p.HostUserId, Mode: p.Mode, Region: p.Region, CreatedAtMs: p.CreatedAtMs, Profile: p.Profile,
 		AdminUserIds: p.AdminUserIds, Members: p.Members[:limit], Seats: p.Seats, ChatMutes: p.ChatMutes,
-		Bans: p.Bans, OnlineCount: p.OnlineCount,
+		Bans: p.Bans, OnlineCount: p.OnlineCount, LastCommandAtMs: p.LastCommandAtMs,
 	}
 }

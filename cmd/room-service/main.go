@@ -6,6 +6,8 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"flag"
 	"fmt"
@@ -15,6 +17,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -25,9 +28,13 @@ import (
 
 	"hyapp/room-service/cell"
 	"hyapp/room-service/config"
+	"hyapp/room-service/im"
+	"hyapp/room-service/im/tencent"
+	"hyapp/room-service/im/timlocal"
 	"hyapp/room-service/lease"
 	"hyapp/room-service/outbox"
 	"hyapp/room-service/outbox/natsbus"
+	"hyapp/room-service/room"
 	"hyapp/room-service/rpc"
 	"hyapp/room-service/store"
 	"hyapp/room-service/store/mysql"
@@ -70,13 +77,16 @@ type Main struct {
 
 	repo     store.Repository
 	registry *cell.Registry
-	sink     *cell.LogSink
+	lane     *im.Lane
 	server   *http.Server
 	serveErr chan error
 
 	stopBackground context.CancelFunc
 	background     sync.WaitGroup
 	bus            *natsbus.Bus
+	timClient      *tencent.Client
+	stopControl    context.CancelFunc
+	controlDone    chan struct{}
 	stopRelay      context.CancelFunc
 	relayDone      chan struct{}
 
@@ -146,6 +156,51 @@ func (m *Main) openBus(ctx context.Context) (*natsbus.Bus, error) {
 	}
 }
 
+// openIM builds the direct IM lane: the Tencent IM client from the
+// configuration, or, without credentials, a local Tencent-compatible endpoint
+// (returned, to be served on the API port) with a key made up for this run.
+func (m *Main) openIM(reg prometheus.Registerer) (*im.Lane, http.Handler, error) {
+	cfg := m.Config
+	tc := tencent.Config{Admin: cfg.TIMAdmin, SecretKey: cfg.TIMSecretKey, Endpoint: cfg.TIMEndpoint}
+	var local http.Handler
+	if cfg.TIMSDKAppID == "" {
+		key := make([]byte, 32)
+		if _, err := rand.Read(key); err != nil {
+			return nil, nil, err
+		}
+		tc = tencent.Config{SDKAppID: 1400000000, SecretKey: hex.EncodeToString(key), Admin: "administrator", Endpoint: "http://" + m.Addr}
+		local = timlocal.New(timlocal.Config{SDKAppID: tc.SDKAppID, SecretKey: tc.SecretKey, Admin: tc.Admin})
+	} else {
+		id, _ := strconv.ParseUint(cfg.TIMSDKAppID, 10, 64) // checked by Validate
+		tc.SDKAppID = id
+	}
+	client, err := tencent.New(tc, m.Log.With("component", "tencent-im"))
+	if err != nil {
+		return nil, nil, err
+	}
+	m.timClient = client
+	regional, _ := cfg.RegionalGroups() // checked by Validate
+	return im.New(im.Config{Budget: float64(cfg.IMBudget), RegionalGroups: regional, RegionalThreshold: int64(cfg.IMRegionalMin)},
+		im.TencentSender{Client: client}, newLaneMetrics(reg), m.Log.With("component", "im-lane")), local, nil
+}
+
+// newLaneMetrics registers the IM lane's instruments.
+func newLaneMetrics(reg prometheus.Registerer) im.Metrics {
+	sent := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "room_im_sent_total", Help: "IM messages sent, by priority."}, []string{"priority"})
+	shed := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "room_im_shed_total", Help: "IM events the lane dropped, by priority and reason."}, []string{"priority", "reason"})
+	merged := prometheus.NewCounter(prometheus.CounterOpts{Name: "room_im_merged_total", Help: "IM events merged into Batch messages."})
+	coalesced := prometheus.NewCounter(prometheus.CounterOpts{Name: "room_im_coalesced_total", Help: "Display values replaced by a newer one before they were sent."})
+	latency := prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "room_im_latency_seconds", Help: "Committed-to-sent delay of IM messages, by priority.", Buckets: prometheus.ExponentialBuckets(0.001, 2, 14)}, []string{"priority"})
+	reg.MustRegister(sent, shed, merged, coalesced, latency)
+	return im.Metrics{
+		Sent:      func(p room.Priority) { sent.WithLabelValues(string(p)).Inc() },
+		Shed:      func(p room.Priority, reason string) { shed.WithLabelValues(string(p), reason).Inc() },
+		Merged:    func(n int) { merged.Add(float64(n)) },
+		Coalesced: coalesced.Inc,
+		Latency:   func(p room.Priority, d time.Duration) { latency.WithLabelValues(string(p)).Observe(d.Seconds()) },
+	}
+}
+
 // newRelayMetrics registers the outbox relay's instruments.
 func newRelayMetrics(reg prometheus.Registerer) outbox.RelayMetrics {
 	published := prometheus.NewCounter(prometheus.CounterOpts{Name: "room_outbox_published_total", Help: "Outbox rows the broker acknowledged."})
@@ -212,7 +267,6 @@ func (m *Main) Run(ctx context.Context) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	metrics := cell.NewMetrics(reg)
-	m.sink = cell.NewLogSink(m.Log, 4096, metrics.SinkDropped.Inc)
 	leases := lease.NewLocal()
 
 	if m.bus, err = m.openBus(ctx); err != nil {
@@ -231,28 +285,50 @@ func (m *Main) Run(ctx context.Context) error {
 	if nodeID == "" {
 		nodeID, _ = os.Hostname()
 	}
-	m.registry = cell.New(cell.Config{
-		NodeID: nodeID, MailboxSize: cfg.MailboxSize, MaxBatch: cfg.MaxBatch, SnapshotEvery: cfg.SnapshotEvery,
-		IdleTimeout: cfg.IdleTimeout, CommitTimeout: cfg.CommitTimeout,
-		CommitWorkers: tuning.CommitWorkers, CommitMaxRooms: tuning.CommitMaxRooms,
-	}, db, leases, cell.Sinks{m.sink, cell.OutboxWaker{Wake: relay.Wake}}, metrics, m.Log)
-
-	platform := make(map[int64]bool, len(cfg.PlatformUsers))
-	for _, id := range cfg.PlatformUsers {
-		platform[id] = true
-	}
-	mux := rpc.NewMux(
-		rpc.NewRoomHandler(m.registry, db, func(id int64) bool { return platform[id] }, m.Log),
-		rpc.NewOperatorHandler(db, relay.Wake, m.Log),
-		rpc.Options{Token: cfg.Token, Metrics: reg},
-		m.Log,
-	)
-	// Listen before serving: a bad address fails Run, not a goroutine.
+	// Listen before serving: a bad address fails Run, not a goroutine. The
+	// address is known from here on (the local IM endpoint is served on it).
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)
 	}
 	m.Addr = ln.Addr().String()
+	lane, local, err := m.openIM(reg)
+	if err != nil {
+		_ = ln.Close()
+		return fmt.Errorf("im: %w", err)
+	}
+	m.lane = lane
+
+	m.registry = cell.New(cell.Config{
+		NodeID: nodeID, MailboxSize: cfg.MailboxSize, MaxBatch: cfg.MaxBatch, SnapshotEvery: cfg.SnapshotEvery,
+		IdleTimeout: cfg.IdleTimeout, CommitTimeout: cfg.CommitTimeout,
+		CommitWorkers: tuning.CommitWorkers, CommitMaxRooms: tuning.CommitMaxRooms,
+	}, db, leases, cell.Sinks{lane, cell.OutboxWaker{Wake: relay.Wake}}, metrics, m.Log)
+
+	platform := make(map[int64]bool, len(cfg.PlatformUsers))
+	for _, id := range cfg.PlatformUsers {
+		platform[id] = true
+	}
+	rooms := rpc.NewRoomHandler(m.registry, db, func(id int64) bool { return platform[id] }, m.Log)
+	rooms.SetRobotDisplay(lane)
+	mux := rpc.NewMux(rooms, rpc.NewOperatorHandler(db, relay.Wake, m.Log), rpc.Options{Token: cfg.Token, Metrics: reg}, m.Log)
+	if local != nil {
+		// The zero-configuration Tencent IM: the REST API the lane calls, and
+		// /local/ to watch what each room's group would show.
+		mux.Handle("/v4/", local)
+		mux.Handle("/local/", local)
+		m.Log.Info("local Tencent IM endpoint: watch room messages at http://" + m.Addr + "/local/")
+	}
+	control := &im.Control{Bus: m.bus, API: m.timClient, Log: m.Log.With("component", "im-control")}
+	var controlCtx context.Context
+	controlCtx, m.stopControl = context.WithCancel(context.Background())
+	m.controlDone = make(chan struct{})
+	go func() {
+		defer close(m.controlDone)
+		if err := control.Run(controlCtx); err != nil {
+			m.Log.Error("im group control stopped", "err", err)
+		}
+	}()
 	m.server = rpc.NewServer(mux)
 	m.serveErr = make(chan error, 1)
 	go func() { m.serveErr <- m.server.Serve(ln) }()
@@ -261,8 +337,9 @@ func (m *Main) Run(ctx context.Context) error {
 }
 
 // Close shuts down in a fixed order: stop intake (the HTTP server finishes
-// in-flight calls), drain the cells with final snapshots, stop the sink,
-// close storage. It is bounded by ctx; calls after the first return the
+// in-flight calls), drain the cells with final snapshots, stop the IM lane
+// and group control, stop the relay, close the message queue, stop
+// retention, close storage. It is bounded by ctx; calls after the first return the
 // first's result.
 func (m *Main) Close(ctx context.Context) error {
 	m.closeOnce.Do(func() { m.closeErr = m.close(ctx) })
@@ -284,6 +361,13 @@ func (m *Main) close(ctx context.Context) error {
 			errs = append(errs, err)
 		}
 	}
+	if m.lane != nil {
+		m.lane.Close() // best effort: what is still queued is not sent
+	}
+	if m.stopControl != nil {
+		m.stopControl()
+		<-m.controlDone
+	}
 	if m.stopRelay != nil {
 		// Rows committed but not yet published stay pending; the next start
 		// publishes them (the broker drops what it already has).
@@ -299,8 +383,8 @@ func (m *Main) close(ctx context.Context) error {
 		m.stopBackground()
 		m.background.Wait()
 	}
-	if m.sink != nil {
-		m.sink.Close()
+	if m.timClient != nil {
+		m.timClient.Close()
 	}
 	if m.repo != nil {
 		if err := m.repo.Close(); err != nil {

@@ -16,7 +16,8 @@ import (
 
 // setupBench registers the flags of "roomctl bench".
 func setupBench(fs *flag.FlagSet) func(ctx context.Context, _ *client, _ []string, out io.Writer) error {
-	only := fs.String("only", "throughput,hot,recovery,memory,relay", "scenarios to run, comma-separated")
+	only := fs.String("only", "throughput,hot,recovery,memory,relay,im", "scenarios to run, comma-separated")
+	imFor := fs.Duration("im-duration", 10*time.Second, "how long the IM scenario drives load")
 	relayEvents := fs.Int("relay-events", 100_000, "events in the relay throughput scenario")
 	relayRate := fs.Int("relay-rate", 1000, "steady input rate (events/s) of the relay lag and outage scenarios")
 	outage := fs.Duration("outage", 60*time.Second, "broker outage in the relay drain scenario")
@@ -83,6 +84,8 @@ func setupBench(fs *flag.FlagSet) func(ctx context.Context, _ *client, _ []strin
 				}
 				rows, err = bench.RelayScenarios(ctx, env, rdir, *relayEvents, *relayRate, *outage)
 				_ = os.RemoveAll(rdir)
+			case "im":
+				rows, err = bench.IMScenario(ctx, env, 1000, 1000, 10, *imFor)
 			case "memory":
 				var r bench.Row
 				r, err = bench.Memory(ctx, env, *idleRooms)

@@ -56,7 +56,7 @@ func verify(ctx context.Context, c *client, roomID string, out io.Writer) error 
 		if err != nil {
 			return err
 		}
-		if _, err := cell.Replay(state, recs); err != nil {
+		if err := cell.Replay(state, recs); err != nil {
 			return err
 		}
 		replayed += len(recs)

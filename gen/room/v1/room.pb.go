@@ -2431,6 +2431,106 @@ func (x *SetChatEnabledResponse) GetRoomVersion() int64 {
 	return 0
 }
 
+// PublishRobotDisplayRequest is one robot display event.
+type PublishRobotDisplayRequest struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	RoomId string                 `protobuf:"bytes,1,opt,name=room_id,json=roomId,proto3" json:"room_id,omitempty"`
+	// The type clients switch on, such as RoomUserJoined or RoomGiftSent: letters, digits and _, at most 64.
+	EventType string `protobuf:"bytes,2,opt,name=event_type,json=eventType,proto3" json:"event_type,omitempty"`
+	// The event's fields as a JSON object, at most 4096 bytes.
+	PayloadJson   string `protobuf:"bytes,3,opt,name=payload_json,json=payloadJson,proto3" json:"payload_json,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PublishRobotDisplayRequest) Reset() {
+	*x = PublishRobotDisplayRequest{}
+	mi := &file_room_v1_room_proto_msgTypes[40]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PublishRobotDisplayRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PublishRobotDisplayRequest) ProtoMessage() {}
+
+func (x *PublishRobotDisplayRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_room_v1_room_proto_msgTypes[40]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PublishRobotDisplayRequest.ProtoReflect.Descriptor instead.
+func (*PublishRobotDisplayRequest) Descriptor() ([]byte, []int) {
+	return file_room_v1_room_proto_rawDescGZIP(), []int{40}
+}
+
+func (x *PublishRobotDisplayRequest) GetRoomId() string {
+	if x != nil {
+		return x.RoomId
+	}
+	return ""
+}
+
+func (x *PublishRobotDisplayRequest) GetEventType() string {
+	if x != nil {
+		return x.EventType
+	}
+	return ""
+}
+
+func (x *PublishRobotDisplayRequest) GetPayloadJson() string {
+	if x != nil {
+		return x.PayloadJson
+	}
+	return ""
+}
+
+// PublishRobotDisplayResponse says the event was queued for display.
+type PublishRobotDisplayResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PublishRobotDisplayResponse) Reset() {
+	*x = PublishRobotDisplayResponse{}
+	mi := &file_room_v1_room_proto_msgTypes[41]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PublishRobotDisplayResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PublishRobotDisplayResponse) ProtoMessage() {}
+
+func (x *PublishRobotDisplayResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_room_v1_room_proto_msgTypes[41]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PublishRobotDisplayResponse.ProtoReflect.Descriptor instead.
+func (*PublishRobotDisplayResponse) Descriptor() ([]byte, []int) {
+	return file_room_v1_room_proto_rawDescGZIP(), []int{41}
+}
+
 // GetRoomSnapshotRequest asks for a room's live state.
 type GetRoomSnapshotRequest struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
@@ -2445,7 +2545,7 @@ type GetRoomSnapshotRequest struct {
 
 func (x *GetRoomSnapshotRequest) Reset() {
 	*x = GetRoomSnapshotRequest{}
-	mi := &file_room_v1_room_proto_msgTypes[40]
+	mi := &file_room_v1_room_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2457,7 +2557,7 @@ func (x *GetRoomSnapshotRequest) String() string {
 func (*GetRoomSnapshotRequest) ProtoMessage() {}
 
 func (x *GetRoomSnapshotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[40]
+	mi := &file_room_v1_room_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2470,7 +2570,7 @@ func (x *GetRoomSnapshotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRoomSnapshotRequest.ProtoReflect.Descriptor instead.
 func (*GetRoomSnapshotRequest) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{40}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *GetRoomSnapshotRequest) GetRoomId() string {
@@ -2506,7 +2606,7 @@ type GetRoomSnapshotResponse struct {
 
 func (x *GetRoomSnapshotResponse) Reset() {
 	*x = GetRoomSnapshotResponse{}
-	mi := &file_room_v1_room_proto_msgTypes[41]
+	mi := &file_room_v1_room_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2518,7 +2618,7 @@ func (x *GetRoomSnapshotResponse) String() string {
 func (*GetRoomSnapshotResponse) ProtoMessage() {}
 
 func (x *GetRoomSnapshotResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[41]
+	mi := &file_room_v1_room_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2531,7 +2631,7 @@ func (x *GetRoomSnapshotResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRoomSnapshotResponse.ProtoReflect.Descriptor instead.
 func (*GetRoomSnapshotResponse) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{41}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *GetRoomSnapshotResponse) GetNotModified() bool {
@@ -2570,7 +2670,7 @@ type ListRoomsRequest struct {
 
 func (x *ListRoomsRequest) Reset() {
 	*x = ListRoomsRequest{}
-	mi := &file_room_v1_room_proto_msgTypes[42]
+	mi := &file_room_v1_room_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2582,7 +2682,7 @@ func (x *ListRoomsRequest) String() string {
 func (*ListRoomsRequest) ProtoMessage() {}
 
 func (x *ListRoomsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[42]
+	mi := &file_room_v1_room_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2595,7 +2695,7 @@ func (x *ListRoomsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRoomsRequest.ProtoReflect.Descriptor instead.
 func (*ListRoomsRequest) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{42}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *ListRoomsRequest) GetPageSize() int32 {
@@ -2631,7 +2731,7 @@ type ListRoomsResponse struct {
 
 func (x *ListRoomsResponse) Reset() {
 	*x = ListRoomsResponse{}
-	mi := &file_room_v1_room_proto_msgTypes[43]
+	mi := &file_room_v1_room_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2643,7 +2743,7 @@ func (x *ListRoomsResponse) String() string {
 func (*ListRoomsResponse) ProtoMessage() {}
 
 func (x *ListRoomsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[43]
+	mi := &file_room_v1_room_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2656,7 +2756,7 @@ func (x *ListRoomsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRoomsResponse.ProtoReflect.Descriptor instead.
 func (*ListRoomsResponse) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{43}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *ListRoomsResponse) GetRooms() []*RoomSummary {
@@ -2691,7 +2791,7 @@ type RoomSummary struct {
 
 func (x *RoomSummary) Reset() {
 	*x = RoomSummary{}
-	mi := &file_room_v1_room_proto_msgTypes[44]
+	mi := &file_room_v1_room_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2703,7 +2803,7 @@ func (x *RoomSummary) String() string {
 func (*RoomSummary) ProtoMessage() {}
 
 func (x *RoomSummary) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[44]
+	mi := &file_room_v1_room_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2716,7 +2816,7 @@ func (x *RoomSummary) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RoomSummary.ProtoReflect.Descriptor instead.
 func (*RoomSummary) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{44}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *RoomSummary) GetRoomId() string {
@@ -2795,7 +2895,7 @@ type ListCommandsRequest struct {
 
 func (x *ListCommandsRequest) Reset() {
 	*x = ListCommandsRequest{}
-	mi := &file_room_v1_room_proto_msgTypes[45]
+	mi := &file_room_v1_room_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2807,7 +2907,7 @@ func (x *ListCommandsRequest) String() string {
 func (*ListCommandsRequest) ProtoMessage() {}
 
 func (x *ListCommandsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[45]
+	mi := &file_room_v1_room_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2820,7 +2920,7 @@ func (x *ListCommandsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCommandsRequest.ProtoReflect.Descriptor instead.
 func (*ListCommandsRequest) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{45}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *ListCommandsRequest) GetRoomId() string {
@@ -2856,7 +2956,7 @@ type ListCommandsResponse struct {
 
 func (x *ListCommandsResponse) Reset() {
 	*x = ListCommandsResponse{}
-	mi := &file_room_v1_room_proto_msgTypes[46]
+	mi := &file_room_v1_room_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2868,7 +2968,7 @@ func (x *ListCommandsResponse) String() string {
 func (*ListCommandsResponse) ProtoMessage() {}
 
 func (x *ListCommandsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[46]
+	mi := &file_room_v1_room_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2881,7 +2981,7 @@ func (x *ListCommandsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCommandsResponse.ProtoReflect.Descriptor instead.
 func (*ListCommandsResponse) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{46}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *ListCommandsResponse) GetCommands() []*CommandLogEntry {
@@ -2914,7 +3014,7 @@ type CommandLogEntry struct {
 
 func (x *CommandLogEntry) Reset() {
 	*x = CommandLogEntry{}
-	mi := &file_room_v1_room_proto_msgTypes[47]
+	mi := &file_room_v1_room_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2926,7 +3026,7 @@ func (x *CommandLogEntry) String() string {
 func (*CommandLogEntry) ProtoMessage() {}
 
 func (x *CommandLogEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[47]
+	mi := &file_room_v1_room_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2939,7 +3039,7 @@ func (x *CommandLogEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandLogEntry.ProtoReflect.Descriptor instead.
 func (*CommandLogEntry) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{47}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *CommandLogEntry) GetRoomVersion() int64 {
@@ -2994,7 +3094,7 @@ type GetStoredSnapshotRequest struct {
 
 func (x *GetStoredSnapshotRequest) Reset() {
 	*x = GetStoredSnapshotRequest{}
-	mi := &file_room_v1_room_proto_msgTypes[48]
+	mi := &file_room_v1_room_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3006,7 +3106,7 @@ func (x *GetStoredSnapshotRequest) String() string {
 func (*GetStoredSnapshotRequest) ProtoMessage() {}
 
 func (x *GetStoredSnapshotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[48]
+	mi := &file_room_v1_room_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3019,7 +3119,7 @@ func (x *GetStoredSnapshotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetStoredSnapshotRequest.ProtoReflect.Descriptor instead.
 func (*GetStoredSnapshotRequest) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{48}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *GetStoredSnapshotRequest) GetRoomId() string {
@@ -3040,7 +3140,7 @@ type GetStoredSnapshotResponse struct {
 
 func (x *GetStoredSnapshotResponse) Reset() {
 	*x = GetStoredSnapshotResponse{}
-	mi := &file_room_v1_room_proto_msgTypes[49]
+	mi := &file_room_v1_room_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3052,7 +3152,7 @@ func (x *GetStoredSnapshotResponse) String() string {
 func (*GetStoredSnapshotResponse) ProtoMessage() {}
 
 func (x *GetStoredSnapshotResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[49]
+	mi := &file_room_v1_room_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3065,7 +3165,7 @@ func (x *GetStoredSnapshotResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetStoredSnapshotResponse.ProtoReflect.Descriptor instead.
 func (*GetStoredSnapshotResponse) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{49}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *GetStoredSnapshotResponse) GetFound() bool {
@@ -3102,14 +3202,16 @@ type RoomSnapshot struct {
 	ChatMutes    []*Restriction         `protobuf:"bytes,13,rep,name=chat_mutes,json=chatMutes,proto3" json:"chat_mutes,omitempty"`
 	Bans         []*Restriction         `protobuf:"bytes,14,rep,name=bans,proto3" json:"bans,omitempty"`
 	// The number of members; equals len(members) unless the query capped the list.
-	OnlineCount   int32 `protobuf:"varint,15,opt,name=online_count,json=onlineCount,proto3" json:"online_count,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	OnlineCount int32 `protobuf:"varint,15,opt,name=online_count,json=onlineCount,proto3" json:"online_count,omitempty"`
+	// When the last command applied, unix ms.
+	LastCommandAtMs int64 `protobuf:"varint,16,opt,name=last_command_at_ms,json=lastCommandAtMs,proto3" json:"last_command_at_ms,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *RoomSnapshot) Reset() {
 	*x = RoomSnapshot{}
-	mi := &file_room_v1_room_proto_msgTypes[50]
+	mi := &file_room_v1_room_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3121,7 +3223,7 @@ func (x *RoomSnapshot) String() string {
 func (*RoomSnapshot) ProtoMessage() {}
 
 func (x *RoomSnapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[50]
+	mi := &file_room_v1_room_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3134,7 +3236,7 @@ func (x *RoomSnapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RoomSnapshot.ProtoReflect.Descriptor instead.
 func (*RoomSnapshot) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{50}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *RoomSnapshot) GetRoomId() string {
@@ -3242,6 +3344,13 @@ func (x *RoomSnapshot) GetOnlineCount() int32 {
 	return 0
 }
 
+func (x *RoomSnapshot) GetLastCommandAtMs() int64 {
+	if x != nil {
+		return x.LastCommandAtMs
+	}
+	return 0
+}
+
 // RoomProfile is the room's editable presentation.
 type RoomProfile struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -3256,7 +3365,7 @@ type RoomProfile struct {
 
 func (x *RoomProfile) Reset() {
 	*x = RoomProfile{}
-	mi := &file_room_v1_room_proto_msgTypes[51]
+	mi := &file_room_v1_room_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3268,7 +3377,7 @@ func (x *RoomProfile) String() string {
 func (*RoomProfile) ProtoMessage() {}
 
 func (x *RoomProfile) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[51]
+	mi := &file_room_v1_room_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3281,7 +3390,7 @@ func (x *RoomProfile) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RoomProfile.ProtoReflect.Descriptor instead.
 func (*RoomProfile) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{51}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *RoomProfile) GetTitle() string {
@@ -3334,7 +3443,7 @@ type Member struct {
 
 func (x *Member) Reset() {
 	*x = Member{}
-	mi := &file_room_v1_room_proto_msgTypes[52]
+	mi := &file_room_v1_room_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3346,7 +3455,7 @@ func (x *Member) String() string {
 func (*Member) ProtoMessage() {}
 
 func (x *Member) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[52]
+	mi := &file_room_v1_room_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3359,7 +3468,7 @@ func (x *Member) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Member.ProtoReflect.Descriptor instead.
 func (*Member) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{52}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *Member) GetUserId() int64 {
@@ -3423,7 +3532,7 @@ type MicSeat struct {
 
 func (x *MicSeat) Reset() {
 	*x = MicSeat{}
-	mi := &file_room_v1_room_proto_msgTypes[53]
+	mi := &file_room_v1_room_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3435,7 +3544,7 @@ func (x *MicSeat) String() string {
 func (*MicSeat) ProtoMessage() {}
 
 func (x *MicSeat) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[53]
+	mi := &file_room_v1_room_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3448,7 +3557,7 @@ func (x *MicSeat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MicSeat.ProtoReflect.Descriptor instead.
 func (*MicSeat) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{53}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *MicSeat) GetIndex() int32 {
@@ -3511,7 +3620,7 @@ type Restriction struct {
 
 func (x *Restriction) Reset() {
 	*x = Restriction{}
-	mi := &file_room_v1_room_proto_msgTypes[54]
+	mi := &file_room_v1_room_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3523,7 +3632,7 @@ func (x *Restriction) String() string {
 func (*Restriction) ProtoMessage() {}
 
 func (x *Restriction) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[54]
+	mi := &file_room_v1_room_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3536,7 +3645,7 @@ func (x *Restriction) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Restriction.ProtoReflect.Descriptor instead.
 func (*Restriction) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{54}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *Restriction) GetUserId() int64 {
@@ -3579,7 +3688,7 @@ type RoomEvent struct {
 
 func (x *RoomEvent) Reset() {
 	*x = RoomEvent{}
-	mi := &file_room_v1_room_proto_msgTypes[55]
+	mi := &file_room_v1_room_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3591,7 +3700,7 @@ func (x *RoomEvent) String() string {
 func (*RoomEvent) ProtoMessage() {}
 
 func (x *RoomEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[55]
+	mi := &file_room_v1_room_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3604,7 +3713,7 @@ func (x *RoomEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RoomEvent.ProtoReflect.Descriptor instead.
 func (*RoomEvent) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{55}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *RoomEvent) GetEventId() string {
@@ -3840,7 +3949,13 @@ const file_room_v1_room_proto_rawDesc = "" +
 	"\x10operator_user_id\x18\x03 \x01(\x03R\x0eoperatorUserId\x12\x18\n" +
 	"\aenabled\x18\x04 \x01(\bR\aenabled\";\n" +
 	"\x16SetChatEnabledResponse\x12!\n" +
-	"\froom_version\x18\x01 \x01(\x03R\vroomVersion\"y\n" +
+	"\froom_version\x18\x01 \x01(\x03R\vroomVersion\"w\n" +
+	"\x1aPublishRobotDisplayRequest\x12\x17\n" +
+	"\aroom_id\x18\x01 \x01(\tR\x06roomId\x12\x1d\n" +
+	"\n" +
+	"event_type\x18\x02 \x01(\tR\teventType\x12!\n" +
+	"\fpayload_json\x18\x03 \x01(\tR\vpayloadJson\"\x1d\n" +
+	"\x1bPublishRobotDisplayResponse\"y\n" +
 	"\x16GetRoomSnapshotRequest\x12\x17\n" +
 	"\aroom_id\x18\x01 \x01(\tR\x06roomId\x12#\n" +
 	"\rknown_version\x18\x02 \x01(\x03R\fknownVersion\x12!\n" +
@@ -3892,7 +4007,7 @@ const file_room_v1_room_proto_rawDesc = "" +
 	"\aroom_id\x18\x01 \x01(\tR\x06roomId\"d\n" +
 	"\x19GetStoredSnapshotResponse\x12\x14\n" +
 	"\x05found\x18\x01 \x01(\bR\x05found\x121\n" +
-	"\bsnapshot\x18\x02 \x01(\v2\x15.room.v1.RoomSnapshotR\bsnapshot\"\xb8\x04\n" +
+	"\bsnapshot\x18\x02 \x01(\v2\x15.room.v1.RoomSnapshotR\bsnapshot\"\xe5\x04\n" +
 	"\fRoomSnapshot\x12\x17\n" +
 	"\aroom_id\x18\x01 \x01(\tR\x06roomId\x12!\n" +
 	"\froom_version\x18\x02 \x01(\x03R\vroomVersion\x12+\n" +
@@ -3911,7 +4026,8 @@ const file_room_v1_room_proto_rawDesc = "" +
 	"\n" +
 	"chat_mutes\x18\r \x03(\v2\x14.room.v1.RestrictionR\tchatMutes\x12(\n" +
 	"\x04bans\x18\x0e \x03(\v2\x14.room.v1.RestrictionR\x04bans\x12!\n" +
-	"\fonline_count\x18\x0f \x01(\x05R\vonlineCount\"\xa2\x01\n" +
+	"\fonline_count\x18\x0f \x01(\x05R\vonlineCount\x12+\n" +
+	"\x12last_command_at_ms\x18\x10 \x01(\x03R\x0flastCommandAtMs\"\xa2\x01\n" +
 	"\vRoomProfile\x12\x14\n" +
 	"\x05title\x18\x01 \x01(\tR\x05title\x12\x16\n" +
 	"\x06notice\x18\x02 \x01(\tR\x06notice\x12\x1b\n" +
@@ -3952,7 +4068,7 @@ const file_room_v1_room_proto_rawDesc = "" +
 	"\x17ROOM_STATUS_UNSPECIFIED\x10\x00\x12\x18\n" +
 	"\x14ROOM_STATUS_CREATING\x10\x01\x12\x14\n" +
 	"\x10ROOM_STATUS_OPEN\x10\x02\x12\x16\n" +
-	"\x12ROOM_STATUS_CLOSED\x10\x032\xa0\v\n" +
+	"\x12ROOM_STATUS_CLOSED\x10\x032\x82\f\n" +
 	"\vRoomService\x12E\n" +
 	"\n" +
 	"CreateRoom\x12\x1a.room.v1.CreateRoomRequest\x1a\x1b.room.v1.CreateRoomResponse\x12B\n" +
@@ -3973,7 +4089,8 @@ const file_room_v1_room_proto_rawDesc = "" +
 	"\rUpdateProfile\x12\x1d.room.v1.UpdateProfileRequest\x1a\x1e.room.v1.UpdateProfileResponse\x12W\n" +
 	"\x10ChangeBackground\x12 .room.v1.ChangeBackgroundRequest\x1a!.room.v1.ChangeBackgroundResponse\x12Q\n" +
 	"\x0eSetChatEnabled\x12\x1e.room.v1.SetChatEnabledRequest\x1a\x1f.room.v1.SetChatEnabledResponse\x12Y\n" +
-	"\x0fGetRoomSnapshot\x12\x1f.room.v1.GetRoomSnapshotRequest\x1a .room.v1.GetRoomSnapshotResponse\"\x03\x90\x02\x01\x12G\n" +
+	"\x0fGetRoomSnapshot\x12\x1f.room.v1.GetRoomSnapshotRequest\x1a .room.v1.GetRoomSnapshotResponse\"\x03\x90\x02\x01\x12`\n" +
+	"\x13PublishRobotDisplay\x12#.room.v1.PublishRobotDisplayRequest\x1a$.room.v1.PublishRobotDisplayResponse\x12G\n" +
 	"\tListRooms\x12\x19.room.v1.ListRoomsRequest\x1a\x1a.room.v1.ListRoomsResponse\"\x03\x90\x02\x012\xfb\x02\n" +
 	"\x0fOperatorService\x12P\n" +
 	"\fListCommands\x12\x1c.room.v1.ListCommandsRequest\x1a\x1d.room.v1.ListCommandsResponse\"\x03\x90\x02\x01\x12_\n" +
@@ -3994,81 +4111,83 @@ func file_room_v1_room_proto_rawDescGZIP() []byte {
 }
 
 var file_room_v1_room_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_room_v1_room_proto_msgTypes = make([]protoimpl.MessageInfo, 57)
+var file_room_v1_room_proto_msgTypes = make([]protoimpl.MessageInfo, 59)
 var file_room_v1_room_proto_goTypes = []any{
-	(RoomStatus)(0),                   // 0: room.v1.RoomStatus
-	(*GetOutboxStatusRequest)(nil),    // 1: room.v1.GetOutboxStatusRequest
-	(*GetOutboxStatusResponse)(nil),   // 2: room.v1.GetOutboxStatusResponse
-	(*RequeueDeadOutboxRequest)(nil),  // 3: room.v1.RequeueDeadOutboxRequest
-	(*RequeueDeadOutboxResponse)(nil), // 4: room.v1.RequeueDeadOutboxResponse
-	(*CreateRoomRequest)(nil),         // 5: room.v1.CreateRoomRequest
-	(*CreateRoomResponse)(nil),        // 6: room.v1.CreateRoomResponse
-	(*CloseRoomRequest)(nil),          // 7: room.v1.CloseRoomRequest
-	(*CloseRoomResponse)(nil),         // 8: room.v1.CloseRoomResponse
-	(*JoinRoomRequest)(nil),           // 9: room.v1.JoinRoomRequest
-	(*JoinRoomResponse)(nil),          // 10: room.v1.JoinRoomResponse
-	(*LeaveRoomRequest)(nil),          // 11: room.v1.LeaveRoomRequest
-	(*LeaveRoomResponse)(nil),         // 12: room.v1.LeaveRoomResponse
-	(*TakeMicRequest)(nil),            // 13: room.v1.TakeMicRequest
-	(*TakeMicResponse)(nil),           // 14: room.v1.TakeMicResponse
-	(*LeaveMicRequest)(nil),           // 15: room.v1.LeaveMicRequest
-	(*LeaveMicResponse)(nil),          // 16: room.v1.LeaveMicResponse
-	(*MoveMicRequest)(nil),            // 17: room.v1.MoveMicRequest
-	(*MoveMicResponse)(nil),           // 18: room.v1.MoveMicResponse
-	(*KickFromMicRequest)(nil),        // 19: room.v1.KickFromMicRequest
-	(*KickFromMicResponse)(nil),       // 20: room.v1.KickFromMicResponse
-	(*LockMicSeatRequest)(nil),        // 21: room.v1.LockMicSeatRequest
-	(*LockMicSeatResponse)(nil),       // 22: room.v1.LockMicSeatResponse
-	(*MuteMicSeatRequest)(nil),        // 23: room.v1.MuteMicSeatRequest
-	(*MuteMicSeatResponse)(nil),       // 24: room.v1.MuteMicSeatResponse
-	(*SetMyMicRequest)(nil),           // 25: room.v1.SetMyMicRequest
-	(*SetMyMicResponse)(nil),          // 26: room.v1.SetMyMicResponse
-	(*KickUserRequest)(nil),           // 27: room.v1.KickUserRequest
-	(*KickUserResponse)(nil),          // 28: room.v1.KickUserResponse
-	(*MuteUserRequest)(nil),           // 29: room.v1.MuteUserRequest
-	(*MuteUserResponse)(nil),          // 30: room.v1.MuteUserResponse
-	(*UnbanUserRequest)(nil),          // 31: room.v1.UnbanUserRequest
-	(*UnbanUserResponse)(nil),         // 32: room.v1.UnbanUserResponse
-	(*SetAdminRequest)(nil),           // 33: room.v1.SetAdminRequest
-	(*SetAdminResponse)(nil),          // 34: room.v1.SetAdminResponse
-	(*UpdateProfileRequest)(nil),      // 35: room.v1.UpdateProfileRequest
-	(*UpdateProfileResponse)(nil),     // 36: room.v1.UpdateProfileResponse
-	(*ChangeBackgroundRequest)(nil),   // 37: room.v1.ChangeBackgroundRequest
-	(*ChangeBackgroundResponse)(nil),  // 38: room.v1.ChangeBackgroundResponse
-	(*SetChatEnabledRequest)(nil),     // 39: room.v1.SetChatEnabledRequest
-	(*SetChatEnabledResponse)(nil),    // 40: room.v1.SetChatEnabledResponse
-	(*GetRoomSnapshotRequest)(nil),    // 41: room.v1.GetRoomSnapshotRequest
-	(*GetRoomSnapshotResponse)(nil),   // 42: room.v1.GetRoomSnapshotResponse
-	(*ListRoomsRequest)(nil),          // 43: room.v1.ListRoomsRequest
-	(*ListRoomsResponse)(nil),         // 44: room.v1.ListRoomsResponse
-	(*RoomSummary)(nil),               // 45: room.v1.RoomSummary
-	(*ListCommandsRequest)(nil),       // 46: room.v1.ListCommandsRequest
-	(*ListCommandsResponse)(nil),      // 47: room.v1.ListCommandsResponse
-	(*CommandLogEntry)(nil),           // 48: room.v1.CommandLogEntry
-	(*GetStoredSnapshotRequest)(nil),  // 49: room.v1.GetStoredSnapshotRequest
-	(*GetStoredSnapshotResponse)(nil), // 50: room.v1.GetStoredSnapshotResponse
-	(*RoomSnapshot)(nil),              // 51: room.v1.RoomSnapshot
-	(*RoomProfile)(nil),               // 52: room.v1.RoomProfile
-	(*Member)(nil),                    // 53: room.v1.Member
-	(*MicSeat)(nil),                   // 54: room.v1.MicSeat
-	(*Restriction)(nil),               // 55: room.v1.Restriction
-	(*RoomEvent)(nil),                 // 56: room.v1.RoomEvent
-	nil,                               // 57: room.v1.GetOutboxStatusResponse.DeadEntry
+	(RoomStatus)(0),                     // 0: room.v1.RoomStatus
+	(*GetOutboxStatusRequest)(nil),      // 1: room.v1.GetOutboxStatusRequest
+	(*GetOutboxStatusResponse)(nil),     // 2: room.v1.GetOutboxStatusResponse
+	(*RequeueDeadOutboxRequest)(nil),    // 3: room.v1.RequeueDeadOutboxRequest
+	(*RequeueDeadOutboxResponse)(nil),   // 4: room.v1.RequeueDeadOutboxResponse
+	(*CreateRoomRequest)(nil),           // 5: room.v1.CreateRoomRequest
+	(*CreateRoomResponse)(nil),          // 6: room.v1.CreateRoomResponse
+	(*CloseRoomRequest)(nil),            // 7: room.v1.CloseRoomRequest
+	(*CloseRoomResponse)(nil),           // 8: room.v1.CloseRoomResponse
+	(*JoinRoomRequest)(nil),             // 9: room.v1.JoinRoomRequest
+	(*JoinRoomResponse)(nil),            // 10: room.v1.JoinRoomResponse
+	(*LeaveRoomRequest)(nil),            // 11: room.v1.LeaveRoomRequest
+	(*LeaveRoomResponse)(nil),           // 12: room.v1.LeaveRoomResponse
+	(*TakeMicRequest)(nil),              // 13: room.v1.TakeMicRequest
+	(*TakeMicResponse)(nil),             // 14: room.v1.TakeMicResponse
+	(*LeaveMicRequest)(nil),             // 15: room.v1.LeaveMicRequest
+	(*LeaveMicResponse)(nil),            // 16: room.v1.LeaveMicResponse
+	(*MoveMicRequest)(nil),              // 17: room.v1.MoveMicRequest
+	(*MoveMicResponse)(nil),             // 18: room.v1.MoveMicResponse
+	(*KickFromMicRequest)(nil),          // 19: room.v1.KickFromMicRequest
+	(*KickFromMicResponse)(nil),         // 20: room.v1.KickFromMicResponse
+	(*LockMicSeatRequest)(nil),          // 21: room.v1.LockMicSeatRequest
+	(*LockMicSeatResponse)(nil),         // 22: room.v1.LockMicSeatResponse
+	(*MuteMicSeatRequest)(nil),          // 23: room.v1.MuteMicSeatRequest
+	(*MuteMicSeatResponse)(nil),         // 24: room.v1.MuteMicSeatResponse
+	(*SetMyMicRequest)(nil),             // 25: room.v1.SetMyMicRequest
+	(*SetMyMicResponse)(nil),            // 26: room.v1.SetMyMicResponse
+	(*KickUserRequest)(nil),             // 27: room.v1.KickUserRequest
+	(*KickUserResponse)(nil),            // 28: room.v1.KickUserResponse
+	(*MuteUserRequest)(nil),             // 29: room.v1.MuteUserRequest
+	(*MuteUserResponse)(nil),            // 30: room.v1.MuteUserResponse
+	(*UnbanUserRequest)(nil),            // 31: room.v1.UnbanUserRequest
+	(*UnbanUserResponse)(nil),           // 32: room.v1.UnbanUserResponse
+	(*SetAdminRequest)(nil),             // 33: room.v1.SetAdminRequest
+	(*SetAdminResponse)(nil),            // 34: room.v1.SetAdminResponse
+	(*UpdateProfileRequest)(nil),        // 35: room.v1.UpdateProfileRequest
+	(*UpdateProfileResponse)(nil),       // 36: room.v1.UpdateProfileResponse
+	(*ChangeBackgroundRequest)(nil),     // 37: room.v1.ChangeBackgroundRequest
+	(*ChangeBackgroundResponse)(nil),    // 38: room.v1.ChangeBackgroundResponse
+	(*SetChatEnabledRequest)(nil),       // 39: room.v1.SetChatEnabledRequest
+	(*SetChatEnabledResponse)(nil),      // 40: room.v1.SetChatEnabledResponse
+	(*PublishRobotDisplayRequest)(nil),  // 41: room.v1.PublishRobotDisplayRequest
+	(*PublishRobotDisplayResponse)(nil), // 42: room.v1.PublishRobotDisplayResponse
+	(*GetRoomSnapshotRequest)(nil),      // 43: room.v1.GetRoomSnapshotRequest
+	(*GetRoomSnapshotResponse)(nil),     // 44: room.v1.GetRoomSnapshotResponse
+	(*ListRoomsRequest)(nil),            // 45: room.v1.ListRoomsRequest
+	(*ListRoomsResponse)(nil),           // 46: room.v1.ListRoomsResponse
+	(*RoomSummary)(nil),                 // 47: room.v1.RoomSummary
+	(*ListCommandsRequest)(nil),         // 48: room.v1.ListCommandsRequest
+	(*ListCommandsResponse)(nil),        // 49: room.v1.ListCommandsResponse
+	(*CommandLogEntry)(nil),             // 50: room.v1.CommandLogEntry
+	(*GetStoredSnapshotRequest)(nil),    // 51: room.v1.GetStoredSnapshotRequest
+	(*GetStoredSnapshotResponse)(nil),   // 52: room.v1.GetStoredSnapshotResponse
+	(*RoomSnapshot)(nil),                // 53: room.v1.RoomSnapshot
+	(*RoomProfile)(nil),                 // 54: room.v1.RoomProfile
+	(*Member)(nil),                      // 55: room.v1.Member
+	(*MicSeat)(nil),                     // 56: room.v1.MicSeat
+	(*Restriction)(nil),                 // 57: room.v1.Restriction
+	(*RoomEvent)(nil),                   // 58: room.v1.RoomEvent
+	nil,                                 // 59: room.v1.GetOutboxStatusResponse.DeadEntry
 }
 var file_room_v1_room_proto_depIdxs = []int32{
-	57, // 0: room.v1.GetOutboxStatusResponse.dead:type_name -> room.v1.GetOutboxStatusResponse.DeadEntry
-	51, // 1: room.v1.GetRoomSnapshotResponse.snapshot:type_name -> room.v1.RoomSnapshot
+	59, // 0: room.v1.GetOutboxStatusResponse.dead:type_name -> room.v1.GetOutboxStatusResponse.DeadEntry
+	53, // 1: room.v1.GetRoomSnapshotResponse.snapshot:type_name -> room.v1.RoomSnapshot
 	0,  // 2: room.v1.ListRoomsRequest.status:type_name -> room.v1.RoomStatus
-	45, // 3: room.v1.ListRoomsResponse.rooms:type_name -> room.v1.RoomSummary
+	47, // 3: room.v1.ListRoomsResponse.rooms:type_name -> room.v1.RoomSummary
 	0,  // 4: room.v1.RoomSummary.status:type_name -> room.v1.RoomStatus
-	48, // 5: room.v1.ListCommandsResponse.commands:type_name -> room.v1.CommandLogEntry
-	51, // 6: room.v1.GetStoredSnapshotResponse.snapshot:type_name -> room.v1.RoomSnapshot
+	50, // 5: room.v1.ListCommandsResponse.commands:type_name -> room.v1.CommandLogEntry
+	53, // 6: room.v1.GetStoredSnapshotResponse.snapshot:type_name -> room.v1.RoomSnapshot
 	0,  // 7: room.v1.RoomSnapshot.status:type_name -> room.v1.RoomStatus
-	52, // 8: room.v1.RoomSnapshot.profile:type_name -> room.v1.RoomProfile
-	53, // 9: room.v1.RoomSnapshot.members:type_name -> room.v1.Member
-	54, // 10: room.v1.RoomSnapshot.seats:type_name -> room.v1.MicSeat
-	55, // 11: room.v1.RoomSnapshot.chat_mutes:type_name -> room.v1.Restriction
-	55, // 12: room.v1.RoomSnapshot.bans:type_name -> room.v1.Restriction
+	54, // 8: room.v1.RoomSnapshot.profile:type_name -> room.v1.RoomProfile
+	55, // 9: room.v1.RoomSnapshot.members:type_name -> room.v1.Member
+	56, // 10: room.v1.RoomSnapshot.seats:type_name -> room.v1.MicSeat
+	57, // 11: room.v1.RoomSnapshot.chat_mutes:type_name -> room.v1.Restriction
+	57, // 12: room.v1.RoomSnapshot.bans:type_name -> room.v1.Restriction
 	5,  // 13: room.v1.RoomService.CreateRoom:input_type -> room.v1.CreateRoomRequest
 	7,  // 14: room.v1.RoomService.CloseRoom:input_type -> room.v1.CloseRoomRequest
 	9,  // 15: room.v1.RoomService.JoinRoom:input_type -> room.v1.JoinRoomRequest
@@ -4087,38 +4206,40 @@ var file_room_v1_room_proto_depIdxs = []int32{
 	35, // 28: room.v1.RoomService.UpdateProfile:input_type -> room.v1.UpdateProfileRequest
 	37, // 29: room.v1.RoomService.ChangeBackground:input_type -> room.v1.ChangeBackgroundRequest
 	39, // 30: room.v1.RoomService.SetChatEnabled:input_type -> room.v1.SetChatEnabledRequest
-	41, // 31: room.v1.RoomService.GetRoomSnapshot:input_type -> room.v1.GetRoomSnapshotRequest
-	43, // 32: room.v1.RoomService.ListRooms:input_type -> room.v1.ListRoomsRequest
-	46, // 33: room.v1.OperatorService.ListCommands:input_type -> room.v1.ListCommandsRequest
-	49, // 34: room.v1.OperatorService.GetStoredSnapshot:input_type -> room.v1.GetStoredSnapshotRequest
-	1,  // 35: room.v1.OperatorService.GetOutboxStatus:input_type -> room.v1.GetOutboxStatusRequest
-	3,  // 36: room.v1.OperatorService.RequeueDeadOutbox:input_type -> room.v1.RequeueDeadOutboxRequest
-	6,  // 37: room.v1.RoomService.CreateRoom:output_type -> room.v1.CreateRoomResponse
-	8,  // 38: room.v1.RoomService.CloseRoom:output_type -> room.v1.CloseRoomResponse
-	10, // 39: room.v1.RoomService.JoinRoom:output_type -> room.v1.JoinRoomResponse
-	12, // 40: room.v1.RoomService.LeaveRoom:output_type -> room.v1.LeaveRoomResponse
-	14, // 41: room.v1.RoomService.TakeMic:output_type -> room.v1.TakeMicResponse
-	16, // 42: room.v1.RoomService.LeaveMic:output_type -> room.v1.LeaveMicResponse
-	18, // 43: room.v1.RoomService.MoveMic:output_type -> room.v1.MoveMicResponse
-	20, // 44: room.v1.RoomService.KickFromMic:output_type -> room.v1.KickFromMicResponse
-	22, // 45: room.v1.RoomService.LockMicSeat:output_type -> room.v1.LockMicSeatResponse
-	24, // 46: room.v1.RoomService.MuteMicSeat:output_type -> room.v1.MuteMicSeatResponse
-	26, // 47: room.v1.RoomService.SetMyMic:output_type -> room.v1.SetMyMicResponse
-	28, // 48: room.v1.RoomService.KickUser:output_type -> room.v1.KickUserResponse
-	30, // 49: room.v1.RoomService.MuteUser:output_type -> room.v1.MuteUserResponse
-	32, // 50: room.v1.RoomService.UnbanUser:output_type -> room.v1.UnbanUserResponse
-	34, // 51: room.v1.RoomService.SetAdmin:output_type -> room.v1.SetAdminResponse
-	36, // 52: room.v1.RoomService.UpdateProfile:output_type -> room.v1.UpdateProfileResponse
-	38, // 53: room.v1.RoomService.ChangeBackground:output_type -> room.v1.ChangeBackgroundResponse
-	40, // 54: room.v1.RoomService.SetChatEnabled:output_type -> room.v1.SetChatEnabledResponse
-	42, // 55: room.v1.RoomService.GetRoomSnapshot:output_type -> room.v1.GetRoomSnapshotResponse
-	44, // 56: room.v1.RoomService.ListRooms:output_type -> room.v1.ListRoomsResponse
-	47, // 57: room.v1.OperatorService.ListCommands:output_type -> room.v1.ListCommandsResponse
-	50, // 58: room.v1.OperatorService.GetStoredSnapshot:output_type -> room.v1.GetStoredSnapshotResponse
-	2,  // 59: room.v1.OperatorService.GetOutboxStatus:output_type -> room.v1.GetOutboxStatusResponse
-	4,  // 60: room.v1.OperatorService.RequeueDeadOutbox:output_type -> room.v1.RequeueDeadOutboxResponse
-	37, // [37:61] is the sub-list for method output_type
-	13, // [13:37] is the sub-list for method input_type
+	43, // 31: room.v1.RoomService.GetRoomSnapshot:input_type -> room.v1.GetRoomSnapshotRequest
+	41, // 32: room.v1.RoomService.PublishRobotDisplay:input_type -> room.v1.PublishRobotDisplayRequest
+	45, // 33: room.v1.RoomService.ListRooms:input_type -> room.v1.ListRoomsRequest
+	48, // 34: room.v1.OperatorService.ListCommands:input_type -> room.v1.ListCommandsRequest
+	51, // 35: room.v1.OperatorService.GetStoredSnapshot:input_type -> room.v1.GetStoredSnapshotRequest
+	1,  // 36: room.v1.OperatorService.GetOutboxStatus:input_type -> room.v1.GetOutboxStatusRequest
+	3,  // 37: room.v1.OperatorService.RequeueDeadOutbox:input_type -> room.v1.RequeueDeadOutboxRequest
+	6,  // 38: room.v1.RoomService.CreateRoom:output_type -> room.v1.CreateRoomResponse
+	8,  // 39: room.v1.RoomService.CloseRoom:output_type -> room.v1.CloseRoomResponse
+	10, // 40: room.v1.RoomService.JoinRoom:output_type -> room.v1.JoinRoomResponse
+	12, // 41: room.v1.RoomService.LeaveRoom:output_type -> room.v1.LeaveRoomResponse
+	14, // 42: room.v1.RoomService.TakeMic:output_type -> room.v1.TakeMicResponse
+	16, // 43: room.v1.RoomService.LeaveMic:output_type -> room.v1.LeaveMicResponse
+	18, // 44: room.v1.RoomService.MoveMic:output_type -> room.v1.MoveMicResponse
+	20, // 45: room.v1.RoomService.KickFromMic:output_type -> room.v1.KickFromMicResponse
+	22, // 46: room.v1.RoomService.LockMicSeat:output_type -> room.v1.LockMicSeatResponse
+	24, // 47: room.v1.RoomService.MuteMicSeat:output_type -> room.v1.MuteMicSeatResponse
+	26, // 48: room.v1.RoomService.SetMyMic:output_type -> room.v1.SetMyMicResponse
+	28, // 49: room.v1.RoomService.KickUser:output_type -> room.v1.KickUserResponse
+	30, // 50: room.v1.RoomService.MuteUser:output_type -> room.v1.MuteUserResponse
+	32, // 51: room.v1.RoomService.UnbanUser:output_type -> room.v1.UnbanUserResponse
+	34, // 52: room.v1.RoomService.SetAdmin:output_type -> room.v1.SetAdminResponse
+	36, // 53: room.v1.RoomService.UpdateProfile:output_type -> room.v1.UpdateProfileResponse
+	38, // 54: room.v1.RoomService.ChangeBackground:output_type -> room.v1.ChangeBackgroundResponse
+	40, // 55: room.v1.RoomService.SetChatEnabled:output_type -> room.v1.SetChatEnabledResponse
+	44, // 56: room.v1.RoomService.GetRoomSnapshot:output_type -> room.v1.GetRoomSnapshotResponse
+	42, // 57: room.v1.RoomService.PublishRobotDisplay:output_type -> room.v1.PublishRobotDisplayResponse
+	46, // 58: room.v1.RoomService.ListRooms:output_type -> room.v1.ListRoomsResponse
+	49, // 59: room.v1.OperatorService.ListCommands:output_type -> room.v1.ListCommandsResponse
+	52, // 60: room.v1.OperatorService.GetStoredSnapshot:output_type -> room.v1.GetStoredSnapshotResponse
+	2,  // 61: room.v1.OperatorService.GetOutboxStatus:output_type -> room.v1.GetOutboxStatusResponse
+	4,  // 62: room.v1.OperatorService.RequeueDeadOutbox:output_type -> room.v1.RequeueDeadOutboxResponse
+	38, // [38:63] is the sub-list for method output_type
+	13, // [13:38] is the sub-list for method input_type
 	13, // [13:13] is the sub-list for extension type_name
 	13, // [13:13] is the sub-list for extension extendee
 	0,  // [0:13] is the sub-list for field type_name
@@ -4136,7 +4257,7 @@ func file_room_v1_room_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_room_v1_room_proto_rawDesc), len(file_room_v1_room_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   57,
+			NumMessages:   59,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -84,6 +84,9 @@ const (
 	// RoomServiceGetRoomSnapshotProcedure is the fully-qualified name of the RoomService's
 	// GetRoomSnapshot RPC.
 	RoomServiceGetRoomSnapshotProcedure = "/room.v1.RoomService/GetRoomSnapshot"
+	// RoomServicePublishRobotDisplayProcedure is the fully-qualified name of the RoomService's
+	// PublishRobotDisplay RPC.
+	RoomServicePublishRobotDisplayProcedure = "/room.v1.RoomService/PublishRobotDisplay"
 	// RoomServiceListRoomsProcedure is the fully-qualified name of the RoomService's ListRooms RPC.
 	RoomServiceListRoomsProcedure = "/room.v1.RoomService/ListRooms"
 	// OperatorServiceListCommandsProcedure is the fully-qualified name of the OperatorService's
@@ -141,6 +144,10 @@ type RoomServiceClient interface {
 	// Returns the room's current state. A caller that already holds
 	// known_version gets not_modified instead of the whole room.
 	GetRoomSnapshot(context.Context, *connect.Request[v1.GetRoomSnapshotRequest]) (*connect.Response[v1.GetRoomSnapshotResponse], error)
+	// Shows a robot display event (fake audience joins and gifts, for
+	// atmosphere) in the room's IM group. It has no command log, no outbox row
+	// and changes no state; the IM lane shapes it like every other message.
+	PublishRobotDisplay(context.Context, *connect.Request[v1.PublishRobotDisplayRequest]) (*connect.Response[v1.PublishRobotDisplayResponse], error)
 	// Lists rooms for operators, ordered by room_id.
 	ListRooms(context.Context, *connect.Request[v1.ListRoomsRequest]) (*connect.Response[v1.ListRoomsResponse], error)
 }
@@ -271,6 +278,12 @@ func NewRoomServiceClient(httpClient connect.HTTPClient, baseURL string, opts ..
 			connect.WithIdempotency(connect.IdempotencyNoSideEffects),
 			connect.WithClientOptions(opts...),
 		),
+		publishRobotDisplay: connect.NewClient[v1.PublishRobotDisplayRequest, v1.PublishRobotDisplayResponse](
+			httpClient,
+			baseURL+RoomServicePublishRobotDisplayProcedure,
+			connect.WithSchema(roomServiceMethods.ByName("PublishRobotDisplay")),
+			connect.WithClientOptions(opts...),
+		),
 		listRooms: connect.NewClient[v1.ListRoomsRequest, v1.ListRoomsResponse](
 			httpClient,
 			baseURL+RoomServiceListRoomsProcedure,
@@ -283,26 +296,27 @@ func NewRoomServiceClient(httpClient connect.HTTPClient, baseURL string, opts ..
 
 // roomServiceClient implements RoomServiceClient.
 type roomServiceClient struct {
-	createRoom       *connect.Client[v1.CreateRoomRequest, v1.CreateRoomResponse]
-	closeRoom        *connect.Client[v1.CloseRoomRequest, v1.CloseRoomResponse]
-	joinRoom         *connect.Client[v1.JoinRoomRequest, v1.JoinRoomResponse]
-	leaveRoom        *connect.Client[v1.LeaveRoomRequest, v1.LeaveRoomResponse]
-	takeMic          *connect.Client[v1.TakeMicRequest, v1.TakeMicResponse]
-	leaveMic         *connect.Client[v1.LeaveMicRequest, v1.LeaveMicResponse]
-	moveMic          *connect.Client[v1.MoveMicRequest, v1.MoveMicResponse]
-	kickFromMic      *connect.Client[v1.KickFromMicRequest, v1.KickFromMicResponse]
-	lockMicSeat      *connect.Client[v1.LockMicSeatRequest, v1.LockMicSeatResponse]
-	muteMicSeat      *connect.Client[v1.MuteMicSeatRequest, v1.MuteMicSeatResponse]
-	setMyMic         *connect.Client[v1.SetMyMicRequest, v1.SetMyMicResponse]
-	kickUser         *connect.Client[v1.KickUserRequest, v1.KickUserResponse]
-	muteUser         *connect.Client[v1.MuteUserRequest, v1.MuteUserResponse]
-	unbanUser        *connect.Client[v1.UnbanUserRequest, v1.UnbanUserResponse]
-	setAdmin         *connect.Client[v1.SetAdminRequest, v1.SetAdminResponse]
-	updateProfile    *connect.Client[v1.UpdateProfileRequest, v1.UpdateProfileResponse]
-	changeBackground *connect.Client[v1.ChangeBackgroundRequest, v1.ChangeBackgroundResponse]
-	setChatEnabled   *connect.Client[v1.SetChatEnabledRequest, v1.SetChatEnabledResponse]
-	getRoomSnapshot  *connect.Client[v1.GetRoomSnapshotRequest, v1.GetRoomSnapshotResponse]
-	listRooms        *connect.Client[v1.ListRoomsRequest, v1.ListRoomsResponse]
+	createRoom          *connect.Client[v1.CreateRoomRequest, v1.CreateRoomResponse]
+	closeRoom           *connect.Client[v1.CloseRoomRequest, v1.CloseRoomResponse]
+	joinRoom            *connect.Client[v1.JoinRoomRequest, v1.JoinRoomResponse]
+	leaveRoom           *connect.Client[v1.LeaveRoomRequest, v1.LeaveRoomResponse]
+	takeMic             *connect.Client[v1.TakeMicRequest, v1.TakeMicResponse]
+	leaveMic            *connect.Client[v1.LeaveMicRequest, v1.LeaveMicResponse]
+	moveMic             *connect.Client[v1.MoveMicRequest, v1.MoveMicResponse]
+	kickFromMic         *connect.Client[v1.KickFromMicRequest, v1.KickFromMicResponse]
+	lockMicSeat         *connect.Client[v1.LockMicSeatRequest, v1.LockMicSeatResponse]
+	muteMicSeat         *connect.Client[v1.MuteMicSeatRequest, v1.MuteMicSeatResponse]
+	setMyMic            *connect.Client[v1.SetMyMicRequest, v1.SetMyMicResponse]
+	kickUser            *connect.Client[v1.KickUserRequest, v1.KickUserResponse]
+	muteUser            *connect.Client[v1.MuteUserRequest, v1.MuteUserResponse]
+	unbanUser           *connect.Client[v1.UnbanUserRequest, v1.UnbanUserResponse]
+	setAdmin            *connect.Client[v1.SetAdminRequest, v1.SetAdminResponse]
+	updateProfile       *connect.Client[v1.UpdateProfileRequest, v1.UpdateProfileResponse]
+	changeBackground    *connect.Client[v1.ChangeBackgroundRequest, v1.ChangeBackgroundResponse]
+	setChatEnabled      *connect.Client[v1.SetChatEnabledRequest, v1.SetChatEnabledResponse]
+	getRoomSnapshot     *connect.Client[v1.GetRoomSnapshotRequest, v1.GetRoomSnapshotResponse]
+	publishRobotDisplay *connect.Client[v1.PublishRobotDisplayRequest, v1.PublishRobotDisplayResponse]
+	listRooms           *connect.Client[v1.ListRoomsRequest, v1.ListRoomsResponse]
 }
 
 // CreateRoom calls room.v1.RoomService.CreateRoom.
@@ -400,6 +414,11 @@ func (c *roomServiceClient) GetRoomSnapshot(ctx context.Context, req *connect.Re
 	return c.getRoomSnapshot.CallUnary(ctx, req)
 }
 
+// PublishRobotDisplay calls room.v1.RoomService.PublishRobotDisplay.
+func (c *roomServiceClient) PublishRobotDisplay(ctx context.Context, req *connect.Request[v1.PublishRobotDisplayRequest]) (*connect.Response[v1.PublishRobotDisplayResponse], error) {
+	return c.publishRobotDisplay.CallUnary(ctx, req)
+}
+
 // ListRooms calls room.v1.RoomService.ListRooms.
 func (c *roomServiceClient) ListRooms(ctx context.Context, req *connect.Request[v1.ListRoomsRequest]) (*connect.Response[v1.ListRoomsResponse], error) {
 	return c.listRooms.CallUnary(ctx, req)
@@ -446,6 +465,10 @@ type RoomServiceHandler interface {
 	// Returns the room's current state. A caller that already holds
 	// known_version gets not_modified instead of the whole room.
 	GetRoomSnapshot(context.Context, *connect.Request[v1.GetRoomSnapshotRequest]) (*connect.Response[v1.GetRoomSnapshotResponse], error)
+	// Shows a robot display event (fake audience joins and gifts, for
+	// atmosphere) in the room's IM group. It has no command log, no outbox row
+	// and changes no state; the IM lane shapes it like every other message.
+	PublishRobotDisplay(context.Context, *connect.Request[v1.PublishRobotDisplayRequest]) (*connect.Response[v1.PublishRobotDisplayResponse], error)
 	// Lists rooms for operators, ordered by room_id.
 	ListRooms(context.Context, *connect.Request[v1.ListRoomsRequest]) (*connect.Response[v1.ListRoomsResponse], error)
 }
@@ -572,6 +595,12 @@ func NewRoomServiceHandler(svc RoomServiceHandler, opts ...connect.HandlerOption
 		connect.WithIdempotency(connect.IdempotencyNoSideEffects),
 		connect.WithHandlerOptions(opts...),
 	)
+	roomServicePublishRobotDisplayHandler := connect.NewUnaryHandler(
+		RoomServicePublishRobotDisplayProcedure,
+		svc.PublishRobotDisplay,
+		connect.WithSchema(roomServiceMethods.ByName("PublishRobotDisplay")),
+		connect.WithHandlerOptions(opts...),
+	)
 	roomServiceListRoomsHandler := connect.NewUnaryHandler(
 		RoomServiceListRoomsProcedure,
 		svc.ListRooms,
@@ -619,6 +648,8 @@ func NewRoomServiceHandler(svc RoomServiceHandler, opts ...connect.HandlerOption
 			roomServiceSetChatEnabledHandler.ServeHTTP(w, r)
 		case RoomServiceGetRoomSnapshotProcedure:
 			roomServiceGetRoomSnapshotHandler.ServeHTTP(w, r)
+		case RoomServicePublishRobotDisplayProcedure:
+			roomServicePublishRobotDisplayHandler.ServeHTTP(w, r)
 		case RoomServiceListRoomsProcedure:
 			roomServiceListRoomsHandler.ServeHTTP(w, r)
 		default:
@@ -704,6 +735,10 @@ func (UnimplementedRoomServiceHandler) SetChatEnabled(context.Context, *connect.
 
 func (UnimplementedRoomServiceHandler) GetRoomSnapshot(context.Context, *connect.Request[v1.GetRoomSnapshotRequest]) (*connect.Response[v1.GetRoomSnapshotResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("room.v1.RoomService.GetRoomSnapshot is not implemented"))
+}
+
+func (UnimplementedRoomServiceHandler) PublishRobotDisplay(context.Context, *connect.Request[v1.PublishRobotDisplayRequest]) (*connect.Response[v1.PublishRobotDisplayResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("room.v1.RoomService.PublishRobotDisplay is not implemented"))
 }
 
 func (UnimplementedRoomServiceHandler) ListRooms(context.Context, *connect.Request[v1.ListRoomsRequest]) (*connect.Response[v1.ListRoomsResponse], error) {
