@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime/debug"
+	"slices"
 	"time"
 
 	roomv1 "hyapp/room-service/gen/room/v1"
@@ -75,6 +76,7 @@ type pending struct {
 	events  []room.Event
 	applied bool
 	fromLog bool // answered from the command log (or the recent ids): a retry
+	seats   []room.Seat
 }
 
 func (c *Cell) run() {
@@ -268,6 +270,12 @@ func (c *Cell) decide(p *pending, seen map[string]*pending, stored map[string]st
 	}
 	seen[env.CommandID] = p
 	p.applied, p.payload, p.events, p.result = true, payload, events, Result{RoomVersion: c.state.Version}
+	for _, ev := range events {
+		if ev.Type == room.EventRoomMicChanged || ev.Type == room.EventRoomMicSeatLocked {
+			p.seats = slices.Clone(c.state.Seats) // at most 20 seats
+			break
+		}
+	}
 }
 
 func (c *Cell) answerDuplicate(p *pending, version int64, typ room.CommandType, payload []byte) {
@@ -378,7 +386,7 @@ func (c *Cell) committed(cmds []*pending, b store.Batch) []Committed {
 		c.recent.add(env.CommandID, recentEntry{version: p.result.RoomVersion, typ: env.Command.Type(), payload: p.payload})
 		out = append(out, Committed{
 			RoomID: c.roomID, RoomVersion: p.result.RoomVersion, CommandID: env.CommandID,
-			CommandType: env.Command.Type(), Operator: env.Operator, At: env.At, Events: p.events,
+			CommandType: env.Command.Type(), Operator: env.Operator, At: env.At, Events: p.events, Seats: p.seats,
 		})
 	}
 	return out

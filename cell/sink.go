@@ -12,6 +12,9 @@ type Committed struct {
 	Operator    int64
 	At          int64 // unix ms
 	Events      []room.Event
+	// Seats is the seat list after the command, set when it changed a seat
+	// (so the IM lane can show the whole mic row); nil otherwise.
+	Seats []room.Seat
 }
 
 // EventSink receives committed events after commit: the direct IM lane

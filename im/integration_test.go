@@ -2,6 +2,7 @@ package im_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http/httptest"
 	"path/filepath"
@@ -97,6 +98,28 @@ func TestCommandBurstKeepsTheGroupInBudget(t *testing.T) {
 			t.Fatalf("%d of %d mic changes reached the group; shed %v; stats %+v", seen(), mic, w.shed, w.local.Stats("burst"))
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+	// Every mic message carries the whole mic row after the change.
+	for _, m := range w.local.Messages("burst") {
+		var env struct {
+			Type   string            `json:"type"`
+			Seats  []json.RawMessage `json:"seats"`
+			Events []struct {
+				Type  string            `json:"type"`
+				Seats []json.RawMessage `json:"seats"`
+			} `json:"events"`
+		}
+		if err := json.Unmarshal([]byte(m.Data), &env); err != nil {
+			t.Fatal(err)
+		}
+		if env.Type == string(room.EventRoomMicChanged) && len(env.Seats) != 10 {
+			t.Fatalf("mic message with %d seats: %s", len(env.Seats), m.Data)
+		}
+		for _, e := range env.Events {
+			if e.Type == string(room.EventRoomMicChanged) && len(e.Seats) != 10 {
+				t.Fatalf("batched mic event with %d seats", len(e.Seats))
+			}
+		}
 	}
 	st := w.local.Stats("burst")
 	if st.Dropped != 0 || st.MaxOfferedPerSecond > 20+5+1 {

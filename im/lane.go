@@ -204,6 +204,9 @@ func (l *Lane) Publish(batch []cell.Committed) {
 				continue
 			}
 			env := envelope(ev.Type, c.RoomID, c.RoomVersion, c.At, ev.Data)
+			if c.Seats != nil && (ev.Type == room.EventRoomMicChanged || ev.Type == room.EventRoomMicSeatLocked) {
+				env["seats"] = seatView(c.Seats)
+			}
 			l.enqueueLocked(c.RoomID, l.cfg.GroupOf(c.RoomID), string(ev.Type), lanes, env, now)
 			if r, ok := ev.Data.(Regional); ok {
 				region, value := r.RegionalDisplay()
@@ -214,6 +217,27 @@ func (l *Lane) Publish(batch []cell.Committed) {
 		}
 	}
 	l.signal()
+}
+
+// seat is one mic seat as clients show it.
+type seat struct {
+	Index  int   `json:"index"`
+	UserID int64 `json:"user_id"`
+	Locked bool  `json:"locked,omitempty"`
+	Muted  bool  `json:"muted,omitempty"`
+	MicOn  bool  `json:"mic_on,omitempty"`
+	Charm  int64 `json:"charm,omitempty"`
+	Since  int64 `json:"since,omitempty"`
+}
+
+// seatView is the whole mic row after a seat change: a client that missed
+// an earlier mic message is right again with this one.
+func seatView(seats []room.Seat) []seat {
+	out := make([]seat, len(seats))
+	for i, s := range seats {
+		out[i] = seat{Index: i, UserID: s.UserID, Locked: s.Locked, Muted: s.MutedByAdmin, MicOn: s.MicOn, Charm: s.Charm, Since: s.OccupiedSince}
+	}
+	return out
 }
 
 // PublishRobot queues a robot display event (atmosphere: fake audience joins
