@@ -139,21 +139,24 @@ func (db *DB) MarkOutboxFailed(ctx context.Context, eventID string, lastErr stri
 
 // MarkOutboxPublishedBatch marks the rows that are not published yet
 // published now, dead ones too, with one UPDATE by event id per chunk of
-// maxInIDs ids, each its own short transaction. Unknown and published ids
-// are ignored.
+// maxInIDs ids, all in one transaction. Unknown and published ids are
+// ignored.
 func (db *DB) MarkOutboxPublishedBatch(ctx context.Context, eventIDs []string) error {
 	now := time.Now().UnixMilli()
-	for ids := range chunks(eventIDs, maxInIDs) {
-		q := `UPDATE room_outbox SET status = 'published', published_at = ?
-			WHERE status <> 'published' AND event_id IN (` + placeholders(len(ids)) + `)`
-		args := append([]any{now}, anys(ids)...)
-		err := db.inTx(ctx, func(tx *sql.Tx) error {
-			_, err := tx.ExecContext(ctx, q, args...)
-			return mapErr(err)
-		})
-		if err != nil {
-			return fmt.Errorf("mark outbox published rows=%d: %w", len(eventIDs), err)
+	// One transaction, so one durable commit, for the whole call: the relay
+	// gathers the acknowledgements of many rooms into one call.
+	err := db.inTx(ctx, func(tx *sql.Tx) error {
+		for ids := range chunks(eventIDs, maxInIDs) {
+			q := `UPDATE room_outbox SET status = 'published', published_at = ?
+				WHERE status <> 'published' AND event_id IN (` + placeholders(len(ids)) + `)`
+			if _, err := tx.ExecContext(ctx, q, append([]any{now}, anys(ids)...)...); err != nil {
+				return mapErr(err)
+			}
 		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("mark outbox published rows=%d: %w", len(eventIDs), err)
 	}
 	return nil
 }
