@@ -4,10 +4,12 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
 	"regexp"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -363,4 +365,57 @@ func TestStartsWhenMySQLComesUpLate(t *testing.T) {
 	if _, err := client.CreateRoom(context.Background(), connect.NewRequest(&roomv1.CreateRoomRequest{RoomId: "late", CommandId: "c1", OperatorUserId: 1, OwnerUserId: 1, SeatCount: 8})); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestZeroConfigShowsRoomMessagesOnTheLocalIMEndpoint follows a room through
+// the zero-configuration IM: RoomCreated creates the group (through the
+// outbox, JetStream and group control), a mic change and a robot display
+// event show up in it, and /local/ lists them.
+func TestZeroConfigShowsRoomMessagesOnTheLocalIMEndpoint(t *testing.T) {
+	m, client := runMain(t, t.TempDir())
+	ctx := context.Background()
+	if _, err := client.CreateRoom(ctx, connect.NewRequest(&roomv1.CreateRoomRequest{RoomId: "im1", CommandId: "c1", OperatorUserId: 1, OwnerUserId: 1, SeatCount: 8})); err != nil {
+		t.Fatal(err)
+	}
+	messages := func() string {
+		res, err := http.Get("http://" + m.Addr + "/local/groups/im1/messages")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = res.Body.Close() }()
+		b, _ := io.ReadAll(res.Body)
+		return string(b)
+	}
+	// The group exists once group control created it; only then do messages land.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if _, err := client.JoinRoom(ctx, connect.NewRequest(&roomv1.JoinRoomRequest{RoomId: "im1", CommandId: fmt.Sprint("j", time.Now().UnixNano()), OperatorUserId: 5})); err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(messages(), "RoomUserJoined") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no message reached the local group: %s", messages())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if _, err := client.PublishRobotDisplay(ctx, connect.NewRequest(&roomv1.PublishRobotDisplayRequest{RoomId: "im1", EventType: "RoomGiftSent", PayloadJson: `{"gift_id":"rose"}`})); err != nil {
+		t.Fatal(err)
+	}
+	_, err := client.PublishRobotDisplay(ctx, connect.NewRequest(&roomv1.PublishRobotDisplayRequest{RoomId: "im1", EventType: "bad type", PayloadJson: `{}`}))
+	if rpc.Reason(err) != "invalid_argument" {
+		t.Fatalf("bad robot event type: %v", err)
+	}
+	for deadline := time.Now().Add(30 * time.Second); !strings.Contains(messages(), "rose"); {
+		if time.Now().After(deadline) {
+			t.Fatalf("the robot event did not show: %s", messages())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	res, err := http.Get("http://" + m.Addr + "/local/")
+	if err != nil || res.StatusCode != http.StatusOK {
+		t.Fatalf("/local/: %v %v", res, err)
+	}
+	_ = res.Body.Close()
 }
