@@ -33,7 +33,14 @@ type Publisher interface {
 // per room at a time, across nodes when the gate is a shared lease. Acquire
 // returns ok=false when another relay holds the room.
 type Gate interface {
-	Acquire(ctx context.Context, roomID string) (release func(), ok bool)
+	Acquire(ctx context.Context, roomID string) (h Held, ok bool)
+}
+
+// Held is a room held through a Gate. A relay stops publishing the room as
+// soon as Lost is closed (a shared lease that could not be renewed).
+type Held interface {
+	Lost() <-chan struct{}
+	Release()
 }
 
 // RelayConfig tunes the relay. Zero values take the defaults.
@@ -260,11 +267,11 @@ func (r *Relay) free(roomID string) (missed bool) {
 // room's gate, and marks them before the room is free again. It reports
 // whether the room may have more rows ready.
 func (r *Relay) chain(ctx context.Context, roomID string) (more bool) {
-	release, ok := r.gate.Acquire(ctx, roomID)
+	held, ok := r.gate.Acquire(ctx, roomID)
 	if !ok {
 		return false // another relay has the room
 	}
-	defer release()
+	defer held.Release()
 	// Read the rows under the gate: a relay that held the room before us has
 	// marked what it published.
 	rows, err := r.src.ListRoomOutbox(ctx, roomID, r.cfg.RoomBatch)
@@ -279,6 +286,11 @@ func (r *Relay) chain(ctx context.Context, roomID string) (more bool) {
 		}
 	}()
 	for _, row := range rows {
+		select {
+		case <-held.Lost():
+			return false // another relay may hold the room now: publish nothing more
+		default:
+		}
 		if now := r.now(); row.NextAttemptAt.After(now) {
 			r.backoff(roomID, row.NextAttemptAt)
 			return false

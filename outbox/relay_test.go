@@ -408,3 +408,68 @@ func TestBrokerOutageLosesNothing(t *testing.T) {
 		t.Fatalf("the outage sent rows dead: %v", st.Dead)
 	}
 }
+
+// losingGate hands out holds; the first one is lost after the publisher saw
+// three messages of it.
+type losingGate struct {
+	mu    sync.Mutex
+	holds int
+	lost  chan struct{}
+}
+
+type hold struct{ lost chan struct{} }
+
+func (h hold) Lost() <-chan struct{} { return h.lost }
+func (h hold) Release()              {}
+
+func (g *losingGate) Acquire(context.Context, string) (outbox.Held, bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.holds++
+	if g.holds == 1 {
+		return hold{lost: g.lost}, true
+	}
+	return hold{lost: make(chan struct{})}, true
+}
+
+// afterLoss records publishes made after the first hold was lost while that
+// hold's chain still ran.
+type afterLoss struct {
+	next outbox.Publisher
+	gate *losingGate
+	n    atomic.Int64
+	late atomic.Int64
+}
+
+func (a *afterLoss) Publish(ctx context.Context, r outbox.Record) error {
+	a.gate.mu.Lock()
+	holds := a.gate.holds
+	a.gate.mu.Unlock()
+	if holds == 1 {
+		select {
+		case <-a.gate.lost:
+			a.late.Add(1)
+		default:
+		}
+		if a.n.Add(1) == 3 {
+			close(a.gate.lost)
+		}
+	}
+	return a.next.Publish(ctx, r)
+}
+
+func TestRelayStopsPublishingARoomWhoseGateIsLost(t *testing.T) {
+	repo := openRepo(t)
+	bus := openBus(t, natsbus.Config{})
+	seed(t, repo, []string{"lost"}, 10)
+	gate := &losingGate{lost: make(chan struct{})}
+	pub := &afterLoss{next: bus, gate: gate}
+	cfg := fastConfig()
+	cfg.RoomBatch = 100
+	runRelay(t, outbox.NewRelay(repo, pub, gate, cfg, outbox.RelayMetrics{}, quiet))
+	checkFor(t, 30*time.Second, "every row published", func() bool { return pending(t, repo) == 0 })
+	if pub.late.Load() != 0 {
+		t.Fatalf("%d publishes after the gate was lost", pub.late.Load())
+	}
+	consume(t, bus, 20)
+}
