@@ -210,15 +210,19 @@ func (r *Registry) cell(ctx context.Context, roomID string) (*Cell, error) {
 			return c, nil
 		}
 		var wait <-chan struct{}
+		var pending *load
 		if old := r.exiting[roomID]; old != nil {
 			wait = old.done
 		} else if l := r.loading[roomID]; l != nil {
-			wait = l.done
+			wait, pending = l.done, l
 		}
 		if wait != nil {
 			r.mu.Unlock()
 			select {
 			case <-wait:
+				if pending != nil && errors.Is(pending.err, store.ErrNotFound) {
+					return nil, pending.err // no need to look again for a room that is not there
+				}
 				continue
 			case <-ctx.Done():
 				return nil, room.Errorf(room.ErrUnavailable, "room %s is loading: %v", roomID, ctx.Err())

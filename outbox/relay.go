@@ -190,6 +190,11 @@ func (r *Relay) scan(ctx context.Context, slots chan struct{}, chains *sync.Wait
 	now := r.now()
 	r.mu.Lock()
 	paused := now.Before(r.pause)
+	for roomID, until := range r.until {
+		if !now.Before(until) {
+			delete(r.until, roomID) // over; and another relay may have published the room meanwhile
+		}
+	}
 	r.mu.Unlock()
 	if paused {
 		return nil
