@@ -349,7 +349,15 @@ func (m *Main) Close(ctx context.Context) error {
 func (m *Main) close(ctx context.Context) error {
 	var errs []error
 	if m.server != nil {
-		if err := m.server.Shutdown(ctx); err != nil {
+		// In-flight calls get a third of the time at most, so draining the
+		// rooms and their final snapshots always has the rest.
+		httpCtx, cancel := ctx, context.CancelFunc(func() {})
+		if deadline, ok := ctx.Deadline(); ok {
+			httpCtx, cancel = context.WithDeadline(ctx, time.Now().Add(time.Until(deadline)/3))
+		}
+		err := m.server.Shutdown(httpCtx)
+		cancel()
+		if err != nil {
 			errs = append(errs, fmt.Errorf("http shutdown: %w", err))
 		}
 		if err := <-m.serveErr; err != nil && !errors.Is(err, http.ErrServerClosed) {

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"sync"
@@ -22,6 +23,7 @@ import (
 	"hyapp/room-service/gen/room/v1/roomv1connect"
 	"hyapp/room-service/rpc"
 	"hyapp/room-service/store/mysql/mysqltest"
+	"hyapp/room-service/store/sqlite"
 )
 
 // The crash test re-runs this test binary as the service.
@@ -418,4 +420,46 @@ func TestZeroConfigShowsRoomMessagesOnTheLocalIMEndpoint(t *testing.T) {
 		t.Fatalf("/local/: %v %v", res, err)
 	}
 	_ = res.Body.Close()
+}
+
+// TestSIGTERMDrainsAndStoresFinalSnapshots stops the service with SIGTERM:
+// it exits cleanly and every room's snapshot is at its head, so the next
+// start replays nothing.
+func TestSIGTERMDrainsAndStoresFinalSnapshots(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a child process")
+	}
+	dir := t.TempDir()
+	child, addr := startChild(t, dir)
+	client := roomv1connect.NewRoomServiceClient(http.DefaultClient, "http://"+addr)
+	ctx := context.Background()
+	heads := map[string]int64{}
+	for r := range 3 {
+		id := fmt.Sprintf("term-%d", r)
+		if _, err := client.CreateRoom(ctx, connect.NewRequest(&roomv1.CreateRoomRequest{RoomId: id, CommandId: "c", OperatorUserId: 1, OwnerUserId: 1, SeatCount: 8})); err != nil {
+			t.Fatal(err)
+		}
+		res, err := client.JoinRoom(ctx, connect.NewRequest(&roomv1.JoinRoomRequest{RoomId: id, CommandId: "j", OperatorUserId: 9}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		heads[id] = res.Msg.GetRoomVersion()
+	}
+	if err := child.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := child.Wait(); err != nil {
+		t.Fatalf("the service did not exit cleanly on SIGTERM: %v", err)
+	}
+	db, err := sqlite.Open(ctx, filepath.Join(dir, "room.db"), sqlite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = db.Close() }()
+	for id, head := range heads {
+		snap, found, err := db.GetLatestSnapshot(ctx, id)
+		if err != nil || !found || snap.RoomVersion != head {
+			t.Fatalf("room %s: snapshot found=%v version=%d err=%v, want the head %d", id, found, snap.RoomVersion, err, head)
+		}
+	}
 }
