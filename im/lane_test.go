@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -41,7 +42,7 @@ func (r *recorder) Send(ctx context.Context, m im.Message) error {
 		}
 	}
 	r.mu.Lock()
-	r.sent = append(r.sent, sent{time.Now(), m})
+	r.sent = append(r.sent, sent{m.Released, m}) // when the budget let it go, free of scheduling jitter
 	r.mu.Unlock()
 	return nil
 }
@@ -158,14 +159,13 @@ func TestBurstStaysInBudgetAndKeepsHigh(t *testing.T) {
 		return gotHigh == high && heat == lastHeat
 	})
 	all := rec.all()
+	slices.SortFunc(all, func(a, b sent) int { return a.at.Compare(b.at) })
 	for i := range all {
 		inWindow := 0
 		for j := i; j < len(all) && all[j].at.Sub(all[i].at) < time.Second; j++ {
 			inWindow++
 		}
-		// The budget plus its burst, and one for the jitter between a send
-		// being allowed and this recorder seeing it.
-		if inWindow > 20+5+1 {
+		if inWindow > 20+5 { // the budget plus its burst
 			t.Fatalf("%d messages within one second, budget 20", inWindow)
 		}
 	}
@@ -176,7 +176,7 @@ func TestBurstStaysInBudgetAndKeepsHigh(t *testing.T) {
 		}
 	}
 	for i := 1; i < len(heats); i++ {
-		if heats[i].Sub(heats[i-1]) < 990*time.Millisecond {
+		if heats[i].Sub(heats[i-1]) < time.Second {
 			t.Fatalf("heat sent twice within %v", heats[i].Sub(heats[i-1]))
 		}
 	}
