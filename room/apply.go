@@ -1,33 +1,90 @@
 package room
 
+import "slices"
+
 // Apply validates env against s and, when every rule passes, applies it:
 // the state changes, its version advances by one and the events are
 // returned. A refused command returns an *Error and leaves s unchanged.
+//
+// The first command of a later business day (Rules.Day of its time) first
+// resets the day's economy; the command then runs on the reset economy, and
+// a refusal undoes the reset too. The display events of the values the reset
+// zeroed come first, except those the command itself reports. Only a later
+// day resets: when the clock goes back an hour Rules.Day can step back, and
+// a room must not reset twice in one night.
 func Apply(s *State, env *Envelope) ([]Event, error) {
-	if err := env.Validate(); err != nil {
+	if err := s.admit(env); err != nil {
 		return nil, err
 	}
-	if env.At <= 0 || env.At > MaxAt {
-		return nil, Errorf(ErrBadTime, "command time %d", env.At)
-	}
-	if env.RoomID != s.RoomID {
-		return nil, Errorf(ErrInvalidArgument, "command for room %q applied to room %q", env.RoomID, s.RoomID)
-	}
-	switch _, create := env.Command.(*CreateRoom); {
-	case s.Status == StatusClosed:
-		return nil, ErrRoomClosed
-	case s.Status == StatusCreating && !create:
-		return nil, ErrRoomNotOpen
-	case s.Status != StatusCreating && create:
-		return nil, ErrRoomExists
+	var rollback *dayRollback
+	var reset []Event
+	if day := s.rules().Day(env.At); day > s.Economy.Day {
+		rollback, reset = s.startDay(day)
 	}
 	events, err := env.Command.apply(s, env)
 	if err != nil {
+		if rollback != nil {
+			rollback.restore(s)
+		}
 		return nil, err
+	}
+	if len(reset) > 0 {
+		events = withReset(reset, events)
 	}
 	s.Version++
 	s.LastAt = max(s.LastAt, env.At)
 	return events, nil
+}
+
+// admit makes the checks every command passes before its own: the envelope,
+// the time, the room and the room's status.
+func (s *State) admit(env *Envelope) error {
+	if err := env.Validate(); err != nil {
+		return err
+	}
+	if env.At <= 0 || env.At > MaxAt {
+		return Errorf(ErrBadTime, "command time %d", env.At)
+	}
+	if env.RoomID != s.RoomID {
+		return Errorf(ErrInvalidArgument, "command for room %q applied to room %q", env.RoomID, s.RoomID)
+	}
+	switch _, create := env.Command.(*CreateRoom); {
+	case s.Status == StatusClosed:
+		return ErrRoomClosed
+	case s.Status == StatusCreating && !create:
+		return ErrRoomNotOpen
+	case s.Status != StatusCreating && create:
+		return ErrRoomExists
+	}
+	return nil
+}
+
+// withReset puts the reset's display events before the command's, leaving
+// out a type the command reports itself: its value is the later one, and the
+// IM lane keeps only the latest of a coalesced type.
+func withReset(reset, events []Event) []Event {
+	out := make([]Event, 0, len(reset)+len(events))
+	for _, r := range reset {
+		if !slices.ContainsFunc(events, func(e Event) bool { return e.Type == r.Type }) {
+			out = append(out, r)
+		}
+	}
+	return append(out, events...)
+}
+
+// CheckGift makes, without changing s, every check Apply makes of a
+// SendGift envelope: the cell runs it before charging the sender's wallet,
+// then applies the command with the charge's outcome filled in. The outcome's
+// catalogue fields (price, kind) must already be set.
+func CheckGift(s *State, env *Envelope) error {
+	c, ok := env.Command.(*SendGift)
+	if !ok {
+		return Errorf(ErrInvalidArgument, "CheckGift needs a SendGift, not %T", env.Command)
+	}
+	if err := s.admit(env); err != nil {
+		return err
+	}
+	return c.check(s, env)
 }
 
 func (s *State) seatAt(i int32) (*Seat, error) {
@@ -421,5 +478,74 @@ func (c *SetChatEnabled) apply(s *State, env *Envelope) ([]Event, error) {
 	s.Profile.ChatEnabled = c.Enabled
 	return []Event{{Type: EventRoomChatEnabledChanged, Data: &RoomChatEnabledChangedEvent{
 		Enabled: c.Enabled, OperatorUserID: env.Operator,
+	}}}, nil
+}
+
+// check makes the checks of a gift against the state.
+func (c *SendGift) check(s *State, env *Envelope) error {
+	if !s.IsMember(env.Operator) {
+		return ErrNotInRoom
+	}
+	for _, r := range c.ReceiverUserIDs {
+		if !s.IsMember(r) {
+			return Errorf(ErrReceiverNotInRoom, "receiver %d", r)
+		}
+		if c.Outcome.ReceiversOnMic && s.SeatOf(r) == noSeat {
+			return Errorf(ErrReceiverNotOnMic, "receiver %d", r)
+		}
+	}
+	return nil
+}
+
+func (c *SendGift) apply(s *State, env *Envelope) ([]Event, error) {
+	if err := c.check(s, env); err != nil {
+		return nil, err
+	}
+	o, e := &c.Outcome, &s.Economy
+	value := c.Cost()
+	e.Heat = satAdd(e.Heat, value)
+	rankChanged := e.contribute(env.Operator, value, s.rules().RankSize)
+	perReceiver := o.Price * int64(c.Count)
+	receivers := make([]GiftReceiver, len(c.ReceiverUserIDs))
+	for i, r := range c.ReceiverUserIDs {
+		receivers[i] = GiftReceiver{UserID: r, SeatIndex: noSeat}
+		if seat := s.SeatOf(r); seat != noSeat {
+			s.Seats[seat].Charm = satAdd(s.Seats[seat].Charm, perReceiver)
+			receivers[i].SeatIndex, receivers[i].Charm = int32(seat), s.Seats[seat].Charm
+			rankChanged = true
+		}
+	}
+	ignitions := s.fuel(env.Operator, value, env)
+	events := make([]Event, 0, 4+len(ignitions))
+	events = append(events, Event{Type: EventRoomGiftSent, Data: &RoomGiftSentEvent{
+		SenderUserID: env.Operator, Receivers: receivers, GiftID: c.GiftID, GiftName: o.Name, Kind: o.Kind,
+		Price: o.Price, Count: c.Count, ComboID: c.ComboID, Cost: value, MultiplierBP: o.MultiplierBP,
+		Reward: o.Reward, Region: s.Region, Regional: c.regional(), BusinessDay: e.Day, Heat: e.Heat, At: env.At,
+	}}, s.heatEvent())
+	if rankChanged {
+		events = append(events, s.rankEvent())
+	}
+	if len(s.rules().RocketLevels) > 0 {
+		events = append(events, s.fuelEvent())
+	}
+	return append(events, ignitions...), nil
+}
+
+func (c *LaunchRocket) apply(s *State, env *Envelope) ([]Event, error) {
+	rk := &s.Economy.Rocket
+	if c.Day != s.Economy.Day {
+		return nil, ErrRocketStale
+	}
+	i := slices.IndexFunc(rk.Launches, func(l RocketLaunch) bool { return l.RocketID == c.RocketID })
+	switch {
+	case i < 0 || rk.Launches[i].Level != c.Level || rk.Launches[i].LaunchAt != c.LaunchAt:
+		return nil, ErrRocketNotPending
+	case env.At < c.LaunchAt:
+		return nil, ErrRocketNotDue
+	}
+	l := rk.Launches[i]
+	rk.Launches = slices.Delete(rk.Launches, i, i+1)
+	return []Event{{Type: EventRoomRocketLaunched, Data: &RoomRocketLaunchedEvent{
+		RocketID: l.RocketID, Level: l.Level, LaunchAt: l.LaunchAt, LaunchedAt: env.At, TopContributors: nonNil(l.Top),
 	}}}, nil
 }

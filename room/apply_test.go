@@ -8,45 +8,66 @@ import (
 	"testing"
 )
 
-// allCommandTypes lists the 18 commands of command.go.
+// allCommandTypes lists the 20 commands of command.go.
 var allCommandTypes = []CommandType{
 	CmdCreateRoom, CmdCloseRoom, CmdJoinRoom, CmdLeaveRoom, CmdTakeMic, CmdLeaveMic, CmdMoveMic,
 	CmdKickFromMic, CmdLockMicSeat, CmdMuteMicSeat, CmdSetMyMic, CmdKickUser, CmdMuteUser,
 	CmdUnbanUser, CmdSetAdmin, CmdUpdateProfile, CmdChangeBackground, CmdSetChatEnabled,
+	CmdSendGift, CmdLaunchRocket,
 }
 
 // sample is a command and an operator for which it succeeds on the fixture
-// (CreateRoom: on creatingFixture).
+// at tNow (CreateRoom: on creatingFixture).
 type sample struct {
-	op  int64
-	cmd Command
+	op       int64
+	cmd      Command
+	platform bool
+}
+
+func (smp sample) env() *Envelope {
+	e := env(smp.op, smp.cmd)
+	e.Platform = smp.platform
+	return e
+}
+
+// rose is a normal gift of 10 coins a piece that anyone in the room may receive.
+func rose(count int32, receivers ...int64) *SendGift {
+	return &SendGift{ReceiverUserIDs: receivers, GiftID: "rose", Count: count,
+		Outcome: GiftOutcome{Name: "Rose", Price: 10, Kind: GiftNormal}}
+}
+
+// launchFixtureRocket launches the fixture's pending rocket.
+func launchFixtureRocket() *LaunchRocket {
+	return &LaunchRocket{RocketID: 1, Level: 0, LaunchAt: tNow, Day: testDay}
 }
 
 func samples() map[CommandType]sample {
 	return map[CommandType]sample{
-		CmdCreateRoom:       {uOwner, &CreateRoom{OwnerUserID: uOwner, HostUserID: uHost, SeatCount: 8, Mode: "party", Region: "sg", Title: "Hello"}},
-		CmdCloseRoom:        {uOwner, &CloseRoom{}},
-		CmdJoinRoom:         {uVisitor, &JoinRoom{Nickname: "nine", AvatarURL: "https://img.example/9.png", Vehicle: "bike", EntryEffect: "stars"}},
-		CmdLeaveRoom:        {uCarol, &LeaveRoom{}},
-		CmdTakeMic:          {uCarol, &TakeMic{SeatIndex: 7}},
-		CmdLeaveMic:         {uAlice, &LeaveMic{}},
-		CmdMoveMic:          {uAlice, &MoveMic{ToSeatIndex: 7}},
-		CmdKickFromMic:      {uAdmin, &KickFromMic{TargetUserID: uAlice}},
-		CmdLockMicSeat:      {uAdmin, &LockMicSeat{SeatIndex: 7, Locked: true}},
-		CmdMuteMicSeat:      {uAdmin, &MuteMicSeat{SeatIndex: 7, Muted: true}},
-		CmdSetMyMic:         {uAlice, &SetMyMic{On: false}},
-		CmdKickUser:         {uAdmin, &KickUser{TargetUserID: uCarol, DurationSeconds: 60}},
-		CmdMuteUser:         {uAdmin, &MuteUser{TargetUserID: uAlice, DurationSeconds: 60}},
-		CmdUnbanUser:        {uAdmin, &UnbanUser{TargetUserID: uBanned}},
-		CmdSetAdmin:         {uOwner, &SetAdmin{TargetUserID: uAlice, Admin: true}},
-		CmdUpdateProfile:    {uOwner, &UpdateProfile{Title: strp("New title")}},
-		CmdChangeBackground: {uAdmin, &ChangeBackground{BackgroundURL: "https://img.example/bg2.png"}},
-		CmdSetChatEnabled:   {uAdmin, &SetChatEnabled{Enabled: false}},
+		CmdCreateRoom:       {uOwner, &CreateRoom{OwnerUserID: uOwner, HostUserID: uHost, SeatCount: 8, Mode: "party", Region: "sg", Title: "Hello"}, false},
+		CmdCloseRoom:        {uOwner, &CloseRoom{}, false},
+		CmdJoinRoom:         {uVisitor, &JoinRoom{Nickname: "nine", AvatarURL: "https://img.example/9.png", Vehicle: "bike", EntryEffect: "stars"}, false},
+		CmdLeaveRoom:        {uCarol, &LeaveRoom{}, false},
+		CmdTakeMic:          {uCarol, &TakeMic{SeatIndex: 7}, false},
+		CmdLeaveMic:         {uAlice, &LeaveMic{}, false},
+		CmdMoveMic:          {uAlice, &MoveMic{ToSeatIndex: 7}, false},
+		CmdKickFromMic:      {uAdmin, &KickFromMic{TargetUserID: uAlice}, false},
+		CmdLockMicSeat:      {uAdmin, &LockMicSeat{SeatIndex: 7, Locked: true}, false},
+		CmdMuteMicSeat:      {uAdmin, &MuteMicSeat{SeatIndex: 7, Muted: true}, false},
+		CmdSetMyMic:         {uAlice, &SetMyMic{On: false}, false},
+		CmdKickUser:         {uAdmin, &KickUser{TargetUserID: uCarol, DurationSeconds: 60}, false},
+		CmdMuteUser:         {uAdmin, &MuteUser{TargetUserID: uAlice, DurationSeconds: 60}, false},
+		CmdUnbanUser:        {uAdmin, &UnbanUser{TargetUserID: uBanned}, false},
+		CmdSetAdmin:         {uOwner, &SetAdmin{TargetUserID: uAlice, Admin: true}, false},
+		CmdUpdateProfile:    {uOwner, &UpdateProfile{Title: strp("New title")}, false},
+		CmdChangeBackground: {uAdmin, &ChangeBackground{BackgroundURL: "https://img.example/bg2.png"}, false},
+		CmdSetChatEnabled:   {uAdmin, &SetChatEnabled{Enabled: false}, false},
+		CmdSendGift:         {uCarol, rose(1, uAlice), false},
+		CmdLaunchRocket:     {SystemOperator, launchFixtureRocket(), true},
 	}
 }
 
 func TestAllCommandsCovered(t *testing.T) {
-	if len(allCommandTypes) != 18 || len(factories) != len(allCommandTypes) {
+	if len(allCommandTypes) != 20 || len(factories) != len(allCommandTypes) {
 		t.Fatalf("%d command types listed, %d registered; update the tests", len(allCommandTypes), len(factories))
 	}
 	smp := samples()
@@ -75,7 +96,7 @@ func TestSamplesSucceed(t *testing.T) {
 				s = creatingFixture()
 			}
 			before := cloneState(s)
-			e := env(smp.op, smp.cmd)
+			e := smp.env()
 			events, err := Apply(s, e)
 			if err != nil {
 				t.Fatalf("Apply: %v", err)
@@ -106,7 +127,7 @@ func TestApplyLifecycle(t *testing.T) {
 			} {
 				s := st.state()
 				before := cloneState(s)
-				_, err := Apply(s, env(smp.op, smp.cmd))
+				_, err := Apply(s, smp.env())
 				switch {
 				case st.name == "creating" && typ == CmdCreateRoom:
 					if err != nil {
@@ -276,6 +297,7 @@ func TestCreateRoom(t *testing.T) {
 			if host != 0 {
 				s.Admins[host] = struct{}{}
 			}
+			s.Economy.Day = testDay // the first command starts the business day
 		}
 	}
 	cmd := func(owner, host int64) *CreateRoom {
@@ -1138,6 +1160,9 @@ func TestLanes(t *testing.T) {
 		EventRoomHeatChanged:        {IM: true, Priority: PriorityLow, Coalesce: true},
 		EventRoomRankChanged:        {IM: true, Priority: PriorityLow, Coalesce: true},
 		EventRoomRocketFuelChanged:  {IM: true, Priority: PriorityLow, Coalesce: true},
+		EventRoomGiftSent:           {IM: true, Outbox: true, Priority: PriorityNormal},
+		EventRoomRocketIgnited:      {IM: true, Priority: PriorityHigh},
+		EventRoomRocketLaunched:     {IM: true, Priority: PriorityHigh},
 	}
 	types := EventTypes()
 	if got, exp := slices.Sorted(slices.Values(types)), slices.Sorted(maps.Keys(want)); !slices.Equal(got, exp) {

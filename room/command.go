@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"unicode/utf8"
 )
 
@@ -32,6 +33,10 @@ const (
 	CmdUpdateProfile    CommandType = "UpdateProfile"
 	CmdChangeBackground CommandType = "ChangeBackground"
 	CmdSetChatEnabled   CommandType = "SetChatEnabled"
+	CmdSendGift         CommandType = "SendGift"
+	// CmdLaunchRocket is internal: the service submits it when an ignited
+	// rocket's countdown ends; the API never does.
+	CmdLaunchRocket CommandType = "LaunchRocket"
 )
 
 // Command is one request to change a room. The set is closed: every
@@ -248,6 +253,64 @@ type SetChatEnabled struct {
 	Enabled bool `json:"enabled"`
 }
 
+// SendGift sends Count pieces of a gift from the operator to each receiver.
+type SendGift struct {
+	ReceiverUserIDs []int64 `json:"receiver_user_ids"`
+	GiftID          string  `json:"gift_id"`
+	Count           int32   `json:"count"`
+	ComboID         string  `json:"combo_id,omitempty"`
+	// Outcome is decided by the service (catalogue facts, lucky draw,
+	// charge) and recorded in the command log next to the body, not in it,
+	// so SameRequest, which compares bodies, ignores it.
+	Outcome GiftOutcome `json:"-"`
+}
+
+// GiftOutcome is what the service decided about a SendGift before applying
+// it: the catalogue facts of the gift, the lucky draw and the wallet charge.
+type GiftOutcome struct {
+	Name           string `json:"name"`
+	Price          int64  `json:"price"` // COIN per piece
+	Kind           string `json:"kind"`  // GiftNormal | GiftLucky
+	ReceiversOnMic bool   `json:"on_mic,omitempty"`
+	// RegionalThreshold is the cost from which the gift is also shown in the
+	// region's broadcast group; 0 never.
+	RegionalThreshold int64 `json:"regional_min,omitempty"`
+	// LuckyRegionalMin is the reward from which a lucky win is shown
+	// regionally; 0 never.
+	LuckyRegionalMin int64 `json:"lucky_regional_min,omitempty"`
+	MultiplierBP     int64 `json:"multiplier_bp,omitempty"`
+	Reward           int64 `json:"reward,omitempty"`
+	// ChargedAt is the unix ms of the wallet charge.
+	ChargedAt int64 `json:"charged_at,omitempty"`
+	// BalanceAfter is the sender's balance after the charge (and reward): a
+	// retry of the command is answered with it, from the log.
+	BalanceAfter int64 `json:"balance_after,omitempty"`
+}
+
+// Cost is the gift's value: price x count for every receiver. Validation
+// keeps it at most MaxGiftCost.
+func (c *SendGift) Cost() int64 {
+	return c.Outcome.Price * int64(c.Count) * int64(len(c.ReceiverUserIDs))
+}
+
+// regional reports whether the gift also shows in the region's broadcast group.
+func (c *SendGift) regional() bool {
+	o := &c.Outcome
+	return (o.RegionalThreshold > 0 && c.Cost() >= o.RegionalThreshold) ||
+		(o.LuckyRegionalMin > 0 && o.Reward >= o.LuckyRegionalMin)
+}
+
+func (c *SendGift) loggedOutcome() *GiftOutcome { return &c.Outcome }
+
+// LaunchRocket launches an ignited rocket whose countdown ended. Internal:
+// only SystemOperator with the platform flag may submit it.
+type LaunchRocket struct {
+	RocketID int64 `json:"rocket_id"`
+	Level    int32 `json:"level"`
+	LaunchAt int64 `json:"launch_at"`
+	Day      int64 `json:"day"`
+}
+
 // Type implementations.
 
 func (*CreateRoom) Type() CommandType       { return CmdCreateRoom }
@@ -268,6 +331,8 @@ func (*SetAdmin) Type() CommandType         { return CmdSetAdmin }
 func (*UpdateProfile) Type() CommandType    { return CmdUpdateProfile }
 func (*ChangeBackground) Type() CommandType { return CmdChangeBackground }
 func (*SetChatEnabled) Type() CommandType   { return CmdSetChatEnabled }
+func (*SendGift) Type() CommandType         { return CmdSendGift }
+func (*LaunchRocket) Type() CommandType     { return CmdLaunchRocket }
 
 // Static validation.
 
@@ -324,6 +389,58 @@ func (c *UpdateProfile) validate(*Envelope) error {
 		text{"cover_url", deref(c.CoverURL), MaxURLLen})
 }
 
+func (c *SendGift) validate(env *Envelope) error {
+	n := len(c.ReceiverUserIDs)
+	if n == 0 || n > MaxGiftReceivers {
+		return Errorf(ErrBadReceivers, "%d receivers, want 1..%d", n, MaxGiftReceivers)
+	}
+	for i, r := range c.ReceiverUserIDs {
+		switch {
+		case r <= 0:
+			return Errorf(ErrBadReceivers, "receiver %d", r)
+		case r == env.Operator:
+			return ErrSelfGift
+		case slices.Contains(c.ReceiverUserIDs[:i], r):
+			return Errorf(ErrBadReceivers, "receiver %d is listed twice", r)
+		}
+	}
+	if c.GiftID == "" {
+		return Errorf(ErrUnknownGift, "gift_id is required")
+	}
+	if err := checkID("gift_id", c.GiftID); err != nil {
+		return err
+	}
+	if c.Count < 1 || c.Count > MaxGiftCount {
+		return Errorf(ErrCountNotAllowed, "count %d is outside 1..%d", c.Count, MaxGiftCount)
+	}
+	if c.ComboID != "" {
+		if err := checkID("combo_id", c.ComboID); err != nil {
+			return err
+		}
+	}
+	o := &c.Outcome
+	if o.Price <= 0 || (o.Kind != GiftNormal && o.Kind != GiftLucky) {
+		return Errorf(ErrUnknownGift, "gift %s has price %d and kind %q", c.GiftID, o.Price, o.Kind)
+	}
+	if err := checkText("gift name", o.Name, MaxGiftNameLen); err != nil {
+		return err
+	}
+	if o.Reward < 0 || o.MultiplierBP < 0 || o.RegionalThreshold < 0 || o.LuckyRegionalMin < 0 {
+		return Errorf(ErrInvalidArgument, "reward, multiplier and regional minimums may not be negative")
+	}
+	if o.Price > MaxGiftCost/(int64(c.Count)*int64(n)) {
+		return Errorf(ErrInvalidArgument, "the gift costs more than %d", MaxGiftCost)
+	}
+	return nil
+}
+
+func (c *LaunchRocket) validate(env *Envelope) error {
+	if !env.Platform || env.Operator != SystemOperator {
+		return ErrPermission
+	}
+	return nil
+}
+
 func deref(p *string) string {
 	if p == nil {
 		return ""
@@ -332,13 +449,22 @@ func deref(p *string) string {
 }
 
 // Encoding. The command log stores each command as JSON:
-// {"op":operator,"platform":bool,"at":unix_ms,"body":{command fields}}.
+// {"op":operator,"platform":bool,"at":unix_ms,"body":{command fields}}, and
+// a command the service decided an outcome for adds "gift":{outcome}.
 
 type wire struct {
 	Op       int64           `json:"op"`
 	Platform bool            `json:"platform,omitempty"`
 	At       int64           `json:"at"`
 	Body     json.RawMessage `json:"body"`
+	Gift     *GiftOutcome    `json:"gift,omitempty"`
+}
+
+// outcomeCarrier is a command with a service-decided outcome that the log
+// records beside its body: part of the command for replay, not of the
+// request for SameRequest.
+type outcomeCarrier interface {
+	loggedOutcome() *GiftOutcome
 }
 
 var factories = map[CommandType]func() Command{
@@ -360,6 +486,8 @@ var factories = map[CommandType]func() Command{
 	CmdUpdateProfile:    func() Command { return new(UpdateProfile) },
 	CmdChangeBackground: func() Command { return new(ChangeBackground) },
 	CmdSetChatEnabled:   func() Command { return new(SetChatEnabled) },
+	CmdSendGift:         func() Command { return new(SendGift) },
+	CmdLaunchRocket:     func() Command { return new(LaunchRocket) },
 }
 
 // EncodeCommand returns the command log payload of env.
@@ -368,7 +496,11 @@ func EncodeCommand(env *Envelope) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("encode %s: %w", env.Command.Type(), err)
 	}
-	return json.Marshal(wire{Op: env.Operator, Platform: env.Platform, At: env.At, Body: body})
+	w := wire{Op: env.Operator, Platform: env.Platform, At: env.At, Body: body}
+	if oc, ok := env.Command.(outcomeCarrier); ok {
+		w.Gift = oc.loggedOutcome()
+	}
+	return json.Marshal(w)
 }
 
 // DecodeCommand rebuilds the envelope of a command log row. Unknown types,
@@ -387,6 +519,13 @@ func DecodeCommand(roomID, commandID string, typ CommandType, payload []byte) (*
 		if err := strictUnmarshal(w.Body, cmd); err != nil {
 			return nil, Errorf(ErrInvalidArgument, "decode %s body: %v", typ, err)
 		}
+	}
+	if w.Gift != nil {
+		oc, ok := cmd.(outcomeCarrier)
+		if !ok {
+			return nil, Errorf(ErrInvalidArgument, "decode %s: a gift outcome on a command without one", typ)
+		}
+		*oc.loggedOutcome() = *w.Gift
 	}
 	return &Envelope{RoomID: roomID, CommandID: commandID, Operator: w.Op, Platform: w.Platform, At: w.At, Command: cmd}, nil
 }
@@ -419,4 +558,15 @@ func SameRequest(storedType CommandType, storedPayload []byte, env *Envelope) bo
 		return false
 	}
 	return w.Op == env.Operator && w.Platform == env.Platform && bytes.Equal(w.Body, body)
+}
+
+// GiftOutcomeOf reads the outcome recorded with a stored SendGift payload;
+// ok is false when the payload is unreadable or records none. The cell
+// answers a retried gift's balance with it.
+func GiftOutcomeOf(payload []byte) (GiftOutcome, bool) {
+	var w wire
+	if err := json.Unmarshal(payload, &w); err != nil || w.Gift == nil {
+		return GiftOutcome{}, false
+	}
+	return *w.Gift, true
 }

@@ -21,11 +21,25 @@ func roundTripCommands() []Command {
 		&SetMyMic{On: true},
 		&SetChatEnabled{Enabled: true},
 		&ChangeBackground{},
+		luckyCombo(),
+		&SendGift{ReceiverUserIDs: []int64{uAlice}, GiftID: "g", Count: 1, Outcome: GiftOutcome{Price: 1, Kind: GiftNormal}},
+		&LaunchRocket{},
 	}
 	for _, smp := range samples() {
 		cmds = append(cmds, smp.cmd)
 	}
 	return cmds
+}
+
+// luckyCombo is a lucky gift with every field of the command and its outcome set.
+func luckyCombo() *SendGift {
+	return &SendGift{
+		ReceiverUserIDs: []int64{uAlice, uBob, uAdmin2}, GiftID: "clover-7", Count: 99, ComboID: "combo-1",
+		Outcome: GiftOutcome{
+			Name: "幸运草 \"7\"", Price: 20, Kind: GiftLucky, ReceiversOnMic: false, RegionalThreshold: 100_000,
+			LuckyRegionalMin: 50_000, MultiplierBP: 50 * BasisPoints, Reward: 297_000, ChargedAt: tNow - 3, BalanceAfter: 1_234_567,
+		},
+	}
 }
 
 func TestEncodeDecodeRoundTrip(t *testing.T) {
@@ -80,7 +94,7 @@ func TestDecodeCommandRejects(t *testing.T) {
 		payload string
 		err     *Error
 	}{
-		{"unknown type", "SendGift", valid, ErrUnknownCommand},
+		{"unknown type", "FlyToTheMoon", valid, ErrUnknownCommand},
 		{"empty type", "", valid, ErrUnknownCommand},
 		{"type in another case", "takemic", valid, ErrUnknownCommand},
 		{"empty payload", CmdTakeMic, ``, ErrInvalidArgument},
@@ -101,6 +115,10 @@ func TestDecodeCommandRejects(t *testing.T) {
 		{"trailing garbage", CmdTakeMic, valid + `x`, ErrInvalidArgument},
 		{"trailing brace", CmdTakeMic, valid + `}`, ErrInvalidArgument},
 		{"trailing bracket", CmdTakeMic, valid + `]`, ErrInvalidArgument},
+		{"gift outcome on a command without one", CmdTakeMic, `{"op":5,"at":1,"body":{"seat_index":3},"gift":{"price":1}}`, ErrInvalidArgument},
+		{"unknown gift outcome field", CmdSendGift, `{"op":5,"at":1,"body":{"gift_id":"g"},"gift":{"price":1,"colour":"red"}}`, ErrInvalidArgument},
+		{"gift outcome not an object", CmdSendGift, `{"op":5,"at":1,"body":{"gift_id":"g"},"gift":[1]}`, ErrInvalidArgument},
+		{"outcome field in the body", CmdSendGift, `{"op":5,"at":1,"body":{"gift_id":"g","price":1}}`, ErrInvalidArgument},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -187,4 +205,61 @@ func TestSameRequest(t *testing.T) {
 			}
 		}
 	})
+}
+
+// The outcome of a gift is logged beside the body: a retry carries the same
+// request but not (yet) the outcome, and must still match.
+func TestSameRequestIgnoresTheGiftOutcome(t *testing.T) {
+	orig := env(uCarol, luckyCombo())
+	stored, err := EncodeCommand(orig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(stored), `"gift":{`) {
+		t.Fatalf("the outcome is not logged: %s", stored)
+	}
+	retry := func(mod func(c *SendGift)) *Envelope {
+		c := luckyCombo()
+		mod(c)
+		return envAt(uCarol, tNow+5000, c)
+	}
+	cases := []struct {
+		name string
+		env  *Envelope
+		same bool
+	}{
+		{"another outcome", retry(func(c *SendGift) { c.Outcome = GiftOutcome{Price: 1, Kind: GiftNormal, BalanceAfter: 3} }), true},
+		{"no outcome yet", retry(func(c *SendGift) { c.Outcome = GiftOutcome{} }), true},
+		{"another count", retry(func(c *SendGift) { c.Count = 98 }), false},
+		{"another combo", retry(func(c *SendGift) { c.ComboID = "combo-2" }), false},
+		{"receivers in another order", retry(func(c *SendGift) { c.ReceiverUserIDs = []int64{uBob, uAlice, uAdmin2} }), false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := SameRequest(CmdSendGift, stored, tc.env); got != tc.same {
+				t.Fatalf("SameRequest = %t, want %t", got, tc.same)
+			}
+		})
+	}
+}
+
+func TestGiftOutcomeOf(t *testing.T) {
+	gift := luckyCombo()
+	p, err := EncodeCommand(env(uCarol, gift))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, ok := GiftOutcomeOf(p)
+	if !ok || got != gift.Outcome {
+		t.Fatalf("GiftOutcomeOf = %+v, %t, want %+v", got, ok, gift.Outcome)
+	}
+	other, err := EncodeCommand(env(uAlice, &LeaveMic{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range [][]byte{other, []byte(`{`), nil, []byte(`{"op":1,"at":1,"body":{},"gift":null}`)} {
+		if got, ok := GiftOutcomeOf(p); ok || got != (GiftOutcome{}) {
+			t.Errorf("GiftOutcomeOf(%s) = %+v, %t", p, got, ok)
+		}
+	}
 }

@@ -106,6 +106,20 @@ var (
 	ErrTooManyAdmins = sentinel(CodeRejected, "too_many_admins", "the room has as many admins as it may")
 	ErrTooManyBans   = sentinel(CodeRejected, "too_many_restrictions", "the room holds as many bans or chat mutes as it may")
 
+	// Gifts and the rocket.
+	ErrUnknownGift         = sentinel(CodeInvalid, "unknown_gift", "no such gift in the catalogue")
+	ErrCountNotAllowed     = sentinel(CodeInvalid, "count_not_allowed", "the gift cannot be sent in this count")
+	ErrBadReceivers        = sentinel(CodeInvalid, "bad_receivers", "receiver_user_ids must hold 1 to MaxGiftReceivers distinct users")
+	ErrSelfGift            = sentinel(CodeInvalid, "cannot_gift_self", "the sender cannot be a receiver")
+	ErrReceiverNotInRoom   = sentinel(CodeRejected, "receiver_not_in_room", "a receiver is not in the room")
+	ErrReceiverNotOnMic    = sentinel(CodeRejected, "receiver_not_on_mic", "a receiver is not on a mic seat")
+	ErrInsufficientBalance = sentinel(CodeRejected, "insufficient_balance", "the COIN balance does not cover the gift")
+	ErrGiftExpired         = sentinel(CodeRejected, "gift_expired", "the gift's charge is too old to apply; it is refunded, send again with a new command_id")
+	ErrGiftRefunded        = sentinel(CodeRejected, "gift_refunded", "the gift's charge was refunded; send again with a new command_id")
+	ErrRocketNotPending    = sentinel(CodeRejected, "rocket_not_pending", "no ignited rocket with this id, level and launch time is waiting")
+	ErrRocketNotDue        = sentinel(CodeRejected, "rocket_not_due", "the rocket's launch time has not come")
+	ErrRocketStale         = sentinel(CodeRejected, "rocket_stale", "the rocket was ignited before the last daily reset")
+
 	// Service.
 	ErrMailboxFull  = sentinel(CodeExhausted, "mailbox_full", "the room is busy; retry")
 	ErrFenced       = sentinel(CodeUnavailable, "room_moved", "another node owns the room now; retry")

@@ -18,11 +18,18 @@ const (
 	EventRoomProfileUpdated     EventType = "RoomProfileUpdated"
 	EventRoomBackgroundChanged  EventType = "RoomBackgroundChanged"
 	EventRoomChatEnabledChanged EventType = "RoomChatEnabledChanged"
+	// EventRoomGiftSent is the durable fact of a gift: the gift animation and
+	// public screen through IM; statistics, activity, growth, task and CP
+	// relation consumers through the outbox.
+	EventRoomGiftSent EventType = "RoomGiftSent"
 	// Display-only economy events: the gift economy emits them; they go to
 	// the IM lane alone, latest value wins.
 	EventRoomHeatChanged       EventType = "RoomHeatChanged"
 	EventRoomRankChanged       EventType = "RoomRankChanged"
 	EventRoomRocketFuelChanged EventType = "RoomRocketFuelChanged"
+	// Display-only rocket moments: shown at once, never coalesced.
+	EventRoomRocketIgnited  EventType = "RoomRocketIgnited"
+	EventRoomRocketLaunched EventType = "RoomRocketLaunched"
 )
 
 // Priority is the Tencent IM message priority class of a direct-IM event.
@@ -70,6 +77,9 @@ var lanes = map[EventType]Lanes{
 	EventRoomHeatChanged:        {IM: true, Outbox: false, Priority: PriorityLow, Coalesce: true},
 	EventRoomRankChanged:        {IM: true, Outbox: false, Priority: PriorityLow, Coalesce: true},
 	EventRoomRocketFuelChanged:  {IM: true, Outbox: false, Priority: PriorityLow, Coalesce: true},
+	EventRoomGiftSent:           {IM: true, Outbox: true, Priority: PriorityNormal},
+	EventRoomRocketIgnited:      {IM: true, Outbox: false, Priority: PriorityHigh},
+	EventRoomRocketLaunched:     {IM: true, Outbox: false, Priority: PriorityHigh},
 }
 
 // LanesOf returns the lanes of an event type. Unknown types go nowhere.
@@ -91,8 +101,15 @@ type Event struct {
 	Data any
 }
 
-// Lanes returns where the event goes.
-func (e Event) Lanes() Lanes { return LanesOf(e.Type) }
+// Lanes returns where the event goes. A payload may raise its own IM
+// priority (a big gift is High, other gifts Normal).
+func (e Event) Lanes() Lanes {
+	l := LanesOf(e.Type)
+	if p, ok := e.Data.(interface{ imPriority() Priority }); ok {
+		l.Priority = p.imPriority()
+	}
+	return l
+}
 
 // RoomCreatedEvent is the payload of RoomCreated.
 type RoomCreatedEvent struct {
@@ -219,6 +236,99 @@ type RoomBackgroundChangedEvent struct {
 type RoomChatEnabledChangedEvent struct {
 	Enabled        bool  `json:"enabled"`
 	OperatorUserID int64 `json:"operator_user_id"`
+}
+
+// GiftReceiver is one receiver of a gift as RoomGiftSent shows it.
+type GiftReceiver struct {
+	UserID    int64 `json:"user_id"`
+	SeatIndex int32 `json:"seat_index"` // -1 when not seated
+	Charm     int64 `json:"charm"`      // the seat's charm after the gift; 0 when not seated
+}
+
+// RoomGiftSentEvent is the payload of RoomGiftSent. It is broadcast, so it
+// carries no balance.
+type RoomGiftSentEvent struct {
+	SenderUserID int64          `json:"sender_user_id"`
+	Receivers    []GiftReceiver `json:"receivers"`
+	GiftID       string         `json:"gift_id"`
+	GiftName     string         `json:"gift_name"`
+	Kind         string         `json:"kind"`
+	Price        int64          `json:"price"` // COIN per piece
+	Count        int32          `json:"count"` // pieces per receiver
+	ComboID      string         `json:"combo_id,omitempty"`
+	Cost         int64          `json:"cost"` // price x count x receivers: the gift's value
+	MultiplierBP int64          `json:"multiplier_bp"`
+	Reward       int64          `json:"reward"`
+	Region       string         `json:"region"`
+	// Regional: the gift is big enough to show in the region's broadcast group.
+	Regional    bool  `json:"regional"`
+	BusinessDay int64 `json:"business_day"`
+	Heat        int64 `json:"heat"` // the room's heat after the gift
+	At          int64 `json:"at"`
+}
+
+// RegionalDisplay returns the room's region and whether the gift is shown
+// in the region's broadcast group too.
+func (e *RoomGiftSentEvent) RegionalDisplay() (region string, show bool) { return e.Region, e.Regional }
+
+// imPriority makes a big gift (one shown regionally) High on the IM lane:
+// its animation is never shed. Other gifts stay Normal.
+func (e *RoomGiftSentEvent) imPriority() Priority {
+	if e.Regional {
+		return PriorityHigh
+	}
+	return PriorityNormal
+}
+
+// RoomHeatChangedEvent is the payload of RoomHeatChanged: the heat now.
+type RoomHeatChangedEvent struct {
+	Heat        int64 `json:"heat"`
+	BusinessDay int64 `json:"business_day"`
+}
+
+// SeatCharm is one seat's charm as RoomRankChanged shows it.
+type SeatCharm struct {
+	SeatIndex int32 `json:"seat_index"`
+	UserID    int64 `json:"user_id"` // 0: empty
+	Charm     int64 `json:"charm"`
+}
+
+// RoomRankChangedEvent is the payload of RoomRankChanged: the visible rank
+// and every seat's charm now.
+type RoomRankChangedEvent struct {
+	BusinessDay int64       `json:"business_day"`
+	Top         []RankEntry `json:"top"`
+	Seats       []SeatCharm `json:"seats"`
+}
+
+// RoomRocketFuelChangedEvent is the payload of RoomRocketFuelChanged: the
+// rocket level charging now and its fuel.
+type RoomRocketFuelChangedEvent struct {
+	Level       int32 `json:"level"`
+	Fuel        int64 `json:"fuel"`
+	Threshold   int64 `json:"threshold"`
+	Ignitions   int64 `json:"ignitions"`
+	BusinessDay int64 `json:"business_day"`
+}
+
+// RoomRocketIgnitedEvent is the payload of RoomRocketIgnited: a level filled
+// and its rocket launches at launch_at.
+type RoomRocketIgnitedEvent struct {
+	RocketID        int64       `json:"rocket_id"`
+	Level           int32       `json:"level"`
+	IgnitedAt       int64       `json:"ignited_at"`
+	LaunchAt        int64       `json:"launch_at"`
+	BusinessDay     int64       `json:"business_day"`
+	TopContributors []RankEntry `json:"top_contributors"`
+}
+
+// RoomRocketLaunchedEvent is the payload of RoomRocketLaunched.
+type RoomRocketLaunchedEvent struct {
+	RocketID        int64       `json:"rocket_id"`
+	Level           int32       `json:"level"`
+	LaunchAt        int64       `json:"launch_at"`
+	LaunchedAt      int64       `json:"launched_at"`
+	TopContributors []RankEntry `json:"top_contributors"`
 }
 
 // CheckEventType accepts "" or a known event type.

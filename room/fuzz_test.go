@@ -6,14 +6,14 @@ import (
 )
 
 // FuzzDecodeApply decodes an arbitrary command log row and applies it to a
-// busy open room, a closed room and a room still being created. Nothing may
+// busy open room (with a day's economy), a closed room and a room still being created. Nothing may
 // panic; a refusal must be an *Error that leaves the state exactly as it was;
 // a success must move the version by one, keep the invariants of DESIGN 2.3
 // and close every mic interval it ends exactly once; and an accepted command
 // must survive another encode/decode round trip as the same request.
 func FuzzDecodeApply(f *testing.F) {
 	for _, cmd := range roundTripCommands() {
-		for _, op := range []int64{uOwner, uAdmin, uAlice, uVisitor} {
+		for _, op := range []int64{uOwner, uAdmin, uAlice, uVisitor, SystemOperator} {
 			for _, platform := range []bool{false, true} {
 				e := &Envelope{RoomID: testRoomID, CommandID: "seed", Operator: op, Platform: platform, At: tNow, Command: cmd}
 				p, err := EncodeCommand(e)
@@ -28,6 +28,9 @@ func FuzzDecodeApply(f *testing.F) {
 	f.Add(string(CmdKickUser), []byte(`{"op":3,"at":9223372036854775807,"body":{"target_user_id":5,"duration_seconds":1}}`))
 	f.Add(string(CmdTakeMic), []byte(`{"op":7,"at":-1,"body":{"seat_index":19}}`))
 	f.Add("SendGift", []byte(`{"op":1,"at":1,"body":{}}`))
+	f.Add(string(CmdSendGift), []byte(`{"op":7,"at":1700006400000,"body":{"receiver_user_ids":[5,4],"gift_id":"car","count":9999},"gift":{"name":"Car","price":100000000000,"kind":"lucky","on_mic":true,"reward":5}}`))
+	f.Add(string(CmdSendGift), []byte(`{"op":7,"at":1700000010000,"body":{"receiver_user_ids":[4],"gift_id":"ship","count":1},"gift":{"name":"Ship","price":1000000000,"kind":"normal"}}`))
+	f.Add(string(CmdLaunchRocket), []byte(`{"op":9223372036854775807,"platform":true,"at":1700006400000,"body":{"rocket_id":1,"level":0,"launch_at":1700000010000,"day":19675}}`))
 
 	states := []func() *State{fixture, closedFixture, creatingFixture}
 	f.Fuzz(func(t *testing.T, typ string, payload []byte) {

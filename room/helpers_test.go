@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -16,7 +17,7 @@ const (
 	uOwner        int64 = 1  // owner, on seat 0
 	uHost         int64 = 2  // host (admin), on seat 1
 	uAdmin        int64 = 3  // admin, on seat 2 with the mic off
-	uAdmin2       int64 = 4  // admin, in the room, not seated
+	uAdmin2       int64 = 4  // admin, in the room, not seated; gave alice and bob their charm
 	uAlice        int64 = 5  // member on seat 3, mic on, has charm
 	uBob          int64 = 6  // member on seat 4, which an admin muted
 	uCarol        int64 = 7  // member, not seated, chat-muted
@@ -32,12 +33,19 @@ const (
 
 	banUntil  = tNow + 3_600_000
 	muteUntil = tNow + 600_000
+
+	testDay  int64 = 19675             // the UTC business day of t0 and tNow (2023-11-14)
+	tNextDay int64 = 1_700_006_400_000 // 2023-11-15 00:00 UTC: the next business day starts
 )
 
 // fixture returns an open room with eight seats:
 //
 //	0 owner (mic on)   1 host (mic on)   2 admin (mic off)   3 alice (mic on, charm 40)
-//	4 bob (seat muted) 5 locked, empty   6 muted, empty      7 empty
+//	4 bob (seat muted, charm 7) 5 locked, empty   6 muted, empty      7 empty
+//
+// and the economy of its business day (default rules): the owner's gift of
+// 10000 to admin2 (not seated) ignited rocket 1 at t0, which launches at
+// tNow; then admin2 gave alice 40 and bob 7, the fuel of level 1.
 //
 // It is built by hand, not through Apply, so the tests of Apply do not depend on Apply.
 func fixture() *State {
@@ -68,6 +76,16 @@ func fixture() *State {
 		},
 		Mutes: map[int64]int64{uCarol: muteUntil, uMuteExpired: tNow - 1},
 		Bans:  map[int64]int64{uBanned: banUntil, uBannedAlways: permanent, uBanExpired: tNow - 1},
+		Economy: Economy{
+			Day:     testDay,
+			Heat:    10_047,
+			Contrib: map[int64]int64{uOwner: 10_000, uAdmin2: 47},
+			Top:     []RankEntry{{uOwner, 10_000}, {uAdmin2, 47}},
+			Rocket: Rocket{
+				Level: 1, Fuel: 47, Ignitions: 1, Contributors: map[int64]int64{uAdmin2: 47},
+				Launches: []RocketLaunch{{RocketID: 1, Level: 0, IgnitedAt: t0, LaunchAt: t0 + 10_000, Day: testDay, Top: []RankEntry{{uOwner, 10_000}}}},
+			},
+		},
 	}
 	for _, id := range []int64{uOwner, uHost, uAdmin, uAdmin2, uAlice, uBob, uCarol} {
 		s.Members[id] = &Member{
@@ -124,7 +142,23 @@ func cloneState(s *State) *State {
 	if s.Seats != nil {
 		c.Seats = append([]Seat(nil), s.Seats...)
 	}
+	c.Economy = cloneEconomy(s.Economy)
 	return &c
+}
+
+func cloneEconomy(e Economy) Economy {
+	c := e
+	c.Contrib = maps.Clone(e.Contrib)
+	c.Top = slices.Clone(e.Top)
+	c.Rocket.Contributors = maps.Clone(e.Rocket.Contributors)
+	if e.Rocket.Launches != nil {
+		c.Rocket.Launches = make([]RocketLaunch, len(e.Rocket.Launches))
+		for i, l := range e.Rocket.Launches {
+			l.Top = slices.Clone(l.Top)
+			c.Rocket.Launches[i] = l
+		}
+	}
+	return c
 }
 
 // dumpState is a canonical, diffable text form of s.
@@ -149,6 +183,17 @@ func dumpState(s *State) string {
 	for _, id := range SortedIDs(s.Bans) {
 		fmt.Fprintf(&b, " %d:%d", id, s.Bans[id])
 	}
+	e := &s.Economy
+	fmt.Fprintf(&b, "\nrules=%+v\neconomy day=%d heat=%d top=%v (nil=%t)\ncontrib (nil=%t):", s.Rules, e.Day, e.Heat, e.Top, e.Top == nil, e.Contrib == nil)
+	for _, id := range SortedIDs(e.Contrib) {
+		fmt.Fprintf(&b, " %d:%d", id, e.Contrib[id])
+	}
+	rk := &e.Rocket
+	fmt.Fprintf(&b, "\nrocket level=%d fuel=%d ignitions=%d contributors (nil=%t):", rk.Level, rk.Fuel, rk.Ignitions, rk.Contributors == nil)
+	for _, id := range SortedIDs(rk.Contributors) {
+		fmt.Fprintf(&b, " %d:%d", id, rk.Contributors[id])
+	}
+	fmt.Fprintf(&b, "\nlaunches (nil=%t): %+v", rk.Launches == nil, rk.Launches)
 	return b.String() + "\n"
 }
 
@@ -296,6 +341,51 @@ func checkInvariants(t testing.TB, s *State, at int64) {
 	}
 	if s.Status == StatusClosed && (len(s.Members) != 0 || s.OnMicCount() != 0) {
 		t.Errorf("closed room still holds %d members and %d seated users", len(s.Members), s.OnMicCount())
+	}
+	checkEconomy(t, s)
+}
+
+// checkEconomy checks the economy rules that hold in every reachable state
+// whose rules did not change: heat is the sum of the day's contributions,
+// Top is their visible head, the rocket's fuel is its level's contributors'
+// sum and below the threshold, and the launches are of today, in launch
+// order, with ids already given out.
+func checkEconomy(t testing.TB, s *State) {
+	t.Helper()
+	e, rules := &s.Economy, s.rules()
+	var sum int64
+	for _, v := range e.Contrib {
+		sum += v
+	}
+	if sum != e.Heat {
+		t.Errorf("heat %d, contributions sum to %d", e.Heat, sum)
+	}
+	if want := topOf(e.Contrib, rules.RankSize); !slices.Equal(e.Top, want) {
+		t.Errorf("top %v, want %v", e.Top, want)
+	}
+	rk := &e.Rocket
+	var fuel int64
+	for _, v := range rk.Contributors {
+		fuel += v
+	}
+	if th := s.RocketThreshold(); th != 0 && (rk.Fuel != fuel || rk.Fuel >= th) {
+		t.Errorf("rocket fuel %d, contributors give %d, threshold %d", rk.Fuel, fuel, th)
+	}
+	if len(rk.Launches) > MaxRocketLaunches {
+		t.Errorf("%d launches wait", len(rk.Launches))
+	}
+	for i, l := range rk.Launches {
+		if l.Day != e.Day || l.RocketID <= 0 || l.RocketID > rk.Ignitions || len(l.Top) > RocketTopContributors {
+			t.Errorf("launch %d: %+v (day %d, ignitions %d)", i, l, e.Day, rk.Ignitions)
+		}
+		if i > 0 && rk.Launches[i-1].LaunchAt > l.LaunchAt {
+			t.Errorf("launches out of order: %+v", rk.Launches)
+		}
+	}
+	for _, seat := range s.Seats {
+		if seat.Charm < 0 {
+			t.Errorf("negative charm: %+v", seat)
+		}
 	}
 }
 

@@ -56,7 +56,7 @@ type Seat struct {
 	MutedByAdmin  bool  // 禁麦: the seat's audio is off and its occupant cannot turn it on
 	MicOn         bool  // the occupant's own microphone switch
 	OccupiedSince int64 // unix ms; opens the mic interval that RoomMicChanged closes
-	Charm         int64 // gift value received while seated this session
+	Charm         int64 // gift value received while seated, this session and business day
 }
 
 // Profile is the room's editable presentation.
@@ -91,6 +91,13 @@ type State struct {
 	Mutes map[int64]int64
 	// Bans maps a kicked user to the unix ms the ban ends (0: permanent).
 	Bans map[int64]int64
+
+	// Rules are the economy rules gifts apply with; nil means DefaultRules.
+	// They come from configuration and are not part of a snapshot: set them
+	// with SetRules after decoding one.
+	Rules *Rules
+	// Economy is what gifts built up during the current business day.
+	Economy Economy
 }
 
 // Genesis rebuilds the state of a room that has metadata but no snapshot: the
@@ -122,6 +129,8 @@ func (s *State) initMaps() {
 	s.Members = make(map[int64]*Member)
 	s.Mutes = make(map[int64]int64)
 	s.Bans = make(map[int64]int64)
+	s.Economy.Contrib = make(map[int64]int64)
+	s.Economy.Rocket.Contributors = make(map[int64]int64)
 }
 
 func (s *State) seedAdmins() {

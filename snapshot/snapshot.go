@@ -32,7 +32,8 @@ func StatusFromProto(s roomv1.RoomStatus) (room.Status, bool) {
 	return "", false
 }
 
-// ToProto builds the snapshot message of s. Lists are sorted by user id.
+// ToProto builds the snapshot message of s. Lists are sorted by user id,
+// except the ranks, which are in rank order (value descending, then user id).
 func ToProto(s *room.State) *roomv1.RoomSnapshot {
 	p := &roomv1.RoomSnapshot{
 		RoomId:          s.RoomID,
@@ -72,7 +73,96 @@ func ToProto(s *room.State) *roomv1.RoomSnapshot {
 	}
 	p.ChatMutes = restrictions(s.Mutes)
 	p.Bans = restrictions(s.Bans)
+	p.Economy = economyToProto(s)
 	return p
+}
+
+func economyToProto(s *room.State) *roomv1.RoomEconomy {
+	e, rk := &s.Economy, &s.Economy.Rocket
+	contributions := make([]*roomv1.RankEntry, 0, len(e.Contrib))
+	for _, id := range room.SortedIDs(e.Contrib) {
+		contributions = append(contributions, &roomv1.RankEntry{UserId: id, Value: e.Contrib[id]})
+	}
+	launches := make([]*roomv1.RocketLaunch, len(rk.Launches))
+	for i, l := range rk.Launches {
+		launches[i] = &roomv1.RocketLaunch{
+			RocketId: l.RocketID, Level: l.Level, IgnitedAtMs: l.IgnitedAt, LaunchAtMs: l.LaunchAt,
+			BusinessDay: l.Day, TopContributors: rankToProto(l.Top),
+		}
+	}
+	return &roomv1.RoomEconomy{
+		BusinessDay: e.Day, Heat: e.Heat, Rank: rankToProto(e.Top), Contributions: contributions,
+		Rocket: &roomv1.RoomRocket{
+			Level: rk.Level, Fuel: rk.Fuel, Threshold: s.RocketThreshold(), Ignitions: rk.Ignitions,
+			Contributors: rankToProto(room.RankOf(rk.Contributors)), Launches: launches,
+		},
+	}
+}
+
+func rankToProto(r []room.RankEntry) []*roomv1.RankEntry {
+	out := make([]*roomv1.RankEntry, len(r))
+	for i, e := range r {
+		out[i] = &roomv1.RankEntry{UserId: e.UserID, Value: e.Value}
+	}
+	return out
+}
+
+func rankFromProto(r []*roomv1.RankEntry) []room.RankEntry {
+	if len(r) == 0 {
+		return nil
+	}
+	out := make([]room.RankEntry, len(r))
+	for i, e := range r {
+		out[i] = room.RankEntry{UserID: e.GetUserId(), Value: e.GetValue()}
+	}
+	return out
+}
+
+// valueMap rebuilds a user-keyed value map from its entries; a user listed
+// twice is corruption.
+func valueMap(roomID, what string, entries []*roomv1.RankEntry) (map[int64]int64, error) {
+	m := make(map[int64]int64, len(entries))
+	for _, e := range entries {
+		if _, dup := m[e.GetUserId()]; dup {
+			return nil, fmt.Errorf("snapshot room=%s: user %d appears twice in %s", roomID, e.GetUserId(), what)
+		}
+		m[e.GetUserId()] = e.GetValue()
+	}
+	return m, nil
+}
+
+// economyFromProto rebuilds the economy. The visible rank is derived from
+// the contributions with the default rules; the caller's SetRules derives
+// it again for the room's own rules.
+func economyFromProto(s *room.State, p *roomv1.RoomEconomy, roomID string) error {
+	contrib, err := valueMap(roomID, "contributions", p.GetContributions())
+	if err != nil {
+		return err
+	}
+	rp := p.GetRocket()
+	contributors, err := valueMap(roomID, "rocket contributors", rp.GetContributors())
+	if err != nil {
+		return err
+	}
+	if n := len(rp.GetLaunches()); n > room.MaxRocketLaunches {
+		return fmt.Errorf("snapshot room=%s: %d rocket launches", roomID, n)
+	}
+	var launches []room.RocketLaunch
+	for _, l := range rp.GetLaunches() {
+		launches = append(launches, room.RocketLaunch{
+			RocketID: l.GetRocketId(), Level: l.GetLevel(), IgnitedAt: l.GetIgnitedAtMs(), LaunchAt: l.GetLaunchAtMs(),
+			Day: l.GetBusinessDay(), Top: rankFromProto(l.GetTopContributors()),
+		})
+	}
+	s.Economy = room.Economy{
+		Day: p.GetBusinessDay(), Heat: p.GetHeat(), Contrib: contrib,
+		Rocket: room.Rocket{
+			Level: rp.GetLevel(), Fuel: rp.GetFuel(), Ignitions: rp.GetIgnitions(),
+			Contributors: contributors, Launches: launches,
+		},
+	}
+	s.SetRules(nil)
+	return nil
 }
 
 func restrictions(m map[int64]int64) []*roomv1.Restriction {
@@ -84,7 +174,8 @@ func restrictions(m map[int64]int64) []*roomv1.Restriction {
 }
 
 // FromProto rebuilds state from a snapshot message. It checks what a stored
-// snapshot must satisfy and reports corruption as an error.
+// snapshot must satisfy and reports corruption as an error. The state has
+// no Rules (the defaults): the caller sets the room's with SetRules.
 func FromProto(p *roomv1.RoomSnapshot) (*room.State, error) {
 	status, ok := StatusFromProto(p.GetStatus())
 	if !ok {
@@ -127,6 +218,9 @@ func FromProto(p *roomv1.RoomSnapshot) (*room.State, error) {
 	for _, r := range p.GetBans() {
 		s.Bans[r.GetUserId()] = r.GetUntilMs()
 	}
+	if err := economyFromProto(s, p.GetEconomy(), p.GetRoomId()); err != nil {
+		return nil, err
+	}
 	return s, nil
 }
 
@@ -150,16 +244,26 @@ func Decode(payload []byte) (*room.State, error) {
 	return FromProto(&p)
 }
 
-// WithMemberLimit returns p with at most limit members (0: all). It never
-// modifies p, which may be shared; the result shares p's sub-messages.
+// WithMemberLimit returns p as a query answers it: at most limit members
+// (0: all) and the economy without the full contribution list (a query
+// shows only the visible rank). It never modifies p, which may be shared;
+// the result shares p's other sub-messages.
 func WithMemberLimit(p *roomv1.RoomSnapshot, limit int) *roomv1.RoomSnapshot {
-	if limit <= 0 || len(p.GetMembers()) <= limit {
+	members := p.GetMembers()
+	if limit > 0 && len(members) > limit {
+		members = members[:limit]
+	}
+	e := p.GetEconomy()
+	if len(members) == len(p.GetMembers()) && len(e.GetContributions()) == 0 {
 		return p
+	}
+	if e != nil {
+		e = &roomv1.RoomEconomy{BusinessDay: e.BusinessDay, Heat: e.Heat, Rank: e.Rank, Rocket: e.Rocket}
 	}
 	return &roomv1.RoomSnapshot{
 		RoomId: p.RoomId, RoomVersion: p.RoomVersion, Status: p.Status, OwnerUserId: p.OwnerUserId,
 		HostUserId: p.HostUserId, Mode: p.Mode, Region: p.Region, CreatedAtMs: p.CreatedAtMs, Profile: p.Profile,
-		AdminUserIds: p.AdminUserIds, Members: p.Members[:limit], Seats: p.Seats, ChatMutes: p.ChatMutes,
-		Bans: p.Bans, OnlineCount: p.OnlineCount, LastCommandAtMs: p.LastCommandAtMs,
+		AdminUserIds: p.AdminUserIds, Members: members, Seats: p.Seats, ChatMutes: p.ChatMutes,
+		Bans: p.Bans, OnlineCount: p.OnlineCount, LastCommandAtMs: p.LastCommandAtMs, Economy: e,
 	}
 }

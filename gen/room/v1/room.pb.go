@@ -29,6 +29,57 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// GiftKind says how a gift is paid.
+type GiftKind int32
+
+const (
+	GiftKind_GIFT_KIND_UNSPECIFIED GiftKind = 0
+	GiftKind_GIFT_KIND_NORMAL      GiftKind = 1
+	// A lucky gift draws a multiplier from the lucky table and pays cost x multiplier back.
+	GiftKind_GIFT_KIND_LUCKY GiftKind = 2
+)
+
+// Enum value maps for GiftKind.
+var (
+	GiftKind_name = map[int32]string{
+		0: "GIFT_KIND_UNSPECIFIED",
+		1: "GIFT_KIND_NORMAL",
+		2: "GIFT_KIND_LUCKY",
+	}
+	GiftKind_value = map[string]int32{
+		"GIFT_KIND_UNSPECIFIED": 0,
+		"GIFT_KIND_NORMAL":      1,
+		"GIFT_KIND_LUCKY":       2,
+	}
+)
+
+func (x GiftKind) Enum() *GiftKind {
+	p := new(GiftKind)
+	*p = x
+	return p
+}
+
+func (x GiftKind) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (GiftKind) Descriptor() protoreflect.EnumDescriptor {
+	return file_room_v1_room_proto_enumTypes[0].Descriptor()
+}
+
+func (GiftKind) Type() protoreflect.EnumType {
+	return &file_room_v1_room_proto_enumTypes[0]
+}
+
+func (x GiftKind) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use GiftKind.Descriptor instead.
+func (GiftKind) EnumDescriptor() ([]byte, []int) {
+	return file_room_v1_room_proto_rawDescGZIP(), []int{0}
+}
+
 // RoomStatus is a room's lifecycle state.
 type RoomStatus int32
 
@@ -67,11 +118,11 @@ func (x RoomStatus) String() string {
 }
 
 func (RoomStatus) Descriptor() protoreflect.EnumDescriptor {
-	return file_room_v1_room_proto_enumTypes[0].Descriptor()
+	return file_room_v1_room_proto_enumTypes[1].Descriptor()
 }
 
 func (RoomStatus) Type() protoreflect.EnumType {
-	return &file_room_v1_room_proto_enumTypes[0]
+	return &file_room_v1_room_proto_enumTypes[1]
 }
 
 func (x RoomStatus) Number() protoreflect.EnumNumber {
@@ -80,7 +131,580 @@ func (x RoomStatus) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use RoomStatus.Descriptor instead.
 func (RoomStatus) EnumDescriptor() ([]byte, []int) {
+	return file_room_v1_room_proto_rawDescGZIP(), []int{1}
+}
+
+// SendGiftRequest: one gift, count pieces to each receiver.
+type SendGiftRequest struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	RoomId    string                 `protobuf:"bytes,1,opt,name=room_id,json=roomId,proto3" json:"room_id,omitempty"`
+	CommandId string                 `protobuf:"bytes,2,opt,name=command_id,json=commandId,proto3" json:"command_id,omitempty"`
+	// The sender; pays for the gift.
+	OperatorUserId int64 `protobuf:"varint,3,opt,name=operator_user_id,json=operatorUserId,proto3" json:"operator_user_id,omitempty"`
+	// One or more distinct users, none of them the sender.
+	ReceiverUserIds []int64 `protobuf:"varint,4,rep,packed,name=receiver_user_ids,json=receiverUserIds,proto3" json:"receiver_user_ids,omitempty"`
+	GiftId          string  `protobuf:"bytes,5,opt,name=gift_id,json=giftId,proto3" json:"gift_id,omitempty"`
+	// Pieces per receiver; one of the gift's allowed_counts.
+	Count int32 `protobuf:"varint,6,opt,name=count,proto3" json:"count,omitempty"`
+	// Groups the sends of one combo (client-chosen); carried on RoomGiftSent.
+	ComboId       string `protobuf:"bytes,7,opt,name=combo_id,json=comboId,proto3" json:"combo_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SendGiftRequest) Reset() {
+	*x = SendGiftRequest{}
+	mi := &file_room_v1_room_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SendGiftRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SendGiftRequest) ProtoMessage() {}
+
+func (x *SendGiftRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_room_v1_room_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SendGiftRequest.ProtoReflect.Descriptor instead.
+func (*SendGiftRequest) Descriptor() ([]byte, []int) {
 	return file_room_v1_room_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *SendGiftRequest) GetRoomId() string {
+	if x != nil {
+		return x.RoomId
+	}
+	return ""
+}
+
+func (x *SendGiftRequest) GetCommandId() string {
+	if x != nil {
+		return x.CommandId
+	}
+	return ""
+}
+
+func (x *SendGiftRequest) GetOperatorUserId() int64 {
+	if x != nil {
+		return x.OperatorUserId
+	}
+	return 0
+}
+
+func (x *SendGiftRequest) GetReceiverUserIds() []int64 {
+	if x != nil {
+		return x.ReceiverUserIds
+	}
+	return nil
+}
+
+func (x *SendGiftRequest) GetGiftId() string {
+	if x != nil {
+		return x.GiftId
+	}
+	return ""
+}
+
+func (x *SendGiftRequest) GetCount() int32 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
+func (x *SendGiftRequest) GetComboId() string {
+	if x != nil {
+		return x.ComboId
+	}
+	return ""
+}
+
+// SendGiftResponse is the committed gift and what it cost the sender.
+type SendGiftResponse struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	RoomVersion int64                  `protobuf:"varint,1,opt,name=room_version,json=roomVersion,proto3" json:"room_version,omitempty"`
+	// The sender's COIN balance after the debit and any lucky reward.
+	CoinBalanceAfter int64 `protobuf:"varint,2,opt,name=coin_balance_after,json=coinBalanceAfter,proto3" json:"coin_balance_after,omitempty"`
+	// price x count x receivers.
+	Cost int64 `protobuf:"varint,3,opt,name=cost,proto3" json:"cost,omitempty"`
+	// Lucky gifts: the multiplier drawn, in basis points (10000 = 1x); 0 otherwise or for a miss.
+	LuckyMultiplierBp int64 `protobuf:"varint,4,opt,name=lucky_multiplier_bp,json=luckyMultiplierBp,proto3" json:"lucky_multiplier_bp,omitempty"`
+	// Lucky gifts: coins paid back (cost x multiplier); 0 otherwise.
+	LuckyReward   int64 `protobuf:"varint,5,opt,name=lucky_reward,json=luckyReward,proto3" json:"lucky_reward,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SendGiftResponse) Reset() {
+	*x = SendGiftResponse{}
+	mi := &file_room_v1_room_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SendGiftResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SendGiftResponse) ProtoMessage() {}
+
+func (x *SendGiftResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_room_v1_room_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SendGiftResponse.ProtoReflect.Descriptor instead.
+func (*SendGiftResponse) Descriptor() ([]byte, []int) {
+	return file_room_v1_room_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *SendGiftResponse) GetRoomVersion() int64 {
+	if x != nil {
+		return x.RoomVersion
+	}
+	return 0
+}
+
+func (x *SendGiftResponse) GetCoinBalanceAfter() int64 {
+	if x != nil {
+		return x.CoinBalanceAfter
+	}
+	return 0
+}
+
+func (x *SendGiftResponse) GetCost() int64 {
+	if x != nil {
+		return x.Cost
+	}
+	return 0
+}
+
+func (x *SendGiftResponse) GetLuckyMultiplierBp() int64 {
+	if x != nil {
+		return x.LuckyMultiplierBp
+	}
+	return 0
+}
+
+func (x *SendGiftResponse) GetLuckyReward() int64 {
+	if x != nil {
+		return x.LuckyReward
+	}
+	return 0
+}
+
+// ListGiftsRequest asks for the catalogue.
+type ListGiftsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListGiftsRequest) Reset() {
+	*x = ListGiftsRequest{}
+	mi := &file_room_v1_room_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListGiftsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListGiftsRequest) ProtoMessage() {}
+
+func (x *ListGiftsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_room_v1_room_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListGiftsRequest.ProtoReflect.Descriptor instead.
+func (*ListGiftsRequest) Descriptor() ([]byte, []int) {
+	return file_room_v1_room_proto_rawDescGZIP(), []int{2}
+}
+
+// ListGiftsResponse is the gift catalogue.
+type ListGiftsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Gifts []*Gift                `protobuf:"bytes,1,rep,name=gifts,proto3" json:"gifts,omitempty"`
+	// The lucky table's expected payout per coin spent, in basis points (checked against its target when config loads).
+	LuckyExpectedPayoutBp int64 `protobuf:"varint,2,opt,name=lucky_expected_payout_bp,json=luckyExpectedPayoutBp,proto3" json:"lucky_expected_payout_bp,omitempty"`
+	unknownFields         protoimpl.UnknownFields
+	sizeCache             protoimpl.SizeCache
+}
+
+func (x *ListGiftsResponse) Reset() {
+	*x = ListGiftsResponse{}
+	mi := &file_room_v1_room_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListGiftsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListGiftsResponse) ProtoMessage() {}
+
+func (x *ListGiftsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_room_v1_room_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListGiftsResponse.ProtoReflect.Descriptor instead.
+func (*ListGiftsResponse) Descriptor() ([]byte, []int) {
+	return file_room_v1_room_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *ListGiftsResponse) GetGifts() []*Gift {
+	if x != nil {
+		return x.Gifts
+	}
+	return nil
+}
+
+func (x *ListGiftsResponse) GetLuckyExpectedPayoutBp() int64 {
+	if x != nil {
+		return x.LuckyExpectedPayoutBp
+	}
+	return 0
+}
+
+// Gift is one catalogue entry.
+type Gift struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	GiftId string                 `protobuf:"bytes,1,opt,name=gift_id,json=giftId,proto3" json:"gift_id,omitempty"`
+	Name   string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	// COIN per piece.
+	Price int64    `protobuf:"varint,3,opt,name=price,proto3" json:"price,omitempty"`
+	Kind  GiftKind `protobuf:"varint,4,opt,name=kind,proto3,enum=room.v1.GiftKind" json:"kind,omitempty"`
+	// The counts a send may use.
+	AllowedCounts []int32 `protobuf:"varint,5,rep,packed,name=allowed_counts,json=allowedCounts,proto3" json:"allowed_counts,omitempty"`
+	// Receivers must be on a mic seat (otherwise: anyone in the room).
+	ReceiversOnMic bool `protobuf:"varint,6,opt,name=receivers_on_mic,json=receiversOnMic,proto3" json:"receivers_on_mic,omitempty"`
+	// A send whose value reaches this is also shown in the room region's broadcast group.
+	RegionalThreshold int64 `protobuf:"varint,7,opt,name=regional_threshold,json=regionalThreshold,proto3" json:"regional_threshold,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
+}
+
+func (x *Gift) Reset() {
+	*x = Gift{}
+	mi := &file_room_v1_room_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Gift) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Gift) ProtoMessage() {}
+
+func (x *Gift) ProtoReflect() protoreflect.Message {
+	mi := &file_room_v1_room_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Gift.ProtoReflect.Descriptor instead.
+func (*Gift) Descriptor() ([]byte, []int) {
+	return file_room_v1_room_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *Gift) GetGiftId() string {
+	if x != nil {
+		return x.GiftId
+	}
+	return ""
+}
+
+func (x *Gift) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *Gift) GetPrice() int64 {
+	if x != nil {
+		return x.Price
+	}
+	return 0
+}
+
+func (x *Gift) GetKind() GiftKind {
+	if x != nil {
+		return x.Kind
+	}
+	return GiftKind_GIFT_KIND_UNSPECIFIED
+}
+
+func (x *Gift) GetAllowedCounts() []int32 {
+	if x != nil {
+		return x.AllowedCounts
+	}
+	return nil
+}
+
+func (x *Gift) GetReceiversOnMic() bool {
+	if x != nil {
+		return x.ReceiversOnMic
+	}
+	return false
+}
+
+func (x *Gift) GetRegionalThreshold() int64 {
+	if x != nil {
+		return x.RegionalThreshold
+	}
+	return 0
+}
+
+// CreditCoinsRequest credits a user once per idempotency key.
+type CreditCoinsRequest struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	UserId int64                  `protobuf:"varint,1,opt,name=user_id,json=userId,proto3" json:"user_id,omitempty"`
+	// Positive coins.
+	Amount int64 `protobuf:"varint,2,opt,name=amount,proto3" json:"amount,omitempty"`
+	// Unique per credit; a retry with the same key credits nothing more.
+	IdempotencyKey string `protobuf:"bytes,3,opt,name=idempotency_key,json=idempotencyKey,proto3" json:"idempotency_key,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *CreditCoinsRequest) Reset() {
+	*x = CreditCoinsRequest{}
+	mi := &file_room_v1_room_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreditCoinsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreditCoinsRequest) ProtoMessage() {}
+
+func (x *CreditCoinsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_room_v1_room_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreditCoinsRequest.ProtoReflect.Descriptor instead.
+func (*CreditCoinsRequest) Descriptor() ([]byte, []int) {
+	return file_room_v1_room_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *CreditCoinsRequest) GetUserId() int64 {
+	if x != nil {
+		return x.UserId
+	}
+	return 0
+}
+
+func (x *CreditCoinsRequest) GetAmount() int64 {
+	if x != nil {
+		return x.Amount
+	}
+	return 0
+}
+
+func (x *CreditCoinsRequest) GetIdempotencyKey() string {
+	if x != nil {
+		return x.IdempotencyKey
+	}
+	return ""
+}
+
+// CreditCoinsResponse is the balance after the credit.
+type CreditCoinsResponse struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Balance int64                  `protobuf:"varint,1,opt,name=balance,proto3" json:"balance,omitempty"`
+	// True when the key had credited before: nothing changed.
+	Duplicate     bool `protobuf:"varint,2,opt,name=duplicate,proto3" json:"duplicate,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreditCoinsResponse) Reset() {
+	*x = CreditCoinsResponse{}
+	mi := &file_room_v1_room_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreditCoinsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreditCoinsResponse) ProtoMessage() {}
+
+func (x *CreditCoinsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_room_v1_room_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreditCoinsResponse.ProtoReflect.Descriptor instead.
+func (*CreditCoinsResponse) Descriptor() ([]byte, []int) {
+	return file_room_v1_room_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *CreditCoinsResponse) GetBalance() int64 {
+	if x != nil {
+		return x.Balance
+	}
+	return 0
+}
+
+func (x *CreditCoinsResponse) GetDuplicate() bool {
+	if x != nil {
+		return x.Duplicate
+	}
+	return false
+}
+
+// GetBalanceRequest names a user.
+type GetBalanceRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	UserId        int64                  `protobuf:"varint,1,opt,name=user_id,json=userId,proto3" json:"user_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetBalanceRequest) Reset() {
+	*x = GetBalanceRequest{}
+	mi := &file_room_v1_room_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetBalanceRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetBalanceRequest) ProtoMessage() {}
+
+func (x *GetBalanceRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_room_v1_room_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetBalanceRequest.ProtoReflect.Descriptor instead.
+func (*GetBalanceRequest) Descriptor() ([]byte, []int) {
+	return file_room_v1_room_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *GetBalanceRequest) GetUserId() int64 {
+	if x != nil {
+		return x.UserId
+	}
+	return 0
+}
+
+// GetBalanceResponse is a user's COIN balance.
+type GetBalanceResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Balance       int64                  `protobuf:"varint,1,opt,name=balance,proto3" json:"balance,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetBalanceResponse) Reset() {
+	*x = GetBalanceResponse{}
+	mi := &file_room_v1_room_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetBalanceResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetBalanceResponse) ProtoMessage() {}
+
+func (x *GetBalanceResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_room_v1_room_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetBalanceResponse.ProtoReflect.Descriptor instead.
+func (*GetBalanceResponse) Descriptor() ([]byte, []int) {
+	return file_room_v1_room_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *GetBalanceResponse) GetBalance() int64 {
+	if x != nil {
+		return x.Balance
+	}
+	return 0
 }
 
 // GetOutboxStatusRequest asks for the outbox summary.
@@ -92,7 +716,7 @@ type GetOutboxStatusRequest struct {
 
 func (x *GetOutboxStatusRequest) Reset() {
 	*x = GetOutboxStatusRequest{}
-	mi := &file_room_v1_room_proto_msgTypes[0]
+	mi := &file_room_v1_room_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -104,7 +728,7 @@ func (x *GetOutboxStatusRequest) String() string {
 func (*GetOutboxStatusRequest) ProtoMessage() {}
 
 func (x *GetOutboxStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[0]
+	mi := &file_room_v1_room_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -117,7 +741,7 @@ func (x *GetOutboxStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetOutboxStatusRequest.ProtoReflect.Descriptor instead.
 func (*GetOutboxStatusRequest) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{0}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{9}
 }
 
 // GetOutboxStatusResponse is the outbox summary.
@@ -136,7 +760,7 @@ type GetOutboxStatusResponse struct {
 
 func (x *GetOutboxStatusResponse) Reset() {
 	*x = GetOutboxStatusResponse{}
-	mi := &file_room_v1_room_proto_msgTypes[1]
+	mi := &file_room_v1_room_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -148,7 +772,7 @@ func (x *GetOutboxStatusResponse) String() string {
 func (*GetOutboxStatusResponse) ProtoMessage() {}
 
 func (x *GetOutboxStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[1]
+	mi := &file_room_v1_room_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -161,7 +785,7 @@ func (x *GetOutboxStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetOutboxStatusResponse.ProtoReflect.Descriptor instead.
 func (*GetOutboxStatusResponse) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{1}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *GetOutboxStatusResponse) GetPending() int64 {
@@ -203,7 +827,7 @@ type RequeueDeadOutboxRequest struct {
 
 func (x *RequeueDeadOutboxRequest) Reset() {
 	*x = RequeueDeadOutboxRequest{}
-	mi := &file_room_v1_room_proto_msgTypes[2]
+	mi := &file_room_v1_room_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -215,7 +839,7 @@ func (x *RequeueDeadOutboxRequest) String() string {
 func (*RequeueDeadOutboxRequest) ProtoMessage() {}
 
 func (x *RequeueDeadOutboxRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[2]
+	mi := &file_room_v1_room_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -228,7 +852,7 @@ func (x *RequeueDeadOutboxRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequeueDeadOutboxRequest.ProtoReflect.Descriptor instead.
 func (*RequeueDeadOutboxRequest) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{2}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *RequeueDeadOutboxRequest) GetEventType() string {
@@ -248,7 +872,7 @@ type RequeueDeadOutboxResponse struct {
 
 func (x *RequeueDeadOutboxResponse) Reset() {
 	*x = RequeueDeadOutboxResponse{}
-	mi := &file_room_v1_room_proto_msgTypes[3]
+	mi := &file_room_v1_room_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -260,7 +884,7 @@ func (x *RequeueDeadOutboxResponse) String() string {
 func (*RequeueDeadOutboxResponse) ProtoMessage() {}
 
 func (x *RequeueDeadOutboxResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[3]
+	mi := &file_room_v1_room_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -273,7 +897,7 @@ func (x *RequeueDeadOutboxResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequeueDeadOutboxResponse.ProtoReflect.Descriptor instead.
 func (*RequeueDeadOutboxResponse) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{3}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *RequeueDeadOutboxResponse) GetRequeued() int64 {
@@ -301,7 +925,7 @@ type CreateRoomRequest struct {
 
 func (x *CreateRoomRequest) Reset() {
 	*x = CreateRoomRequest{}
-	mi := &file_room_v1_room_proto_msgTypes[4]
+	mi := &file_room_v1_room_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -313,7 +937,7 @@ func (x *CreateRoomRequest) String() string {
 func (*CreateRoomRequest) ProtoMessage() {}
 
 func (x *CreateRoomRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[4]
+	mi := &file_room_v1_room_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -326,7 +950,7 @@ func (x *CreateRoomRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateRoomRequest.ProtoReflect.Descriptor instead.
 func (*CreateRoomRequest) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{4}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *CreateRoomRequest) GetRoomId() string {
@@ -402,7 +1026,7 @@ type CreateRoomResponse struct {
 
 func (x *CreateRoomResponse) Reset() {
 	*x = CreateRoomResponse{}
-	mi := &file_room_v1_room_proto_msgTypes[5]
+	mi := &file_room_v1_room_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -414,7 +1038,7 @@ func (x *CreateRoomResponse) String() string {
 func (*CreateRoomResponse) ProtoMessage() {}
 
 func (x *CreateRoomResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[5]
+	mi := &file_room_v1_room_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -427,7 +1051,7 @@ func (x *CreateRoomResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateRoomResponse.ProtoReflect.Descriptor instead.
 func (*CreateRoomResponse) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{5}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *CreateRoomResponse) GetRoomVersion() int64 {
@@ -449,7 +1073,7 @@ type CloseRoomRequest struct {
 
 func (x *CloseRoomRequest) Reset() {
 	*x = CloseRoomRequest{}
-	mi := &file_room_v1_room_proto_msgTypes[6]
+	mi := &file_room_v1_room_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -461,7 +1085,7 @@ func (x *CloseRoomRequest) String() string {
 func (*CloseRoomRequest) ProtoMessage() {}
 
 func (x *CloseRoomRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[6]
+	mi := &file_room_v1_room_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -474,7 +1098,7 @@ func (x *CloseRoomRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseRoomRequest.ProtoReflect.Descriptor instead.
 func (*CloseRoomRequest) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{6}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *CloseRoomRequest) GetRoomId() string {
@@ -508,7 +1132,7 @@ type CloseRoomResponse struct {
 
 func (x *CloseRoomResponse) Reset() {
 	*x = CloseRoomResponse{}
-	mi := &file_room_v1_room_proto_msgTypes[7]
+	mi := &file_room_v1_room_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -520,7 +1144,7 @@ func (x *CloseRoomResponse) String() string {
 func (*CloseRoomResponse) ProtoMessage() {}
 
 func (x *CloseRoomResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[7]
+	mi := &file_room_v1_room_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -533,7 +1157,7 @@ func (x *CloseRoomResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseRoomResponse.ProtoReflect.Descriptor instead.
 func (*CloseRoomResponse) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{7}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *CloseRoomResponse) GetRoomVersion() int64 {
@@ -559,7 +1183,7 @@ type JoinRoomRequest struct {
 
 func (x *JoinRoomRequest) Reset() {
 	*x = JoinRoomRequest{}
-	mi := &file_room_v1_room_proto_msgTypes[8]
+	mi := &file_room_v1_room_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -571,7 +1195,7 @@ func (x *JoinRoomRequest) String() string {
 func (*JoinRoomRequest) ProtoMessage() {}
 
 func (x *JoinRoomRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[8]
+	mi := &file_room_v1_room_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -584,7 +1208,7 @@ func (x *JoinRoomRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinRoomRequest.ProtoReflect.Descriptor instead.
 func (*JoinRoomRequest) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{8}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *JoinRoomRequest) GetRoomId() string {
@@ -646,7 +1270,7 @@ type JoinRoomResponse struct {
 
 func (x *JoinRoomResponse) Reset() {
 	*x = JoinRoomResponse{}
-	mi := &file_room_v1_room_proto_msgTypes[9]
+	mi := &file_room_v1_room_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -658,7 +1282,7 @@ func (x *JoinRoomResponse) String() string {
 func (*JoinRoomResponse) ProtoMessage() {}
 
 func (x *JoinRoomResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[9]
+	mi := &file_room_v1_room_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -671,7 +1295,7 @@ func (x *JoinRoomResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinRoomResponse.ProtoReflect.Descriptor instead.
 func (*JoinRoomResponse) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{9}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *JoinRoomResponse) GetRoomVersion() int64 {
@@ -693,7 +1317,7 @@ type LeaveRoomRequest struct {
 
 func (x *LeaveRoomRequest) Reset() {
 	*x = LeaveRoomRequest{}
-	mi := &file_room_v1_room_proto_msgTypes[10]
+	mi := &file_room_v1_room_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -705,7 +1329,7 @@ func (x *LeaveRoomRequest) String() string {
 func (*LeaveRoomRequest) ProtoMessage() {}
 
 func (x *LeaveRoomRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[10]
+	mi := &file_room_v1_room_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -718,7 +1342,7 @@ func (x *LeaveRoomRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaveRoomRequest.ProtoReflect.Descriptor instead.
 func (*LeaveRoomRequest) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{10}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *LeaveRoomRequest) GetRoomId() string {
@@ -752,7 +1376,7 @@ type LeaveRoomResponse struct {
 
 func (x *LeaveRoomResponse) Reset() {
 	*x = LeaveRoomResponse{}
-	mi := &file_room_v1_room_proto_msgTypes[11]
+	mi := &file_room_v1_room_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -764,7 +1388,7 @@ func (x *LeaveRoomResponse) String() string {
 func (*LeaveRoomResponse) ProtoMessage() {}
 
 func (x *LeaveRoomResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[11]
+	mi := &file_room_v1_room_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -777,7 +1401,7 @@ func (x *LeaveRoomResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaveRoomResponse.ProtoReflect.Descriptor instead.
 func (*LeaveRoomResponse) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{11}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *LeaveRoomResponse) GetRoomVersion() int64 {
@@ -800,7 +1424,7 @@ type TakeMicRequest struct {
 
 func (x *TakeMicRequest) Reset() {
 	*x = TakeMicRequest{}
-	mi := &file_room_v1_room_proto_msgTypes[12]
+	mi := &file_room_v1_room_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -812,7 +1436,7 @@ func (x *TakeMicRequest) String() string {
 func (*TakeMicRequest) ProtoMessage() {}
 
 func (x *TakeMicRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[12]
+	mi := &file_room_v1_room_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -825,7 +1449,7 @@ func (x *TakeMicRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TakeMicRequest.ProtoReflect.Descriptor instead.
 func (*TakeMicRequest) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{12}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *TakeMicRequest) GetRoomId() string {
@@ -866,7 +1490,7 @@ type TakeMicResponse struct {
 
 func (x *TakeMicResponse) Reset() {
 	*x = TakeMicResponse{}
-	mi := &file_room_v1_room_proto_msgTypes[13]
+	mi := &file_room_v1_room_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -878,7 +1502,7 @@ func (x *TakeMicResponse) String() string {
 func (*TakeMicResponse) ProtoMessage() {}
 
 func (x *TakeMicResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[13]
+	mi := &file_room_v1_room_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -891,7 +1515,7 @@ func (x *TakeMicResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TakeMicResponse.ProtoReflect.Descriptor instead.
 func (*TakeMicResponse) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{13}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *TakeMicResponse) GetRoomVersion() int64 {
@@ -913,7 +1537,7 @@ type LeaveMicRequest struct {
 
 func (x *LeaveMicRequest) Reset() {
 	*x = LeaveMicRequest{}
-	mi := &file_room_v1_room_proto_msgTypes[14]
+	mi := &file_room_v1_room_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -925,7 +1549,7 @@ func (x *LeaveMicRequest) String() string {
 func (*LeaveMicRequest) ProtoMessage() {}
 
 func (x *LeaveMicRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[14]
+	mi := &file_room_v1_room_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -938,7 +1562,7 @@ func (x *LeaveMicRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaveMicRequest.ProtoReflect.Descriptor instead.
 func (*LeaveMicRequest) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{14}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *LeaveMicRequest) GetRoomId() string {
@@ -972,7 +1596,7 @@ type LeaveMicResponse struct {
 
 func (x *LeaveMicResponse) Reset() {
 	*x = LeaveMicResponse{}
-	mi := &file_room_v1_room_proto_msgTypes[15]
+	mi := &file_room_v1_room_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -984,7 +1608,7 @@ func (x *LeaveMicResponse) String() string {
 func (*LeaveMicResponse) ProtoMessage() {}
 
 func (x *LeaveMicResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[15]
+	mi := &file_room_v1_room_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -997,7 +1621,7 @@ func (x *LeaveMicResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaveMicResponse.ProtoReflect.Descriptor instead.
 func (*LeaveMicResponse) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{15}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *LeaveMicResponse) GetRoomVersion() int64 {
@@ -1020,7 +1644,7 @@ type MoveMicRequest struct {
 
 func (x *MoveMicRequest) Reset() {
 	*x = MoveMicRequest{}
-	mi := &file_room_v1_room_proto_msgTypes[16]
+	mi := &file_room_v1_room_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1032,7 +1656,7 @@ func (x *MoveMicRequest) String() string {
 func (*MoveMicRequest) ProtoMessage() {}
 
 func (x *MoveMicRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[16]
+	mi := &file_room_v1_room_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1045,7 +1669,7 @@ func (x *MoveMicRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MoveMicRequest.ProtoReflect.Descriptor instead.
 func (*MoveMicRequest) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{16}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *MoveMicRequest) GetRoomId() string {
@@ -1086,7 +1710,7 @@ type MoveMicResponse struct {
 
 func (x *MoveMicResponse) Reset() {
 	*x = MoveMicResponse{}
-	mi := &file_room_v1_room_proto_msgTypes[17]
+	mi := &file_room_v1_room_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1098,7 +1722,7 @@ func (x *MoveMicResponse) String() string {
 func (*MoveMicResponse) ProtoMessage() {}
 
 func (x *MoveMicResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[17]
+	mi := &file_room_v1_room_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1111,7 +1735,7 @@ func (x *MoveMicResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MoveMicResponse.ProtoReflect.Descriptor instead.
 func (*MoveMicResponse) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{17}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *MoveMicResponse) GetRoomVersion() int64 {
@@ -1134,7 +1758,7 @@ type KickFromMicRequest struct {
 
 func (x *KickFromMicRequest) Reset() {
 	*x = KickFromMicRequest{}
-	mi := &file_room_v1_room_proto_msgTypes[18]
+	mi := &file_room_v1_room_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1146,7 +1770,7 @@ func (x *KickFromMicRequest) String() string {
 func (*KickFromMicRequest) ProtoMessage() {}
 
 func (x *KickFromMicRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[18]
+	mi := &file_room_v1_room_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1159,7 +1783,7 @@ func (x *KickFromMicRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KickFromMicRequest.ProtoReflect.Descriptor instead.
 func (*KickFromMicRequest) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{18}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *KickFromMicRequest) GetRoomId() string {
@@ -1200,7 +1824,7 @@ type KickFromMicResponse struct {
 
 func (x *KickFromMicResponse) Reset() {
 	*x = KickFromMicResponse{}
-	mi := &file_room_v1_room_proto_msgTypes[19]
+	mi := &file_room_v1_room_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1212,7 +1836,7 @@ func (x *KickFromMicResponse) String() string {
 func (*KickFromMicResponse) ProtoMessage() {}
 
 func (x *KickFromMicResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[19]
+	mi := &file_room_v1_room_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1225,7 +1849,7 @@ func (x *KickFromMicResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KickFromMicResponse.ProtoReflect.Descriptor instead.
 func (*KickFromMicResponse) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{19}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *KickFromMicResponse) GetRoomVersion() int64 {
@@ -1249,7 +1873,7 @@ type LockMicSeatRequest struct {
 
 func (x *LockMicSeatRequest) Reset() {
 	*x = LockMicSeatRequest{}
-	mi := &file_room_v1_room_proto_msgTypes[20]
+	mi := &file_room_v1_room_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1261,7 +1885,7 @@ func (x *LockMicSeatRequest) String() string {
 func (*LockMicSeatRequest) ProtoMessage() {}
 
 func (x *LockMicSeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[20]
+	mi := &file_room_v1_room_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1274,7 +1898,7 @@ func (x *LockMicSeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LockMicSeatRequest.ProtoReflect.Descriptor instead.
 func (*LockMicSeatRequest) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{20}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *LockMicSeatRequest) GetRoomId() string {
@@ -1322,7 +1946,7 @@ type LockMicSeatResponse struct {
 
 func (x *LockMicSeatResponse) Reset() {
 	*x = LockMicSeatResponse{}
-	mi := &file_room_v1_room_proto_msgTypes[21]
+	mi := &file_room_v1_room_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1334,7 +1958,7 @@ func (x *LockMicSeatResponse) String() string {
 func (*LockMicSeatResponse) ProtoMessage() {}
 
 func (x *LockMicSeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[21]
+	mi := &file_room_v1_room_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1347,7 +1971,7 @@ func (x *LockMicSeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LockMicSeatResponse.ProtoReflect.Descriptor instead.
 func (*LockMicSeatResponse) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{21}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *LockMicSeatResponse) GetRoomVersion() int64 {
@@ -1371,7 +1995,7 @@ type MuteMicSeatRequest struct {
 
 func (x *MuteMicSeatRequest) Reset() {
 	*x = MuteMicSeatRequest{}
-	mi := &file_room_v1_room_proto_msgTypes[22]
+	mi := &file_room_v1_room_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1383,7 +2007,7 @@ func (x *MuteMicSeatRequest) String() string {
 func (*MuteMicSeatRequest) ProtoMessage() {}
 
 func (x *MuteMicSeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[22]
+	mi := &file_room_v1_room_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1396,7 +2020,7 @@ func (x *MuteMicSeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MuteMicSeatRequest.ProtoReflect.Descriptor instead.
 func (*MuteMicSeatRequest) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{22}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *MuteMicSeatRequest) GetRoomId() string {
@@ -1444,7 +2068,7 @@ type MuteMicSeatResponse struct {
 
 func (x *MuteMicSeatResponse) Reset() {
 	*x = MuteMicSeatResponse{}
-	mi := &file_room_v1_room_proto_msgTypes[23]
+	mi := &file_room_v1_room_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1456,7 +2080,7 @@ func (x *MuteMicSeatResponse) String() string {
 func (*MuteMicSeatResponse) ProtoMessage() {}
 
 func (x *MuteMicSeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[23]
+	mi := &file_room_v1_room_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1469,7 +2093,7 @@ func (x *MuteMicSeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MuteMicSeatResponse.ProtoReflect.Descriptor instead.
 func (*MuteMicSeatResponse) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{23}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *MuteMicSeatResponse) GetRoomVersion() int64 {
@@ -1492,7 +2116,7 @@ type SetMyMicRequest struct {
 
 func (x *SetMyMicRequest) Reset() {
 	*x = SetMyMicRequest{}
-	mi := &file_room_v1_room_proto_msgTypes[24]
+	mi := &file_room_v1_room_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1504,7 +2128,7 @@ func (x *SetMyMicRequest) String() string {
 func (*SetMyMicRequest) ProtoMessage() {}
 
 func (x *SetMyMicRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[24]
+	mi := &file_room_v1_room_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1517,7 +2141,7 @@ func (x *SetMyMicRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetMyMicRequest.ProtoReflect.Descriptor instead.
 func (*SetMyMicRequest) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{24}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *SetMyMicRequest) GetRoomId() string {
@@ -1558,7 +2182,7 @@ type SetMyMicResponse struct {
 
 func (x *SetMyMicResponse) Reset() {
 	*x = SetMyMicResponse{}
-	mi := &file_room_v1_room_proto_msgTypes[25]
+	mi := &file_room_v1_room_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1570,7 +2194,7 @@ func (x *SetMyMicResponse) String() string {
 func (*SetMyMicResponse) ProtoMessage() {}
 
 func (x *SetMyMicResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[25]
+	mi := &file_room_v1_room_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1583,7 +2207,7 @@ func (x *SetMyMicResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetMyMicResponse.ProtoReflect.Descriptor instead.
 func (*SetMyMicResponse) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{25}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *SetMyMicResponse) GetRoomVersion() int64 {
@@ -1607,7 +2231,7 @@ type KickUserRequest struct {
 
 func (x *KickUserRequest) Reset() {
 	*x = KickUserRequest{}
-	mi := &file_room_v1_room_proto_msgTypes[26]
+	mi := &file_room_v1_room_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1619,7 +2243,7 @@ func (x *KickUserRequest) String() string {
 func (*KickUserRequest) ProtoMessage() {}
 
 func (x *KickUserRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[26]
+	mi := &file_room_v1_room_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1632,7 +2256,7 @@ func (x *KickUserRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KickUserRequest.ProtoReflect.Descriptor instead.
 func (*KickUserRequest) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{26}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *KickUserRequest) GetRoomId() string {
@@ -1680,7 +2304,7 @@ type KickUserResponse struct {
 
 func (x *KickUserResponse) Reset() {
 	*x = KickUserResponse{}
-	mi := &file_room_v1_room_proto_msgTypes[27]
+	mi := &file_room_v1_room_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1692,7 +2316,7 @@ func (x *KickUserResponse) String() string {
 func (*KickUserResponse) ProtoMessage() {}
 
 func (x *KickUserResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[27]
+	mi := &file_room_v1_room_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1705,7 +2329,7 @@ func (x *KickUserResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KickUserResponse.ProtoReflect.Descriptor instead.
 func (*KickUserResponse) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{27}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *KickUserResponse) GetRoomVersion() int64 {
@@ -1729,7 +2353,7 @@ type MuteUserRequest struct {
 
 func (x *MuteUserRequest) Reset() {
 	*x = MuteUserRequest{}
-	mi := &file_room_v1_room_proto_msgTypes[28]
+	mi := &file_room_v1_room_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1741,7 +2365,7 @@ func (x *MuteUserRequest) String() string {
 func (*MuteUserRequest) ProtoMessage() {}
 
 func (x *MuteUserRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[28]
+	mi := &file_room_v1_room_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1754,7 +2378,7 @@ func (x *MuteUserRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MuteUserRequest.ProtoReflect.Descriptor instead.
 func (*MuteUserRequest) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{28}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *MuteUserRequest) GetRoomId() string {
@@ -1802,7 +2426,7 @@ type MuteUserResponse struct {
 
 func (x *MuteUserResponse) Reset() {
 	*x = MuteUserResponse{}
-	mi := &file_room_v1_room_proto_msgTypes[29]
+	mi := &file_room_v1_room_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1814,7 +2438,7 @@ func (x *MuteUserResponse) String() string {
 func (*MuteUserResponse) ProtoMessage() {}
 
 func (x *MuteUserResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[29]
+	mi := &file_room_v1_room_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1827,7 +2451,7 @@ func (x *MuteUserResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MuteUserResponse.ProtoReflect.Descriptor instead.
 func (*MuteUserResponse) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{29}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *MuteUserResponse) GetRoomVersion() int64 {
@@ -1850,7 +2474,7 @@ type UnbanUserRequest struct {
 
 func (x *UnbanUserRequest) Reset() {
 	*x = UnbanUserRequest{}
-	mi := &file_room_v1_room_proto_msgTypes[30]
+	mi := &file_room_v1_room_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1862,7 +2486,7 @@ func (x *UnbanUserRequest) String() string {
 func (*UnbanUserRequest) ProtoMessage() {}
 
 func (x *UnbanUserRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[30]
+	mi := &file_room_v1_room_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1875,7 +2499,7 @@ func (x *UnbanUserRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnbanUserRequest.ProtoReflect.Descriptor instead.
 func (*UnbanUserRequest) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{30}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *UnbanUserRequest) GetRoomId() string {
@@ -1916,7 +2540,7 @@ type UnbanUserResponse struct {
 
 func (x *UnbanUserResponse) Reset() {
 	*x = UnbanUserResponse{}
-	mi := &file_room_v1_room_proto_msgTypes[31]
+	mi := &file_room_v1_room_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1928,7 +2552,7 @@ func (x *UnbanUserResponse) String() string {
 func (*UnbanUserResponse) ProtoMessage() {}
 
 func (x *UnbanUserResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[31]
+	mi := &file_room_v1_room_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1941,7 +2565,7 @@ func (x *UnbanUserResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnbanUserResponse.ProtoReflect.Descriptor instead.
 func (*UnbanUserResponse) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{31}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *UnbanUserResponse) GetRoomVersion() int64 {
@@ -1965,7 +2589,7 @@ type SetAdminRequest struct {
 
 func (x *SetAdminRequest) Reset() {
 	*x = SetAdminRequest{}
-	mi := &file_room_v1_room_proto_msgTypes[32]
+	mi := &file_room_v1_room_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1977,7 +2601,7 @@ func (x *SetAdminRequest) String() string {
 func (*SetAdminRequest) ProtoMessage() {}
 
 func (x *SetAdminRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[32]
+	mi := &file_room_v1_room_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1990,7 +2614,7 @@ func (x *SetAdminRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetAdminRequest.ProtoReflect.Descriptor instead.
 func (*SetAdminRequest) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{32}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *SetAdminRequest) GetRoomId() string {
@@ -2038,7 +2662,7 @@ type SetAdminResponse struct {
 
 func (x *SetAdminResponse) Reset() {
 	*x = SetAdminResponse{}
-	mi := &file_room_v1_room_proto_msgTypes[33]
+	mi := &file_room_v1_room_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2050,7 +2674,7 @@ func (x *SetAdminResponse) String() string {
 func (*SetAdminResponse) ProtoMessage() {}
 
 func (x *SetAdminResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[33]
+	mi := &file_room_v1_room_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2063,7 +2687,7 @@ func (x *SetAdminResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetAdminResponse.ProtoReflect.Descriptor instead.
 func (*SetAdminResponse) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{33}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *SetAdminResponse) GetRoomVersion() int64 {
@@ -2088,7 +2712,7 @@ type UpdateProfileRequest struct {
 
 func (x *UpdateProfileRequest) Reset() {
 	*x = UpdateProfileRequest{}
-	mi := &file_room_v1_room_proto_msgTypes[34]
+	mi := &file_room_v1_room_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2100,7 +2724,7 @@ func (x *UpdateProfileRequest) String() string {
 func (*UpdateProfileRequest) ProtoMessage() {}
 
 func (x *UpdateProfileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[34]
+	mi := &file_room_v1_room_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2113,7 +2737,7 @@ func (x *UpdateProfileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateProfileRequest.ProtoReflect.Descriptor instead.
 func (*UpdateProfileRequest) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{34}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *UpdateProfileRequest) GetRoomId() string {
@@ -2168,7 +2792,7 @@ type UpdateProfileResponse struct {
 
 func (x *UpdateProfileResponse) Reset() {
 	*x = UpdateProfileResponse{}
-	mi := &file_room_v1_room_proto_msgTypes[35]
+	mi := &file_room_v1_room_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2180,7 +2804,7 @@ func (x *UpdateProfileResponse) String() string {
 func (*UpdateProfileResponse) ProtoMessage() {}
 
 func (x *UpdateProfileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[35]
+	mi := &file_room_v1_room_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2193,7 +2817,7 @@ func (x *UpdateProfileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateProfileResponse.ProtoReflect.Descriptor instead.
 func (*UpdateProfileResponse) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{35}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *UpdateProfileResponse) GetRoomVersion() int64 {
@@ -2216,7 +2840,7 @@ type ChangeBackgroundRequest struct {
 
 func (x *ChangeBackgroundRequest) Reset() {
 	*x = ChangeBackgroundRequest{}
-	mi := &file_room_v1_room_proto_msgTypes[36]
+	mi := &file_room_v1_room_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2228,7 +2852,7 @@ func (x *ChangeBackgroundRequest) String() string {
 func (*ChangeBackgroundRequest) ProtoMessage() {}
 
 func (x *ChangeBackgroundRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[36]
+	mi := &file_room_v1_room_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2241,7 +2865,7 @@ func (x *ChangeBackgroundRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChangeBackgroundRequest.ProtoReflect.Descriptor instead.
 func (*ChangeBackgroundRequest) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{36}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *ChangeBackgroundRequest) GetRoomId() string {
@@ -2282,7 +2906,7 @@ type ChangeBackgroundResponse struct {
 
 func (x *ChangeBackgroundResponse) Reset() {
 	*x = ChangeBackgroundResponse{}
-	mi := &file_room_v1_room_proto_msgTypes[37]
+	mi := &file_room_v1_room_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2294,7 +2918,7 @@ func (x *ChangeBackgroundResponse) String() string {
 func (*ChangeBackgroundResponse) ProtoMessage() {}
 
 func (x *ChangeBackgroundResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[37]
+	mi := &file_room_v1_room_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2307,7 +2931,7 @@ func (x *ChangeBackgroundResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChangeBackgroundResponse.ProtoReflect.Descriptor instead.
 func (*ChangeBackgroundResponse) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{37}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *ChangeBackgroundResponse) GetRoomVersion() int64 {
@@ -2330,7 +2954,7 @@ type SetChatEnabledRequest struct {
 
 func (x *SetChatEnabledRequest) Reset() {
 	*x = SetChatEnabledRequest{}
-	mi := &file_room_v1_room_proto_msgTypes[38]
+	mi := &file_room_v1_room_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2342,7 +2966,7 @@ func (x *SetChatEnabledRequest) String() string {
 func (*SetChatEnabledRequest) ProtoMessage() {}
 
 func (x *SetChatEnabledRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[38]
+	mi := &file_room_v1_room_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2355,7 +2979,7 @@ func (x *SetChatEnabledRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetChatEnabledRequest.ProtoReflect.Descriptor instead.
 func (*SetChatEnabledRequest) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{38}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *SetChatEnabledRequest) GetRoomId() string {
@@ -2396,7 +3020,7 @@ type SetChatEnabledResponse struct {
 
 func (x *SetChatEnabledResponse) Reset() {
 	*x = SetChatEnabledResponse{}
-	mi := &file_room_v1_room_proto_msgTypes[39]
+	mi := &file_room_v1_room_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2408,7 +3032,7 @@ func (x *SetChatEnabledResponse) String() string {
 func (*SetChatEnabledResponse) ProtoMessage() {}
 
 func (x *SetChatEnabledResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[39]
+	mi := &file_room_v1_room_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2421,7 +3045,7 @@ func (x *SetChatEnabledResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetChatEnabledResponse.ProtoReflect.Descriptor instead.
 func (*SetChatEnabledResponse) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{39}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *SetChatEnabledResponse) GetRoomVersion() int64 {
@@ -2445,7 +3069,7 @@ type PublishRobotDisplayRequest struct {
 
 func (x *PublishRobotDisplayRequest) Reset() {
 	*x = PublishRobotDisplayRequest{}
-	mi := &file_room_v1_room_proto_msgTypes[40]
+	mi := &file_room_v1_room_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2457,7 +3081,7 @@ func (x *PublishRobotDisplayRequest) String() string {
 func (*PublishRobotDisplayRequest) ProtoMessage() {}
 
 func (x *PublishRobotDisplayRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[40]
+	mi := &file_room_v1_room_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2470,7 +3094,7 @@ func (x *PublishRobotDisplayRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PublishRobotDisplayRequest.ProtoReflect.Descriptor instead.
 func (*PublishRobotDisplayRequest) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{40}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *PublishRobotDisplayRequest) GetRoomId() string {
@@ -2503,7 +3127,7 @@ type PublishRobotDisplayResponse struct {
 
 func (x *PublishRobotDisplayResponse) Reset() {
 	*x = PublishRobotDisplayResponse{}
-	mi := &file_room_v1_room_proto_msgTypes[41]
+	mi := &file_room_v1_room_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2515,7 +3139,7 @@ func (x *PublishRobotDisplayResponse) String() string {
 func (*PublishRobotDisplayResponse) ProtoMessage() {}
 
 func (x *PublishRobotDisplayResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[41]
+	mi := &file_room_v1_room_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2528,7 +3152,7 @@ func (x *PublishRobotDisplayResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PublishRobotDisplayResponse.ProtoReflect.Descriptor instead.
 func (*PublishRobotDisplayResponse) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{41}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{50}
 }
 
 // GetRoomSnapshotRequest asks for a room's live state.
@@ -2545,7 +3169,7 @@ type GetRoomSnapshotRequest struct {
 
 func (x *GetRoomSnapshotRequest) Reset() {
 	*x = GetRoomSnapshotRequest{}
-	mi := &file_room_v1_room_proto_msgTypes[42]
+	mi := &file_room_v1_room_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2557,7 +3181,7 @@ func (x *GetRoomSnapshotRequest) String() string {
 func (*GetRoomSnapshotRequest) ProtoMessage() {}
 
 func (x *GetRoomSnapshotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[42]
+	mi := &file_room_v1_room_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2570,7 +3194,7 @@ func (x *GetRoomSnapshotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRoomSnapshotRequest.ProtoReflect.Descriptor instead.
 func (*GetRoomSnapshotRequest) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{42}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *GetRoomSnapshotRequest) GetRoomId() string {
@@ -2606,7 +3230,7 @@ type GetRoomSnapshotResponse struct {
 
 func (x *GetRoomSnapshotResponse) Reset() {
 	*x = GetRoomSnapshotResponse{}
-	mi := &file_room_v1_room_proto_msgTypes[43]
+	mi := &file_room_v1_room_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2618,7 +3242,7 @@ func (x *GetRoomSnapshotResponse) String() string {
 func (*GetRoomSnapshotResponse) ProtoMessage() {}
 
 func (x *GetRoomSnapshotResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[43]
+	mi := &file_room_v1_room_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2631,7 +3255,7 @@ func (x *GetRoomSnapshotResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRoomSnapshotResponse.ProtoReflect.Descriptor instead.
 func (*GetRoomSnapshotResponse) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{43}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *GetRoomSnapshotResponse) GetNotModified() bool {
@@ -2670,7 +3294,7 @@ type ListRoomsRequest struct {
 
 func (x *ListRoomsRequest) Reset() {
 	*x = ListRoomsRequest{}
-	mi := &file_room_v1_room_proto_msgTypes[44]
+	mi := &file_room_v1_room_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2682,7 +3306,7 @@ func (x *ListRoomsRequest) String() string {
 func (*ListRoomsRequest) ProtoMessage() {}
 
 func (x *ListRoomsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[44]
+	mi := &file_room_v1_room_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2695,7 +3319,7 @@ func (x *ListRoomsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRoomsRequest.ProtoReflect.Descriptor instead.
 func (*ListRoomsRequest) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{44}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *ListRoomsRequest) GetPageSize() int32 {
@@ -2731,7 +3355,7 @@ type ListRoomsResponse struct {
 
 func (x *ListRoomsResponse) Reset() {
 	*x = ListRoomsResponse{}
-	mi := &file_room_v1_room_proto_msgTypes[45]
+	mi := &file_room_v1_room_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2743,7 +3367,7 @@ func (x *ListRoomsResponse) String() string {
 func (*ListRoomsResponse) ProtoMessage() {}
 
 func (x *ListRoomsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[45]
+	mi := &file_room_v1_room_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2756,7 +3380,7 @@ func (x *ListRoomsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRoomsResponse.ProtoReflect.Descriptor instead.
 func (*ListRoomsResponse) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{45}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *ListRoomsResponse) GetRooms() []*RoomSummary {
@@ -2791,7 +3415,7 @@ type RoomSummary struct {
 
 func (x *RoomSummary) Reset() {
 	*x = RoomSummary{}
-	mi := &file_room_v1_room_proto_msgTypes[46]
+	mi := &file_room_v1_room_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2803,7 +3427,7 @@ func (x *RoomSummary) String() string {
 func (*RoomSummary) ProtoMessage() {}
 
 func (x *RoomSummary) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[46]
+	mi := &file_room_v1_room_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2816,7 +3440,7 @@ func (x *RoomSummary) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RoomSummary.ProtoReflect.Descriptor instead.
 func (*RoomSummary) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{46}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *RoomSummary) GetRoomId() string {
@@ -2895,7 +3519,7 @@ type ListCommandsRequest struct {
 
 func (x *ListCommandsRequest) Reset() {
 	*x = ListCommandsRequest{}
-	mi := &file_room_v1_room_proto_msgTypes[47]
+	mi := &file_room_v1_room_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2907,7 +3531,7 @@ func (x *ListCommandsRequest) String() string {
 func (*ListCommandsRequest) ProtoMessage() {}
 
 func (x *ListCommandsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[47]
+	mi := &file_room_v1_room_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2920,7 +3544,7 @@ func (x *ListCommandsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCommandsRequest.ProtoReflect.Descriptor instead.
 func (*ListCommandsRequest) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{47}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *ListCommandsRequest) GetRoomId() string {
@@ -2956,7 +3580,7 @@ type ListCommandsResponse struct {
 
 func (x *ListCommandsResponse) Reset() {
 	*x = ListCommandsResponse{}
-	mi := &file_room_v1_room_proto_msgTypes[48]
+	mi := &file_room_v1_room_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2968,7 +3592,7 @@ func (x *ListCommandsResponse) String() string {
 func (*ListCommandsResponse) ProtoMessage() {}
 
 func (x *ListCommandsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[48]
+	mi := &file_room_v1_room_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2981,7 +3605,7 @@ func (x *ListCommandsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCommandsResponse.ProtoReflect.Descriptor instead.
 func (*ListCommandsResponse) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{48}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *ListCommandsResponse) GetCommands() []*CommandLogEntry {
@@ -3014,7 +3638,7 @@ type CommandLogEntry struct {
 
 func (x *CommandLogEntry) Reset() {
 	*x = CommandLogEntry{}
-	mi := &file_room_v1_room_proto_msgTypes[49]
+	mi := &file_room_v1_room_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3026,7 +3650,7 @@ func (x *CommandLogEntry) String() string {
 func (*CommandLogEntry) ProtoMessage() {}
 
 func (x *CommandLogEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[49]
+	mi := &file_room_v1_room_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3039,7 +3663,7 @@ func (x *CommandLogEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandLogEntry.ProtoReflect.Descriptor instead.
 func (*CommandLogEntry) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{49}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *CommandLogEntry) GetRoomVersion() int64 {
@@ -3094,7 +3718,7 @@ type GetStoredSnapshotRequest struct {
 
 func (x *GetStoredSnapshotRequest) Reset() {
 	*x = GetStoredSnapshotRequest{}
-	mi := &file_room_v1_room_proto_msgTypes[50]
+	mi := &file_room_v1_room_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3106,7 +3730,7 @@ func (x *GetStoredSnapshotRequest) String() string {
 func (*GetStoredSnapshotRequest) ProtoMessage() {}
 
 func (x *GetStoredSnapshotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[50]
+	mi := &file_room_v1_room_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3119,7 +3743,7 @@ func (x *GetStoredSnapshotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetStoredSnapshotRequest.ProtoReflect.Descriptor instead.
 func (*GetStoredSnapshotRequest) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{50}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *GetStoredSnapshotRequest) GetRoomId() string {
@@ -3140,7 +3764,7 @@ type GetStoredSnapshotResponse struct {
 
 func (x *GetStoredSnapshotResponse) Reset() {
 	*x = GetStoredSnapshotResponse{}
-	mi := &file_room_v1_room_proto_msgTypes[51]
+	mi := &file_room_v1_room_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3152,7 +3776,7 @@ func (x *GetStoredSnapshotResponse) String() string {
 func (*GetStoredSnapshotResponse) ProtoMessage() {}
 
 func (x *GetStoredSnapshotResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[51]
+	mi := &file_room_v1_room_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3165,7 +3789,7 @@ func (x *GetStoredSnapshotResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetStoredSnapshotResponse.ProtoReflect.Descriptor instead.
 func (*GetStoredSnapshotResponse) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{51}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *GetStoredSnapshotResponse) GetFound() bool {
@@ -3205,13 +3829,15 @@ type RoomSnapshot struct {
 	OnlineCount int32 `protobuf:"varint,15,opt,name=online_count,json=onlineCount,proto3" json:"online_count,omitempty"`
 	// When the last command applied, unix ms.
 	LastCommandAtMs int64 `protobuf:"varint,16,opt,name=last_command_at_ms,json=lastCommandAtMs,proto3" json:"last_command_at_ms,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// Heat, rank and the rocket of the current business day.
+	Economy       *RoomEconomy `protobuf:"bytes,17,opt,name=economy,proto3" json:"economy,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RoomSnapshot) Reset() {
 	*x = RoomSnapshot{}
-	mi := &file_room_v1_room_proto_msgTypes[52]
+	mi := &file_room_v1_room_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3223,7 +3849,7 @@ func (x *RoomSnapshot) String() string {
 func (*RoomSnapshot) ProtoMessage() {}
 
 func (x *RoomSnapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[52]
+	mi := &file_room_v1_room_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3236,7 +3862,7 @@ func (x *RoomSnapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RoomSnapshot.ProtoReflect.Descriptor instead.
 func (*RoomSnapshot) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{52}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *RoomSnapshot) GetRoomId() string {
@@ -3351,6 +3977,328 @@ func (x *RoomSnapshot) GetLastCommandAtMs() int64 {
 	return 0
 }
 
+func (x *RoomSnapshot) GetEconomy() *RoomEconomy {
+	if x != nil {
+		return x.Economy
+	}
+	return nil
+}
+
+// RoomEconomy is what gifts build up in a room during one business day (a
+// day of the configured time zone, from the configured start time). It
+// resets when the first command of a new business day applies.
+type RoomEconomy struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Days since 1970-01-01 of the business calendar.
+	BusinessDay int64 `protobuf:"varint,1,opt,name=business_day,json=businessDay,proto3" json:"business_day,omitempty"`
+	// Gift value received today.
+	Heat int64 `protobuf:"varint,2,opt,name=heat,proto3" json:"heat,omitempty"`
+	// The visible contribution rank: the top senders of the day, highest
+	// value first, ties by lower user id.
+	Rank []*RankEntry `protobuf:"bytes,3,rep,name=rank,proto3" json:"rank,omitempty"`
+	// Every sender of the day and their total (stored snapshots; queries leave it out).
+	Contributions []*RankEntry `protobuf:"bytes,4,rep,name=contributions,proto3" json:"contributions,omitempty"`
+	Rocket        *RoomRocket  `protobuf:"bytes,5,opt,name=rocket,proto3" json:"rocket,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RoomEconomy) Reset() {
+	*x = RoomEconomy{}
+	mi := &file_room_v1_room_proto_msgTypes[62]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RoomEconomy) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RoomEconomy) ProtoMessage() {}
+
+func (x *RoomEconomy) ProtoReflect() protoreflect.Message {
+	mi := &file_room_v1_room_proto_msgTypes[62]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RoomEconomy.ProtoReflect.Descriptor instead.
+func (*RoomEconomy) Descriptor() ([]byte, []int) {
+	return file_room_v1_room_proto_rawDescGZIP(), []int{62}
+}
+
+func (x *RoomEconomy) GetBusinessDay() int64 {
+	if x != nil {
+		return x.BusinessDay
+	}
+	return 0
+}
+
+func (x *RoomEconomy) GetHeat() int64 {
+	if x != nil {
+		return x.Heat
+	}
+	return 0
+}
+
+func (x *RoomEconomy) GetRank() []*RankEntry {
+	if x != nil {
+		return x.Rank
+	}
+	return nil
+}
+
+func (x *RoomEconomy) GetContributions() []*RankEntry {
+	if x != nil {
+		return x.Contributions
+	}
+	return nil
+}
+
+func (x *RoomEconomy) GetRocket() *RoomRocket {
+	if x != nil {
+		return x.Rocket
+	}
+	return nil
+}
+
+// RankEntry is one user's gift value.
+type RankEntry struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	UserId        int64                  `protobuf:"varint,1,opt,name=user_id,json=userId,proto3" json:"user_id,omitempty"`
+	Value         int64                  `protobuf:"varint,2,opt,name=value,proto3" json:"value,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RankEntry) Reset() {
+	*x = RankEntry{}
+	mi := &file_room_v1_room_proto_msgTypes[63]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RankEntry) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RankEntry) ProtoMessage() {}
+
+func (x *RankEntry) ProtoReflect() protoreflect.Message {
+	mi := &file_room_v1_room_proto_msgTypes[63]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RankEntry.ProtoReflect.Descriptor instead.
+func (*RankEntry) Descriptor() ([]byte, []int) {
+	return file_room_v1_room_proto_rawDescGZIP(), []int{63}
+}
+
+func (x *RankEntry) GetUserId() int64 {
+	if x != nil {
+		return x.UserId
+	}
+	return 0
+}
+
+func (x *RankEntry) GetValue() int64 {
+	if x != nil {
+		return x.Value
+	}
+	return 0
+}
+
+// RoomRocket is the rocket charging in the room and the ignited rockets waiting to launch.
+type RoomRocket struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The level charging now, from 0.
+	Level int32 `protobuf:"varint,1,opt,name=level,proto3" json:"level,omitempty"`
+	// Fuel in the current level.
+	Fuel int64 `protobuf:"varint,2,opt,name=fuel,proto3" json:"fuel,omitempty"`
+	// Fuel the current level needs to ignite.
+	Threshold int64 `protobuf:"varint,3,opt,name=threshold,proto3" json:"threshold,omitempty"`
+	// Rockets ignited in this room so far; the last rocket_id.
+	Ignitions int64 `protobuf:"varint,4,opt,name=ignitions,proto3" json:"ignitions,omitempty"`
+	// Fuel given to the current level, by user, highest first.
+	Contributors []*RankEntry `protobuf:"bytes,5,rep,name=contributors,proto3" json:"contributors,omitempty"`
+	// Ignited rockets whose launch is due, in launch order.
+	Launches      []*RocketLaunch `protobuf:"bytes,6,rep,name=launches,proto3" json:"launches,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RoomRocket) Reset() {
+	*x = RoomRocket{}
+	mi := &file_room_v1_room_proto_msgTypes[64]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RoomRocket) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RoomRocket) ProtoMessage() {}
+
+func (x *RoomRocket) ProtoReflect() protoreflect.Message {
+	mi := &file_room_v1_room_proto_msgTypes[64]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RoomRocket.ProtoReflect.Descriptor instead.
+func (*RoomRocket) Descriptor() ([]byte, []int) {
+	return file_room_v1_room_proto_rawDescGZIP(), []int{64}
+}
+
+func (x *RoomRocket) GetLevel() int32 {
+	if x != nil {
+		return x.Level
+	}
+	return 0
+}
+
+func (x *RoomRocket) GetFuel() int64 {
+	if x != nil {
+		return x.Fuel
+	}
+	return 0
+}
+
+func (x *RoomRocket) GetThreshold() int64 {
+	if x != nil {
+		return x.Threshold
+	}
+	return 0
+}
+
+func (x *RoomRocket) GetIgnitions() int64 {
+	if x != nil {
+		return x.Ignitions
+	}
+	return 0
+}
+
+func (x *RoomRocket) GetContributors() []*RankEntry {
+	if x != nil {
+		return x.Contributors
+	}
+	return nil
+}
+
+func (x *RoomRocket) GetLaunches() []*RocketLaunch {
+	if x != nil {
+		return x.Launches
+	}
+	return nil
+}
+
+// RocketLaunch is an ignited rocket waiting for its launch time.
+type RocketLaunch struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	RocketId    int64                  `protobuf:"varint,1,opt,name=rocket_id,json=rocketId,proto3" json:"rocket_id,omitempty"`
+	Level       int32                  `protobuf:"varint,2,opt,name=level,proto3" json:"level,omitempty"`
+	IgnitedAtMs int64                  `protobuf:"varint,3,opt,name=ignited_at_ms,json=ignitedAtMs,proto3" json:"ignited_at_ms,omitempty"`
+	LaunchAtMs  int64                  `protobuf:"varint,4,opt,name=launch_at_ms,json=launchAtMs,proto3" json:"launch_at_ms,omitempty"`
+	// The business day it was ignited in; a reset before launch makes it stale.
+	BusinessDay int64 `protobuf:"varint,5,opt,name=business_day,json=businessDay,proto3" json:"business_day,omitempty"`
+	// Top contributors of its level at ignition.
+	TopContributors []*RankEntry `protobuf:"bytes,6,rep,name=top_contributors,json=topContributors,proto3" json:"top_contributors,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *RocketLaunch) Reset() {
+	*x = RocketLaunch{}
+	mi := &file_room_v1_room_proto_msgTypes[65]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RocketLaunch) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RocketLaunch) ProtoMessage() {}
+
+func (x *RocketLaunch) ProtoReflect() protoreflect.Message {
+	mi := &file_room_v1_room_proto_msgTypes[65]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RocketLaunch.ProtoReflect.Descriptor instead.
+func (*RocketLaunch) Descriptor() ([]byte, []int) {
+	return file_room_v1_room_proto_rawDescGZIP(), []int{65}
+}
+
+func (x *RocketLaunch) GetRocketId() int64 {
+	if x != nil {
+		return x.RocketId
+	}
+	return 0
+}
+
+func (x *RocketLaunch) GetLevel() int32 {
+	if x != nil {
+		return x.Level
+	}
+	return 0
+}
+
+func (x *RocketLaunch) GetIgnitedAtMs() int64 {
+	if x != nil {
+		return x.IgnitedAtMs
+	}
+	return 0
+}
+
+func (x *RocketLaunch) GetLaunchAtMs() int64 {
+	if x != nil {
+		return x.LaunchAtMs
+	}
+	return 0
+}
+
+func (x *RocketLaunch) GetBusinessDay() int64 {
+	if x != nil {
+		return x.BusinessDay
+	}
+	return 0
+}
+
+func (x *RocketLaunch) GetTopContributors() []*RankEntry {
+	if x != nil {
+		return x.TopContributors
+	}
+	return nil
+}
+
 // RoomProfile is the room's editable presentation.
 type RoomProfile struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -3365,7 +4313,7 @@ type RoomProfile struct {
 
 func (x *RoomProfile) Reset() {
 	*x = RoomProfile{}
-	mi := &file_room_v1_room_proto_msgTypes[53]
+	mi := &file_room_v1_room_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3377,7 +4325,7 @@ func (x *RoomProfile) String() string {
 func (*RoomProfile) ProtoMessage() {}
 
 func (x *RoomProfile) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[53]
+	mi := &file_room_v1_room_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3390,7 +4338,7 @@ func (x *RoomProfile) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RoomProfile.ProtoReflect.Descriptor instead.
 func (*RoomProfile) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{53}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *RoomProfile) GetTitle() string {
@@ -3443,7 +4391,7 @@ type Member struct {
 
 func (x *Member) Reset() {
 	*x = Member{}
-	mi := &file_room_v1_room_proto_msgTypes[54]
+	mi := &file_room_v1_room_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3455,7 +4403,7 @@ func (x *Member) String() string {
 func (*Member) ProtoMessage() {}
 
 func (x *Member) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[54]
+	mi := &file_room_v1_room_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3468,7 +4416,7 @@ func (x *Member) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Member.ProtoReflect.Descriptor instead.
 func (*Member) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{54}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *Member) GetUserId() int64 {
@@ -3532,7 +4480,7 @@ type MicSeat struct {
 
 func (x *MicSeat) Reset() {
 	*x = MicSeat{}
-	mi := &file_room_v1_room_proto_msgTypes[55]
+	mi := &file_room_v1_room_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3544,7 +4492,7 @@ func (x *MicSeat) String() string {
 func (*MicSeat) ProtoMessage() {}
 
 func (x *MicSeat) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[55]
+	mi := &file_room_v1_room_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3557,7 +4505,7 @@ func (x *MicSeat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MicSeat.ProtoReflect.Descriptor instead.
 func (*MicSeat) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{55}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *MicSeat) GetIndex() int32 {
@@ -3620,7 +4568,7 @@ type Restriction struct {
 
 func (x *Restriction) Reset() {
 	*x = Restriction{}
-	mi := &file_room_v1_room_proto_msgTypes[56]
+	mi := &file_room_v1_room_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3632,7 +4580,7 @@ func (x *Restriction) String() string {
 func (*Restriction) ProtoMessage() {}
 
 func (x *Restriction) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[56]
+	mi := &file_room_v1_room_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3645,7 +4593,7 @@ func (x *Restriction) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Restriction.ProtoReflect.Descriptor instead.
 func (*Restriction) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{56}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *Restriction) GetUserId() int64 {
@@ -3688,7 +4636,7 @@ type RoomEvent struct {
 
 func (x *RoomEvent) Reset() {
 	*x = RoomEvent{}
-	mi := &file_room_v1_room_proto_msgTypes[57]
+	mi := &file_room_v1_room_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3700,7 +4648,7 @@ func (x *RoomEvent) String() string {
 func (*RoomEvent) ProtoMessage() {}
 
 func (x *RoomEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[57]
+	mi := &file_room_v1_room_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3713,7 +4661,7 @@ func (x *RoomEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RoomEvent.ProtoReflect.Descriptor instead.
 func (*RoomEvent) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{57}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *RoomEvent) GetEventId() string {
@@ -3769,7 +4717,45 @@ var File_room_v1_room_proto protoreflect.FileDescriptor
 
 const file_room_v1_room_proto_rawDesc = "" +
 	"\n" +
-	"\x12room/v1/room.proto\x12\aroom.v1\"\x18\n" +
+	"\x12room/v1/room.proto\x12\aroom.v1\"\xe9\x01\n" +
+	"\x0fSendGiftRequest\x12\x17\n" +
+	"\aroom_id\x18\x01 \x01(\tR\x06roomId\x12\x1d\n" +
+	"\n" +
+	"command_id\x18\x02 \x01(\tR\tcommandId\x12(\n" +
+	"\x10operator_user_id\x18\x03 \x01(\x03R\x0eoperatorUserId\x12*\n" +
+	"\x11receiver_user_ids\x18\x04 \x03(\x03R\x0freceiverUserIds\x12\x17\n" +
+	"\agift_id\x18\x05 \x01(\tR\x06giftId\x12\x14\n" +
+	"\x05count\x18\x06 \x01(\x05R\x05count\x12\x19\n" +
+	"\bcombo_id\x18\a \x01(\tR\acomboId\"\xca\x01\n" +
+	"\x10SendGiftResponse\x12!\n" +
+	"\froom_version\x18\x01 \x01(\x03R\vroomVersion\x12,\n" +
+	"\x12coin_balance_after\x18\x02 \x01(\x03R\x10coinBalanceAfter\x12\x12\n" +
+	"\x04cost\x18\x03 \x01(\x03R\x04cost\x12.\n" +
+	"\x13lucky_multiplier_bp\x18\x04 \x01(\x03R\x11luckyMultiplierBp\x12!\n" +
+	"\flucky_reward\x18\x05 \x01(\x03R\vluckyReward\"\x12\n" +
+	"\x10ListGiftsRequest\"q\n" +
+	"\x11ListGiftsResponse\x12#\n" +
+	"\x05gifts\x18\x01 \x03(\v2\r.room.v1.GiftR\x05gifts\x127\n" +
+	"\x18lucky_expected_payout_bp\x18\x02 \x01(\x03R\x15luckyExpectedPayoutBp\"\xf0\x01\n" +
+	"\x04Gift\x12\x17\n" +
+	"\agift_id\x18\x01 \x01(\tR\x06giftId\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x14\n" +
+	"\x05price\x18\x03 \x01(\x03R\x05price\x12%\n" +
+	"\x04kind\x18\x04 \x01(\x0e2\x11.room.v1.GiftKindR\x04kind\x12%\n" +
+	"\x0eallowed_counts\x18\x05 \x03(\x05R\rallowedCounts\x12(\n" +
+	"\x10receivers_on_mic\x18\x06 \x01(\bR\x0ereceiversOnMic\x12-\n" +
+	"\x12regional_threshold\x18\a \x01(\x03R\x11regionalThreshold\"n\n" +
+	"\x12CreditCoinsRequest\x12\x17\n" +
+	"\auser_id\x18\x01 \x01(\x03R\x06userId\x12\x16\n" +
+	"\x06amount\x18\x02 \x01(\x03R\x06amount\x12'\n" +
+	"\x0fidempotency_key\x18\x03 \x01(\tR\x0eidempotencyKey\"M\n" +
+	"\x13CreditCoinsResponse\x12\x18\n" +
+	"\abalance\x18\x01 \x01(\x03R\abalance\x12\x1c\n" +
+	"\tduplicate\x18\x02 \x01(\bR\tduplicate\",\n" +
+	"\x11GetBalanceRequest\x12\x17\n" +
+	"\auser_id\x18\x01 \x01(\x03R\x06userId\".\n" +
+	"\x12GetBalanceResponse\x12\x18\n" +
+	"\abalance\x18\x01 \x01(\x03R\abalance\"\x18\n" +
 	"\x16GetOutboxStatusRequest\"\xfd\x01\n" +
 	"\x17GetOutboxStatusResponse\x12\x18\n" +
 	"\apending\x18\x01 \x01(\x03R\apending\x121\n" +
@@ -4007,7 +4993,7 @@ const file_room_v1_room_proto_rawDesc = "" +
 	"\aroom_id\x18\x01 \x01(\tR\x06roomId\"d\n" +
 	"\x19GetStoredSnapshotResponse\x12\x14\n" +
 	"\x05found\x18\x01 \x01(\bR\x05found\x121\n" +
-	"\bsnapshot\x18\x02 \x01(\v2\x15.room.v1.RoomSnapshotR\bsnapshot\"\xe5\x04\n" +
+	"\bsnapshot\x18\x02 \x01(\v2\x15.room.v1.RoomSnapshotR\bsnapshot\"\x95\x05\n" +
 	"\fRoomSnapshot\x12\x17\n" +
 	"\aroom_id\x18\x01 \x01(\tR\x06roomId\x12!\n" +
 	"\froom_version\x18\x02 \x01(\x03R\vroomVersion\x12+\n" +
@@ -4027,7 +5013,33 @@ const file_room_v1_room_proto_rawDesc = "" +
 	"chat_mutes\x18\r \x03(\v2\x14.room.v1.RestrictionR\tchatMutes\x12(\n" +
 	"\x04bans\x18\x0e \x03(\v2\x14.room.v1.RestrictionR\x04bans\x12!\n" +
 	"\fonline_count\x18\x0f \x01(\x05R\vonlineCount\x12+\n" +
-	"\x12last_command_at_ms\x18\x10 \x01(\x03R\x0flastCommandAtMs\"\xa2\x01\n" +
+	"\x12last_command_at_ms\x18\x10 \x01(\x03R\x0flastCommandAtMs\x12.\n" +
+	"\aeconomy\x18\x11 \x01(\v2\x14.room.v1.RoomEconomyR\aeconomy\"\xd3\x01\n" +
+	"\vRoomEconomy\x12!\n" +
+	"\fbusiness_day\x18\x01 \x01(\x03R\vbusinessDay\x12\x12\n" +
+	"\x04heat\x18\x02 \x01(\x03R\x04heat\x12&\n" +
+	"\x04rank\x18\x03 \x03(\v2\x12.room.v1.RankEntryR\x04rank\x128\n" +
+	"\rcontributions\x18\x04 \x03(\v2\x12.room.v1.RankEntryR\rcontributions\x12+\n" +
+	"\x06rocket\x18\x05 \x01(\v2\x13.room.v1.RoomRocketR\x06rocket\":\n" +
+	"\tRankEntry\x12\x17\n" +
+	"\auser_id\x18\x01 \x01(\x03R\x06userId\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value\"\xdd\x01\n" +
+	"\n" +
+	"RoomRocket\x12\x14\n" +
+	"\x05level\x18\x01 \x01(\x05R\x05level\x12\x12\n" +
+	"\x04fuel\x18\x02 \x01(\x03R\x04fuel\x12\x1c\n" +
+	"\tthreshold\x18\x03 \x01(\x03R\tthreshold\x12\x1c\n" +
+	"\tignitions\x18\x04 \x01(\x03R\tignitions\x126\n" +
+	"\fcontributors\x18\x05 \x03(\v2\x12.room.v1.RankEntryR\fcontributors\x121\n" +
+	"\blaunches\x18\x06 \x03(\v2\x15.room.v1.RocketLaunchR\blaunches\"\xe9\x01\n" +
+	"\fRocketLaunch\x12\x1b\n" +
+	"\trocket_id\x18\x01 \x01(\x03R\brocketId\x12\x14\n" +
+	"\x05level\x18\x02 \x01(\x05R\x05level\x12\"\n" +
+	"\rignited_at_ms\x18\x03 \x01(\x03R\vignitedAtMs\x12 \n" +
+	"\flaunch_at_ms\x18\x04 \x01(\x03R\n" +
+	"launchAtMs\x12!\n" +
+	"\fbusiness_day\x18\x05 \x01(\x03R\vbusinessDay\x12=\n" +
+	"\x10top_contributors\x18\x06 \x03(\v2\x12.room.v1.RankEntryR\x0ftopContributors\"\xa2\x01\n" +
 	"\vRoomProfile\x12\x14\n" +
 	"\x05title\x18\x01 \x01(\tR\x05title\x12\x16\n" +
 	"\x06notice\x18\x02 \x01(\tR\x06notice\x12\x1b\n" +
@@ -4062,13 +5074,17 @@ const file_room_v1_room_proto_rawDesc = "" +
 	"\froom_version\x18\x04 \x01(\x03R\vroomVersion\x12\x10\n" +
 	"\x03seq\x18\x05 \x01(\x05R\x03seq\x12$\n" +
 	"\x0eoccurred_at_ms\x18\x06 \x01(\x03R\foccurredAtMs\x12!\n" +
-	"\fpayload_json\x18\a \x01(\tR\vpayloadJson*q\n" +
+	"\fpayload_json\x18\a \x01(\tR\vpayloadJson*P\n" +
+	"\bGiftKind\x12\x19\n" +
+	"\x15GIFT_KIND_UNSPECIFIED\x10\x00\x12\x14\n" +
+	"\x10GIFT_KIND_NORMAL\x10\x01\x12\x13\n" +
+	"\x0fGIFT_KIND_LUCKY\x10\x02*q\n" +
 	"\n" +
 	"RoomStatus\x12\x1b\n" +
 	"\x17ROOM_STATUS_UNSPECIFIED\x10\x00\x12\x18\n" +
 	"\x14ROOM_STATUS_CREATING\x10\x01\x12\x14\n" +
 	"\x10ROOM_STATUS_OPEN\x10\x02\x12\x16\n" +
-	"\x12ROOM_STATUS_CLOSED\x10\x032\x82\f\n" +
+	"\x12ROOM_STATUS_CLOSED\x10\x032\x8c\r\n" +
 	"\vRoomService\x12E\n" +
 	"\n" +
 	"CreateRoom\x12\x1a.room.v1.CreateRoomRequest\x1a\x1b.room.v1.CreateRoomResponse\x12B\n" +
@@ -4091,7 +5107,13 @@ const file_room_v1_room_proto_rawDesc = "" +
 	"\x0eSetChatEnabled\x12\x1e.room.v1.SetChatEnabledRequest\x1a\x1f.room.v1.SetChatEnabledResponse\x12Y\n" +
 	"\x0fGetRoomSnapshot\x12\x1f.room.v1.GetRoomSnapshotRequest\x1a .room.v1.GetRoomSnapshotResponse\"\x03\x90\x02\x01\x12`\n" +
 	"\x13PublishRobotDisplay\x12#.room.v1.PublishRobotDisplayRequest\x1a$.room.v1.PublishRobotDisplayResponse\x12G\n" +
-	"\tListRooms\x12\x19.room.v1.ListRoomsRequest\x1a\x1a.room.v1.ListRoomsResponse\"\x03\x90\x02\x012\xfb\x02\n" +
+	"\tListRooms\x12\x19.room.v1.ListRoomsRequest\x1a\x1a.room.v1.ListRoomsResponse\"\x03\x90\x02\x01\x12?\n" +
+	"\bSendGift\x12\x18.room.v1.SendGiftRequest\x1a\x19.room.v1.SendGiftResponse\x12G\n" +
+	"\tListGifts\x12\x19.room.v1.ListGiftsRequest\x1a\x1a.room.v1.ListGiftsResponse\"\x03\x90\x02\x012\xa5\x01\n" +
+	"\rWalletService\x12H\n" +
+	"\vCreditCoins\x12\x1b.room.v1.CreditCoinsRequest\x1a\x1c.room.v1.CreditCoinsResponse\x12J\n" +
+	"\n" +
+	"GetBalance\x12\x1a.room.v1.GetBalanceRequest\x1a\x1b.room.v1.GetBalanceResponse\"\x03\x90\x02\x012\xfb\x02\n" +
 	"\x0fOperatorService\x12P\n" +
 	"\fListCommands\x12\x1c.room.v1.ListCommandsRequest\x1a\x1d.room.v1.ListCommandsResponse\"\x03\x90\x02\x01\x12_\n" +
 	"\x11GetStoredSnapshot\x12!.room.v1.GetStoredSnapshotRequest\x1a\".room.v1.GetStoredSnapshotResponse\"\x03\x90\x02\x01\x12Y\n" +
@@ -4110,139 +5132,170 @@ func file_room_v1_room_proto_rawDescGZIP() []byte {
 	return file_room_v1_room_proto_rawDescData
 }
 
-var file_room_v1_room_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_room_v1_room_proto_msgTypes = make([]protoimpl.MessageInfo, 59)
+var file_room_v1_room_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
+var file_room_v1_room_proto_msgTypes = make([]protoimpl.MessageInfo, 72)
 var file_room_v1_room_proto_goTypes = []any{
-	(RoomStatus)(0),                     // 0: room.v1.RoomStatus
-	(*GetOutboxStatusRequest)(nil),      // 1: room.v1.GetOutboxStatusRequest
-	(*GetOutboxStatusResponse)(nil),     // 2: room.v1.GetOutboxStatusResponse
-	(*RequeueDeadOutboxRequest)(nil),    // 3: room.v1.RequeueDeadOutboxRequest
-	(*RequeueDeadOutboxResponse)(nil),   // 4: room.v1.RequeueDeadOutboxResponse
-	(*CreateRoomRequest)(nil),           // 5: room.v1.CreateRoomRequest
-	(*CreateRoomResponse)(nil),          // 6: room.v1.CreateRoomResponse
-	(*CloseRoomRequest)(nil),            // 7: room.v1.CloseRoomRequest
-	(*CloseRoomResponse)(nil),           // 8: room.v1.CloseRoomResponse
-	(*JoinRoomRequest)(nil),             // 9: room.v1.JoinRoomRequest
-	(*JoinRoomResponse)(nil),            // 10: room.v1.JoinRoomResponse
-	(*LeaveRoomRequest)(nil),            // 11: room.v1.LeaveRoomRequest
-	(*LeaveRoomResponse)(nil),           // 12: room.v1.LeaveRoomResponse
-	(*TakeMicRequest)(nil),              // 13: room.v1.TakeMicRequest
-	(*TakeMicResponse)(nil),             // 14: room.v1.TakeMicResponse
-	(*LeaveMicRequest)(nil),             // 15: room.v1.LeaveMicRequest
-	(*LeaveMicResponse)(nil),            // 16: room.v1.LeaveMicResponse
-	(*MoveMicRequest)(nil),              // 17: room.v1.MoveMicRequest
-	(*MoveMicResponse)(nil),             // 18: room.v1.MoveMicResponse
-	(*KickFromMicRequest)(nil),          // 19: room.v1.KickFromMicRequest
-	(*KickFromMicResponse)(nil),         // 20: room.v1.KickFromMicResponse
-	(*LockMicSeatRequest)(nil),          // 21: room.v1.LockMicSeatRequest
-	(*LockMicSeatResponse)(nil),         // 22: room.v1.LockMicSeatResponse
-	(*MuteMicSeatRequest)(nil),          // 23: room.v1.MuteMicSeatRequest
-	(*MuteMicSeatResponse)(nil),         // 24: room.v1.MuteMicSeatResponse
-	(*SetMyMicRequest)(nil),             // 25: room.v1.SetMyMicRequest
-	(*SetMyMicResponse)(nil),            // 26: room.v1.SetMyMicResponse
-	(*KickUserRequest)(nil),             // 27: room.v1.KickUserRequest
-	(*KickUserResponse)(nil),            // 28: room.v1.KickUserResponse
-	(*MuteUserRequest)(nil),             // 29: room.v1.MuteUserRequest
-	(*MuteUserResponse)(nil),            // 30: room.v1.MuteUserResponse
-	(*UnbanUserRequest)(nil),            // 31: room.v1.UnbanUserRequest
-	(*UnbanUserResponse)(nil),           // 32: room.v1.UnbanUserResponse
-	(*SetAdminRequest)(nil),             // 33: room.v1.SetAdminRequest
-	(*SetAdminResponse)(nil),            // 34: room.v1.SetAdminResponse
-	(*UpdateProfileRequest)(nil),        // 35: room.v1.UpdateProfileRequest
-	(*UpdateProfileResponse)(nil),       // 36: room.v1.UpdateProfileResponse
-	(*ChangeBackgroundRequest)(nil),     // 37: room.v1.ChangeBackgroundRequest
-	(*ChangeBackgroundResponse)(nil),    // 38: room.v1.ChangeBackgroundResponse
-	(*SetChatEnabledRequest)(nil),       // 39: room.v1.SetChatEnabledRequest
-	(*SetChatEnabledResponse)(nil),      // 40: room.v1.SetChatEnabledResponse
-	(*PublishRobotDisplayRequest)(nil),  // 41: room.v1.PublishRobotDisplayRequest
-	(*PublishRobotDisplayResponse)(nil), // 42: room.v1.PublishRobotDisplayResponse
-	(*GetRoomSnapshotRequest)(nil),      // 43: room.v1.GetRoomSnapshotRequest
-	(*GetRoomSnapshotResponse)(nil),     // 44: room.v1.GetRoomSnapshotResponse
-	(*ListRoomsRequest)(nil),            // 45: room.v1.ListRoomsRequest
-	(*ListRoomsResponse)(nil),           // 46: room.v1.ListRoomsResponse
-	(*RoomSummary)(nil),                 // 47: room.v1.RoomSummary
-	(*ListCommandsRequest)(nil),         // 48: room.v1.ListCommandsRequest
-	(*ListCommandsResponse)(nil),        // 49: room.v1.ListCommandsResponse
-	(*CommandLogEntry)(nil),             // 50: room.v1.CommandLogEntry
-	(*GetStoredSnapshotRequest)(nil),    // 51: room.v1.GetStoredSnapshotRequest
-	(*GetStoredSnapshotResponse)(nil),   // 52: room.v1.GetStoredSnapshotResponse
-	(*RoomSnapshot)(nil),                // 53: room.v1.RoomSnapshot
-	(*RoomProfile)(nil),                 // 54: room.v1.RoomProfile
-	(*Member)(nil),                      // 55: room.v1.Member
-	(*MicSeat)(nil),                     // 56: room.v1.MicSeat
-	(*Restriction)(nil),                 // 57: room.v1.Restriction
-	(*RoomEvent)(nil),                   // 58: room.v1.RoomEvent
-	nil,                                 // 59: room.v1.GetOutboxStatusResponse.DeadEntry
+	(GiftKind)(0),                       // 0: room.v1.GiftKind
+	(RoomStatus)(0),                     // 1: room.v1.RoomStatus
+	(*SendGiftRequest)(nil),             // 2: room.v1.SendGiftRequest
+	(*SendGiftResponse)(nil),            // 3: room.v1.SendGiftResponse
+	(*ListGiftsRequest)(nil),            // 4: room.v1.ListGiftsRequest
+	(*ListGiftsResponse)(nil),           // 5: room.v1.ListGiftsResponse
+	(*Gift)(nil),                        // 6: room.v1.Gift
+	(*CreditCoinsRequest)(nil),          // 7: room.v1.CreditCoinsRequest
+	(*CreditCoinsResponse)(nil),         // 8: room.v1.CreditCoinsResponse
+	(*GetBalanceRequest)(nil),           // 9: room.v1.GetBalanceRequest
+	(*GetBalanceResponse)(nil),          // 10: room.v1.GetBalanceResponse
+	(*GetOutboxStatusRequest)(nil),      // 11: room.v1.GetOutboxStatusRequest
+	(*GetOutboxStatusResponse)(nil),     // 12: room.v1.GetOutboxStatusResponse
+	(*RequeueDeadOutboxRequest)(nil),    // 13: room.v1.RequeueDeadOutboxRequest
+	(*RequeueDeadOutboxResponse)(nil),   // 14: room.v1.RequeueDeadOutboxResponse
+	(*CreateRoomRequest)(nil),           // 15: room.v1.CreateRoomRequest
+	(*CreateRoomResponse)(nil),          // 16: room.v1.CreateRoomResponse
+	(*CloseRoomRequest)(nil),            // 17: room.v1.CloseRoomRequest
+	(*CloseRoomResponse)(nil),           // 18: room.v1.CloseRoomResponse
+	(*JoinRoomRequest)(nil),             // 19: room.v1.JoinRoomRequest
+	(*JoinRoomResponse)(nil),            // 20: room.v1.JoinRoomResponse
+	(*LeaveRoomRequest)(nil),            // 21: room.v1.LeaveRoomRequest
+	(*LeaveRoomResponse)(nil),           // 22: room.v1.LeaveRoomResponse
+	(*TakeMicRequest)(nil),              // 23: room.v1.TakeMicRequest
+	(*TakeMicResponse)(nil),             // 24: room.v1.TakeMicResponse
+	(*LeaveMicRequest)(nil),             // 25: room.v1.LeaveMicRequest
+	(*LeaveMicResponse)(nil),            // 26: room.v1.LeaveMicResponse
+	(*MoveMicRequest)(nil),              // 27: room.v1.MoveMicRequest
+	(*MoveMicResponse)(nil),             // 28: room.v1.MoveMicResponse
+	(*KickFromMicRequest)(nil),          // 29: room.v1.KickFromMicRequest
+	(*KickFromMicResponse)(nil),         // 30: room.v1.KickFromMicResponse
+	(*LockMicSeatRequest)(nil),          // 31: room.v1.LockMicSeatRequest
+	(*LockMicSeatResponse)(nil),         // 32: room.v1.LockMicSeatResponse
+	(*MuteMicSeatRequest)(nil),          // 33: room.v1.MuteMicSeatRequest
+	(*MuteMicSeatResponse)(nil),         // 34: room.v1.MuteMicSeatResponse
+	(*SetMyMicRequest)(nil),             // 35: room.v1.SetMyMicRequest
+	(*SetMyMicResponse)(nil),            // 36: room.v1.SetMyMicResponse
+	(*KickUserRequest)(nil),             // 37: room.v1.KickUserRequest
+	(*KickUserResponse)(nil),            // 38: room.v1.KickUserResponse
+	(*MuteUserRequest)(nil),             // 39: room.v1.MuteUserRequest
+	(*MuteUserResponse)(nil),            // 40: room.v1.MuteUserResponse
+	(*UnbanUserRequest)(nil),            // 41: room.v1.UnbanUserRequest
+	(*UnbanUserResponse)(nil),           // 42: room.v1.UnbanUserResponse
+	(*SetAdminRequest)(nil),             // 43: room.v1.SetAdminRequest
+	(*SetAdminResponse)(nil),            // 44: room.v1.SetAdminResponse
+	(*UpdateProfileRequest)(nil),        // 45: room.v1.UpdateProfileRequest
+	(*UpdateProfileResponse)(nil),       // 46: room.v1.UpdateProfileResponse
+	(*ChangeBackgroundRequest)(nil),     // 47: room.v1.ChangeBackgroundRequest
+	(*ChangeBackgroundResponse)(nil),    // 48: room.v1.ChangeBackgroundResponse
+	(*SetChatEnabledRequest)(nil),       // 49: room.v1.SetChatEnabledRequest
+	(*SetChatEnabledResponse)(nil),      // 50: room.v1.SetChatEnabledResponse
+	(*PublishRobotDisplayRequest)(nil),  // 51: room.v1.PublishRobotDisplayRequest
+	(*PublishRobotDisplayResponse)(nil), // 52: room.v1.PublishRobotDisplayResponse
+	(*GetRoomSnapshotRequest)(nil),      // 53: room.v1.GetRoomSnapshotRequest
+	(*GetRoomSnapshotResponse)(nil),     // 54: room.v1.GetRoomSnapshotResponse
+	(*ListRoomsRequest)(nil),            // 55: room.v1.ListRoomsRequest
+	(*ListRoomsResponse)(nil),           // 56: room.v1.ListRoomsResponse
+	(*RoomSummary)(nil),                 // 57: room.v1.RoomSummary
+	(*ListCommandsRequest)(nil),         // 58: room.v1.ListCommandsRequest
+	(*ListCommandsResponse)(nil),        // 59: room.v1.ListCommandsResponse
+	(*CommandLogEntry)(nil),             // 60: room.v1.CommandLogEntry
+	(*GetStoredSnapshotRequest)(nil),    // 61: room.v1.GetStoredSnapshotRequest
+	(*GetStoredSnapshotResponse)(nil),   // 62: room.v1.GetStoredSnapshotResponse
+	(*RoomSnapshot)(nil),                // 63: room.v1.RoomSnapshot
+	(*RoomEconomy)(nil),                 // 64: room.v1.RoomEconomy
+	(*RankEntry)(nil),                   // 65: room.v1.RankEntry
+	(*RoomRocket)(nil),                  // 66: room.v1.RoomRocket
+	(*RocketLaunch)(nil),                // 67: room.v1.RocketLaunch
+	(*RoomProfile)(nil),                 // 68: room.v1.RoomProfile
+	(*Member)(nil),                      // 69: room.v1.Member
+	(*MicSeat)(nil),                     // 70: room.v1.MicSeat
+	(*Restriction)(nil),                 // 71: room.v1.Restriction
+	(*RoomEvent)(nil),                   // 72: room.v1.RoomEvent
+	nil,                                 // 73: room.v1.GetOutboxStatusResponse.DeadEntry
 }
 var file_room_v1_room_proto_depIdxs = []int32{
-	59, // 0: room.v1.GetOutboxStatusResponse.dead:type_name -> room.v1.GetOutboxStatusResponse.DeadEntry
-	53, // 1: room.v1.GetRoomSnapshotResponse.snapshot:type_name -> room.v1.RoomSnapshot
-	0,  // 2: room.v1.ListRoomsRequest.status:type_name -> room.v1.RoomStatus
-	47, // 3: room.v1.ListRoomsResponse.rooms:type_name -> room.v1.RoomSummary
-	0,  // 4: room.v1.RoomSummary.status:type_name -> room.v1.RoomStatus
-	50, // 5: room.v1.ListCommandsResponse.commands:type_name -> room.v1.CommandLogEntry
-	53, // 6: room.v1.GetStoredSnapshotResponse.snapshot:type_name -> room.v1.RoomSnapshot
-	0,  // 7: room.v1.RoomSnapshot.status:type_name -> room.v1.RoomStatus
-	54, // 8: room.v1.RoomSnapshot.profile:type_name -> room.v1.RoomProfile
-	55, // 9: room.v1.RoomSnapshot.members:type_name -> room.v1.Member
-	56, // 10: room.v1.RoomSnapshot.seats:type_name -> room.v1.MicSeat
-	57, // 11: room.v1.RoomSnapshot.chat_mutes:type_name -> room.v1.Restriction
-	57, // 12: room.v1.RoomSnapshot.bans:type_name -> room.v1.Restriction
-	5,  // 13: room.v1.RoomService.CreateRoom:input_type -> room.v1.CreateRoomRequest
-	7,  // 14: room.v1.RoomService.CloseRoom:input_type -> room.v1.CloseRoomRequest
-	9,  // 15: room.v1.RoomService.JoinRoom:input_type -> room.v1.JoinRoomRequest
-	11, // 16: room.v1.RoomService.LeaveRoom:input_type -> room.v1.LeaveRoomRequest
-	13, // 17: room.v1.RoomService.TakeMic:input_type -> room.v1.TakeMicRequest
-	15, // 18: room.v1.RoomService.LeaveMic:input_type -> room.v1.LeaveMicRequest
-	17, // 19: room.v1.RoomService.MoveMic:input_type -> room.v1.MoveMicRequest
-	19, // 20: room.v1.RoomService.KickFromMic:input_type -> room.v1.KickFromMicRequest
-	21, // 21: room.v1.RoomService.LockMicSeat:input_type -> room.v1.LockMicSeatRequest
-	23, // 22: room.v1.RoomService.MuteMicSeat:input_type -> room.v1.MuteMicSeatRequest
-	25, // 23: room.v1.RoomService.SetMyMic:input_type -> room.v1.SetMyMicRequest
-	27, // 24: room.v1.RoomService.KickUser:input_type -> room.v1.KickUserRequest
-	29, // 25: room.v1.RoomService.MuteUser:input_type -> room.v1.MuteUserRequest
-	31, // 26: room.v1.RoomService.UnbanUser:input_type -> room.v1.UnbanUserRequest
-	33, // 27: room.v1.RoomService.SetAdmin:input_type -> room.v1.SetAdminRequest
-	35, // 28: room.v1.RoomService.UpdateProfile:input_type -> room.v1.UpdateProfileRequest
-	37, // 29: room.v1.RoomService.ChangeBackground:input_type -> room.v1.ChangeBackgroundRequest
-	39, // 30: room.v1.RoomService.SetChatEnabled:input_type -> room.v1.SetChatEnabledRequest
-	43, // 31: room.v1.RoomService.GetRoomSnapshot:input_type -> room.v1.GetRoomSnapshotRequest
-	41, // 32: room.v1.RoomService.PublishRobotDisplay:input_type -> room.v1.PublishRobotDisplayRequest
-	45, // 33: room.v1.RoomService.ListRooms:input_type -> room.v1.ListRoomsRequest
-	48, // 34: room.v1.OperatorService.ListCommands:input_type -> room.v1.ListCommandsRequest
-	51, // 35: room.v1.OperatorService.GetStoredSnapshot:input_type -> room.v1.GetStoredSnapshotRequest
-	1,  // 36: room.v1.OperatorService.GetOutboxStatus:input_type -> room.v1.GetOutboxStatusRequest
-	3,  // 37: room.v1.OperatorService.RequeueDeadOutbox:input_type -> room.v1.RequeueDeadOutboxRequest
-	6,  // 38: room.v1.RoomService.CreateRoom:output_type -> room.v1.CreateRoomResponse
-	8,  // 39: room.v1.RoomService.CloseRoom:output_type -> room.v1.CloseRoomResponse
-	10, // 40: room.v1.RoomService.JoinRoom:output_type -> room.v1.JoinRoomResponse
-	12, // 41: room.v1.RoomService.LeaveRoom:output_type -> room.v1.LeaveRoomResponse
-	14, // 42: room.v1.RoomService.TakeMic:output_type -> room.v1.TakeMicResponse
-	16, // 43: room.v1.RoomService.LeaveMic:output_type -> room.v1.LeaveMicResponse
-	18, // 44: room.v1.RoomService.MoveMic:output_type -> room.v1.MoveMicResponse
-	20, // 45: room.v1.RoomService.KickFromMic:output_type -> room.v1.KickFromMicResponse
-	22, // 46: room.v1.RoomService.LockMicSeat:output_type -> room.v1.LockMicSeatResponse
-	24, // 47: room.v1.RoomService.MuteMicSeat:output_type -> room.v1.MuteMicSeatResponse
-	26, // 48: room.v1.RoomService.SetMyMic:output_type -> room.v1.SetMyMicResponse
-	28, // 49: room.v1.RoomService.KickUser:output_type -> room.v1.KickUserResponse
-	30, // 50: room.v1.RoomService.MuteUser:output_type -> room.v1.MuteUserResponse
-	32, // 51: room.v1.RoomService.UnbanUser:output_type -> room.v1.UnbanUserResponse
-	34, // 52: room.v1.RoomService.SetAdmin:output_type -> room.v1.SetAdminResponse
-	36, // 53: room.v1.RoomService.UpdateProfile:output_type -> room.v1.UpdateProfileResponse
-	38, // 54: room.v1.RoomService.ChangeBackground:output_type -> room.v1.ChangeBackgroundResponse
-	40, // 55: room.v1.RoomService.SetChatEnabled:output_type -> room.v1.SetChatEnabledResponse
-	44, // 56: room.v1.RoomService.GetRoomSnapshot:output_type -> room.v1.GetRoomSnapshotResponse
-	42, // 57: room.v1.RoomService.PublishRobotDisplay:output_type -> room.v1.PublishRobotDisplayResponse
-	46, // 58: room.v1.RoomService.ListRooms:output_type -> room.v1.ListRoomsResponse
-	49, // 59: room.v1.OperatorService.ListCommands:output_type -> room.v1.ListCommandsResponse
-	52, // 60: room.v1.OperatorService.GetStoredSnapshot:output_type -> room.v1.GetStoredSnapshotResponse
-	2,  // 61: room.v1.OperatorService.GetOutboxStatus:output_type -> room.v1.GetOutboxStatusResponse
-	4,  // 62: room.v1.OperatorService.RequeueDeadOutbox:output_type -> room.v1.RequeueDeadOutboxResponse
-	38, // [38:63] is the sub-list for method output_type
-	13, // [13:38] is the sub-list for method input_type
-	13, // [13:13] is the sub-list for extension type_name
-	13, // [13:13] is the sub-list for extension extendee
-	0,  // [0:13] is the sub-list for field type_name
+	6,  // 0: room.v1.ListGiftsResponse.gifts:type_name -> room.v1.Gift
+	0,  // 1: room.v1.Gift.kind:type_name -> room.v1.GiftKind
+	73, // 2: room.v1.GetOutboxStatusResponse.dead:type_name -> room.v1.GetOutboxStatusResponse.DeadEntry
+	63, // 3: room.v1.GetRoomSnapshotResponse.snapshot:type_name -> room.v1.RoomSnapshot
+	1,  // 4: room.v1.ListRoomsRequest.status:type_name -> room.v1.RoomStatus
+	57, // 5: room.v1.ListRoomsResponse.rooms:type_name -> room.v1.RoomSummary
+	1,  // 6: room.v1.RoomSummary.status:type_name -> room.v1.RoomStatus
+	60, // 7: room.v1.ListCommandsResponse.commands:type_name -> room.v1.CommandLogEntry
+	63, // 8: room.v1.GetStoredSnapshotResponse.snapshot:type_name -> room.v1.RoomSnapshot
+	1,  // 9: room.v1.RoomSnapshot.status:type_name -> room.v1.RoomStatus
+	68, // 10: room.v1.RoomSnapshot.profile:type_name -> room.v1.RoomProfile
+	69, // 11: room.v1.RoomSnapshot.members:type_name -> room.v1.Member
+	70, // 12: room.v1.RoomSnapshot.seats:type_name -> room.v1.MicSeat
+	71, // 13: room.v1.RoomSnapshot.chat_mutes:type_name -> room.v1.Restriction
+	71, // 14: room.v1.RoomSnapshot.bans:type_name -> room.v1.Restriction
+	64, // 15: room.v1.RoomSnapshot.economy:type_name -> room.v1.RoomEconomy
+	65, // 16: room.v1.RoomEconomy.rank:type_name -> room.v1.RankEntry
+	65, // 17: room.v1.RoomEconomy.contributions:type_name -> room.v1.RankEntry
+	66, // 18: room.v1.RoomEconomy.rocket:type_name -> room.v1.RoomRocket
+	65, // 19: room.v1.RoomRocket.contributors:type_name -> room.v1.RankEntry
+	67, // 20: room.v1.RoomRocket.launches:type_name -> room.v1.RocketLaunch
+	65, // 21: room.v1.RocketLaunch.top_contributors:type_name -> room.v1.RankEntry
+	15, // 22: room.v1.RoomService.CreateRoom:input_type -> room.v1.CreateRoomRequest
+	17, // 23: room.v1.RoomService.CloseRoom:input_type -> room.v1.CloseRoomRequest
+	19, // 24: room.v1.RoomService.JoinRoom:input_type -> room.v1.JoinRoomRequest
+	21, // 25: room.v1.RoomService.LeaveRoom:input_type -> room.v1.LeaveRoomRequest
+	23, // 26: room.v1.RoomService.TakeMic:input_type -> room.v1.TakeMicRequest
+	25, // 27: room.v1.RoomService.LeaveMic:input_type -> room.v1.LeaveMicRequest
+	27, // 28: room.v1.RoomService.MoveMic:input_type -> room.v1.MoveMicRequest
+	29, // 29: room.v1.RoomService.KickFromMic:input_type -> room.v1.KickFromMicRequest
+	31, // 30: room.v1.RoomService.LockMicSeat:input_type -> room.v1.LockMicSeatRequest
+	33, // 31: room.v1.RoomService.MuteMicSeat:input_type -> room.v1.MuteMicSeatRequest
+	35, // 32: room.v1.RoomService.SetMyMic:input_type -> room.v1.SetMyMicRequest
+	37, // 33: room.v1.RoomService.KickUser:input_type -> room.v1.KickUserRequest
+	39, // 34: room.v1.RoomService.MuteUser:input_type -> room.v1.MuteUserRequest
+	41, // 35: room.v1.RoomService.UnbanUser:input_type -> room.v1.UnbanUserRequest
+	43, // 36: room.v1.RoomService.SetAdmin:input_type -> room.v1.SetAdminRequest
+	45, // 37: room.v1.RoomService.UpdateProfile:input_type -> room.v1.UpdateProfileRequest
+	47, // 38: room.v1.RoomService.ChangeBackground:input_type -> room.v1.ChangeBackgroundRequest
+	49, // 39: room.v1.RoomService.SetChatEnabled:input_type -> room.v1.SetChatEnabledRequest
+	53, // 40: room.v1.RoomService.GetRoomSnapshot:input_type -> room.v1.GetRoomSnapshotRequest
+	51, // 41: room.v1.RoomService.PublishRobotDisplay:input_type -> room.v1.PublishRobotDisplayRequest
+	55, // 42: room.v1.RoomService.ListRooms:input_type -> room.v1.ListRoomsRequest
+	2,  // 43: room.v1.RoomService.SendGift:input_type -> room.v1.SendGiftRequest
+	4,  // 44: room.v1.RoomService.ListGifts:input_type -> room.v1.ListGiftsRequest
+	7,  // 45: room.v1.WalletService.CreditCoins:input_type -> room.v1.CreditCoinsRequest
+	9,  // 46: room.v1.WalletService.GetBalance:input_type -> room.v1.GetBalanceRequest
+	58, // 47: room.v1.OperatorService.ListCommands:input_type -> room.v1.ListCommandsRequest
+	61, // 48: room.v1.OperatorService.GetStoredSnapshot:input_type -> room.v1.GetStoredSnapshotRequest
+	11, // 49: room.v1.OperatorService.GetOutboxStatus:input_type -> room.v1.GetOutboxStatusRequest
+	13, // 50: room.v1.OperatorService.RequeueDeadOutbox:input_type -> room.v1.RequeueDeadOutboxRequest
+	16, // 51: room.v1.RoomService.CreateRoom:output_type -> room.v1.CreateRoomResponse
+	18, // 52: room.v1.RoomService.CloseRoom:output_type -> room.v1.CloseRoomResponse
+	20, // 53: room.v1.RoomService.JoinRoom:output_type -> room.v1.JoinRoomResponse
+	22, // 54: room.v1.RoomService.LeaveRoom:output_type -> room.v1.LeaveRoomResponse
+	24, // 55: room.v1.RoomService.TakeMic:output_type -> room.v1.TakeMicResponse
+	26, // 56: room.v1.RoomService.LeaveMic:output_type -> room.v1.LeaveMicResponse
+	28, // 57: room.v1.RoomService.MoveMic:output_type -> room.v1.MoveMicResponse
+	30, // 58: room.v1.RoomService.KickFromMic:output_type -> room.v1.KickFromMicResponse
+	32, // 59: room.v1.RoomService.LockMicSeat:output_type -> room.v1.LockMicSeatResponse
+	34, // 60: room.v1.RoomService.MuteMicSeat:output_type -> room.v1.MuteMicSeatResponse
+	36, // 61: room.v1.RoomService.SetMyMic:output_type -> room.v1.SetMyMicResponse
+	38, // 62: room.v1.RoomService.KickUser:output_type -> room.v1.KickUserResponse
+	40, // 63: room.v1.RoomService.MuteUser:output_type -> room.v1.MuteUserResponse
+	42, // 64: room.v1.RoomService.UnbanUser:output_type -> room.v1.UnbanUserResponse
+	44, // 65: room.v1.RoomService.SetAdmin:output_type -> room.v1.SetAdminResponse
+	46, // 66: room.v1.RoomService.UpdateProfile:output_type -> room.v1.UpdateProfileResponse
+	48, // 67: room.v1.RoomService.ChangeBackground:output_type -> room.v1.ChangeBackgroundResponse
+	50, // 68: room.v1.RoomService.SetChatEnabled:output_type -> room.v1.SetChatEnabledResponse
+	54, // 69: room.v1.RoomService.GetRoomSnapshot:output_type -> room.v1.GetRoomSnapshotResponse
+	52, // 70: room.v1.RoomService.PublishRobotDisplay:output_type -> room.v1.PublishRobotDisplayResponse
+	56, // 71: room.v1.RoomService.ListRooms:output_type -> room.v1.ListRoomsResponse
+	3,  // 72: room.v1.RoomService.SendGift:output_type -> room.v1.SendGiftResponse
+	5,  // 73: room.v1.RoomService.ListGifts:output_type -> room.v1.ListGiftsResponse
+	8,  // 74: room.v1.WalletService.CreditCoins:output_type -> room.v1.CreditCoinsResponse
+	10, // 75: room.v1.WalletService.GetBalance:output_type -> room.v1.GetBalanceResponse
+	59, // 76: room.v1.OperatorService.ListCommands:output_type -> room.v1.ListCommandsResponse
+	62, // 77: room.v1.OperatorService.GetStoredSnapshot:output_type -> room.v1.GetStoredSnapshotResponse
+	12, // 78: room.v1.OperatorService.GetOutboxStatus:output_type -> room.v1.GetOutboxStatusResponse
+	14, // 79: room.v1.OperatorService.RequeueDeadOutbox:output_type -> room.v1.RequeueDeadOutboxResponse
+	51, // [51:80] is the sub-list for method output_type
+	22, // [22:51] is the sub-list for method input_type
+	22, // [22:22] is the sub-list for extension type_name
+	22, // [22:22] is the sub-list for extension extendee
+	0,  // [0:22] is the sub-list for field type_name
 }
 
 func init() { file_room_v1_room_proto_init() }
@@ -4250,16 +5303,16 @@ func file_room_v1_room_proto_init() {
 	if File_room_v1_room_proto != nil {
 		return
 	}
-	file_room_v1_room_proto_msgTypes[34].OneofWrappers = []any{}
+	file_room_v1_room_proto_msgTypes[43].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_room_v1_room_proto_rawDesc), len(file_room_v1_room_proto_rawDesc)),
-			NumEnums:      1,
-			NumMessages:   59,
+			NumEnums:      2,
+			NumMessages:   72,
 			NumExtensions: 0,
-			NumServices:   2,
+			NumServices:   3,
 		},
 		GoTypes:           file_room_v1_room_proto_goTypes,
 		DependencyIndexes: file_room_v1_room_proto_depIdxs,

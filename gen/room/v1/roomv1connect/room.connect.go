@@ -30,6 +30,8 @@ const _ = connect.IsAtLeastVersion1_13_0
 const (
 	// RoomServiceName is the fully-qualified name of the RoomService service.
 	RoomServiceName = "room.v1.RoomService"
+	// WalletServiceName is the fully-qualified name of the WalletService service.
+	WalletServiceName = "room.v1.WalletService"
 	// OperatorServiceName is the fully-qualified name of the OperatorService service.
 	OperatorServiceName = "room.v1.OperatorService"
 )
@@ -89,6 +91,16 @@ const (
 	RoomServicePublishRobotDisplayProcedure = "/room.v1.RoomService/PublishRobotDisplay"
 	// RoomServiceListRoomsProcedure is the fully-qualified name of the RoomService's ListRooms RPC.
 	RoomServiceListRoomsProcedure = "/room.v1.RoomService/ListRooms"
+	// RoomServiceSendGiftProcedure is the fully-qualified name of the RoomService's SendGift RPC.
+	RoomServiceSendGiftProcedure = "/room.v1.RoomService/SendGift"
+	// RoomServiceListGiftsProcedure is the fully-qualified name of the RoomService's ListGifts RPC.
+	RoomServiceListGiftsProcedure = "/room.v1.RoomService/ListGifts"
+	// WalletServiceCreditCoinsProcedure is the fully-qualified name of the WalletService's CreditCoins
+	// RPC.
+	WalletServiceCreditCoinsProcedure = "/room.v1.WalletService/CreditCoins"
+	// WalletServiceGetBalanceProcedure is the fully-qualified name of the WalletService's GetBalance
+	// RPC.
+	WalletServiceGetBalanceProcedure = "/room.v1.WalletService/GetBalance"
 	// OperatorServiceListCommandsProcedure is the fully-qualified name of the OperatorService's
 	// ListCommands RPC.
 	OperatorServiceListCommandsProcedure = "/room.v1.OperatorService/ListCommands"
@@ -150,6 +162,14 @@ type RoomServiceClient interface {
 	PublishRobotDisplay(context.Context, *connect.Request[v1.PublishRobotDisplayRequest]) (*connect.Response[v1.PublishRobotDisplayResponse], error)
 	// Lists rooms for operators, ordered by room_id.
 	ListRooms(context.Context, *connect.Request[v1.ListRoomsRequest]) (*connect.Response[v1.ListRoomsResponse], error)
+	// Sends a gift from the operator to each receiver: the operator's COIN
+	// balance pays price x count for every receiver, a lucky gift may pay a
+	// reward back, and heat, rank, seat charm and the room rocket move with the
+	// gift's value. A retry with the same command_id charges nothing and
+	// returns the same coin_balance_after.
+	SendGift(context.Context, *connect.Request[v1.SendGiftRequest]) (*connect.Response[v1.SendGiftResponse], error)
+	// Returns the gift catalogue.
+	ListGifts(context.Context, *connect.Request[v1.ListGiftsRequest]) (*connect.Response[v1.ListGiftsResponse], error)
 }
 
 // NewRoomServiceClient constructs a client for the room.v1.RoomService service. By default, it uses
@@ -291,6 +311,19 @@ func NewRoomServiceClient(httpClient connect.HTTPClient, baseURL string, opts ..
 			connect.WithIdempotency(connect.IdempotencyNoSideEffects),
 			connect.WithClientOptions(opts...),
 		),
+		sendGift: connect.NewClient[v1.SendGiftRequest, v1.SendGiftResponse](
+			httpClient,
+			baseURL+RoomServiceSendGiftProcedure,
+			connect.WithSchema(roomServiceMethods.ByName("SendGift")),
+			connect.WithClientOptions(opts...),
+		),
+		listGifts: connect.NewClient[v1.ListGiftsRequest, v1.ListGiftsResponse](
+			httpClient,
+			baseURL+RoomServiceListGiftsProcedure,
+			connect.WithSchema(roomServiceMethods.ByName("ListGifts")),
+			connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -317,6 +350,8 @@ type roomServiceClient struct {
 	getRoomSnapshot     *connect.Client[v1.GetRoomSnapshotRequest, v1.GetRoomSnapshotResponse]
 	publishRobotDisplay *connect.Client[v1.PublishRobotDisplayRequest, v1.PublishRobotDisplayResponse]
 	listRooms           *connect.Client[v1.ListRoomsRequest, v1.ListRoomsResponse]
+	sendGift            *connect.Client[v1.SendGiftRequest, v1.SendGiftResponse]
+	listGifts           *connect.Client[v1.ListGiftsRequest, v1.ListGiftsResponse]
 }
 
 // CreateRoom calls room.v1.RoomService.CreateRoom.
@@ -424,6 +459,16 @@ func (c *roomServiceClient) ListRooms(ctx context.Context, req *connect.Request[
 	return c.listRooms.CallUnary(ctx, req)
 }
 
+// SendGift calls room.v1.RoomService.SendGift.
+func (c *roomServiceClient) SendGift(ctx context.Context, req *connect.Request[v1.SendGiftRequest]) (*connect.Response[v1.SendGiftResponse], error) {
+	return c.sendGift.CallUnary(ctx, req)
+}
+
+// ListGifts calls room.v1.RoomService.ListGifts.
+func (c *roomServiceClient) ListGifts(ctx context.Context, req *connect.Request[v1.ListGiftsRequest]) (*connect.Response[v1.ListGiftsResponse], error) {
+	return c.listGifts.CallUnary(ctx, req)
+}
+
 // RoomServiceHandler is an implementation of the room.v1.RoomService service.
 type RoomServiceHandler interface {
 	// Creates the room; room_id is chosen by the caller. The operator must be the owner (or platform staff).
@@ -471,6 +516,14 @@ type RoomServiceHandler interface {
 	PublishRobotDisplay(context.Context, *connect.Request[v1.PublishRobotDisplayRequest]) (*connect.Response[v1.PublishRobotDisplayResponse], error)
 	// Lists rooms for operators, ordered by room_id.
 	ListRooms(context.Context, *connect.Request[v1.ListRoomsRequest]) (*connect.Response[v1.ListRoomsResponse], error)
+	// Sends a gift from the operator to each receiver: the operator's COIN
+	// balance pays price x count for every receiver, a lucky gift may pay a
+	// reward back, and heat, rank, seat charm and the room rocket move with the
+	// gift's value. A retry with the same command_id charges nothing and
+	// returns the same coin_balance_after.
+	SendGift(context.Context, *connect.Request[v1.SendGiftRequest]) (*connect.Response[v1.SendGiftResponse], error)
+	// Returns the gift catalogue.
+	ListGifts(context.Context, *connect.Request[v1.ListGiftsRequest]) (*connect.Response[v1.ListGiftsResponse], error)
 }
 
 // NewRoomServiceHandler builds an HTTP handler from the service implementation. It returns the path
@@ -608,6 +661,19 @@ func NewRoomServiceHandler(svc RoomServiceHandler, opts ...connect.HandlerOption
 		connect.WithIdempotency(connect.IdempotencyNoSideEffects),
 		connect.WithHandlerOptions(opts...),
 	)
+	roomServiceSendGiftHandler := connect.NewUnaryHandler(
+		RoomServiceSendGiftProcedure,
+		svc.SendGift,
+		connect.WithSchema(roomServiceMethods.ByName("SendGift")),
+		connect.WithHandlerOptions(opts...),
+	)
+	roomServiceListGiftsHandler := connect.NewUnaryHandler(
+		RoomServiceListGiftsProcedure,
+		svc.ListGifts,
+		connect.WithSchema(roomServiceMethods.ByName("ListGifts")),
+		connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/room.v1.RoomService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case RoomServiceCreateRoomProcedure:
@@ -652,6 +718,10 @@ func NewRoomServiceHandler(svc RoomServiceHandler, opts ...connect.HandlerOption
 			roomServicePublishRobotDisplayHandler.ServeHTTP(w, r)
 		case RoomServiceListRoomsProcedure:
 			roomServiceListRoomsHandler.ServeHTTP(w, r)
+		case RoomServiceSendGiftProcedure:
+			roomServiceSendGiftHandler.ServeHTTP(w, r)
+		case RoomServiceListGiftsProcedure:
+			roomServiceListGiftsHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -743,6 +813,116 @@ func (UnimplementedRoomServiceHandler) PublishRobotDisplay(context.Context, *con
 
 func (UnimplementedRoomServiceHandler) ListRooms(context.Context, *connect.Request[v1.ListRoomsRequest]) (*connect.Response[v1.ListRoomsResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("room.v1.RoomService.ListRooms is not implemented"))
+}
+
+func (UnimplementedRoomServiceHandler) SendGift(context.Context, *connect.Request[v1.SendGiftRequest]) (*connect.Response[v1.SendGiftResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("room.v1.RoomService.SendGift is not implemented"))
+}
+
+func (UnimplementedRoomServiceHandler) ListGifts(context.Context, *connect.Request[v1.ListGiftsRequest]) (*connect.Response[v1.ListGiftsResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("room.v1.RoomService.ListGifts is not implemented"))
+}
+
+// WalletServiceClient is a client for the room.v1.WalletService service.
+type WalletServiceClient interface {
+	// Credits coins to a user once per idempotency_key (a top-up, a grant).
+	CreditCoins(context.Context, *connect.Request[v1.CreditCoinsRequest]) (*connect.Response[v1.CreditCoinsResponse], error)
+	// Returns a user's COIN balance (0 for a user the ledger has never seen).
+	GetBalance(context.Context, *connect.Request[v1.GetBalanceRequest]) (*connect.Response[v1.GetBalanceResponse], error)
+}
+
+// NewWalletServiceClient constructs a client for the room.v1.WalletService service. By default, it
+// uses the Connect protocol with the binary Protobuf Codec, asks for gzipped responses, and sends
+// uncompressed requests. To use the gRPC or gRPC-Web protocols, supply the connect.WithGRPC() or
+// connect.WithGRPCWeb() options.
+//
+// The URL supplied here should be the base URL for the Connect or gRPC server (for example,
+// http://api.acme.com or https://acme.com/grpc).
+func NewWalletServiceClient(httpClient connect.HTTPClient, baseURL string, opts ...connect.ClientOption) WalletServiceClient {
+	baseURL = strings.TrimRight(baseURL, "/")
+	walletServiceMethods := v1.File_room_v1_room_proto.Services().ByName("WalletService").Methods()
+	return &walletServiceClient{
+		creditCoins: connect.NewClient[v1.CreditCoinsRequest, v1.CreditCoinsResponse](
+			httpClient,
+			baseURL+WalletServiceCreditCoinsProcedure,
+			connect.WithSchema(walletServiceMethods.ByName("CreditCoins")),
+			connect.WithClientOptions(opts...),
+		),
+		getBalance: connect.NewClient[v1.GetBalanceRequest, v1.GetBalanceResponse](
+			httpClient,
+			baseURL+WalletServiceGetBalanceProcedure,
+			connect.WithSchema(walletServiceMethods.ByName("GetBalance")),
+			connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+			connect.WithClientOptions(opts...),
+		),
+	}
+}
+
+// walletServiceClient implements WalletServiceClient.
+type walletServiceClient struct {
+	creditCoins *connect.Client[v1.CreditCoinsRequest, v1.CreditCoinsResponse]
+	getBalance  *connect.Client[v1.GetBalanceRequest, v1.GetBalanceResponse]
+}
+
+// CreditCoins calls room.v1.WalletService.CreditCoins.
+func (c *walletServiceClient) CreditCoins(ctx context.Context, req *connect.Request[v1.CreditCoinsRequest]) (*connect.Response[v1.CreditCoinsResponse], error) {
+	return c.creditCoins.CallUnary(ctx, req)
+}
+
+// GetBalance calls room.v1.WalletService.GetBalance.
+func (c *walletServiceClient) GetBalance(ctx context.Context, req *connect.Request[v1.GetBalanceRequest]) (*connect.Response[v1.GetBalanceResponse], error) {
+	return c.getBalance.CallUnary(ctx, req)
+}
+
+// WalletServiceHandler is an implementation of the room.v1.WalletService service.
+type WalletServiceHandler interface {
+	// Credits coins to a user once per idempotency_key (a top-up, a grant).
+	CreditCoins(context.Context, *connect.Request[v1.CreditCoinsRequest]) (*connect.Response[v1.CreditCoinsResponse], error)
+	// Returns a user's COIN balance (0 for a user the ledger has never seen).
+	GetBalance(context.Context, *connect.Request[v1.GetBalanceRequest]) (*connect.Response[v1.GetBalanceResponse], error)
+}
+
+// NewWalletServiceHandler builds an HTTP handler from the service implementation. It returns the
+// path on which to mount the handler and the handler itself.
+//
+// By default, handlers support the Connect, gRPC, and gRPC-Web protocols with the binary Protobuf
+// and JSON codecs. They also support gzip compression.
+func NewWalletServiceHandler(svc WalletServiceHandler, opts ...connect.HandlerOption) (string, http.Handler) {
+	walletServiceMethods := v1.File_room_v1_room_proto.Services().ByName("WalletService").Methods()
+	walletServiceCreditCoinsHandler := connect.NewUnaryHandler(
+		WalletServiceCreditCoinsProcedure,
+		svc.CreditCoins,
+		connect.WithSchema(walletServiceMethods.ByName("CreditCoins")),
+		connect.WithHandlerOptions(opts...),
+	)
+	walletServiceGetBalanceHandler := connect.NewUnaryHandler(
+		WalletServiceGetBalanceProcedure,
+		svc.GetBalance,
+		connect.WithSchema(walletServiceMethods.ByName("GetBalance")),
+		connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+		connect.WithHandlerOptions(opts...),
+	)
+	return "/room.v1.WalletService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case WalletServiceCreditCoinsProcedure:
+			walletServiceCreditCoinsHandler.ServeHTTP(w, r)
+		case WalletServiceGetBalanceProcedure:
+			walletServiceGetBalanceHandler.ServeHTTP(w, r)
+		default:
+			http.NotFound(w, r)
+		}
+	})
+}
+
+// UnimplementedWalletServiceHandler returns CodeUnimplemented from all methods.
+type UnimplementedWalletServiceHandler struct{}
+
+func (UnimplementedWalletServiceHandler) CreditCoins(context.Context, *connect.Request[v1.CreditCoinsRequest]) (*connect.Response[v1.CreditCoinsResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("room.v1.WalletService.CreditCoins is not implemented"))
+}
+
+func (UnimplementedWalletServiceHandler) GetBalance(context.Context, *connect.Request[v1.GetBalanceRequest]) (*connect.Response[v1.GetBalanceResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("room.v1.WalletService.GetBalance is not implemented"))
 }
 
 // OperatorServiceClient is a client for the room.v1.OperatorService service.

@@ -1,0 +1,372 @@
+package snapshot_test
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"reflect"
+	"testing"
+	"time"
+	_ "time/tzdata" // Asia/Riyadh, also where the system has no zoneinfo
+
+	"google.golang.org/protobuf/proto"
+
+	roomv1 "hyapp/room-service/gen/room/v1"
+	"hyapp/room-service/room"
+	"hyapp/room-service/snapshot"
+)
+
+const (
+	roomID = "room-s"
+	owner  = int64(1)
+	t0     = int64(1_700_000_000_000)
+)
+
+// rules are small enough that a few gifts ignite rockets, in a zone whose
+// business day starts at 04:00 local (01:00 UTC).
+func rules(t testing.TB) *room.Rules {
+	loc, err := time.LoadLocation("Asia/Riyadh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &room.Rules{
+		Location: loc, DayStart: 4 * time.Hour, RankSize: 3,
+		RocketLevels: []room.RocketLevel{{Fuel: 100, Countdown: 2 * time.Second}, {Fuel: 250, Countdown: time.Second}, {Fuel: 400, Countdown: 3 * time.Second}},
+	}
+}
+
+type applier struct {
+	t   testing.TB
+	s   *room.State
+	seq int
+}
+
+func (a *applier) env(op, at int64, platform bool, cmd room.Command) *room.Envelope {
+	a.seq++
+	return &room.Envelope{RoomID: roomID, CommandID: fmt.Sprintf("c-%d", a.seq), Operator: op, Platform: platform, At: at, Command: cmd}
+}
+
+func (a *applier) must(op, at int64, cmd room.Command) {
+	a.t.Helper()
+	if _, err := room.Apply(a.s, a.env(op, at, false, cmd)); err != nil {
+		a.t.Fatalf("%s by %d: %v", cmd.Type(), op, err)
+	}
+}
+
+func gift(price int64, count int32, receivers ...int64) *room.SendGift {
+	return &room.SendGift{ReceiverUserIDs: receivers, GiftID: "g", Count: count,
+		Outcome: room.GiftOutcome{Name: "G", Price: price, Kind: room.GiftNormal, BalanceAfter: 5}}
+}
+
+// busyRoom is an open room with members, seats, a day of gifts, rockets
+// waiting and one launched.
+func busyRoom(t testing.TB) *room.State {
+	s := room.Genesis(roomID, owner, 0, 8, "party", "")
+	s.SetRules(rules(t))
+	a := &applier{t: t, s: s}
+	at := t0
+	a.must(owner, at, &room.CreateRoom{OwnerUserID: owner, SeatCount: 8, Mode: "party", Region: "sa", Title: "t"})
+	for u := int64(1); u <= 6; u++ {
+		a.must(u, at+u, &room.JoinRoom{Nickname: fmt.Sprint("u", u)})
+	}
+	a.must(2, at+10, &room.TakeMic{SeatIndex: 1})
+	a.must(3, at+11, &room.TakeMic{SeatIndex: 4})
+	a.must(4, at+20, gift(30, 2, 2, 5))  // 120: ignites level 0
+	a.must(5, at+21, gift(7, 1, 3))      // 7
+	a.must(6, at+22, gift(150, 3, 2, 3)) // 900: ignites 1, 2 and 0
+	a.must(4, at+23, gift(1, 1, 5))      // 1
+	a.must(owner, at+24, gift(2, 1, 6))  // 2
+	l := s.PendingLaunches()[0]
+	e := a.env(room.SystemOperator, l.LaunchAt, true, l.LaunchCommand())
+	if _, err := room.Apply(s, e); err != nil {
+		t.Fatal(err)
+	}
+	if len(s.Economy.Contrib) <= 3 || len(s.PendingLaunches()) < 2 || s.Economy.Rocket.Fuel == 0 {
+		t.Fatalf("the busy room is not busy: %+v", s.Economy)
+	}
+	return s
+}
+
+// canon makes the nil-or-empty choices of a state the same, so that
+// reflect.DeepEqual compares contents.
+func canon(s *room.State) *room.State {
+	c := *s
+	if len(c.Economy.Rocket.Launches) == 0 {
+		c.Economy.Rocket.Launches = nil
+	}
+	if len(c.Economy.Top) == 0 {
+		c.Economy.Top = nil
+	}
+	return &c
+}
+
+func TestRoundTripWithEconomy(t *testing.T) {
+	s := busyRoom(t)
+	payload, err := snapshot.Encode(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := snapshot.Decode(payload)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Rules != nil {
+		t.Fatal("a decoded state carries rules")
+	}
+	// Decoded with the default rank size (10), the whole day shows.
+	if len(got.Economy.Top) != len(s.Economy.Contrib) {
+		t.Fatalf("default top %v", got.Economy.Top)
+	}
+	got.SetRules(s.Rules)
+	if !reflect.DeepEqual(canon(s), canon(got)) {
+		t.Fatalf("round trip\n got %+v\nwant %+v", got.Economy, s.Economy)
+	}
+	again, err := snapshot.Encode(got)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(payload, again) {
+		t.Fatal("re-encoding the decoded state gives other bytes")
+	}
+
+	p := snapshot.ToProto(s)
+	e := p.GetEconomy()
+	if e.GetBusinessDay() != s.Economy.Day || e.GetHeat() != s.Economy.Heat || len(e.GetRank()) != 3 || len(e.GetContributions()) != len(s.Economy.Contrib) {
+		t.Fatalf("economy %v", e)
+	}
+	for i := 1; i < len(e.GetContributions()); i++ {
+		if e.Contributions[i-1].UserId >= e.Contributions[i].UserId {
+			t.Fatalf("contributions not sorted by user id: %v", e.GetContributions())
+		}
+	}
+	r := e.GetRocket()
+	if r.GetThreshold() != s.RocketThreshold() || r.GetThreshold() == 0 || len(r.GetLaunches()) != len(s.PendingLaunches()) ||
+		len(r.GetLaunches()[0].GetTopContributors()) == 0 || r.GetIgnitions() != s.Economy.Rocket.Ignitions {
+		t.Fatalf("rocket %v", r)
+	}
+}
+
+func TestRoundTripWithoutEconomy(t *testing.T) {
+	// A snapshot written before the economy existed decodes to an empty one.
+	p := snapshot.ToProto(room.Genesis(roomID, owner, 0, 4, "", room.StatusOpen))
+	p.Economy = nil
+	s, err := snapshot.FromProto(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Economy.Contrib == nil || s.Economy.Rocket.Contributors == nil || s.Economy.Day != 0 || s.Economy.Heat != 0 {
+		t.Fatalf("economy %+v", s.Economy)
+	}
+	if _, err := room.Apply(s, &room.Envelope{RoomID: roomID, CommandID: "c", Operator: 2, At: t0, Command: &room.JoinRoom{}}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestEncodeIsDeterministic(t *testing.T) {
+	a, err := snapshot.Encode(busyRoom(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 20 {
+		// Another state built alike fills its maps in another order.
+		b, err := snapshot.Encode(busyRoom(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(a, b) {
+			t.Fatal("equal states encode to different bytes")
+		}
+	}
+}
+
+func TestDecodeRejectsACorruptEconomy(t *testing.T) {
+	base := snapshot.ToProto(busyRoom(t))
+	cases := []struct {
+		name string
+		mod  func(p *roomv1.RoomSnapshot)
+	}{
+		{"a contribution twice", func(p *roomv1.RoomSnapshot) {
+			p.Economy.Contributions = append(p.Economy.Contributions, p.Economy.Contributions[0])
+		}},
+		{"a rocket contributor twice", func(p *roomv1.RoomSnapshot) {
+			p.Economy.Rocket.Contributors = append(p.Economy.Rocket.Contributors, &roomv1.RankEntry{UserId: 9}, &roomv1.RankEntry{UserId: 9})
+		}},
+		{"too many launches", func(p *roomv1.RoomSnapshot) {
+			for range room.MaxRocketLaunches {
+				p.Economy.Rocket.Launches = append(p.Economy.Rocket.Launches, &roomv1.RocketLaunch{RocketId: 1})
+			}
+		}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			p := proto.Clone(base).(*roomv1.RoomSnapshot)
+			tc.mod(p)
+			if _, err := snapshot.FromProto(p); err == nil {
+				t.Fatal("corrupt economy accepted")
+			}
+		})
+	}
+}
+
+func TestWithMemberLimit(t *testing.T) {
+	p := snapshot.ToProto(busyRoom(t))
+	orig := proto.Clone(p)
+	for _, limit := range []int{0, 2, 100} {
+		q := snapshot.WithMemberLimit(p, limit)
+		want := len(p.GetMembers())
+		if limit > 0 {
+			want = min(want, limit)
+		}
+		if len(q.GetMembers()) != want || q.GetOnlineCount() != p.GetOnlineCount() {
+			t.Errorf("limit %d: %d members, online %d", limit, len(q.GetMembers()), q.GetOnlineCount())
+		}
+		e := q.GetEconomy()
+		if len(e.GetContributions()) != 0 {
+			t.Errorf("limit %d: the query answer lists every contribution", limit)
+		}
+		if e.GetHeat() != p.Economy.Heat || e.GetBusinessDay() != p.Economy.BusinessDay ||
+			!proto.Equal(e.GetRocket(), p.Economy.Rocket) || len(e.GetRank()) != len(p.Economy.Rank) {
+			t.Errorf("limit %d: economy %v", limit, e)
+		}
+	}
+	if !proto.Equal(p, orig) {
+		t.Fatal("WithMemberLimit modified its argument")
+	}
+	quiet := snapshot.ToProto(room.Genesis(roomID, owner, 0, 4, "", room.StatusOpen))
+	if snapshot.WithMemberLimit(quiet, 0) != quiet {
+		t.Fatal("a snapshot with nothing to drop was copied")
+	}
+}
+
+// TestReplayDeterminism drives a room with a random mix of commands, gifts
+// and rocket launches across business days. Halfway it stores a snapshot
+// and recovers from it as a cell does (decode, set the rules, replay the
+// logged commands); the recovered state then follows the live one command
+// for command, and both end in the same snapshot bytes.
+func TestReplayDeterminism(t *testing.T) {
+	for seed := range uint64(8) {
+		t.Run(fmt.Sprint("seed ", seed), func(t *testing.T) { replay(t, seed) })
+	}
+}
+
+func replay(t *testing.T, seed uint64) {
+	rnd := rand.New(rand.NewPCG(seed, 42))
+	r := rules(t)
+	live := room.Genesis(roomID, owner, 0, 6, "party", "")
+	live.SetRules(r)
+	a := &applier{t: t, s: live}
+	at := t0
+	a.must(owner, at, &room.CreateRoom{OwnerUserID: owner, SeatCount: 6, Region: "sa"})
+
+	const steps = 600
+	var snap []byte
+	type logged struct {
+		id      string
+		typ     room.CommandType
+		payload []byte
+		events  []room.Event
+	}
+	launched, days := 0, map[int64]bool{}
+	var log []logged // the commands after the snapshot
+	for i := range steps {
+		at += rnd.Int64N(90_000) // ~45s apart: a few business days in all
+		e := nextCommand(a, rnd, at)
+		events, err := room.Apply(live, e)
+		if err != nil {
+			var de *room.Error
+			if !errors.As(err, &de) || de.Code == room.CodeInternal {
+				t.Fatalf("step %d %s: %v", i, e.Command.Type(), err)
+			}
+			continue
+		}
+		if len(events) == 0 {
+			t.Fatalf("step %d %s: no events", i, e.Command.Type())
+		}
+		if events[len(events)-1].Type == room.EventRoomRocketLaunched {
+			launched++
+		}
+		days[live.Economy.Day] = true
+		if snap != nil {
+			p, err := room.EncodeCommand(e)
+			if err != nil {
+				t.Fatal(err)
+			}
+			log = append(log, logged{e.CommandID, e.Command.Type(), p, events})
+		}
+		if snap == nil && i >= steps/2 {
+			if snap, err = snapshot.Encode(live); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if launched == 0 || len(days) < 2 {
+		t.Fatalf("the run launched %d rockets on %d business days", launched, len(days))
+	}
+
+	recovered, err := snapshot.Decode(snap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	recovered.SetRules(r)
+	for _, l := range log {
+		e, err := room.DecodeCommand(roomID, l.id, l.typ, l.payload)
+		if err != nil {
+			t.Fatal(err)
+		}
+		events, err := room.Apply(recovered, e)
+		if err != nil {
+			t.Fatalf("replay %s %s: %v", l.typ, l.payload, err)
+		}
+		if !reflect.DeepEqual(events, l.events) {
+			t.Fatalf("replay %s %s: other events", l.typ, l.payload)
+		}
+	}
+	want, err := snapshot.Encode(live)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := snapshot.Encode(recovered)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(want, got) {
+		t.Fatalf("recovered state differs\n got %+v\nwant %+v", recovered.Economy, live.Economy)
+	}
+	if !reflect.DeepEqual(canon(live), canon(recovered)) {
+		t.Fatal("recovered state differs outside the snapshot's bytes")
+	}
+}
+
+// nextCommand picks a command for the room at time at: mostly gifts, due
+// rocket launches and seat and membership changes, some of them refused.
+func nextCommand(a *applier, rnd *rand.Rand, at int64) *room.Envelope {
+	user := 1 + rnd.Int64N(8)
+	other := 1 + rnd.Int64N(8)
+	switch n := rnd.IntN(20); {
+	case n < 8:
+		receivers := []int64{other}
+		if rnd.IntN(3) == 0 {
+			receivers = append(receivers, 1+(other%8))
+		}
+		g := gift(1+rnd.Int64N(60), int32(1+rnd.IntN(5)), receivers...)
+		g.Outcome.ReceiversOnMic = rnd.IntN(4) == 0
+		return a.env(user, at, false, g)
+	case n < 11:
+		if p := a.s.PendingLaunches(); len(p) > 0 {
+			l := p[rnd.IntN(len(p))]
+			return a.env(room.SystemOperator, max(at, l.LaunchAt), true, l.LaunchCommand())
+		}
+		return a.env(room.SystemOperator, at, true, &room.LaunchRocket{RocketID: 1, Day: a.s.Economy.Day})
+	case n < 14:
+		return a.env(user, at, false, &room.JoinRoom{})
+	case n < 16:
+		return a.env(user, at, false, &room.TakeMic{SeatIndex: rnd.Int32N(6)})
+	case n < 17:
+		return a.env(user, at, false, &room.LeaveMic{})
+	case n < 18:
+		return a.env(user, at, false, &room.LeaveRoom{})
+	default:
+		return a.env(user, at, false, &room.MoveMic{ToSeatIndex: rnd.Int32N(6)})
+	}
+}
