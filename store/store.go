@@ -90,6 +90,25 @@ type OutboxStats struct {
 	Published int64
 }
 
+// Timer is a durable wakeup: a row committed in the same transaction as the
+// command that set it (table room_timers). A node that crashes before the
+// wakeup loses nothing: a scanner finds the row once it is due.
+type Timer struct {
+	// RoomID is the room the timer belongs to.
+	RoomID string
+	// TimerID names the timer, unique within the room ("rocket/<rocket_id>").
+	TimerID string
+	// Kind selects what firing means ("rocket_launch").
+	Kind string
+	// FireAt is when the timer is due, stored to the millisecond; zero means
+	// the commit's time (due at once).
+	FireAt time.Time
+	// Payload is what the firing needs, encoded by whoever set the timer.
+	Payload []byte
+	// CreatedAt is when the timer was set; zero means the commit's time.
+	CreatedAt time.Time
+}
+
 // Batch is the unit of an atomic, fenced commit for one room: consecutive
 // commands with the outbox rows they produced and, optionally, a snapshot.
 type Batch struct {
@@ -111,6 +130,12 @@ type Batch struct {
 	// The batch holding CreateRoom sets it, so the row always matches the
 	// command that created the room, whatever a racing create saved before.
 	Meta *RoomMeta
+	// Timers are set with the batch: each replaces a timer of the same id in
+	// the room. A batch that is fenced or refused sets none.
+	Timers []Timer
+	// DoneTimers are ids of the room's timers deleted with the batch, before
+	// its Timers are set; ids the room does not hold are ignored.
+	DoneTimers []string
 }
 
 // HeadVersion is the room version after the batch.
@@ -131,7 +156,7 @@ var (
 
 // Repository is the whole persistence boundary of room-service. The first
 // twelve methods are the original contract; the rest are what a fenced,
-// batched commit path, the outbox relay and operators need.
+// batched commit path, the outbox relay, durable timers and operators need.
 //
 // Implementations are safe for concurrent use. A room's durable head
 // (rooms.room_version) and owner epoch (rooms.owner_epoch) advance only
@@ -216,6 +241,15 @@ type Repository interface {
 	// OutboxStats summarises the outbox for operators. Its numbers are read from one snapshot.
 	// It reads the pending and dead rows; published rows are only counted, from an index.
 	OutboxStats(ctx context.Context) (OutboxStats, error)
+	// ListDueTimers returns up to limit timers with FireAt at or before before,
+	// oldest FireAt first, of every room. A limit of zero or less lists nothing.
+	// Timers are set and deleted with batches (Batch.Timers, Batch.DoneTimers)
+	// and by DeleteTimers.
+	ListDueTimers(ctx context.Context, before time.Time, limit int) ([]Timer, error)
+	// DeleteTimers deletes the room's timers named by timerIDs, outside any
+	// batch; ids the room does not hold are ignored. It checks no owner epoch:
+	// callers delete only timers that can no longer do anything.
+	DeleteTimers(ctx context.Context, roomID string, timerIDs []string) error
 	// RequeueDeadOutbox makes dead rows pending again (attempts 0, due now), all of them or only
 	// those of eventType when it is not empty, and returns how many. A row keeps its last error
 	// until its next failure. Rows are requeued in chunks that commit on their own.

@@ -124,8 +124,8 @@ func (db *DB) ListCommandsAfter(ctx context.Context, roomID string, roomVersion 
 //     store.ErrConflict and writes nothing;
 //   - otherwise it advances the head, sets the status when given, appends
 //     its commands and pending outbox rows (stamped with the batch's owner
-//     epoch) and stores its snapshot unless one of the same or a higher
-//     version is stored.
+//     epoch), deletes its done timers, sets its timers and stores its
+//     snapshot unless one of the same or a higher version is stored.
 //
 // Later batches of a room see its earlier ones, so consecutive batches of
 // one room commit together. The fast path fences every batch (see fence)
@@ -217,6 +217,9 @@ func (db *DB) commitMerged(ctx context.Context, tx *sql.Tx, batches []store.Batc
 	if len(pass) == 0 {
 		return nil
 	}
+	if err := writeTimers(ctx, tx, pass, now); err != nil {
+		return err
+	}
 	update, insert := tx.StmtContext(ctx, db.updateSnapshot), tx.StmtContext(ctx, db.insertSnapshot)
 	for _, b := range pass {
 		if err := saveMeta(ctx, tx, b); err != nil {
@@ -263,7 +266,7 @@ func (db *DB) commitIsolated(ctx context.Context, tx *sql.Tx, batches []store.Ba
 	return nil
 }
 
-// writeRows writes a fenced batch's commands, outbox rows and snapshot.
+// writeRows writes a fenced batch's commands, outbox rows, timers and snapshot.
 func (db *DB) writeRows(ctx context.Context, tx *sql.Tx, update, insert *sql.Stmt, b *store.Batch, now int64) error {
 	err := db.insertCommands.exec(ctx, tx, len(b.Commands),
 		func(i int) int { return commandSize(&b.Commands[i]) },
@@ -275,6 +278,9 @@ func (db *DB) writeRows(ctx context.Context, tx *sql.Tx, update, insert *sql.Stm
 		func(i int) int { return outboxSize(&b.Outbox[i]) },
 		func(dst []any, i int) []any { return sqlrow.OutboxArgs(dst, &b.Outbox[i], b.OwnerEpoch, now) })
 	if err != nil {
+		return err
+	}
+	if err := writeTimers(ctx, tx, []*store.Batch{b}, now); err != nil {
 		return err
 	}
 	if err := saveMeta(ctx, tx, b); err != nil {

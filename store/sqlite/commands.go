@@ -128,7 +128,8 @@ func (db *DB) queryCommands(ctx context.Context, query string, args []any, each 
 //     store.ErrConflict and writes nothing;
 //   - otherwise it advances the head, sets the status when given, appends
 //     its commands and pending outbox rows (stamped with the batch's owner
-//     epoch) and stores its snapshot unless a newer one is stored.
+//     epoch), deletes its done timers, sets its timers and stores its
+//     snapshot unless a newer one is stored.
 //
 // Later batches see earlier ones, so consecutive batches of one room commit
 // together. A non-nil err means the transaction did not commit, or may not
@@ -212,6 +213,9 @@ func (db *DB) commitMerged(ctx context.Context, batches []store.Batch, results [
 				return sqlrow.OutboxArgs(dst, &b.Outbox[i], b.OwnerEpoch, now)
 			})
 	}
+	if err == nil {
+		err = writeTimers(ctx, tx, pass, now)
+	}
 	if errors.Is(err, store.ErrConflict) {
 		return false, nil
 	}
@@ -290,6 +294,9 @@ func (db *DB) writeBatch(ctx context.Context, tx *sql.Tx, b *store.Batch, now in
 		}); err != nil {
 			return err
 		}
+	}
+	if err := writeTimers(ctx, tx, []*store.Batch{b}, now); err != nil {
+		return err
 	}
 	return db.saveBatchSnapshot(ctx, tx, b, now)
 }

@@ -73,6 +73,10 @@ func Run(t *testing.T, newRepo func(t *testing.T) store.Repository) {
 		{"FailOutboxConcurrent", testFailOutboxConcurrent},
 		{"MarkOutboxPublishedBatch", testMarkOutboxPublishedBatch},
 		{"ListRooms", testListRooms},
+		{"TimersDue", testTimersDue},
+		{"TimersFencedOrRefused", testTimersFencedOrRefused},
+		{"TimersDoneInTheSameCommit", testTimersDoneInTheSameCommit},
+		{"DeleteTimers", testDeleteTimers},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -1425,6 +1429,182 @@ func testListRooms(t *testing.T, repo store.Repository) {
 	}
 }
 
+// Timers committed with a batch are listed once due, oldest first, and not
+// before; setting a timer id again replaces the timer.
+func testTimersDue(t *testing.T, repo store.Repository) {
+	id, claim := newClaimedRoom(t, repo)
+	at := now()
+	b := newBatch(id, claim.Epoch, 0, 1)
+	late := timer(id, "late", at.Add(2*time.Hour))
+	early := timer(id, "early", at.Add(time.Hour))
+	early.Payload = []byte{0, 1, 0xff, '"'}
+	b.Timers = []store.Timer{late, early}
+	mustCommitOK(t, repo, b)
+
+	if got := mustDueTimers(t, repo, id, at.Add(time.Hour-time.Millisecond)); len(got) != 0 {
+		t.Fatalf("timers due before their time: %+v", got)
+	}
+	assertTimers(t, mustDueTimers(t, repo, id, at.Add(time.Hour)), early)
+	assertTimers(t, mustDueTimers(t, repo, id, at.Add(3*time.Hour)), early, late)
+	if got, err := repo.ListDueTimers(t.Context(), at.Add(3*time.Hour), 0); err != nil || len(got) != 0 {
+		t.Fatalf("ListDueTimers(limit 0) = %d timers, %v; want none", len(got), err)
+	}
+	if got, err := repo.ListDueTimers(t.Context(), at.Add(3*time.Hour), 1); err != nil || len(got) != 1 {
+		t.Fatalf("ListDueTimers(limit 1) = %d timers, %v; want one", len(got), err)
+	}
+
+	// Set again, a timer moves; a zero CreatedAt is the commit's time.
+	moved := timer(id, "early", at.Add(4*time.Hour))
+	moved.Kind, moved.Payload, moved.CreatedAt = "other_kind", []byte("moved"), time.Time{}
+	b2 := newBatch(id, claim.Epoch, 1, 1)
+	b2.Timers = []store.Timer{moved}
+	mustCommitOK(t, repo, b2)
+	assertTimers(t, mustDueTimers(t, repo, id, at.Add(3*time.Hour)), late)
+	got := mustDueTimers(t, repo, id, at.Add(4*time.Hour))
+	if len(got) != 2 || got[1].CreatedAt.IsZero() {
+		t.Fatalf("after moving a timer: %+v, want two with a creation time", got)
+	}
+	moved.CreatedAt = got[1].CreatedAt
+	assertTimers(t, got, late, moved)
+}
+
+// A batch that is fenced or refused sets and deletes no timer, whichever
+// path the commit takes.
+func testTimersFencedOrRefused(t *testing.T, repo store.Repository) {
+	at := now()
+	a, claimA := newClaimedRoom(t, repo)
+	b, claimB := newClaimedRoom(t, repo)
+	keep := timer(a, "keep", at.Add(-time.Minute))
+	first := newBatch(a, claimA.Epoch, 0, 1)
+	first.Timers = []store.Timer{keep}
+	mustCommitOK(t, repo, first)
+	mustClaim(t, repo, a, "node-b") // claimA is stale now
+
+	stale := newBatch(a, claimA.Epoch, 1, 1)
+	stale.Timers = []store.Timer{timer(a, "stale", at.Add(-time.Minute))}
+	stale.DoneTimers = []string{"keep"}
+	okB := newBatch(b, claimB.Epoch, 0, 1)
+	okB.Timers = []store.Timer{timer(b, "ok", at.Add(-time.Minute))}
+	mustCommit(t, repo, []store.Batch{stale, okB}, store.ErrFenced, nil)
+	assertTimers(t, mustDueTimers(t, repo, a, at), keep)
+	assertTimers(t, mustDueTimers(t, repo, b, at), okB.Timers[0])
+
+	// A duplicate command id refuses its batch alone: the others' timers
+	// are still set (the adapters commit batch by batch then).
+	c, claimC := newClaimedRoom(t, repo)
+	dup := newBatch(b, claimB.Epoch, 1, 1)
+	dup.Commands[0].CommandID = command(b, 1).CommandID
+	dup.Timers = []store.Timer{timer(b, "dup", at.Add(-time.Minute))}
+	dup.DoneTimers = []string{"ok"}
+	okC := newBatch(c, claimC.Epoch, 0, 1)
+	okC.Timers = []store.Timer{timer(c, "ok", at.Add(-time.Minute))}
+	mustCommit(t, repo, []store.Batch{dup, okC}, store.ErrConflict, nil)
+	assertTimers(t, mustDueTimers(t, repo, b, at), okB.Timers[0])
+	assertTimers(t, mustDueTimers(t, repo, c, at), okC.Timers[0])
+
+	// A timer that names another room refuses its batch.
+	other := newBatch(c, claimC.Epoch, 1, 1)
+	other.Timers = []store.Timer{timer(b, "other", at.Add(-time.Minute))}
+	mustCommit(t, repo, []store.Batch{other}, store.ErrConflict)
+	assertTimers(t, mustDueTimers(t, repo, b, at), okB.Timers[0])
+	assertUntouchedHead(t, repo, c, 1)
+
+	// Enough rooms in one call that an implementation may fence them all at
+	// once: the fenced room's timer is not set, the others' are.
+	var batches []store.Batch
+	var want []error
+	for i := range 6 {
+		id, claim := newClaimedRoom(t, repo)
+		nb := newBatch(id, claim.Epoch, 0, 1)
+		nb.Timers = []store.Timer{timer(id, "many", at.Add(-time.Minute))}
+		var w error
+		if i == 2 {
+			mustClaim(t, repo, id, "node-b")
+			w = store.ErrFenced
+		}
+		batches, want = append(batches, nb), append(want, w)
+	}
+	mustCommit(t, repo, batches, want...)
+	for i, nb := range batches {
+		if i == 2 {
+			assertTimers(t, mustDueTimers(t, repo, nb.RoomID, at))
+			continue
+		}
+		assertTimers(t, mustDueTimers(t, repo, nb.RoomID, at), nb.Timers[0])
+	}
+}
+
+// DoneTimers delete in the batch's commit, before its Timers are set; the
+// batches of one call apply in order, each to its own room only.
+func testTimersDoneInTheSameCommit(t *testing.T, repo store.Repository) {
+	at := now().Add(-time.Hour)
+	a, claimA := newClaimedRoom(t, repo)
+	b, claimB := newClaimedRoom(t, repo)
+	t1, t2, t3 := timer(a, "t1", at), timer(a, "t2", at.Add(time.Second)), timer(a, "t3", at.Add(2*time.Second))
+	bt := timer(b, "t1", at)
+	setA := newBatch(a, claimA.Epoch, 0, 1)
+	setA.Timers = []store.Timer{t1, t2}
+	setB := newBatch(b, claimB.Epoch, 0, 1)
+	setB.Timers = []store.Timer{bt}
+	mustCommitOK(t, repo, setA, setB)
+
+	done := newBatch(a, claimA.Epoch, 1, 1)
+	done.DoneTimers = []string{"t1", "missing"}
+	done.Timers = []store.Timer{t3}
+	mustCommitOK(t, repo, done)
+	assertTimers(t, mustDueTimers(t, repo, a, now()), t2, t3)
+	assertTimers(t, mustDueTimers(t, repo, b, now()), bt) // room b's t1 is not room a's
+
+	// In one call: a timer set by one batch and done by the next is gone; a
+	// timer done and set again is set; a batch without commands counts too.
+	t4 := timer(a, "t4", at.Add(3*time.Second))
+	again := timer(a, "t2", at.Add(4*time.Second))
+	first := newBatch(a, claimA.Epoch, 2, 1)
+	first.Timers = []store.Timer{t4}
+	first.DoneTimers = []string{"t2"}
+	second := store.Batch{RoomID: a, OwnerEpoch: claimA.Epoch, BaseVersion: 3, DoneTimers: []string{"t4"}}
+	third := newBatch(a, claimA.Epoch, 3, 1)
+	third.Timers = []store.Timer{again}
+	mustCommitOK(t, repo, first, second, third)
+	assertTimers(t, mustDueTimers(t, repo, a, now()), t3, again)
+
+	// Done and set in one batch: deleted first, then set.
+	both := newBatch(a, claimA.Epoch, 4, 1)
+	both.DoneTimers = []string{"t3"}
+	moved := timer(a, "t3", at.Add(5*time.Second))
+	both.Timers = []store.Timer{moved}
+	mustCommitOK(t, repo, both)
+	assertTimers(t, mustDueTimers(t, repo, a, now()), again, moved)
+}
+
+func testDeleteTimers(t *testing.T, repo store.Repository) {
+	ctx := t.Context()
+	at := now().Add(-time.Hour)
+	a, claimA := newClaimedRoom(t, repo)
+	b, claimB := newClaimedRoom(t, repo)
+	ba := newBatch(a, claimA.Epoch, 0, 1)
+	ba.Timers = []store.Timer{timer(a, "x", at), timer(a, "y", at), timer(a, "z", at)}
+	bb := newBatch(b, claimB.Epoch, 0, 1)
+	bb.Timers = []store.Timer{timer(b, "x", at)}
+	mustCommitOK(t, repo, ba, bb)
+
+	if err := repo.DeleteTimers(ctx, a, nil); err != nil {
+		t.Fatalf("DeleteTimers(no ids): %v", err)
+	}
+	if err := repo.DeleteTimers(ctx, a, []string{"x", "missing", "z"}); err != nil {
+		t.Fatalf("DeleteTimers: %v", err)
+	}
+	assertTimers(t, mustDueTimers(t, repo, a, now()), ba.Timers[1])
+	assertTimers(t, mustDueTimers(t, repo, b, now()), bb.Timers[0])
+	if err := repo.DeleteTimers(ctx, a, []string{"x"}); err != nil {
+		t.Fatalf("DeleteTimers(already deleted): %v", err)
+	}
+	if err := repo.DeleteTimers(ctx, newRoomID(t), []string{"x"}); err != nil {
+		t.Fatalf("DeleteTimers(unknown room): %v", err)
+	}
+	assertTimers(t, mustDueTimers(t, repo, a, now()), ba.Timers[1])
+}
+
 // newRoomID returns a room id no other test uses: lower case (so byte order
 // and case-insensitive collations agree), short, from the test name and a
 // random suffix.
@@ -1699,6 +1879,58 @@ func assertCommands(t *testing.T, got, want []store.CommandRecord) {
 			!g.CreatedAt.Equal(w.CreatedAt) {
 			t.Fatalf("command %d = %+v, want %+v", i, g, w)
 		}
+	}
+}
+
+func timer(roomID, timerID string, fireAt time.Time) store.Timer {
+	return store.Timer{
+		RoomID: roomID, TimerID: timerID, Kind: "test_kind", FireAt: fireAt,
+		Payload: fmt.Appendf(nil, `{"room":%q,"timer":%q}`, roomID, timerID), CreatedAt: now(),
+	}
+}
+
+// mustDueTimers lists the timers due at or before before, checks the whole
+// listing is in fire time order and returns the room's.
+func mustDueTimers(t *testing.T, repo store.Repository, id string, before time.Time) []store.Timer {
+	t.Helper()
+	all, err := repo.ListDueTimers(t.Context(), before, pendingLimit)
+	if err != nil {
+		t.Fatalf("ListDueTimers: %v", err)
+	}
+	var mine []store.Timer
+	for i, tm := range all {
+		if tm.FireAt.After(before) {
+			t.Fatalf("ListDueTimers(%v) listed %s/%s due at %v", before, tm.RoomID, tm.TimerID, tm.FireAt)
+		}
+		if i > 0 && tm.FireAt.Before(all[i-1].FireAt) {
+			t.Fatalf("ListDueTimers: %v listed after %v, want oldest first", tm.FireAt, all[i-1].FireAt)
+		}
+		if tm.RoomID == id {
+			mine = append(mine, tm)
+		}
+	}
+	return mine
+}
+
+func assertTimers(t *testing.T, got []store.Timer, want ...store.Timer) {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Fatalf("got %d timers %+v, want %d %+v", len(got), got, len(want), want)
+	}
+	for i := range want {
+		g, w := got[i], want[i]
+		if g.RoomID != w.RoomID || g.TimerID != w.TimerID || g.Kind != w.Kind || !g.FireAt.Equal(w.FireAt) ||
+			!bytes.Equal(g.Payload, w.Payload) || !g.CreatedAt.Equal(w.CreatedAt) {
+			t.Fatalf("timer %d = %+v, want %+v", i, g, w)
+		}
+	}
+}
+
+// assertUntouchedHead checks that the room's head is still head.
+func assertUntouchedHead(t *testing.T, repo store.Repository, id string, head int64) {
+	t.Helper()
+	if info := mustRoomInfo(t, repo, id); info.HeadVersion != head {
+		t.Fatalf("room %s head = %d, want %d", id, info.HeadVersion, head)
 	}
 }
 

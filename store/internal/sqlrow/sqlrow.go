@@ -3,8 +3,10 @@
 package sqlrow
 
 import (
+	"cmp"
 	"database/sql"
 	"fmt"
+	"slices"
 	"time"
 
 	"hyapp/room-service/outbox"
@@ -26,6 +28,20 @@ func ValidateBatch(b *store.Batch) error {
 	for i := range b.Outbox {
 		if r := &b.Outbox[i]; r.RoomID != b.RoomID {
 			return fmt.Errorf("outbox event %s names room %s: %w", r.EventID, r.RoomID, store.ErrConflict)
+		}
+	}
+	for i := range b.Timers {
+		t := &b.Timers[i]
+		if t.RoomID != b.RoomID {
+			return fmt.Errorf("timer %s names room %s: %w", t.TimerID, t.RoomID, store.ErrConflict)
+		}
+		if t.TimerID == "" {
+			return fmt.Errorf("timer without an id: %w", store.ErrConflict)
+		}
+	}
+	for _, id := range b.DoneTimers {
+		if id == "" {
+			return fmt.Errorf("done timer without an id: %w", store.ErrConflict)
 		}
 	}
 	if s := b.Snapshot; s != nil {
@@ -106,4 +122,80 @@ func ScanOutbox(rows *sql.Rows) ([]outbox.Record, error) {
 		out = append(out, r)
 	}
 	return out, rows.Err()
+}
+
+// TimerColumns are the room_timers columns TimerArgs writes and ScanTimers reads, in order.
+const TimerColumns = `room_id, timer_id, kind, fire_at_ms, payload, created_at`
+
+// TimerArgs appends one room_timers row. A zero FireAt or CreatedAt becomes now.
+func TimerArgs(dst []any, t *store.Timer, now int64) []any {
+	return append(dst, t.RoomID, t.TimerID, t.Kind, Millis(t.FireAt, now), t.Payload, Millis(t.CreatedAt, now))
+}
+
+// ScanTimers reads room_timers rows selected as TimerColumns and closes
+// rows. Errors are the driver's, unmapped.
+func ScanTimers(rows *sql.Rows) ([]store.Timer, error) {
+	defer rows.Close()
+	var out []store.Timer
+	for rows.Next() {
+		var t store.Timer
+		var fire, created sql.NullInt64
+		if err := rows.Scan(&t.RoomID, &t.TimerID, &t.Kind, &fire, &t.Payload, &created); err != nil {
+			return nil, err
+		}
+		t.FireAt, t.CreatedAt = FromMillis(fire), FromMillis(created)
+		out = append(out, t)
+	}
+	return out, rows.Err()
+}
+
+// TimerDeletes are the timer ids of one room to delete.
+type TimerDeletes struct {
+	RoomID   string
+	TimerIDs []string
+}
+
+// MergeTimers folds the timer changes of batches that commit together, in
+// order, into their net effect: each batch deletes its DoneTimers, then sets
+// its Timers, and a later change of a (room, timer id) overrides an earlier
+// one. It returns the deletes by room and the timers to set (each replacing
+// a stored one of the same id), both in (room id, timer id) order, so that
+// writers touch rows in one order.
+func MergeTimers(batches []*store.Batch) (deletes []TimerDeletes, sets []*store.Timer) {
+	type key struct{ room, id string }
+	var final map[key]*store.Timer // nil value: deleted
+	for _, b := range batches {
+		if len(b.DoneTimers) == 0 && len(b.Timers) == 0 {
+			continue
+		}
+		if final == nil {
+			final = make(map[key]*store.Timer)
+		}
+		for _, id := range b.DoneTimers {
+			final[key{b.RoomID, id}] = nil
+		}
+		for i := range b.Timers {
+			final[key{b.RoomID, b.Timers[i].TimerID}] = &b.Timers[i]
+		}
+	}
+	if len(final) == 0 {
+		return nil, nil
+	}
+	keys := make([]key, 0, len(final))
+	for k := range final {
+		keys = append(keys, k)
+	}
+	slices.SortFunc(keys, func(a, b key) int { return cmp.Or(cmp.Compare(a.room, b.room), cmp.Compare(a.id, b.id)) })
+	for _, k := range keys {
+		if t := final[k]; t != nil {
+			sets = append(sets, t)
+			continue
+		}
+		if n := len(deletes); n == 0 || deletes[n-1].RoomID != k.room {
+			deletes = append(deletes, TimerDeletes{RoomID: k.room})
+		}
+		d := &deletes[len(deletes)-1]
+		d.TimerIDs = append(d.TimerIDs, k.id)
+	}
+	return deletes, sets
 }

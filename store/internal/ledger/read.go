@@ -1,0 +1,142 @@
+package ledger
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+
+	"hyapp/room-service/wallet"
+)
+
+// Reads run on the adapter's read pool, outside the committers: each sees
+// the transactions committed before it started.
+
+// Receipt reads a charge; found is false for an unknown key (and for a key
+// no charge can have: empty or too long).
+func (l *Ledger) Receipt(ctx context.Context, key string) (wallet.Receipt, bool, error) {
+	if !validKey(key) {
+		return wallet.Receipt{}, false, nil
+	}
+	c, err := scanCharge(l.db.Read.QueryRowContext(ctx,
+		`SELECT `+chargeColumns+` FROM wallet_charges WHERE charge_key = ?`, key))
+	if errors.Is(err, sql.ErrNoRows) {
+		return wallet.Receipt{}, false, nil
+	}
+	if err != nil {
+		return wallet.Receipt{}, false, fmt.Errorf("receipt key=%q: %w", key, l.db.MapErr(err))
+	}
+	return c.receipt(false), true, nil
+}
+
+// Pending lists up to limit pending charges whose At is before before,
+// oldest first (ties in key order). A limit of zero or less lists nothing.
+func (l *Ledger) Pending(ctx context.Context, before time.Time, limit int) ([]wallet.Receipt, error) {
+	if limit <= 0 {
+		return nil, nil
+	}
+	// At is kept to the millisecond: At < before is at_ms < before rounded up.
+	cut := before.UnixMilli()
+	if before.After(time.UnixMilli(cut)) {
+		cut++
+	}
+	rows, err := l.db.Read.QueryContext(ctx, `SELECT `+chargeColumns+` FROM wallet_charges
+		WHERE status = 'pending' AND charged_at_ms < ? ORDER BY charged_at_ms, charge_key LIMIT ?`, cut, limit)
+	var out []wallet.Receipt
+	if err == nil {
+		err = collect(rows, func(rows *sql.Rows) error {
+			c, err := scanCharge(rows)
+			if err == nil {
+				out = append(out, c.receipt(false))
+			}
+			return err
+		})
+	}
+	if err != nil {
+		return nil, fmt.Errorf("pending charges before=%s: %w", before.Format(time.RFC3339Nano), l.db.MapErr(err))
+	}
+	return out, nil
+}
+
+// Balance returns the user's balance, 0 for a user the ledger never saw.
+func (l *Ledger) Balance(ctx context.Context, userID int64) (int64, error) {
+	var balance int64
+	err := l.db.Read.QueryRowContext(ctx, `SELECT balance FROM wallet_accounts WHERE user_id = ?`, userID).Scan(&balance)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("balance user=%d: %w", userID, l.db.MapErr(err))
+	}
+	return balance, nil
+}
+
+// Entries lists up to limit of the user's journal entries with an id above
+// afterEntryID, in id order: page with the last id returned. A limit of
+// zero or less lists nothing.
+func (l *Ledger) Entries(ctx context.Context, userID int64, afterEntryID int64, limit int) ([]wallet.Entry, error) {
+	if limit <= 0 {
+		return nil, nil
+	}
+	rows, err := l.db.Read.QueryContext(ctx, `SELECT entry_id, user_id, kind, amount, balance_after, idem_key, created_at
+		FROM wallet_entries WHERE user_id = ? AND entry_id > ? ORDER BY entry_id LIMIT ?`, userID, afterEntryID, limit)
+	var out []wallet.Entry
+	if err == nil {
+		err = collect(rows, func(rows *sql.Rows) error {
+			var e wallet.Entry
+			var kind string
+			var created int64
+			if err := rows.Scan(&e.EntryID, &e.UserID, &kind, &e.Amount, &e.BalanceAfter, &e.Key, &created); err != nil {
+				return err
+			}
+			e.Kind, e.CreatedAt = wallet.EntryKind(kind), time.UnixMilli(created)
+			out = append(out, e)
+			return nil
+		})
+	}
+	if err != nil {
+		return nil, fmt.Errorf("entries user=%d after=%d: %w", userID, afterEntryID, l.db.MapErr(err))
+	}
+	return out, nil
+}
+
+// Totals sums the whole ledger in one statement, so from one snapshot. It
+// scans every charge, credit and account: it is for tests, crash checks
+// and operators, not for a request path.
+func (l *Ledger) Totals(ctx context.Context) (wallet.Totals, error) {
+	rows, err := l.db.Read.QueryContext(ctx, `
+		SELECT status, COUNT(*), COALESCE(SUM(amount), 0), COALESCE(SUM(reward), 0)
+			FROM wallet_charges GROUP BY status
+		UNION ALL
+		SELECT 'credit', COUNT(*), COALESCE(SUM(amount), 0), 0 FROM wallet_entries WHERE kind = 'credit'
+		UNION ALL
+		SELECT 'account', COUNT(*), COALESCE(SUM(balance), 0), 0 FROM wallet_accounts`)
+	var t wallet.Totals
+	if err == nil {
+		err = collect(rows, func(rows *sql.Rows) error {
+			var what string
+			var sum wallet.ChargeTotals
+			if err := rows.Scan(&what, &sum.Charges, &sum.Amount, &sum.Reward); err != nil {
+				return err
+			}
+			switch wallet.Status(what) {
+			case wallet.StatusPending:
+				t.Pending = sum
+			case wallet.StatusSettled:
+				t.Settled = sum
+			case wallet.StatusRefunded:
+				t.Refunded = sum
+			case "credit":
+				t.Credits, t.Credited = sum.Charges, sum.Amount
+			case "account":
+				t.Accounts, t.Balances = sum.Charges, sum.Amount
+			}
+			return nil
+		})
+	}
+	if err != nil {
+		return wallet.Totals{}, fmt.Errorf("wallet totals: %w", l.db.MapErr(err))
+	}
+	return t, nil
+}

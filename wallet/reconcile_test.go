@@ -1,0 +1,182 @@
+package wallet_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"hyapp/room-service/store"
+	"hyapp/room-service/store/sqlite"
+	"hyapp/room-service/wallet"
+)
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+// logOf reads a room's command log the way the service does.
+func logOf(db store.Repository) wallet.Committed {
+	return func(ctx context.Context, roomID string, ids []string) (map[string]bool, error) {
+		recs, err := db.GetCommands(ctx, roomID, ids)
+		if err != nil {
+			return nil, err
+		}
+		out := map[string]bool{}
+		for id := range recs {
+			out[id] = true
+		}
+		return out, nil
+	}
+}
+
+func open(t *testing.T) (*sqlite.DB, *sqlite.Ledger) {
+	t.Helper()
+	db, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "room.db"), sqlite.Options{Synchronous: "NORMAL"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := sqlite.NewLedger(db, sqlite.LedgerOptions{})
+	t.Cleanup(func() {
+		_ = l.Close()
+		_ = db.Close()
+	})
+	return db, l
+}
+
+// TestReconcilerSettlesCommittedAndRefundsTheRest charges three gifts: one
+// whose command is in the log, one that never committed, one too young to
+// decide. One pass settles the first, refunds the second and leaves the third.
+func TestReconcilerSettlesCommittedAndRefundsTheRest(t *testing.T) {
+	ctx := context.Background()
+	db, l := open(t)
+	const user = 42
+	if _, _, err := l.Credit(ctx, user, 1000, "top-up"); err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	old := now.Add(-time.Hour)
+	charges := []wallet.Charge{
+		{Key: wallet.ChargeKey("r1", "committed"), UserID: user, Amount: 100, Reward: 50, MultiplierBP: 5000, At: old},
+		{Key: wallet.ChargeKey("r1", "lost"), UserID: user, Amount: 200, Reward: 20, MultiplierBP: 1000, At: old},
+		{Key: wallet.ChargeKey("r1", "young"), UserID: user, Amount: 300, At: now},
+	}
+	res, err := l.Charge(ctx, charges)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, r := range res {
+		if r.Err != nil {
+			t.Fatalf("charge %d: %v", i, r.Err)
+		}
+	}
+	// The log holds the first gift only.
+	if err := db.SaveRoomMeta(ctx, store.RoomMeta{RoomID: "r1", OwnerUserID: 1, SeatCount: 8, Status: "open"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.SaveCommand(ctx, store.CommandRecord{RoomID: "r1", RoomVersion: 1, CommandID: "committed", CommandType: "SendGift",
+		Payload: []byte(`{}`), Replayable: true, CreatedAt: now}); err != nil {
+		t.Fatal(err)
+	}
+	rec := &wallet.Reconciler{Wallet: l, Committed: logOf(db), After: time.Minute, Log: quiet}
+	n, err := rec.Once(ctx)
+	if err != nil || n != 2 {
+		t.Fatalf("decided %d charges (%v), want 2", n, err)
+	}
+	want := map[string]wallet.Status{"committed": wallet.StatusSettled, "lost": wallet.StatusRefunded, "young": wallet.StatusPending}
+	for id, status := range want {
+		r, found, err := l.Receipt(ctx, wallet.ChargeKey("r1", id))
+		if err != nil || !found || r.Status != status {
+			t.Fatalf("%s: %+v found=%v err=%v, want %s", id, r, found, err, status)
+		}
+	}
+	// 1000 - 100 + 50 (settled) - 300 (pending) ; the lost gift is undone.
+	if b, err := l.Balance(ctx, user); err != nil || b != 650 {
+		t.Fatalf("balance %d (%v), want 650", b, err)
+	}
+	// A second pass finds nothing old to decide.
+	if n, err := rec.Once(ctx); err != nil || n != 0 {
+		t.Fatalf("second pass decided %d (%v)", n, err)
+	}
+}
+
+// TestReconcilerLeavesAnUnrefundableChargePending: a lucky win that was
+// spent cannot be taken back; the charge stays pending and nothing moves.
+func TestReconcilerLeavesAnUnrefundableChargePending(t *testing.T) {
+	ctx := context.Background()
+	db, l := open(t)
+	const user = 7
+	if _, _, err := l.Credit(ctx, user, 100, "top-up"); err != nil {
+		t.Fatal(err)
+	}
+	old := time.Now().Add(-time.Hour)
+	key := wallet.ChargeKey("r2", "win")
+	// Pays 100, wins 1000: balance 1000.
+	if res, err := l.Charge(ctx, []wallet.Charge{{Key: key, UserID: user, Amount: 100, Reward: 1000, MultiplierBP: 100_000, At: old}}); err != nil || res[0].Err != nil {
+		t.Fatalf("charge: %v %v", err, res)
+	}
+	// The winnings are spent on a gift that committed elsewhere.
+	if res, err := l.Charge(ctx, []wallet.Charge{{Key: wallet.ChargeKey("r3", "spend"), UserID: user, Amount: 950, At: time.Now()}}); err != nil || res[0].Err != nil {
+		t.Fatalf("spend: %v %v", err, res)
+	}
+	rec := &wallet.Reconciler{Wallet: l, Committed: logOf(db), After: time.Minute, Log: quiet}
+	if _, err := rec.Once(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r, _, err := l.Receipt(ctx, key)
+	if err != nil || r.Status != wallet.StatusPending {
+		t.Fatalf("unrefundable charge: %+v %v, want pending", r, err)
+	}
+	if b, err := l.Balance(ctx, user); err != nil || b != 50 {
+		t.Fatalf("balance %d (%v), want 50", b, err)
+	}
+	if _, err := l.Refund(ctx, key); !errors.Is(err, wallet.ErrInsufficientFunds) {
+		t.Fatalf("refund: %v", err)
+	}
+}
+
+// TestSettlerSettlesWhatItIsGiven: keys added before Close are settled.
+func TestSettlerSettlesWhatItIsGiven(t *testing.T) {
+	ctx := context.Background()
+	_, l := open(t)
+	if _, _, err := l.Credit(ctx, 9, 100, "top-up"); err != nil {
+		t.Fatal(err)
+	}
+	var keys []string
+	var charges []wallet.Charge
+	for _, id := range []string{"a", "b", "c"} {
+		k := wallet.ChargeKey("r4", id)
+		keys = append(keys, k)
+		charges = append(charges, wallet.Charge{Key: k, UserID: 9, Amount: 10, At: time.Now()})
+	}
+	if _, err := l.Charge(ctx, charges); err != nil {
+		t.Fatal(err)
+	}
+	s := wallet.NewSettler(l, nil, quiet)
+	s.Add(keys[:2]...)
+	s.Close()
+	s.Add(keys[2]) // after Close: dropped, left to the reconciler
+	for i, k := range keys {
+		r, _, err := l.Receipt(ctx, k)
+		want := wallet.StatusSettled
+		if i == 2 {
+			want = wallet.StatusPending
+		}
+		if err != nil || r.Status != want {
+			t.Fatalf("%s: %s (%v), want %s", k, r.Status, err, want)
+		}
+	}
+}
+
+func TestChargeKeyRoundTrip(t *testing.T) {
+	roomID, cmd, ok := wallet.SplitChargeKey(wallet.ChargeKey("room/1", "cmd/2"))
+	if !ok || roomID != "room/1" || cmd != "cmd/2" {
+		t.Fatalf("split: %q %q %v", roomID, cmd, ok)
+	}
+	for _, bad := range []string{"", "nospace", " x", "x "} {
+		if _, _, ok := wallet.SplitChargeKey(bad); ok {
+			t.Fatalf("%q split as a gift key", bad)
+		}
+	}
+}
