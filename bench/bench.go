@@ -137,25 +137,45 @@ func join(roomID string, seq, user int64) *room.Envelope {
 // flight per room, users drawn from a pool of users, and returns the row
 // with reply latencies.
 func drive(ctx context.Context, reg *cell.Registry, name string, rooms []string, perRoom, total, users int) (Row, error) {
+	callers := len(rooms) * perRoom
+	return closedLoop(name, callers, total, func(w int, i int64) error {
+		if _, err := reg.Submit(ctx, join(rooms[w%len(rooms)], i, 1000+i%int64(users))); err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+		return nil
+	})
+}
+
+// closedLoop runs send(caller, i) for i in 0..total-1 from callers
+// goroutines, each sending its next command when the last one answered, and
+// returns the row with the latency of each send.
+func closedLoop(name string, callers, total int, send func(caller int, i int64) error) (Row, error) {
 	lat := make([]time.Duration, total)
 	var next atomic.Int64
-	callers := len(rooms) * perRoom
 	start := time.Now()
 	err := parallel(callers, callers, func(w int) error {
-		roomID := rooms[w%len(rooms)]
 		for {
 			i := next.Add(1) - 1
 			if i >= int64(total) {
 				return nil
 			}
 			t0 := time.Now()
-			if _, err := reg.Submit(ctx, join(roomID, i, 1000+i%int64(users))); err != nil {
-				return fmt.Errorf("%s: %w", name, err)
+			if err := send(w, i); err != nil {
+				return err
 			}
 			lat[i] = time.Since(t0)
 		}
 	})
 	elapsed := time.Since(start)
+	p50, p99 := percentiles(lat)
+	return Row{Name: name, Ops: total, Elapsed: elapsed, P50: p50, P99: p99}, err
+}
+
+// percentiles sorts lat and returns its median and 99th percentile.
+func percentiles(lat []time.Duration) (p50, p99 time.Duration) {
+	if len(lat) == 0 {
+		return 0, 0
+	}
 	slices.Sort(lat)
-	return Row{Name: name, Ops: total, Elapsed: elapsed, P50: lat[total/2], P99: lat[total*99/100]}, err
+	return lat[len(lat)/2], lat[len(lat)*99/100]
 }

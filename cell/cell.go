@@ -23,6 +23,8 @@ type Result struct {
 	RoomVersion int64
 	// Duplicate is true when the command_id had already committed: nothing was applied again.
 	Duplicate bool
+	// Gift is set for a committed SendGift (first time or duplicate).
+	Gift *GiftResult
 }
 
 // request is one message in a cell's mailbox: a command (env set) or a
@@ -65,6 +67,9 @@ type Cell struct {
 	recent       *recentIDs
 	snapCache    *roomv1.RoomSnapshot
 	log          *slog.Logger
+	// timers are the in-memory launch timers (see timers.go); set by the
+	// first adopt, before the cell is published, and safe for concurrent use.
+	timers *launchTimers
 }
 
 // pending is one command of a batch while it is decided and committed.
@@ -77,6 +82,7 @@ type pending struct {
 	applied bool
 	fromLog bool // answered from the command log (or the recent ids): a retry
 	seats   []room.Seat
+	sameAs  *pending // a gift whose command id came earlier in the same run
 }
 
 func (c *Cell) run() {
@@ -173,13 +179,25 @@ func (c *Cell) handle(batch []*request, verify bool) (stop string) {
 	prevStatus := c.state.Status
 	cmds := make([]*pending, 0, len(batch))
 	seen := make(map[string]*pending, len(batch))
+	var run []*pending // consecutive gifts, decided together
 	for _, r := range batch {
 		if r.env == nil {
 			continue
 		}
 		p := &pending{req: r}
 		cmds = append(cmds, p)
+		if isGift(r.env) {
+			run = append(run, p)
+			continue
+		}
+		if len(run) > 0 {
+			c.decideGifts(run, seen, stored)
+			run = run[:0]
+		}
 		c.decide(p, seen, stored)
+	}
+	if len(run) > 0 {
+		c.decideGifts(run, seen, stored)
 	}
 	if !verify {
 		if err := c.resolveRefused(cmds); err != nil {
@@ -238,24 +256,10 @@ func (c *Cell) handle(batch []*request, verify bool) (stop string) {
 
 // decide answers a command from what is known of its id, or applies it.
 func (c *Cell) decide(p *pending, seen map[string]*pending, stored map[string]store.CommandRecord) {
+	if c.known(p, seen, stored) {
+		return
+	}
 	env := p.req.env
-	if first, ok := seen[env.CommandID]; ok && first.applied {
-		// The same id twice in one batch: the second is a retry of the first.
-		c.answerDuplicate(p, first.result.RoomVersion, first.req.env.Command.Type(), first.payload)
-		return
-	}
-	if _, ok := seen[env.CommandID]; !ok {
-		seen[env.CommandID] = p
-	}
-	if e, ok := c.recent.get(env.CommandID); ok {
-		c.answerDuplicate(p, e.version, e.typ, e.payload)
-		return
-	}
-	if r, ok := stored[env.CommandID]; ok {
-		c.recent.add(env.CommandID, recentEntry{version: r.RoomVersion, typ: room.CommandType(r.CommandType), payload: r.Payload})
-		c.answerDuplicate(p, r.RoomVersion, room.CommandType(r.CommandType), r.Payload)
-		return
-	}
 	// Command times come from this node's clock and never go back within a room.
 	env.At = max(c.reg.cfg.Clock().UnixMilli(), c.state.LastAt)
 	events, err := room.Apply(c.state, env)
@@ -263,6 +267,36 @@ func (c *Cell) decide(p *pending, seen map[string]*pending, stored map[string]st
 		p.err = err
 		return
 	}
+	c.applied(p, events, seen)
+}
+
+// known answers a command whose id already committed (earlier in the batch,
+// in the recent ids or in the stored rows) and reports whether it did.
+func (c *Cell) known(p *pending, seen map[string]*pending, stored map[string]store.CommandRecord) bool {
+	env := p.req.env
+	if first, ok := seen[env.CommandID]; ok && first.applied {
+		// The same id twice in one batch: the second is a retry of the first.
+		c.answerDuplicate(p, first.result.RoomVersion, first.req.env.Command.Type(), first.payload)
+		return true
+	}
+	if _, ok := seen[env.CommandID]; !ok {
+		seen[env.CommandID] = p
+	}
+	if e, ok := c.recent.get(env.CommandID); ok {
+		c.answerDuplicate(p, e.version, e.typ, e.payload)
+		return true
+	}
+	if r, ok := stored[env.CommandID]; ok {
+		c.recent.add(env.CommandID, recentEntry{version: r.RoomVersion, typ: room.CommandType(r.CommandType), payload: r.Payload})
+		c.answerDuplicate(p, r.RoomVersion, room.CommandType(r.CommandType), r.Payload)
+		return true
+	}
+	return false
+}
+
+// applied records a command the state accepted.
+func (c *Cell) applied(p *pending, events []room.Event, seen map[string]*pending) {
+	env := p.req.env
 	payload, err := room.EncodeCommand(env)
 	if err != nil {
 		// Unreachable for the domain's own types; refuse rather than log a command we cannot replay.
@@ -270,6 +304,9 @@ func (c *Cell) decide(p *pending, seen map[string]*pending, stored map[string]st
 	}
 	seen[env.CommandID] = p
 	p.applied, p.payload, p.events, p.result = true, payload, events, Result{RoomVersion: c.state.Version}
+	if g, ok := env.Command.(*room.SendGift); ok {
+		p.result.Gift = giftResult(g)
+	}
 	for _, ev := range events {
 		if ev.Type == room.EventRoomMicChanged || ev.Type == room.EventRoomMicSeatLocked {
 			p.seats = slices.Clone(c.state.Seats) // at most 20 seats
@@ -285,6 +322,13 @@ func (c *Cell) answerDuplicate(p *pending, version int64, typ room.CommandType, 
 		return
 	}
 	p.result, p.err = Result{RoomVersion: version, Duplicate: true}, nil
+	if g, ok := p.req.env.Command.(*room.SendGift); ok {
+		// A retried gift answers what the first attempt paid, from the log.
+		if o, ok := room.GiftOutcomeOf(payload); ok {
+			g.Outcome = o
+			p.result.Gift = giftResult(g)
+		}
+	}
 }
 
 // resolveRefused looks up the ids of refused commands: a refusal may be a
@@ -356,6 +400,9 @@ func (c *Cell) buildBatch(cmds []*pending, base int64, prevStatus room.Status) (
 			})
 			seq++
 		}
+		if err := c.addTimers(&b, p.events, now); err != nil {
+			return b, err
+		}
 	}
 	if c.state.Status != prevStatus {
 		b.Status = string(c.state.Status)
@@ -389,6 +436,9 @@ func (c *Cell) committed(cmds []*pending, b store.Batch) []Committed {
 			CommandType: env.Command.Type(), Operator: env.Operator, At: env.At, Events: p.events, Seats: p.seats,
 		})
 	}
+	if len(b.Timers) > 0 || len(b.DoneTimers) > 0 {
+		c.armCommitted(cmds)
+	}
 	return out
 }
 
@@ -410,7 +460,7 @@ func (c *Cell) reload() error {
 	if !found {
 		return room.ErrRoomNotFound
 	}
-	rec, err := Recover(c.reg.ctx, c.reg.repo, meta)
+	rec, err := RecoverWith(c.reg.ctx, c.reg.repo, meta, c.reg.cfg.Rules)
 	if err != nil {
 		return err
 	}
@@ -425,11 +475,13 @@ func (c *Cell) adopt(rec *Recovered) {
 	for _, r := range rec.Replayed {
 		c.recent.add(r.CommandID, recentEntry{version: r.RoomVersion, typ: room.CommandType(r.CommandType), payload: r.Payload})
 	}
+	c.armPending()
 }
 
 // finish ends the cell: a graceful stop stores a final snapshot so the next
 // owner replays nothing; every stop releases the lease.
 func (c *Cell) finish(reason string) {
+	c.timers.stop()
 	c.reg.detach(c)
 	c.reg.metrics.Stops.WithLabelValues(reason).Inc()
 	graceful := reason == stopIdle || reason == stopShutdown

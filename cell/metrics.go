@@ -14,6 +14,8 @@ type Metrics struct {
 	ReplayLength   prometheus.Histogram   // commands replayed per recovery
 	RecoverSeconds prometheus.Histogram
 	Stops          *prometheus.CounterVec // cell stops by reason
+	RocketWakeups  *prometheus.CounterVec // rocket launch wakeups by result
+	WalletSeconds  prometheus.Histogram   // one wallet Charge call for a run of gifts
 }
 
 // NewMetrics makes the instruments and registers them with reg (nil: not registered).
@@ -50,10 +52,17 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Stops: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "room_cell_stops_total", Help: "Cells stopped, by reason.",
 		}, []string{"reason"}),
+		RocketWakeups: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "room_rocket_launch_wakeups_total",
+			Help: "Rocket launch timer wakeups, by result: launched, duplicate, not_due, stale, not_pending, foreign, error.",
+		}, []string{"result"}),
+		WalletSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "room_wallet_charge_seconds", Help: "Latency of one wallet charge call (a run of gifts).", Buckets: exp(0.0001, 16),
+		}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.Commands, m.BatchSize, m.TxnRooms, m.CommitSeconds, m.MailboxDepth, m.LoadedCells,
-			m.Recoveries, m.ReplayLength, m.RecoverSeconds, m.Stops)
+			m.Recoveries, m.ReplayLength, m.RecoverSeconds, m.Stops, m.RocketWakeups, m.WalletSeconds)
 	}
 	return m
 }

@@ -23,6 +23,13 @@ type Recovered struct {
 // seat count the seats) plus the whole log. Replay re-applies state only: it
 // sends nothing and writes nothing.
 func Recover(ctx context.Context, repo store.Repository, meta store.RoomMeta) (*Recovered, error) {
+	return RecoverWith(ctx, repo, meta, nil)
+}
+
+// RecoverWith is Recover with the economy rules the room applies gifts
+// with (nil: room.DefaultRules); replay must run under the rules the live
+// room used.
+func RecoverWith(ctx context.Context, repo store.Repository, meta store.RoomMeta, rules *room.Rules) (*Recovered, error) {
 	rec := &Recovered{}
 	snap, found, err := repo.GetLatestSnapshot(ctx, meta.RoomID)
 	if err != nil {
@@ -41,6 +48,7 @@ func Recover(ctx context.Context, repo store.Repository, meta store.RoomMeta) (*
 		rec.State = room.Genesis(meta.RoomID, meta.OwnerUserID, meta.HostUserID, meta.SeatCount, meta.Mode, room.Status(meta.Status))
 		rec.State.Status = room.StatusCreating // the log replays CreateRoom and everything after it
 	}
+	rec.State.SetRules(rules)
 	if rec.Replayed, err = repo.ListCommandsAfter(ctx, meta.RoomID, rec.State.Version); err != nil {
 		return nil, fmt.Errorf("recover room=%s: %w", meta.RoomID, err)
 	}

@@ -17,6 +17,7 @@ import (
 	"hyapp/room-service/lease"
 	"hyapp/room-service/room"
 	"hyapp/room-service/store"
+	"hyapp/room-service/wallet"
 )
 
 // Config tunes the engine. Zero values take the defaults of DefaultConfig.
@@ -44,6 +45,22 @@ type Config struct {
 	RecentIDs int
 	// Clock gives command times; tests may fix it.
 	Clock func() time.Time
+	// TimerScanEvery is how often the registry scans for due durable timers
+	// (rocket launches) that no in-memory timer fires: rooms of a crashed
+	// node, passivated rooms, failed wakeups. Negative: no scan (RunTimers
+	// may still be run by hand).
+	TimerScanEvery time.Duration
+	// Rules are the economy rules rooms apply gifts with (nil: room.DefaultRules).
+	Rules *room.Rules
+	// Wallet pays for gifts. Without one, every gift is refused as unavailable.
+	Wallet wallet.Wallet
+	// WalletTimeout bounds one charge call.
+	WalletTimeout time.Duration
+	// GiftApplyWindow is how old a charge may be when its gift applies: a
+	// retry of a gift charged earlier than this is refused (gift_expired),
+	// so the reconciler may refund charges older than the window plus the
+	// commit timeout without racing a late commit.
+	GiftApplyWindow time.Duration
 }
 
 // DefaultConfig returns the defaults.
@@ -52,6 +69,7 @@ func DefaultConfig() Config {
 		NodeID: "node-1", MailboxSize: 4096, MaxBatch: 256, SnapshotEvery: 500,
 		IdleTimeout: 10 * time.Minute, CommitTimeout: 5 * time.Second, CommitWorkers: 1,
 		CommitMaxRooms: 2048, CommitMaxCommands: 8192, MaxRecoveries: 32, RecentIDs: 256, Clock: time.Now,
+		WalletTimeout: 3 * time.Second, GiftApplyWindow: 30 * time.Second, TimerScanEvery: 2 * time.Second,
 	}
 }
 
@@ -78,6 +96,15 @@ func (c Config) withDefaults() Config {
 	if c.Clock == nil {
 		c.Clock = d.Clock
 	}
+	if c.TimerScanEvery == 0 {
+		c.TimerScanEvery = d.TimerScanEvery
+	}
+	if c.WalletTimeout <= 0 {
+		c.WalletTimeout = d.WalletTimeout
+	}
+	if c.GiftApplyWindow <= 0 {
+		c.GiftApplyWindow = d.GiftApplyWindow
+	}
 	return c
 }
 
@@ -97,7 +124,8 @@ type Registry struct {
 	ctx       context.Context // for storage calls that must finish regardless of callers
 	cancel    context.CancelFunc
 	stopping  chan struct{}
-	wg        sync.WaitGroup
+	wg        sync.WaitGroup // cells and the timer scanner
+	wakes     *wakers        // wakeups of in-memory timers
 
 	mu      sync.Mutex
 	closed  bool
@@ -111,20 +139,25 @@ type load struct {
 	err  error
 }
 
-// New starts a registry. Nothing is loaded until a room is asked for.
+// New starts a registry. Nothing is loaded until a room is asked for; the
+// timer scanner (RunTimers) runs every cfg.TimerScanEvery until Close.
 func New(cfg Config, repo store.Repository, l lease.Lease, sink EventSink, m *Metrics, log *slog.Logger) *Registry {
 	cfg = cfg.withDefaults()
 	if m == nil {
 		m = NewMetrics(nil)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Registry{
+	r := &Registry{
 		cfg: cfg, repo: repo, lease: l, sink: sink, metrics: m, log: log,
 		committer: newCommitter(repo, cfg.CommitWorkers, cfg.CommitMaxRooms, cfg.CommitMaxCommands, cfg.CommitTimeout, m),
 		recoverys: make(chan struct{}, cfg.MaxRecoveries),
-		ctx:       ctx, cancel: cancel, stopping: make(chan struct{}),
+		ctx:       ctx, cancel: cancel, stopping: make(chan struct{}), wakes: newWakers(ctx),
 		cells: make(map[string]*Cell), exiting: make(map[string]*Cell), loading: make(map[string]*load),
 	}
+	if cfg.TimerScanEvery > 0 {
+		r.wg.Go(func() { r.RunTimers(ctx, cfg.TimerScanEvery) })
+	}
+	return r
 }
 
 // Submit runs one command in its room and returns once it committed (or was
@@ -254,6 +287,7 @@ func (r *Registry) cell(ctx context.Context, roomID string) (*Cell, error) {
 		close(l.done)
 		r.mu.Unlock()
 		if release != nil {
+			c.timers.stop()
 			_ = release.Release(r.ctx)
 		}
 		if err != nil {
@@ -307,7 +341,7 @@ func (r *Registry) recoverCell(roomID string, h lease.Handle) (c *Cell, err erro
 	if err != nil {
 		return nil, err
 	}
-	rec, err := Recover(r.ctx, r.repo, claim.Meta)
+	rec, err := RecoverWith(r.ctx, r.repo, claim.Meta, r.cfg.Rules)
 	if err != nil {
 		return nil, err
 	}
@@ -389,10 +423,12 @@ func (r *Registry) Close(ctx context.Context) error {
 	r.closed = true
 	close(r.stopping)
 	r.mu.Unlock()
+	r.wakes.stop() // and with it the scanner: a wakeup after Close could only be refused
 
 	done := make(chan struct{})
 	go func() {
 		r.wg.Wait()
+		r.wakes.wait()
 		close(done)
 	}()
 	var err error

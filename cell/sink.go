@@ -1,6 +1,9 @@
 package cell
 
-import "hyapp/room-service/room"
+import (
+	"hyapp/room-service/room"
+	"hyapp/room-service/wallet"
+)
 
 // Committed is one committed command and the events it caused, handed to
 // the EventSink after its transaction committed.
@@ -48,5 +51,23 @@ func (w OutboxWaker) Publish(batch []Committed) {
 				return
 			}
 		}
+	}
+}
+
+// GiftSettler is an EventSink that hands the charge keys of committed gifts
+// to Settle (a wallet.Settler's Add): their charges are confirmed off the
+// rooms' critical path.
+type GiftSettler struct{ Settle func(keys ...string) }
+
+// Publish implements EventSink.
+func (g GiftSettler) Publish(batch []Committed) {
+	var keys []string
+	for _, c := range batch {
+		if c.CommandType == room.CmdSendGift {
+			keys = append(keys, wallet.ChargeKey(c.RoomID, c.CommandID))
+		}
+	}
+	if len(keys) > 0 {
+		g.Settle(keys...)
 	}
 }

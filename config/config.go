@@ -17,6 +17,9 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"hyapp/room-service/gift"
+	"hyapp/room-service/room"
 )
 
 // Config is every setting of the service. The yaml key of a field is also its
@@ -54,6 +57,28 @@ type Config struct {
 	RetainCommands  time.Duration `yaml:"retain_commands_for" help:"command log rows younger than this are kept"`
 	RetainPublished time.Duration `yaml:"retain_published_for" help:"published outbox rows are deleted after this"`
 	RetainEvery     time.Duration `yaml:"retention_interval" help:"how often retention runs"`
+
+	BusinessTZ       string        `yaml:"business_timezone" help:"IANA time zone of the business day (heat, rank, charm and the rocket reset daily there)"`
+	BusinessDayStart time.Duration `yaml:"business_day_start" help:"time of day the business day starts in business_timezone (0s: midnight; 4h: 04:00)"`
+	RankSize         int           `yaml:"rank_size" help:"length of a room's visible contribution rank"`
+	LuckyMaxPayout   int           `yaml:"lucky_max_payout_bp" help:"highest expected lucky payout per coin spent, in basis points; a lucky_table over it refuses to start"`
+	LuckyRegionalMin int           `yaml:"lucky_regional_threshold" help:"lucky reward from which a win also shows in its region's broadcast group (0: never)"`
+	WalletTimeout    time.Duration `yaml:"wallet_timeout" help:"bound on one wallet charge call"`
+	GiftApplyWindow  time.Duration `yaml:"gift_apply_window" help:"a gift whose charge is older than this is not applied (gift_expired); retries inside it commit"`
+	ReconcileAfter   time.Duration `yaml:"wallet_reconcile_after" help:"pending charges older than this are settled (gift committed) or refunded (it did not)"`
+	RocketScan       time.Duration `yaml:"rocket_scan_interval" help:"how often due rocket launches of rooms not loaded are looked for"`
+
+	// Lists, set in the YAML file only.
+	Gifts        []gift.Gift    `yaml:"gifts" nested:"true"`
+	LuckyTable   []gift.Outcome `yaml:"lucky_table" nested:"true"`
+	RocketLevels []RocketLevel  `yaml:"rocket_levels" nested:"true"`
+}
+
+// RocketLevel is one rocket level: the fuel (gift value) that ignites it
+// and the countdown from ignition to launch.
+type RocketLevel struct {
+	Fuel      int64         `yaml:"fuel"`
+	Countdown time.Duration `yaml:"countdown"`
 }
 
 // Default returns the zero-configuration settings: loopback only, SQLite
@@ -65,7 +90,59 @@ func Default() Config {
 		IdleTimeout: 10 * time.Minute, CommitTimeout: 5 * time.Second, ShutdownTimeout: 30 * time.Second,
 		NATSStream: "ROOM_EVENTS", RelayAttempts: 10, IMBudget: 20, IMRegionalMin: 10_000,
 		RetainVersions: 10_000, RetainCommands: 7 * 24 * time.Hour, RetainPublished: 3 * 24 * time.Hour, RetainEvery: time.Minute,
+		BusinessTZ: "UTC", RankSize: 10, LuckyMaxPayout: 9_500, LuckyRegionalMin: 10_000,
+		WalletTimeout: 3 * time.Second, GiftApplyWindow: 30 * time.Second, ReconcileAfter: 2 * time.Minute, RocketScan: time.Second,
+		Gifts: gift.DefaultGifts(), LuckyTable: gift.DefaultLucky(), RocketLevels: defaultRocketLevels(),
 	}
+}
+
+func defaultRocketLevels() []RocketLevel {
+	var out []RocketLevel
+	for _, l := range room.DefaultRules().RocketLevels {
+		out = append(out, RocketLevel{Fuel: l.Fuel, Countdown: l.Countdown})
+	}
+	return out
+}
+
+// Catalogue builds the gift catalogue; Validate reports its problems.
+func (c Config) Catalogue() (*gift.Catalogue, error) {
+	return gift.New(c.Gifts, gift.Settings{
+		Lucky: c.LuckyTable, MaxPayoutBP: int64(c.LuckyMaxPayout),
+		RegionalThreshold: int64(c.IMRegionalMin), LuckyRegionalThreshold: int64(c.LuckyRegionalMin),
+	})
+}
+
+// Limits of the economy settings.
+const (
+	maxRocketLevels = 100
+	maxRocketFuel   = 1e12
+	maxCountdown    = time.Hour
+)
+
+// Rules builds the rooms' economy rules; Validate reports their problems.
+func (c Config) Rules() (*room.Rules, error) {
+	var p []error
+	loc, err := time.LoadLocation(c.BusinessTZ)
+	if err != nil || c.BusinessTZ == "" || c.BusinessTZ == "Local" {
+		p = append(p, fmt.Errorf("business_timezone %q is not an IANA time zone such as Asia/Riyadh", c.BusinessTZ))
+	}
+	if c.BusinessDayStart < 0 || c.BusinessDayStart >= 24*time.Hour {
+		p = append(p, fmt.Errorf("business_day_start %v is outside 0s..24h", c.BusinessDayStart))
+	}
+	if len(c.RocketLevels) > maxRocketLevels {
+		p = append(p, fmt.Errorf("rocket_levels: %d levels, at most %d", len(c.RocketLevels), maxRocketLevels))
+	}
+	r := &room.Rules{Location: loc, DayStart: c.BusinessDayStart, RankSize: c.RankSize}
+	for i, l := range c.RocketLevels {
+		if l.Fuel <= 0 || l.Fuel > maxRocketFuel {
+			p = append(p, fmt.Errorf("rocket_levels[%d]: fuel %d is outside 1..%d", i, l.Fuel, int64(maxRocketFuel)))
+		}
+		if l.Countdown < 0 || l.Countdown > maxCountdown {
+			p = append(p, fmt.Errorf("rocket_levels[%d]: countdown %v is outside 0s..%v", i, l.Countdown, maxCountdown))
+		}
+		r.RocketLevels = append(r.RocketLevels, room.RocketLevel{Fuel: l.Fuel, Countdown: l.Countdown})
+	}
+	return r, errors.Join(p...)
 }
 
 // Load builds the configuration from defaults, the file named by -config or
@@ -149,6 +226,16 @@ func (c Config) Validate() error {
 	if _, err := c.RegionalGroups(); err != nil {
 		p = append(p, err)
 	}
+	if _, err := c.Catalogue(); err != nil {
+		p = append(p, err)
+	}
+	if _, err := c.Rules(); err != nil {
+		p = append(p, err)
+	}
+	if c.ReconcileAfter <= c.GiftApplyWindow+c.CommitTimeout+c.WalletTimeout {
+		p = append(p, fmt.Errorf("wallet_reconcile_after %v must exceed gift_apply_window + commit_timeout + wallet_timeout (%v): a charge is refunded only once its gift can no longer commit",
+			c.ReconcileAfter, c.GiftApplyWindow+c.CommitTimeout+c.WalletTimeout))
+	}
 	if c.TIMSDKAppID != "" {
 		if _, err := strconv.ParseUint(c.TIMSDKAppID, 10, 64); err != nil {
 			p = append(p, fmt.Errorf("tim_sdkappid %q is not a number", c.TIMSDKAppID))
@@ -178,6 +265,8 @@ func (c Config) Validate() error {
 		{"max_batch", c.MaxBatch, 1, 65536}, {"commit_workers", c.CommitWorkers, 0, 256},
 		{"retain_versions", c.RetainVersions, 0, 1 << 30}, {"relay_max_attempts", c.RelayAttempts, 1, 1000},
 		{"im_group_budget", c.IMBudget, 1, 40}, {"im_regional_threshold", c.IMRegionalMin, 0, 1 << 30},
+		{"rank_size", c.RankSize, 1, 100}, {"lucky_max_payout_bp", c.LuckyMaxPayout, 0, 1_000_000},
+		{"lucky_regional_threshold", c.LuckyRegionalMin, 0, 1 << 30},
 	} {
 		if n.v < n.min || n.v > n.max {
 			p = append(p, fmt.Errorf("%s %d is outside %d..%d", n.key, n.v, n.min, n.max))
@@ -189,6 +278,8 @@ func (c Config) Validate() error {
 	}{
 		{"idle_timeout", c.IdleTimeout}, {"commit_timeout", c.CommitTimeout}, {"shutdown_timeout", c.ShutdownTimeout},
 		{"retain_commands_for", c.RetainCommands}, {"retain_published_for", c.RetainPublished}, {"retention_interval", c.RetainEvery},
+		{"wallet_timeout", c.WalletTimeout}, {"gift_apply_window", c.GiftApplyWindow},
+		{"wallet_reconcile_after", c.ReconcileAfter}, {"rocket_scan_interval", c.RocketScan},
 	} {
 		if d.v <= 0 {
 			p = append(p, fmt.Errorf("%s must be positive, got %v", d.key, d.v))
@@ -264,6 +355,9 @@ func fields(cfg *Config) []field {
 	out := make([]field, 0, t.NumField())
 	for i := range t.NumField() {
 		sf, fv := t.Field(i), v.Field(i)
+		if sf.Tag.Get("nested") == "true" {
+			continue // a list of records: YAML only
+		}
 		f := field{key: sf.Tag.Get("yaml"), help: sf.Tag.Get("help"), secret: sf.Tag.Get("secret") == "true"}
 		f.get = func() string { return fmt.Sprint(fv.Interface()) }
 		switch fv.Interface().(type) {

@@ -289,3 +289,56 @@ func TestRedactedMasksSecrets(t *testing.T) {
 		t.Errorf("an empty token shows as %q; want empty, so operators see it is unset", got)
 	}
 }
+
+func TestEconomyFromFile(t *testing.T) {
+	path := writeFile(t, `
+business_timezone: Asia/Riyadh
+business_day_start: 4h
+rank_size: 5
+gifts:
+  - {id: tea, name: Tea, price: 3, kind: normal, counts: [1, 5]}
+  - {id: dice, name: Dice, price: 20, kind: lucky, counts: [1], any_receiver: true}
+lucky_table:
+  - {multiplier: 0, weight: 3}
+  - {multiplier: 2.5, weight: 1}
+lucky_max_payout_bp: 6250
+rocket_levels:
+  - {fuel: 100, countdown: 5s}
+  - {fuel: 300, countdown: 1m}
+`)
+	cfg, err := config.Load([]string{"-config", path}, env(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cat, err := cfg.Catalogue()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(cat.Gifts()); n != 2 || cat.ExpectedPayoutBP() != 6250 {
+		t.Fatalf("catalogue: %d gifts, payout %d bp", n, cat.ExpectedPayoutBP())
+	}
+	rules, err := cfg.Rules()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rules.Location.String() != "Asia/Riyadh" || rules.DayStart != 4*time.Hour || rules.RankSize != 5 ||
+		len(rules.RocketLevels) != 2 || rules.RocketLevels[1].Fuel != 300 || rules.RocketLevels[1].Countdown != time.Minute {
+		t.Fatalf("rules: %+v", rules)
+	}
+}
+
+func TestEconomyProblemsRefuseToStart(t *testing.T) {
+	path := writeFile(t, `
+business_timezone: Mars/Olympus
+business_day_start: 25h
+lucky_table:
+  - {multiplier: 0, weight: 1}
+  - {multiplier: 3, weight: 1}
+rocket_levels:
+  - {fuel: 0, countdown: 5s}
+gift_apply_window: 1m
+wallet_reconcile_after: 1m
+`)
+	_, err := config.Load([]string{"-config", path}, env(nil))
+	mustMention(t, err, "business_timezone", "business_day_start", "expected payout 15000 bp", "rocket_levels[0]", "wallet_reconcile_after")
+}

@@ -51,10 +51,11 @@ type Sender interface {
 }
 
 // Regional is implemented by event payloads that may also be shown in a
-// region-wide broadcast group (big gifts): the region and the value that is
-// compared with Config.RegionalThreshold.
+// region-wide broadcast group (big gifts, big lucky wins): the room's region
+// and whether this event goes there. The event decides (the gift's
+// threshold is recorded in its command), so replay and display agree.
 type Regional interface {
-	RegionalDisplay() (region string, value int64)
+	RegionalDisplay() (region string, show bool)
 }
 
 // Config tunes the lane. Zero values take the defaults.
@@ -73,10 +74,8 @@ type Config struct {
 	SendTimeout time.Duration
 	// GroupOf maps a room to its group id (default: the room id).
 	GroupOf func(roomID string) string
-	// RegionalGroups maps a region to its broadcast group; RegionalThreshold
-	// is the value from which an event goes there too.
-	RegionalGroups    map[string]string
-	RegionalThreshold int64
+	// RegionalGroups maps a region to its broadcast group.
+	RegionalGroups map[string]string
 	// Tick is the dispatcher's period for budgets and coalescing (default 10ms).
 	Tick time.Duration
 }
@@ -210,8 +209,8 @@ func (l *Lane) Publish(batch []cell.Committed) {
 			}
 			l.enqueueLocked(c.RoomID, l.cfg.GroupOf(c.RoomID), string(ev.Type), lanes, env, now)
 			if r, ok := ev.Data.(Regional); ok {
-				region, value := r.RegionalDisplay()
-				if g := l.cfg.RegionalGroups[region]; g != "" && value >= l.cfg.RegionalThreshold {
+				region, show := r.RegionalDisplay()
+				if g := l.cfg.RegionalGroups[region]; g != "" && show {
 					l.enqueueLocked("region:"+region, g, string(ev.Type), lanes, env, now)
 				}
 			}

@@ -219,11 +219,11 @@ func TestHangingEndpointNeverBlocksPublish(t *testing.T) {
 
 type bigGift struct{ Value int64 }
 
-func (g bigGift) RegionalDisplay() (string, int64) { return "sg", g.Value }
+func (g bigGift) RegionalDisplay() (string, bool) { return "sg", g.Value >= 1000 }
 
 func TestBigEventsAlsoGoToTheRegionalGroup(t *testing.T) {
 	rec := &recorder{}
-	lane := im.New(im.Config{RegionalGroups: map[string]string{"sg": "region-sg"}, RegionalThreshold: 1000}, rec, im.Metrics{}, quiet)
+	lane := im.New(im.Config{RegionalGroups: map[string]string{"sg": "region-sg"}}, rec, im.Metrics{}, quiet)
 	defer lane.Close()
 	lane.Publish(committed("r1", 1, room.EventRoomMicChanged, bigGift{Value: 10}))
 	lane.Publish(committed("r1", 2, room.EventRoomMicChanged, bigGift{Value: 5000}))

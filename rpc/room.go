@@ -11,6 +11,7 @@ import (
 	"hyapp/room-service/cell"
 	roomv1 "hyapp/room-service/gen/room/v1"
 	"hyapp/room-service/gen/room/v1/roomv1connect"
+	"hyapp/room-service/gift"
 	"hyapp/room-service/room"
 	"hyapp/room-service/snapshot"
 	"hyapp/room-service/store"
@@ -28,6 +29,7 @@ type RoomHandler struct {
 	repo     store.Repository
 	platform func(userID int64) bool
 	robots   RobotDisplay
+	gifts    *gift.Catalogue
 	log      *slog.Logger
 }
 

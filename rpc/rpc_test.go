@@ -23,6 +23,7 @@ import (
 	"hyapp/room-service/cell"
 	roomv1 "hyapp/room-service/gen/room/v1"
 	"hyapp/room-service/gen/room/v1/roomv1connect"
+	"hyapp/room-service/gift"
 	"hyapp/room-service/lease"
 	"hyapp/room-service/rpc"
 	"hyapp/room-service/store/sqlite"
@@ -48,12 +49,14 @@ func (nopSink) Publish([]cell.Committed) {}
 // stack is the real service in-process: SQLite, the cell registry and the
 // HTTP server on a random loopback port.
 type stack struct {
-	base  string
-	reg   *cell.Registry
-	h1    *http.Client // HTTP/1.1
-	h2c   *http.Client // HTTP/2 without TLS, for gRPC
-	rooms roomv1connect.RoomServiceClient
-	ops   roomv1connect.OperatorServiceClient
+	base    string
+	reg     *cell.Registry
+	h1      *http.Client // HTTP/1.1
+	h2c     *http.Client // HTTP/2 without TLS, for gRPC
+	rooms   roomv1connect.RoomServiceClient
+	ops     roomv1connect.OperatorServiceClient
+	wallets roomv1connect.WalletServiceClient
+	ledger  *sqlite.Ledger
 }
 
 func start(t *testing.T) *stack {
@@ -63,14 +66,21 @@ func start(t *testing.T) *stack {
 	if err != nil {
 		t.Fatal(err)
 	}
-	reg := cell.New(cell.Config{}, db, lease.NewLocal(), nopSink{}, nil, quiet)
+	ledger := sqlite.NewLedger(db, sqlite.LedgerOptions{})
+	reg := cell.New(cell.Config{Wallet: ledger}, db, lease.NewLocal(), nopSink{}, nil, quiet)
+	catalogue, err := gift.New(gift.DefaultGifts(), gift.Settings{Lucky: gift.DefaultLucky(), MaxPayoutBP: 9500, RegionalThreshold: 10_000})
+	if err != nil {
+		t.Fatal(err)
+	}
 	platform := func(id int64) bool {
 		if id == panicUser {
 			panic("the platform directory failed")
 		}
 		return id == platformUser
 	}
-	mux := rpc.NewMux(rpc.NewRoomHandler(reg, db, platform, quiet), rpc.NewOperatorHandler(db, nil, quiet), rpc.Options{Token: token}, quiet)
+	rooms := rpc.NewRoomHandler(reg, db, platform, quiet)
+	rooms.SetCatalogue(catalogue)
+	mux := rpc.NewMux(rooms, rpc.NewOperatorHandler(db, nil, quiet), rpc.NewWalletHandler(ledger, quiet), rpc.Options{Token: token}, quiet)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -97,13 +107,17 @@ func start(t *testing.T) *stack {
 		if err := reg.Close(ctx); err != nil {
 			t.Errorf("registry close: %v", err)
 		}
+		if err := ledger.Close(); err != nil {
+			t.Errorf("ledger close: %v", err)
+		}
 		if err := db.Close(); err != nil {
 			t.Errorf("db close: %v", err)
 		}
 	})
-	s := &stack{base: "http://" + ln.Addr().String(), reg: reg, h1: &http.Client{Transport: h1}, h2c: &http.Client{Transport: h2}}
+	s := &stack{base: "http://" + ln.Addr().String(), reg: reg, h1: &http.Client{Transport: h1}, h2c: &http.Client{Transport: h2}, ledger: ledger}
 	s.rooms = roomv1connect.NewRoomServiceClient(s.h1, s.base, withToken(token))
 	s.ops = roomv1connect.NewOperatorServiceClient(s.h1, s.base, withToken(token))
+	s.wallets = roomv1connect.NewWalletServiceClient(s.h1, s.base, withToken(token))
 	return s
 }
 

@@ -31,7 +31,7 @@ type Options struct {
 }
 
 // NewMux mounts the API, gRPC health, gRPC reflection and /metrics on one mux.
-func NewMux(rooms *RoomHandler, ops *OperatorHandler, opts Options, log *slog.Logger) *http.ServeMux {
+func NewMux(rooms *RoomHandler, ops *OperatorHandler, wallets *WalletHandler, opts Options, log *slog.Logger) *http.ServeMux {
 	handlerOpts := connect.WithHandlerOptions(
 		connect.WithInterceptors(authInterceptor(opts.Token)),
 		connect.WithRecover(func(ctx context.Context, spec connect.Spec, _ http.Header, p any) error {
@@ -42,7 +42,8 @@ func NewMux(rooms *RoomHandler, ops *OperatorHandler, opts Options, log *slog.Lo
 	mux := http.NewServeMux()
 	mux.Handle(roomv1connect.NewRoomServiceHandler(rooms, handlerOpts))
 	mux.Handle(roomv1connect.NewOperatorServiceHandler(ops, handlerOpts))
-	names := []string{roomv1connect.RoomServiceName, roomv1connect.OperatorServiceName}
+	mux.Handle(roomv1connect.NewWalletServiceHandler(wallets, handlerOpts))
+	names := []string{roomv1connect.RoomServiceName, roomv1connect.OperatorServiceName, roomv1connect.WalletServiceName}
 	reflector := grpcreflect.NewStaticReflector(append(names, grpchealth.HealthV1ServiceName)...)
 	mux.Handle(grpcreflect.NewHandlerV1(reflector))
 	mux.Handle(grpcreflect.NewHandlerV1Alpha(reflector))

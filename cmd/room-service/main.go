@@ -39,6 +39,7 @@ import (
 	"hyapp/room-service/store"
 	"hyapp/room-service/store/mysql"
 	"hyapp/room-service/store/sqlite"
+	"hyapp/room-service/wallet"
 )
 
 func main() {
@@ -76,6 +77,8 @@ type Main struct {
 	Addr string
 
 	repo     store.Repository
+	ledger   ledger
+	settler  *wallet.Settler
 	registry *cell.Registry
 	lane     *im.Lane
 	server   *http.Server
@@ -125,6 +128,39 @@ func (m *Main) openStore(ctx context.Context) (store.Repository, cell.Config, er
 		case <-time.After(wait):
 		}
 		wait = min(2*wait, 10*time.Second)
+	}
+}
+
+// ledger is the embedded COIN ledger: the wallet port over the service database.
+type ledger interface {
+	wallet.Wallet
+	Close() error
+}
+
+// openLedger opens the embedded ledger in the service's own database.
+func openLedger(db store.Repository) (ledger, error) {
+	switch db := db.(type) {
+	case *sqlite.DB:
+		return sqlite.NewLedger(db, sqlite.LedgerOptions{}), nil
+	case *mysql.DB:
+		return mysql.NewLedger(db, mysql.LedgerOptions{}), nil
+	}
+	return nil, fmt.Errorf("no embedded ledger for %T", db)
+}
+
+// committedGifts reads which gift command ids are in a room's log: the
+// reconciler settles those charges and refunds the others.
+func committedGifts(db store.Repository) wallet.Committed {
+	return func(ctx context.Context, roomID string, ids []string) (map[string]bool, error) {
+		recs, err := db.GetCommands(ctx, roomID, ids)
+		if err != nil {
+			return nil, err
+		}
+		found := make(map[string]bool, len(recs))
+		for id := range recs {
+			found[id] = true
+		}
+		return found, nil
 	}
 }
 
@@ -180,7 +216,7 @@ func (m *Main) openIM(reg prometheus.Registerer) (*im.Lane, http.Handler, error)
 	}
 	m.timClient = client
 	regional, _ := cfg.RegionalGroups() // checked by Validate
-	return im.New(im.Config{Budget: float64(cfg.IMBudget), RegionalGroups: regional, RegionalThreshold: int64(cfg.IMRegionalMin)},
+	return im.New(im.Config{Budget: float64(cfg.IMBudget), RegionalGroups: regional},
 		im.TencentSender{Client: client}, newLaneMetrics(reg), m.Log.With("component", "im-lane")), local, nil
 }
 
@@ -267,6 +303,29 @@ func (m *Main) Run(ctx context.Context) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	metrics := cell.NewMetrics(reg)
+
+	catalogue, err := cfg.Catalogue()
+	if err != nil {
+		return err // Validate refused it already; reached only by a Config built in code
+	}
+	rules, err := cfg.Rules()
+	if err != nil {
+		return err
+	}
+	if m.ledger, err = openLedger(db); err != nil {
+		return fmt.Errorf("open ledger: %w", err)
+	}
+	walletMetrics := wallet.NewMetrics(reg)
+	m.settler = wallet.NewSettler(m.ledger, walletMetrics, m.Log.With("component", "wallet"))
+	reconciler := &wallet.Reconciler{
+		Wallet: m.ledger, Committed: committedGifts(db), After: cfg.ReconcileAfter,
+		Log: m.Log.With("component", "wallet-reconciler"), Metrics: walletMetrics,
+	}
+	m.background.Add(1)
+	go func() {
+		defer m.background.Done()
+		reconciler.Run(bg, max(cfg.ReconcileAfter/4, time.Second))
+	}()
 	leases := lease.NewLocal()
 
 	if m.bus, err = m.openBus(ctx); err != nil {
@@ -303,7 +362,9 @@ func (m *Main) Run(ctx context.Context) error {
 		NodeID: nodeID, MailboxSize: cfg.MailboxSize, MaxBatch: cfg.MaxBatch, SnapshotEvery: cfg.SnapshotEvery,
 		IdleTimeout: cfg.IdleTimeout, CommitTimeout: cfg.CommitTimeout,
 		CommitWorkers: tuning.CommitWorkers, CommitMaxRooms: tuning.CommitMaxRooms,
-	}, db, leases, cell.Sinks{lane, cell.OutboxWaker{Wake: relay.Wake}}, metrics, m.Log)
+		Rules: rules, Wallet: m.ledger, WalletTimeout: cfg.WalletTimeout, GiftApplyWindow: cfg.GiftApplyWindow,
+		TimerScanEvery: cfg.RocketScan,
+	}, db, leases, cell.Sinks{lane, cell.OutboxWaker{Wake: relay.Wake}, cell.GiftSettler{Settle: m.settler.Add}}, metrics, m.Log)
 
 	platform := make(map[int64]bool, len(cfg.PlatformUsers))
 	for _, id := range cfg.PlatformUsers {
@@ -311,7 +372,9 @@ func (m *Main) Run(ctx context.Context) error {
 	}
 	rooms := rpc.NewRoomHandler(m.registry, db, func(id int64) bool { return platform[id] }, m.Log)
 	rooms.SetRobotDisplay(lane)
-	mux := rpc.NewMux(rooms, rpc.NewOperatorHandler(db, relay.Wake, m.Log), rpc.Options{Token: cfg.Token, Metrics: reg}, m.Log)
+	rooms.SetCatalogue(catalogue)
+	mux := rpc.NewMux(rooms, rpc.NewOperatorHandler(db, relay.Wake, m.Log), rpc.NewWalletHandler(m.ledger, m.Log),
+		rpc.Options{Token: cfg.Token, Metrics: reg}, m.Log)
 	if local != nil {
 		// The zero-configuration Tencent IM: the REST API the lane calls, and
 		// /local/ to watch what each room's group would show.
@@ -372,6 +435,9 @@ func (m *Main) close(ctx context.Context) error {
 	if m.lane != nil {
 		m.lane.Close() // best effort: what is still queued is not sent
 	}
+	if m.settler != nil {
+		m.settler.Close() // what it cannot settle now, the reconciler settles after the restart
+	}
 	if m.stopControl != nil {
 		m.stopControl()
 		<-m.controlDone
@@ -393,6 +459,11 @@ func (m *Main) close(ctx context.Context) error {
 	}
 	if m.timClient != nil {
 		m.timClient.Close()
+	}
+	if m.ledger != nil {
+		if err := m.ledger.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("close ledger: %w", err))
+		}
 	}
 	if m.repo != nil {
 		if err := m.repo.Close(); err != nil {

@@ -42,7 +42,7 @@ func bind[Req, Resp any, PReq interface {
 // methods is the dispatch table of "roomctl call": every RPC of both
 // services by its method name.
 func methods(c *client) map[string]method {
-	r, o := c.rooms, c.ops
+	r, o, w := c.rooms, c.ops, c.wallets
 	return map[string]method{
 		"CreateRoom":        bind(r.CreateRoom),
 		"CloseRoom":         bind(r.CloseRoom),
@@ -62,10 +62,16 @@ func methods(c *client) map[string]method {
 		"UpdateProfile":     bind(r.UpdateProfile),
 		"ChangeBackground":  bind(r.ChangeBackground),
 		"SetChatEnabled":    bind(r.SetChatEnabled),
+		"SendGift":          bind(r.SendGift),
+		"ListGifts":         bind(r.ListGifts),
 		"GetRoomSnapshot":   bind(r.GetRoomSnapshot),
 		"ListRooms":         bind(r.ListRooms),
 		"ListCommands":      bind(o.ListCommands),
 		"GetStoredSnapshot": bind(o.GetStoredSnapshot),
+		"GetOutboxStatus":   bind(o.GetOutboxStatus),
+		"RequeueDeadOutbox": bind(o.RequeueDeadOutbox),
+		"CreditCoins":       bind(w.CreditCoins),
+		"GetBalance":        bind(w.GetBalance),
 	}
 }
 

@@ -1,5 +1,5 @@
 // Command roomctl is the operator CLI of room-service. It calls any
-// RoomService or OperatorService RPC by name, prints a room's live snapshot
+// RoomService, OperatorService or WalletService RPC by name, prints a room's live snapshot
 // and durable command log, lists rooms, and verifies that replaying a room's
 // log from its stored snapshot reproduces the live state.
 //
@@ -120,6 +120,16 @@ var subcommands = []subcommand{
 		name: "events", args: "tail [-nats-url URL] [-type T] [-room R] [-durable NAME] [-n N]", minArgs: 1, maxArgs: 1,
 		summary: "consume durable room events from NATS JetStream, dropping duplicates by event_id; one JSON line each",
 		setup:   setupEvents, long: true,
+	},
+	{
+		name: "wallet", args: "credit <user_id> <amount> [-key K] | balance <user_id>", minArgs: 2, maxArgs: 3,
+		summary: "credit COIN to a user once per key (CreditCoins) or print a user's balance (GetBalance)",
+		setup:   setupWallet,
+	},
+	{
+		name: "gifts", args: "", minArgs: 0, maxArgs: 0,
+		summary: "print the gift catalogue (ListGifts)",
+		setup:   setupGifts,
 	},
 	{
 		name: "migrate", args: "-mysql-dsn DSN", minArgs: 0, maxArgs: 0,
@@ -273,9 +283,10 @@ func usage(w io.Writer, top *flag.FlagSet) {
 
 // client holds the generated Connect clients of both services.
 type client struct {
-	http  *http.Client
-	rooms roomv1connect.RoomServiceClient
-	ops   roomv1connect.OperatorServiceClient
+	http    *http.Client
+	rooms   roomv1connect.RoomServiceClient
+	ops     roomv1connect.OperatorServiceClient
+	wallets roomv1connect.WalletServiceClient
 }
 
 func newClient(o options) *client {
@@ -295,9 +306,10 @@ func newClient(o options) *client {
 	hc := &http.Client{Transport: tr}
 	base := strings.TrimSuffix(o.addr, "/")
 	return &client{
-		http:  hc,
-		rooms: roomv1connect.NewRoomServiceClient(hc, base, copts...),
-		ops:   roomv1connect.NewOperatorServiceClient(hc, base, copts...),
+		http:    hc,
+		rooms:   roomv1connect.NewRoomServiceClient(hc, base, copts...),
+		ops:     roomv1connect.NewOperatorServiceClient(hc, base, copts...),
+		wallets: roomv1connect.NewWalletServiceClient(hc, base, copts...),
 	}
 }
 

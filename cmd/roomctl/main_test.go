@@ -19,6 +19,7 @@ import (
 
 	"hyapp/room-service/cell"
 	roomv1 "hyapp/room-service/gen/room/v1"
+	"hyapp/room-service/gift"
 	"hyapp/room-service/lease"
 	"hyapp/room-service/rpc"
 	"hyapp/room-service/store/sqlite"
@@ -47,7 +48,9 @@ func startServer(t *testing.T) string {
 		}
 	})
 	log := slog.New(slog.DiscardHandler)
-	reg := cell.New(cell.Config{SnapshotEvery: 3}, db, lease.NewLocal(), discard{}, nil, log)
+	ledger := sqlite.NewLedger(db, sqlite.LedgerOptions{})
+	t.Cleanup(func() { _ = ledger.Close() })
+	reg := cell.New(cell.Config{SnapshotEvery: 3, Wallet: ledger}, db, lease.NewLocal(), discard{}, nil, log)
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
@@ -55,7 +58,13 @@ func startServer(t *testing.T) string {
 			t.Error(err)
 		}
 	})
-	mux := rpc.NewMux(rpc.NewRoomHandler(reg, db, nil, log), rpc.NewOperatorHandler(db, nil, log), rpc.Options{Token: testToken}, log)
+	rooms := rpc.NewRoomHandler(reg, db, nil, log)
+	catalogue, err := gift.New(gift.DefaultGifts(), gift.Settings{Lucky: gift.DefaultLucky(), MaxPayoutBP: 9500})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rooms.SetCatalogue(catalogue)
+	mux := rpc.NewMux(rooms, rpc.NewOperatorHandler(db, nil, log), rpc.NewWalletHandler(ledger, log), rpc.Options{Token: testToken}, log)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

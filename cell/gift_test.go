@@ -1,0 +1,272 @@
+package cell_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"hyapp/room-service/cell"
+	"hyapp/room-service/room"
+	"hyapp/room-service/store"
+	"hyapp/room-service/store/mysql"
+	"hyapp/room-service/store/sqlite"
+	"hyapp/room-service/wallet"
+)
+
+// ledgerOf opens the embedded ledger in the repository's own database.
+type testLedger interface {
+	wallet.Wallet
+	Totals(ctx context.Context) (wallet.Totals, error)
+	Close() error
+}
+
+func ledgerOf(t testing.TB, repo store.Repository) testLedger {
+	t.Helper()
+	var l testLedger
+	switch db := repo.(type) {
+	case *sqlite.DB:
+		l = sqlite.NewLedger(db, sqlite.LedgerOptions{})
+	case *mysql.DB:
+		l = mysql.NewLedger(db, mysql.LedgerOptions{})
+	default:
+		t.Fatalf("no ledger for %T", repo)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	return l
+}
+
+// flaky wraps a wallet: while fail is set, Charge does its work and then
+// reports an error, as a wallet whose answer is lost after it debited.
+type flaky struct {
+	wallet.Wallet
+	fail  atomic.Bool
+	calls atomic.Int64
+}
+
+func (f *flaky) Charge(ctx context.Context, charges []wallet.Charge) ([]wallet.Result, error) {
+	f.calls.Add(1)
+	res, err := f.Wallet.Charge(ctx, charges)
+	if err == nil && f.fail.Load() {
+		return nil, errors.New("wallet connection reset after the debit")
+	}
+	return res, err
+}
+
+// giftRoom makes a room where user 10 (sender, credited) and user 11
+// (receiver, seated) are in.
+func giftRoom(t *testing.T, reg *cell.Registry, l wallet.Wallet, roomID string, credit int64) {
+	t.Helper()
+	createRoom(t, reg, roomID)
+	mustSubmit(t, reg, env(roomID, "j10", 10, &room.JoinRoom{}))
+	mustSubmit(t, reg, env(roomID, "j11", 11, &room.JoinRoom{}))
+	mustSubmit(t, reg, env(roomID, "m11", 11, &room.TakeMic{SeatIndex: 0}))
+	if credit > 0 {
+		if _, _, err := l.Credit(context.Background(), 10, credit, "credit-"+roomID); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func heart(roomID, commandID string, count int32) *room.Envelope {
+	return env(roomID, commandID, 10, &room.SendGift{ReceiverUserIDs: []int64{11}, GiftID: "heart", Count: count,
+		Outcome: room.GiftOutcome{Name: "Heart", Price: 10, Kind: room.GiftNormal, ReceiversOnMic: true}})
+}
+
+func balance(t *testing.T, l wallet.Wallet, user int64) int64 {
+	t.Helper()
+	b, err := l.Balance(context.Background(), user)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func TestGiftIsChargedOnceAndRetriesAnswerTheSameBalance(t *testing.T) {
+	stores(t, func(t *testing.T, open func(testing.TB) store.Repository) {
+		repo := open(t)
+		l := ledgerOf(t, repo)
+		reg := newRegistry(t, repo, cell.Config{Wallet: l}, nil)
+		giftRoom(t, reg, l, "g", 1000)
+		first := mustSubmit(t, reg, heart("g", "gift-1", 7))
+		if first.Gift == nil || first.Gift.BalanceAfter != 930 || first.Gift.Cost != 70 || first.Duplicate {
+			t.Fatalf("first send: %+v %+v", first, first.Gift)
+		}
+		again := mustSubmit(t, reg, heart("g", "gift-1", 7))
+		if !again.Duplicate || again.RoomVersion != first.RoomVersion || again.Gift == nil || again.Gift.BalanceAfter != 930 {
+			t.Fatalf("retry: %+v %+v", again, again.Gift)
+		}
+		// A retry with another count is a different request.
+		if _, err := reg.Submit(context.Background(), heart("g", "gift-1", 1)); !errors.Is(err, room.ErrCommandIDConflict) {
+			t.Fatalf("changed retry: %v", err)
+		}
+		// After a restart the log answers, with the same balance.
+		reg2 := newRegistry(t, repo, cell.Config{Wallet: l}, nil)
+		if err := reg.Close(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		late := mustSubmit(t, reg2, heart("g", "gift-1", 7))
+		if !late.Duplicate || late.Gift == nil || late.Gift.BalanceAfter != 930 {
+			t.Fatalf("retry after restart: %+v %+v", late, late.Gift)
+		}
+		if b := balance(t, l, 10); b != 930 {
+			t.Fatalf("balance %d, want 930", b)
+		}
+		snap, err := reg2.Snapshot(context.Background(), "g")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if h := snap.GetEconomy().GetHeat(); h != 70 {
+			t.Fatalf("heat %d, want 70 (one gift)", h)
+		}
+	})
+}
+
+func TestGiftTheWalletRefusesChangesNothing(t *testing.T) {
+	repo := openRepo(t)
+	l := ledgerOf(t, repo)
+	reg := newRegistry(t, repo, cell.Config{Wallet: l}, nil)
+	giftRoom(t, reg, l, "g", 69)
+	before, err := reg.Snapshot(context.Background(), "g")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := reg.Submit(context.Background(), heart("g", "too-much", 7)); !errors.Is(err, room.ErrInsufficientBalance) {
+		t.Fatalf("70 coins from 69: %v", err)
+	}
+	after, err := reg.Snapshot(context.Background(), "g")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after.GetRoomVersion() != before.GetRoomVersion() || after.GetEconomy().GetHeat() != 0 || balance(t, l, 10) != 69 {
+		t.Fatalf("a refused gift changed something: version %d->%d heat %d balance %d",
+			before.GetRoomVersion(), after.GetRoomVersion(), after.GetEconomy().GetHeat(), balance(t, l, 10))
+	}
+	tot, err := l.Totals(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tot.Pending.Charges+tot.Settled.Charges+tot.Refunded.Charges != 0 {
+		t.Fatalf("a refused gift left charges: %+v", tot)
+	}
+}
+
+// TestLostWalletAnswerThenRetry: the wallet debits but its answer is lost.
+// The gift is answered unavailable and applies nothing; the retry replays
+// the charge by key, commits, and the sender paid once.
+func TestLostWalletAnswerThenRetry(t *testing.T) {
+	repo := openRepo(t)
+	l := &flaky{Wallet: ledgerOf(t, repo)}
+	reg := newRegistry(t, repo, cell.Config{Wallet: l}, nil)
+	giftRoom(t, reg, l, "g", 1000)
+	l.fail.Store(true)
+	if _, err := reg.Submit(context.Background(), heart("g", "gift-1", 7)); !errors.Is(err, room.ErrUnavailable) {
+		t.Fatalf("lost wallet answer: %v", err)
+	}
+	if b := balance(t, l, 10); b != 930 {
+		t.Fatalf("the debit happened: balance %d, want 930", b)
+	}
+	l.fail.Store(false)
+	res := mustSubmit(t, reg, heart("g", "gift-1", 7))
+	if res.Duplicate || res.Gift.BalanceAfter != 930 {
+		t.Fatalf("retry: %+v %+v", res, res.Gift)
+	}
+	if b := balance(t, l, 10); b != 930 {
+		t.Fatalf("charged twice: balance %d", b)
+	}
+}
+
+// TestExpiredChargeIsNotAppliedAndIsRefunded: a retry arriving after the
+// apply window does not commit; the reconciler then refunds the charge.
+func TestExpiredChargeIsNotAppliedAndIsRefunded(t *testing.T) {
+	repo := openRepo(t)
+	ledger := ledgerOf(t, repo)
+	l := &flaky{Wallet: ledger}
+	var now atomic.Int64
+	now.Store(time.Now().UnixMilli())
+	clock := func() time.Time { return time.UnixMilli(now.Load()) }
+	reg := newRegistry(t, repo, cell.Config{Wallet: l, Clock: clock, GiftApplyWindow: 10 * time.Second}, nil)
+	giftRoom(t, reg, l, "g", 1000)
+	l.fail.Store(true)
+	if _, err := reg.Submit(context.Background(), heart("g", "gift-1", 7)); !errors.Is(err, room.ErrUnavailable) {
+		t.Fatalf("lost wallet answer: %v", err)
+	}
+	l.fail.Store(false)
+	now.Add((11 * time.Second).Milliseconds())
+	if _, err := reg.Submit(context.Background(), heart("g", "gift-1", 7)); !errors.Is(err, room.ErrGiftExpired) {
+		t.Fatalf("retry after the window: %v", err)
+	}
+	rec := &wallet.Reconciler{Wallet: ledger, Committed: func(ctx context.Context, roomID string, ids []string) (map[string]bool, error) {
+		recs, err := repo.GetCommands(ctx, roomID, ids)
+		found := map[string]bool{}
+		for id := range recs {
+			found[id] = true
+		}
+		return found, err
+	}, After: 10 * time.Second, Clock: func() time.Time { return clock().Add(time.Second) }, Log: quiet}
+	if n, err := rec.Once(context.Background()); err != nil || n != 1 {
+		t.Fatalf("reconciled %d (%v), want the one expired charge", n, err)
+	}
+	if b := balance(t, l, 10); b != 1000 {
+		t.Fatalf("balance %d after the refund, want 1000", b)
+	}
+	// The key is spent: a further retry is told the gift was refunded.
+	if _, err := reg.Submit(context.Background(), heart("g", "gift-1", 7)); !errors.Is(err, room.ErrGiftRefunded) {
+		t.Fatalf("retry after the refund: %v", err)
+	}
+}
+
+// TestConcurrentGiftsShareOneBalance: 50 gifts race for a balance that
+// covers 20 of them; exactly 20 commit and the balance ends at 0.
+func TestConcurrentGiftsShareOneBalance(t *testing.T) {
+	stores(t, func(t *testing.T, open func(testing.TB) store.Repository) {
+		repo := open(t)
+		l := ledgerOf(t, repo)
+		reg := newRegistry(t, repo, cell.Config{Wallet: l}, nil)
+		giftRoom(t, reg, l, "g", 20*70)
+		var wg sync.WaitGroup
+		var ok, broke atomic.Int64
+		errs := make(chan error, 50)
+		for i := range 50 {
+			wg.Go(func() {
+				_, err := reg.Submit(context.Background(), heart("g", "gift-"+string(rune('A'+i)), 7))
+				switch {
+				case err == nil:
+					ok.Add(1)
+				case errors.Is(err, room.ErrInsufficientBalance):
+					broke.Add(1)
+				default:
+					errs <- err
+				}
+			})
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Fatal(err)
+		}
+		if ok.Load() != 20 || broke.Load() != 30 || balance(t, l, 10) != 0 {
+			t.Fatalf("%d committed, %d refused, balance %d; want 20, 30, 0", ok.Load(), broke.Load(), balance(t, l, 10))
+		}
+		snap, err := reg.Snapshot(context.Background(), "g")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if h := snap.GetEconomy().GetHeat(); h != 20*70 {
+			t.Fatalf("heat %d, want %d", h, 20*70)
+		}
+	})
+}
+
+// TestWithoutWalletGiftsAreUnavailable: a node with no wallet refuses gifts.
+func TestWithoutWalletGiftsAreUnavailable(t *testing.T) {
+	repo := openRepo(t)
+	l := ledgerOf(t, repo)
+	reg := newRegistry(t, repo, cell.Config{}, nil)
+	giftRoom(t, reg, l, "g", 100)
+	if _, err := reg.Submit(context.Background(), heart("g", "gift-1", 1)); !errors.Is(err, room.ErrUnavailable) {
+		t.Fatalf("gift without a wallet: %v", err)
+	}
+}
