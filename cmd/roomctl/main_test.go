@@ -231,6 +231,38 @@ func TestRoomctl(t *testing.T) {
 			}
 		}
 	})
+
+	t.Run("gifts", func(t *testing.T) {
+		if got := mustRun(t, "wallet", "credit", "21", "1000", "-key", "top-up-1"); got != "user 21 balance 1000 key top-up-1\n" {
+			t.Fatalf("credit: %q", got)
+		}
+		if got := mustRun(t, "wallet", "credit", "21", "1000", "-key", "top-up-1"); !strings.Contains(got, "balance 1000") || !strings.Contains(got, "nothing credited") {
+			t.Fatalf("credit again with the key: %q", got)
+		}
+		if got := mustRun(t, "gifts"); !strings.Contains(got, "heart") || !strings.Contains(got, "lucky_clover") {
+			t.Fatalf("gifts:\n%s", got)
+		}
+		mustRun(t, "call", "CreateRoom", `{"room_id":"r3","command_id":"c1","operator_user_id":20,"owner_user_id":20,"seat_count":4}`)
+		mustRun(t, "call", "JoinRoom", `{"room_id":"r3","command_id":"c2","operator_user_id":21}`)
+		mustRun(t, "call", "JoinRoom", `{"room_id":"r3","command_id":"c3","operator_user_id":22}`)
+		mustRun(t, "call", "TakeMic", `{"room_id":"r3","command_id":"c4","operator_user_id":22,"seat_index":1}`)
+		var sent roomv1.SendGiftResponse
+		decode(t, mustRun(t, "call", "SendGift", `{"room_id":"r3","command_id":"g1","operator_user_id":21,"receiver_user_ids":[22],"gift_id":"heart","count":7}`), &sent)
+		if sent.GetCoinBalanceAfter() != 930 || sent.GetCost() != 70 {
+			t.Fatalf("SendGift: %v", &sent)
+		}
+		if got := mustRun(t, "wallet", "balance", "21"); got != "user 21 balance 930\n" {
+			t.Fatalf("balance: %q", got)
+		}
+		// The replayed economy (heat, rank, charm, rocket fuel) equals the live one.
+		if got := mustRun(t, "verify", "r3"); !strings.HasPrefix(got, "ok: room r3 version 5") {
+			t.Fatalf("verify r3: %q", got)
+		}
+		code, _, errOut := roomctl(t, "wallet", "credit", "21", "0")
+		if code != exitFail || !strings.Contains(errOut, "reason=invalid_argument") {
+			t.Fatalf("credit 0: exit %d, %s", code, errOut)
+		}
+	})
 }
 
 func TestDiff(t *testing.T) {
