@@ -125,11 +125,22 @@ func (c *Cell) charge(gifts []*pending, charges []wallet.Charge, seen map[string
 		}
 		return
 	}
+	stored, lookupErr := c.replayedInLog(gifts, results)
 	window := c.reg.cfg.GiftApplyWindow.Milliseconds()
 	for i, p := range gifts {
 		r := results[i]
 		env := p.req.env
+		if rec, ok := stored[env.CommandID]; ok {
+			// Charged and committed before this cell knew the id (a restart,
+			// or older than the recent ids): the log answers.
+			c.recent.add(env.CommandID, recentEntry{version: rec.RoomVersion, typ: room.CommandType(rec.CommandType), payload: rec.Payload})
+			c.answerDuplicate(p, rec.RoomVersion, room.CommandType(rec.CommandType), rec.Payload)
+			continue
+		}
 		switch {
+		case r.Err == nil && r.Receipt.Replayed && lookupErr != nil:
+			p.err = room.Errorf(room.ErrUnavailable, "look up a retried gift: %v; retry with the same command_id", lookupErr)
+			continue
 		case r.Err != nil:
 			p.err = room.AsError(r.Err)
 			continue
@@ -155,4 +166,20 @@ func (c *Cell) charge(gifts []*pending, charges []wallet.Charge, seen map[string
 		}
 		c.applied(p, events, seen)
 	}
+}
+
+// replayedInLog reads the log rows of gifts whose charge the wallet replayed:
+// those may have committed already, and the log says so before they apply
+// again (which would fail on the log's unique key and reload the room).
+func (c *Cell) replayedInLog(gifts []*pending, results []wallet.Result) (map[string]store.CommandRecord, error) {
+	var ids []string
+	for i, p := range gifts {
+		if r := results[i]; r.Err == nil && r.Receipt.Replayed && r.Receipt.Status != wallet.StatusRefunded {
+			ids = append(ids, p.req.env.CommandID)
+		}
+	}
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	return c.reg.repo.GetCommands(c.reg.ctx, c.roomID, ids)
 }

@@ -349,7 +349,7 @@ func TestStartsWhenMySQLComesUpLate(t *testing.T) {
 	cfg.Addr = proxy.Addr()
 	proxy.Cut()
 	m := NewMain()
-	if err := m.ParseFlags([]string{"-listen", "127.0.0.1:0", "-mysql-dsn", cfg.FormatDSN(), "-log-level", "error"}, func(string) string { return "" }); err != nil {
+	if err := m.ParseFlags([]string{"-listen", "127.0.0.1:0", "-mysql-dsn", cfg.FormatDSN(), "-data-dir", t.TempDir(), "-log-level", "error"}, func(string) string { return "" }); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = m.Close(context.Background()) })
