@@ -71,7 +71,8 @@ type giftEngine struct {
 
 // openGiftEngine opens a fresh repository, its ledger, the sample
 // catalogue and a registry whose wallet is the ledger behind latency
-// (none when latency is 0). The settler uses the same wallet.
+// (none when latency is 0). The embedded ledger is settled by the room
+// commit; a remote-style wallet by a settler after it.
 func openGiftEngine(ctx context.Context, env Env, latency time.Duration) (*giftEngine, error) {
 	catalogue, err := gift.New(gift.DefaultGifts(), gift.Settings{Lucky: gift.DefaultLucky(), MaxPayoutBP: 9500})
 	if err != nil {
@@ -86,11 +87,19 @@ func openGiftEngine(ctx context.Context, env Env, latency time.Duration) (*giftE
 		_ = repo.Close()
 		return nil, err
 	}
-	w := wallet.WithLatency(ledger, latency)
-	settler := wallet.NewSettler(w, nil, quiet)
 	cfg := env.engineConfig()
-	cfg.Wallet = w
-	reg := cell.New(cfg, repo, lease.NewLocal(), cell.GiftSettler{Settle: settler.Add}, nil, quiet)
+	cfg.Wallet = wallet.WithLatency(ledger, latency)
+	var settler *wallet.Settler
+	var sink cell.EventSink = nopSink{}
+	if latency == 0 {
+		// The embedded ledger shares the database: the room commit settles.
+		cfg.SettleInCommit = true
+	} else {
+		// A remote wallet settles after the commit, off the critical path.
+		settler = wallet.NewSettler(cfg.Wallet, nil, quiet)
+		sink = cell.GiftSettler{Settle: settler.Add}
+	}
+	reg := cell.New(cfg, repo, lease.NewLocal(), sink, nil, quiet)
 	return &giftEngine{repo: repo, ledger: ledger, settler: settler, reg: reg, catalogue: catalogue}, nil
 }
 
@@ -103,7 +112,9 @@ func (e *giftEngine) stop(ctx context.Context) error {
 	}
 	e.closed = true
 	err := e.reg.Close(ctx)
-	e.settler.Close()
+	if e.settler != nil {
+		e.settler.Close()
+	}
 	return err
 }
 

@@ -15,6 +15,7 @@ import (
 	"hyapp/room-service/room"
 	"hyapp/room-service/snapshot"
 	"hyapp/room-service/store"
+	"hyapp/room-service/wallet"
 )
 
 // Result is the answer to a committed command.
@@ -379,6 +380,9 @@ func (c *Cell) buildBatch(cmds []*pending, base int64, prevStatus room.Status) (
 		env := p.req.env
 		if c, ok := env.Command.(*room.CreateRoom); ok {
 			b.Meta = &store.RoomMeta{RoomID: env.RoomID, OwnerUserID: c.OwnerUserID, HostUserID: c.HostUserID, SeatCount: c.SeatCount, Mode: c.Mode}
+		}
+		if _, ok := env.Command.(*room.SendGift); ok && c.reg.cfg.SettleInCommit {
+			b.Settle = append(b.Settle, wallet.ChargeKey(env.RoomID, env.CommandID))
 		}
 		b.Commands = append(b.Commands, store.CommandRecord{
 			RoomID: c.roomID, RoomVersion: p.result.RoomVersion, CommandID: env.CommandID,

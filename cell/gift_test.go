@@ -88,11 +88,15 @@ func TestGiftIsChargedOnceAndRetriesAnswerTheSameBalance(t *testing.T) {
 	stores(t, func(t *testing.T, open func(testing.TB) store.Repository) {
 		repo := open(t)
 		l := ledgerOf(t, repo)
-		reg := newRegistry(t, repo, cell.Config{Wallet: l}, nil)
+		reg := newRegistry(t, repo, cell.Config{Wallet: l, SettleInCommit: true}, nil)
 		giftRoom(t, reg, l, "g", 1000)
 		first := mustSubmit(t, reg, heart("g", "gift-1", 7))
 		if first.Gift == nil || first.Gift.BalanceAfter != 930 || first.Gift.Cost != 70 || first.Duplicate {
 			t.Fatalf("first send: %+v %+v", first, first.Gift)
+		}
+		// The charge was settled by the commit that answered.
+		if r, found, err := l.Receipt(context.Background(), wallet.ChargeKey("g", "gift-1")); err != nil || !found || r.Status != wallet.StatusSettled {
+			t.Fatalf("charge after the commit: %+v found=%v err=%v, want settled", r, found, err)
 		}
 		again := mustSubmit(t, reg, heart("g", "gift-1", 7))
 		if !again.Duplicate || again.RoomVersion != first.RoomVersion || again.Gift == nil || again.Gift.BalanceAfter != 930 {

@@ -54,6 +54,12 @@ type Config struct {
 	Rules *room.Rules
 	// Wallet pays for gifts. Without one, every gift is refused as unavailable.
 	Wallet wallet.Wallet
+	// SettleInCommit says the wallet is the embedded ledger in the room
+	// store's own database: a gift's charge is settled in the transaction
+	// that commits the gift (store.Batch.Settle), so no separate settle
+	// transaction follows. With a remote wallet, leave it false and settle
+	// after the commit (GiftSettler).
+	SettleInCommit bool
 	// WalletTimeout bounds one charge call.
 	WalletTimeout time.Duration
 	// GiftApplyWindow is how old a charge may be when its gift applies: a

@@ -126,6 +126,11 @@ type Batch struct {
 	Snapshot *SnapshotRecord
 	// Status, when set, becomes rooms.status (so a rebuild without snapshot sees a closed room).
 	Status string
+	// Settle holds charge keys of the embedded COIN ledger (table
+	// wallet_charges, in this same database) to settle in this transaction:
+	// the charges of the gifts the batch commits. Pending charges among them
+	// become settled; other keys are left alone.
+	Settle []string
 	// Meta, when set, replaces the room's owner, host, seat count and mode.
 	// The batch holding CreateRoom sets it, so the row always matches the
 	// command that created the room, whatever a racing create saved before.

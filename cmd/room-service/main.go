@@ -78,7 +78,6 @@ type Main struct {
 
 	repo     store.Repository
 	ledger   ledger
-	settler  *wallet.Settler
 	registry *cell.Registry
 	lane     *im.Lane
 	server   *http.Server
@@ -316,7 +315,6 @@ func (m *Main) Run(ctx context.Context) error {
 		return fmt.Errorf("open ledger: %w", err)
 	}
 	walletMetrics := wallet.NewMetrics(reg)
-	m.settler = wallet.NewSettler(m.ledger, walletMetrics, m.Log.With("component", "wallet"))
 	reconciler := &wallet.Reconciler{
 		Wallet: m.ledger, Committed: committedGifts(db), After: cfg.ReconcileAfter,
 		Log: m.Log.With("component", "wallet-reconciler"), Metrics: walletMetrics,
@@ -363,8 +361,8 @@ func (m *Main) Run(ctx context.Context) error {
 		IdleTimeout: cfg.IdleTimeout, CommitTimeout: cfg.CommitTimeout,
 		CommitWorkers: tuning.CommitWorkers, CommitMaxRooms: tuning.CommitMaxRooms,
 		Rules: rules, Wallet: m.ledger, WalletTimeout: cfg.WalletTimeout, GiftApplyWindow: cfg.GiftApplyWindow,
-		TimerScanEvery: cfg.RocketScan,
-	}, db, leases, cell.Sinks{lane, cell.OutboxWaker{Wake: relay.Wake}, cell.GiftSettler{Settle: m.settler.Add}}, metrics, m.Log)
+		TimerScanEvery: cfg.RocketScan, SettleInCommit: true, // the embedded ledger shares the room store's database
+	}, db, leases, cell.Sinks{lane, cell.OutboxWaker{Wake: relay.Wake}}, metrics, m.Log)
 
 	platform := make(map[int64]bool, len(cfg.PlatformUsers))
 	for _, id := range cfg.PlatformUsers {
@@ -434,9 +432,6 @@ func (m *Main) close(ctx context.Context) error {
 	}
 	if m.lane != nil {
 		m.lane.Close() // best effort: what is still queued is not sent
-	}
-	if m.settler != nil {
-		m.settler.Close() // what it cannot settle now, the reconciler settles after the restart
 	}
 	if m.stopControl != nil {
 		m.stopControl()

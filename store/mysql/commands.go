@@ -217,7 +217,7 @@ func (db *DB) commitMerged(ctx context.Context, tx *sql.Tx, batches []store.Batc
 	if len(pass) == 0 {
 		return nil
 	}
-	if err := writeTimers(ctx, tx, pass, now); err != nil {
+	if err := writeTimersAndSettles(ctx, tx, pass, now); err != nil {
 		return err
 	}
 	update, insert := tx.StmtContext(ctx, db.updateSnapshot), tx.StmtContext(ctx, db.insertSnapshot)
@@ -280,7 +280,7 @@ func (db *DB) writeRows(ctx context.Context, tx *sql.Tx, update, insert *sql.Stm
 	if err != nil {
 		return err
 	}
-	if err := writeTimers(ctx, tx, []*store.Batch{b}, now); err != nil {
+	if err := writeTimersAndSettles(ctx, tx, []*store.Batch{b}, now); err != nil {
 		return err
 	}
 	if err := saveMeta(ctx, tx, b); err != nil {

@@ -214,7 +214,7 @@ func (db *DB) commitMerged(ctx context.Context, batches []store.Batch, results [
 			})
 	}
 	if err == nil {
-		err = writeTimers(ctx, tx, pass, now)
+		err = writeTimersAndSettles(ctx, tx, pass, now)
 	}
 	if errors.Is(err, store.ErrConflict) {
 		return false, nil
@@ -295,7 +295,7 @@ func (db *DB) writeBatch(ctx context.Context, tx *sql.Tx, b *store.Batch, now in
 			return err
 		}
 	}
-	if err := writeTimers(ctx, tx, []*store.Batch{b}, now); err != nil {
+	if err := writeTimersAndSettles(ctx, tx, []*store.Batch{b}, now); err != nil {
 		return err
 	}
 	return db.saveBatchSnapshot(ctx, tx, b, now)

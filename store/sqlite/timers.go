@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -20,10 +21,13 @@ const upsertTimersTail = ` ON CONFLICT (room_id, timer_id) DO UPDATE SET
 	kind = excluded.kind, fire_at_ms = excluded.fire_at_ms,
 	payload = excluded.payload, created_at = excluded.created_at`
 
-// writeTimers applies the timer changes of batches that passed their fence,
-// in their order, inside tx. Timers are rare (a rocket ignition or launch),
+// writeTimersAndSettles settles the gift charges of batches that passed
+// their fence and applies their timer changes, in their order, inside tx. Timers are rare (a rocket ignition or launch),
 // so the statements are prepared for the one execution.
-func writeTimers(ctx context.Context, tx *sql.Tx, batches []*store.Batch, now int64) error {
+func writeTimersAndSettles(ctx context.Context, tx *sql.Tx, batches []*store.Batch, now int64) error {
+	if err := settleCharges(ctx, tx, batches, now); err != nil {
+		return err
+	}
 	deletes, sets := sqlrow.MergeTimers(batches)
 	for _, d := range deletes {
 		if err := deleteTimers(ctx, tx, d.RoomID, d.TimerIDs); err != nil {
@@ -38,6 +42,30 @@ func writeTimers(ctx context.Context, tx *sql.Tx, batches []*store.Batch, now in
 			args = sqlrow.TimerArgs(args, t, now)
 		}
 		q := upsertTimers + `(?, ?, ?, ?, ?, ?)` + strings.Repeat(`, (?, ?, ?, ?, ?, ?)`, len(chunk)-1) + upsertTimersTail
+		if _, err := tx.ExecContext(ctx, q, args...); err != nil {
+			return mapErr(err)
+		}
+	}
+	return nil
+}
+
+// settleCharges settles, in the batches' transaction, the ledger charges of
+// the gifts they commit (store.Batch.Settle).
+func settleCharges(ctx context.Context, tx *sql.Tx, batches []*store.Batch, now int64) error {
+	var keys []string
+	for _, b := range batches {
+		keys = append(keys, b.Settle...)
+	}
+	slices.Sort(keys) // rows locked in key order, as the ledger locks them
+	for len(keys) > 0 {
+		chunk := keys[:min(len(keys), maxInIDs)]
+		keys = keys[len(chunk):]
+		args := make([]any, 0, len(chunk)+1)
+		args = append(args, now)
+		for _, k := range chunk {
+			args = append(args, k)
+		}
+		q := `UPDATE wallet_charges SET status = 'settled', updated_at = ? WHERE status = 'pending' AND charge_key IN (?` + strings.Repeat(", ?", len(chunk)-1) + `)`
 		if _, err := tx.ExecContext(ctx, q, args...); err != nil {
 			return mapErr(err)
 		}
