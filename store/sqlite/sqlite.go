@@ -82,6 +82,7 @@ func (o Options) withDefaults() (Options, error) {
 type DB struct {
 	write *sql.DB // one connection; every transaction is BEGIN IMMEDIATE
 	read  *sql.DB // read-only pool
+	ckpt  *checkpointer
 
 	// Writer statements, prepared once on the writer connection.
 	advanceHead    *sql.Stmt
@@ -126,6 +127,7 @@ func Open(ctx context.Context, path string, opts Options) (*DB, error) {
 	// A group commit touches pages of hundreds of rooms; a cache that holds
 	// them keeps a transaction from spilling pages to the WAL before it commits.
 	wq.Add("_pragma", "cache_size(-65536)")
+	wq.Add("_pragma", "wal_autocheckpoint(0)") // checkpoints run off the writer: see checkpointer
 	write, err := sql.Open("sqlite", path+"?"+wq.Encode())
 	if err != nil {
 		return nil, fmt.Errorf("open sqlite path=%s: %w", path, unavailable(err))
@@ -153,6 +155,16 @@ func Open(ctx context.Context, path string, opts Options) (*DB, error) {
 	read.SetMaxIdleConns(opts.ReadConns)
 	db.read = read
 
+	cq := url.Values{}
+	cq.Set("_busy_timeout", busy)
+	ckpt, err := sql.Open("sqlite", path+"?"+cq.Encode())
+	if err != nil {
+		_ = db.Close()
+		return nil, fmt.Errorf("open sqlite path=%s: %w", path, unavailable(err))
+	}
+	ckpt.SetMaxOpenConns(1)
+	db.ckpt = startCheckpointer(ckpt)
+
 	if err := db.prepare(ctx); err != nil {
 		_ = db.Close()
 		return nil, fmt.Errorf("open sqlite path=%s: %w", path, err)
@@ -163,7 +175,11 @@ func Open(ctx context.Context, path string, opts Options) (*DB, error) {
 // Close closes the writer connection and the read pool. Calls after the first
 // return nil; methods called after Close return store.ErrUnavailable.
 func (db *DB) Close() error {
-	return errors.Join(db.write.Close(), db.read.Close())
+	var err error
+	if db.ckpt != nil {
+		err = db.ckpt.close()
+	}
+	return errors.Join(err, db.write.Close(), db.read.Close())
 }
 
 // migrate applies, in file name order, each embedded migration not yet

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -398,5 +399,38 @@ func TestPruneCommandsRangeScansEachRoom(t *testing.T) {
 	joined := strings.Join(plan, "; ")
 	if !strings.Contains(joined, "SCAN s") || !strings.Contains(joined, "SEARCH l USING INDEX") || !strings.Contains(joined, "room_version<?") {
 		t.Fatalf("prune plan %q, want a scan of the snapshots and a range search of each room's log", joined)
+	}
+}
+
+// TestCheckpointsRunOffTheWriter: the writer never checkpoints by itself,
+// yet committed pages reach the database file, copied by the background
+// checkpointer while the writer goes on.
+func TestCheckpointsRunOffTheWriter(t *testing.T) {
+	db, path := openTemp(t, Options{Synchronous: "NORMAL"})
+	var auto int
+	if err := db.write.QueryRowContext(t.Context(), `PRAGMA wal_autocheckpoint`).Scan(&auto); err != nil || auto != 0 {
+		t.Fatalf("writer wal_autocheckpoint = %d (%v), want 0", auto, err)
+	}
+	size := func() int64 {
+		st, err := os.Stat(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st.Size()
+	}
+	before := size()
+	big := strings.Repeat("x", 4000) // about a page per row
+	for i := range 200 {
+		meta := store.RoomMeta{RoomID: fmt.Sprintf("ckpt-%03d", i), OwnerUserID: 1, SeatCount: 8, Mode: big}
+		if err := db.SaveRoomMeta(t.Context(), meta); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for size() < before+100*4096 {
+		if time.Now().After(deadline) {
+			t.Fatalf("database file stayed at %d bytes (was %d): nothing was checkpointed", size(), before)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
