@@ -83,7 +83,8 @@ type pending struct {
 	applied bool
 	fromLog bool // answered from the command log (or the recent ids): a retry
 	seats   []room.Seat
-	sameAs  *pending // a gift whose command id came earlier in the same run
+	sameAs  *pending     // a gift whose command id came earlier in the same run
+	logged  *recentEntry // a gift answered from the log after its charge replayed
 }
 
 func (c *Cell) run() {

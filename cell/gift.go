@@ -94,6 +94,8 @@ func (c *Cell) decideGifts(run []*pending, seen map[string]*pending, stored map[
 		switch {
 		case f.applied:
 			c.answerDuplicate(p, f.result.RoomVersion, f.req.env.Command.Type(), f.payload)
+		case f.logged != nil:
+			c.answerDuplicate(p, f.logged.version, f.logged.typ, f.logged.payload)
 		default:
 			p.err = f.err
 		}
@@ -133,7 +135,8 @@ func (c *Cell) charge(gifts []*pending, charges []wallet.Charge, seen map[string
 		if rec, ok := stored[env.CommandID]; ok {
 			// Charged and committed before this cell knew the id (a restart,
 			// or older than the recent ids): the log answers.
-			c.recent.add(env.CommandID, recentEntry{version: rec.RoomVersion, typ: room.CommandType(rec.CommandType), payload: rec.Payload})
+			p.logged = &recentEntry{version: rec.RoomVersion, typ: room.CommandType(rec.CommandType), payload: rec.Payload}
+			c.recent.add(env.CommandID, *p.logged)
 			c.answerDuplicate(p, rec.RoomVersion, room.CommandType(rec.CommandType), rec.Payload)
 			continue
 		}
@@ -146,6 +149,11 @@ func (c *Cell) charge(gifts []*pending, charges []wallet.Charge, seen map[string
 			continue
 		case r.Receipt.Status == wallet.StatusRefunded:
 			p.err = room.ErrGiftRefunded
+			continue
+		case r.Receipt.Status == wallet.StatusSettled:
+			// Settled means committed, yet the log has no row (retention
+			// pruned it): applying it again would count the gift twice.
+			p.err = room.Errorf(room.ErrGiftExpired, "the gift's charge was settled long ago and its log row is gone; send again with a new command_id")
 			continue
 		case r.Receipt.Replayed && env.At-r.Receipt.At.UnixMilli() > window:
 			// Too old to apply: the reconciler may be refunding it. If the

@@ -274,3 +274,124 @@ func TestWithoutWalletGiftsAreUnavailable(t *testing.T) {
 		t.Fatalf("gift without a wallet: %v", err)
 	}
 }
+
+// refundFirst is a wallet that loses every race to the reconciler: right
+// after charging, the charge is refunded, as the reconciler would refund a
+// charge it found too old while its gift was still on the way to commit.
+type refundFirst struct{ wallet.Wallet }
+
+func (r refundFirst) Charge(ctx context.Context, charges []wallet.Charge) ([]wallet.Result, error) {
+	res, err := r.Wallet.Charge(ctx, charges)
+	if err != nil {
+		return nil, err
+	}
+	for _, c := range charges {
+		if _, err := r.Wallet.Refund(ctx, c.Key); err != nil {
+			return nil, err
+		}
+	}
+	return res, nil
+}
+
+// TestRefundedChargeCannotCommit: the commit that would settle a charge
+// the reconciler refunded meanwhile is refused, so no gift commits unpaid.
+func TestRefundedChargeCannotCommit(t *testing.T) {
+	stores(t, func(t *testing.T, open func(testing.TB) store.Repository) {
+		repo := open(t)
+		l := ledgerOf(t, repo)
+		reg := newRegistry(t, repo, cell.Config{Wallet: refundFirst{l}, SettleInCommit: true}, nil)
+		giftRoom(t, reg, l, "g", 1000)
+		if _, err := reg.Submit(context.Background(), heart("g", "gift-1", 7)); !errors.Is(err, room.ErrGiftRefunded) {
+			t.Fatalf("gift whose charge was refunded before its commit: %v, want gift_refunded", err)
+		}
+		if _, found, err := repo.GetCommand(context.Background(), "g", "gift-1"); err != nil || found {
+			t.Fatalf("the unpaid gift is in the log: found=%v err=%v", found, err)
+		}
+		if b := balance(t, l, 10); b != 1000 {
+			t.Fatalf("balance %d, want 1000", b)
+		}
+		// The room goes on: the next command commits.
+		mustSubmit(t, reg, env("g", "j12", 12, &room.JoinRoom{}))
+	})
+}
+
+// gatedWallet holds its first Charge until the gate opens; entered closes
+// when that Charge has begun.
+type gatedWallet struct {
+	wallet.Wallet
+	once    sync.Once
+	entered chan struct{}
+	gate    chan struct{}
+}
+
+func (g *gatedWallet) Charge(ctx context.Context, charges []wallet.Charge) ([]wallet.Result, error) {
+	g.once.Do(func() {
+		close(g.entered)
+		<-g.gate
+	})
+	return g.Wallet.Charge(ctx, charges)
+}
+
+// TestRepeatedRetryOfALoggedGiftInOneRun: two copies of a committed gift's
+// id arrive in one run after the room forgot the id; both are answered from
+// the log with the first balance.
+func TestRepeatedRetryOfALoggedGiftInOneRun(t *testing.T) {
+	repo := openRepo(t)
+	l := ledgerOf(t, repo)
+	first := newRegistry(t, repo, cell.Config{Wallet: l, SettleInCommit: true}, nil)
+	giftRoom(t, first, l, "g", 1000)
+	sent := mustSubmit(t, first, heart("g", "gift-1", 7))
+	if err := first.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	g := &gatedWallet{Wallet: l, entered: make(chan struct{}), gate: make(chan struct{})}
+	reg := newRegistry(t, repo, cell.Config{Wallet: g, SettleInCommit: true}, nil)
+	mustSubmit(t, reg, env("g", "j12", 12, &room.JoinRoom{})) // loaded; gift-1 is below its snapshot
+	var wg sync.WaitGroup
+	results := make([]cell.Result, 3)
+	errs := make([]error, 3)
+	wg.Go(func() { results[0], errs[0] = reg.Submit(context.Background(), heart("g", "blocker", 1)) })
+	<-g.entered // the cell waits on the blocker's charge: what comes now queues
+	for i := 1; i < 3; i++ {
+		wg.Go(func() { results[i], errs[i] = reg.Submit(context.Background(), heart("g", "gift-1", 7)) })
+	}
+	checkFor(t, 10*time.Second, "both retries queued", func() bool { return cell.Queued(reg, "g") == 2 })
+	close(g.gate)
+	wg.Wait()
+	for i := 1; i < 3; i++ {
+		r := results[i]
+		if errs[i] != nil || !r.Duplicate || r.RoomVersion != sent.RoomVersion || r.Gift == nil || r.Gift.BalanceAfter != 930 {
+			t.Fatalf("retry %d: %+v gift=%+v err=%v; want the first answer (version %d, balance 930)", i, r, r.Gift, errs[i], sent.RoomVersion)
+		}
+	}
+	if b := balance(t, l, 10); b != 920 {
+		t.Fatalf("balance %d, want 920 (the gift once, the blocker once)", b)
+	}
+}
+
+// TestSettledChargeWithoutLogRowIsNotAppliedAgain: a charge settled long
+// ago whose log row is gone (retention) is answered gift_expired, never
+// applied a second time.
+func TestSettledChargeWithoutLogRowIsNotAppliedAgain(t *testing.T) {
+	repo := openRepo(t)
+	l := ledgerOf(t, repo)
+	reg := newRegistry(t, repo, cell.Config{Wallet: l, SettleInCommit: true}, nil)
+	giftRoom(t, reg, l, "g", 1000)
+	key := wallet.ChargeKey("g", "pruned")
+	if res, err := l.Charge(context.Background(), []wallet.Charge{{Key: key, UserID: 10, Amount: 70, At: time.Now()}}); err != nil || res[0].Err != nil {
+		t.Fatalf("charge: %v %v", err, res)
+	}
+	if err := l.Settle(context.Background(), []string{key}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := reg.Submit(context.Background(), heart("g", "pruned", 7)); !errors.Is(err, room.ErrGiftExpired) {
+		t.Fatalf("retry of a settled gift with no log row: %v, want gift_expired", err)
+	}
+	snap, err := reg.Snapshot(context.Background(), "g")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h := snap.GetEconomy().GetHeat(); h != 0 || balance(t, l, 10) != 930 {
+		t.Fatalf("heat %d balance %d: the gift counted again or was charged again", h, balance(t, l, 10))
+	}
+}

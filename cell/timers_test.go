@@ -539,7 +539,7 @@ func (w *freeWallet) Receipt(_ context.Context, key string) (wallet.Receipt, boo
 	return r, ok, nil
 }
 
-func (w *freeWallet) Pending(context.Context, time.Time, int) ([]wallet.Receipt, error) {
+func (w *freeWallet) Pending(context.Context, time.Time, wallet.Cursor, int) ([]wallet.Receipt, error) {
 	return nil, nil
 }
 

@@ -232,6 +232,10 @@ func (c Config) Validate() error {
 	if _, err := c.Rules(); err != nil {
 		p = append(p, err)
 	}
+	if c.RetainCommands <= c.ReconcileAfter {
+		p = append(p, fmt.Errorf("retain_commands_for %v must exceed wallet_reconcile_after %v: the reconciler reads the log to tell a committed gift from a lost one",
+			c.RetainCommands, c.ReconcileAfter))
+	}
 	if c.ReconcileAfter <= c.GiftApplyWindow+c.CommitTimeout+c.WalletTimeout {
 		p = append(p, fmt.Errorf("wallet_reconcile_after %v must exceed gift_apply_window + commit_timeout + wallet_timeout (%v): a charge is refunded only once its gift can no longer commit",
 			c.ReconcileAfter, c.GiftApplyWindow+c.CommitTimeout+c.WalletTimeout))

@@ -128,8 +128,9 @@ type Batch struct {
 	Status string
 	// Settle holds charge keys of the embedded COIN ledger (table
 	// wallet_charges, in this same database) to settle in this transaction:
-	// the charges of the gifts the batch commits. Pending charges among them
-	// become settled; other keys are left alone.
+	// the charges of the gifts the batch commits. Each must be pending and
+	// becomes settled; a key that is not pending (refunded, unknown) makes
+	// the batch write nothing, ErrConflict.
 	Settle []string
 	// Meta, when set, replaces the room's owner, host, seat count and mode.
 	// The batch holding CreateRoom sets it, so the row always matches the

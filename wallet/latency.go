@@ -64,11 +64,11 @@ func (l *latency) Receipt(ctx context.Context, key string) (Receipt, bool, error
 	return l.w.Receipt(ctx, key)
 }
 
-func (l *latency) Pending(ctx context.Context, before time.Time, limit int) ([]Receipt, error) {
+func (l *latency) Pending(ctx context.Context, before time.Time, after Cursor, limit int) ([]Receipt, error) {
 	if err := l.wait(ctx); err != nil {
 		return nil, err
 	}
-	return l.w.Pending(ctx, before, limit)
+	return l.w.Pending(ctx, before, after, limit)
 }
 
 func (l *latency) Credit(ctx context.Context, userID, amount int64, key string) (int64, bool, error) {

@@ -26,7 +26,7 @@ func (c *counting) Receipt(context.Context, string) (wallet.Receipt, bool, error
 	c.calls++
 	return wallet.Receipt{}, false, nil
 }
-func (c *counting) Pending(context.Context, time.Time, int) ([]wallet.Receipt, error) {
+func (c *counting) Pending(context.Context, time.Time, wallet.Cursor, int) ([]wallet.Receipt, error) {
 	c.calls++
 	return nil, nil
 }
@@ -41,7 +41,7 @@ func calls(ctx context.Context, w wallet.Wallet) []error {
 	e2 := w.Settle(ctx, nil)
 	_, e3 := w.Refund(ctx, "k")
 	_, _, e4 := w.Receipt(ctx, "k")
-	_, e5 := w.Pending(ctx, time.Now(), 1)
+	_, e5 := w.Pending(ctx, time.Now(), wallet.Cursor{}, 1)
 	_, _, e6 := w.Credit(ctx, 1, 1, "k")
 	_, e7 := w.Balance(ctx, 1)
 	return []error{e1, e2, e3, e4, e5, e6, e7}

@@ -51,8 +51,12 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	return m
 }
 
-// reconcileBatch is how many pending charges one pass reads.
-const reconcileBatch = 500
+// reconcileBatch is how many pending charges one page reads;
+// reconcilePages bounds the pages of one pass (the next pass goes on).
+const (
+	reconcileBatch = 500
+	reconcilePages = 40
+)
 
 // Run reconciles every interval until ctx ends.
 func (r *Reconciler) Run(ctx context.Context, every time.Duration) {
@@ -82,61 +86,71 @@ func (r *Reconciler) Once(ctx context.Context) (int, error) {
 		r.Metrics = NewMetrics(nil)
 	}
 	decided := 0
-	for {
-		pending, err := r.Wallet.Pending(ctx, clock().Add(-r.After), reconcileBatch)
+	cutoff := clock().Add(-r.After)
+	var after Cursor
+	// Page through every pending charge older than the cutoff. A charge that
+	// cannot be decided now (stuck) is passed over, never in the way of the
+	// ones after it.
+	for range reconcilePages {
+		pending, err := r.Wallet.Pending(ctx, cutoff, after, reconcileBatch)
+		if err != nil || len(pending) == 0 {
+			return decided, err
+		}
+		after = CursorOf(pending[len(pending)-1])
+		n, err := r.decide(ctx, pending)
+		decided += n
+		if err != nil || len(pending) < reconcileBatch {
+			return decided, err
+		}
+	}
+	return decided, nil
+}
+
+// decide settles the page's charges whose gifts are in the log and refunds the others.
+func (r *Reconciler) decide(ctx context.Context, pending []Receipt) (int, error) {
+	decided := 0
+	byRoom := map[string][]string{}
+	for _, p := range pending {
+		roomID, commandID, ok := SplitChargeKey(p.Key)
+		if !ok {
+			r.Log.Error("pending charge with a key that names no gift; left alone", "key", p.Key)
+			continue
+		}
+		byRoom[roomID] = append(byRoom[roomID], commandID)
+	}
+	var settle []string
+	for roomID, ids := range byRoom {
+		found, err := r.Committed(ctx, roomID, ids)
 		if err != nil {
 			return decided, err
 		}
-		byRoom := map[string][]string{}
-		var keys []string
-		for _, p := range pending {
-			roomID, commandID, ok := SplitChargeKey(p.Key)
-			if !ok {
-				r.Log.Error("pending charge with a key that names no gift; left alone", "key", p.Key)
+		for _, id := range ids {
+			key := ChargeKey(roomID, id)
+			if found[id] {
+				settle = append(settle, key)
 				continue
 			}
-			byRoom[roomID] = append(byRoom[roomID], commandID)
-			keys = append(keys, p.Key)
-		}
-		var settle []string
-		stuck := 0
-		for roomID, ids := range byRoom {
-			found, err := r.Committed(ctx, roomID, ids)
-			if err != nil {
+			switch _, err := r.Wallet.Refund(ctx, key); {
+			case err == nil:
+				decided++
+				r.Metrics.Reconciled.WithLabelValues("refunded").Inc()
+				r.Log.Info("refunded a gift that never committed", "key", key)
+			case isStuck(err):
+				r.Metrics.Reconciled.WithLabelValues("stuck").Inc()
+				r.Log.Warn("pending charge cannot be refunded now", "key", key, "err", err)
+			default:
 				return decided, err
 			}
-			for _, id := range ids {
-				key := ChargeKey(roomID, id)
-				if found[id] {
-					settle = append(settle, key)
-					continue
-				}
-				switch _, err := r.Wallet.Refund(ctx, key); {
-				case err == nil:
-					decided++
-					r.Metrics.Reconciled.WithLabelValues("refunded").Inc()
-					r.Log.Info("refunded a gift that never committed", "key", key)
-				case isStuck(err):
-					stuck++
-					r.Metrics.Reconciled.WithLabelValues("stuck").Inc()
-					r.Log.Warn("pending charge cannot be refunded now", "key", key, "err", err)
-				default:
-					return decided, err
-				}
-			}
-		}
-		if len(settle) > 0 {
-			if err := r.Wallet.Settle(ctx, settle); err != nil {
-				return decided, err
-			}
-			decided += len(settle)
-			r.Metrics.Reconciled.WithLabelValues("settled").Add(float64(len(settle)))
-		}
-		// A full page whose charges were all decided may have more behind it.
-		if len(pending) < reconcileBatch || stuck > 0 || len(keys) == 0 {
-			return decided, nil
 		}
 	}
+	if len(settle) > 0 {
+		if err := r.Wallet.Settle(ctx, settle); err != nil {
+			return decided, err
+		}
+		decided += len(settle)
+		r.Metrics.Reconciled.WithLabelValues("settled").Add(float64(len(settle)))
+	}
+	return decided, nil
 }
 
 func isStuck(err error) bool {

@@ -3,6 +3,7 @@ package wallet_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"path/filepath"
@@ -178,5 +179,54 @@ func TestChargeKeyRoundTrip(t *testing.T) {
 		if _, _, ok := wallet.SplitChargeKey(bad); ok {
 			t.Fatalf("%q split as a gift key", bad)
 		}
+	}
+}
+
+// TestStuckChargesDoNotBlockTheOnesAfterThem: a full page of charges that
+// cannot be refunded (spent lucky wins) comes first; the lost gift of
+// another user behind them is still refunded in the same pass.
+func TestStuckChargesDoNotBlockTheOnesAfterThem(t *testing.T) {
+	ctx := context.Background()
+	db, l := open(t)
+	if _, _, err := l.Credit(ctx, 10, 600, "c10"); err != nil {
+		t.Fatal(err)
+	}
+	old := time.Now().Add(-time.Hour)
+	var charges []wallet.Charge
+	for i := range 600 { // more than a page
+		charges = append(charges, wallet.Charge{Key: wallet.ChargeKey("r", fmt.Sprintf("lucky-%03d", i)), UserID: 10,
+			Amount: 1, Reward: 100, MultiplierBP: 1_000_000, At: old.Add(time.Duration(i) * time.Millisecond)})
+	}
+	if res, err := l.Charge(ctx, charges); err != nil || res[0].Err != nil {
+		t.Fatalf("charge: %v %v", err, res[0].Err)
+	}
+	// The winnings are spent on a gift that committed.
+	b, err := l.Balance(ctx, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	spend := wallet.ChargeKey("r2", "spend")
+	if res, err := l.Charge(ctx, []wallet.Charge{{Key: spend, UserID: 10, Amount: b, At: time.Now()}}); err != nil || res[0].Err != nil {
+		t.Fatalf("spend: %v %v", err, res)
+	}
+	if err := l.Settle(ctx, []string{spend}); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := l.Credit(ctx, 20, 50, "c20"); err != nil {
+		t.Fatal(err)
+	}
+	lost := wallet.ChargeKey("r3", "lost")
+	if res, err := l.Charge(ctx, []wallet.Charge{{Key: lost, UserID: 20, Amount: 50, At: old.Add(time.Minute)}}); err != nil || res[0].Err != nil {
+		t.Fatalf("charge: %v %v", err, res)
+	}
+	rec := &wallet.Reconciler{Wallet: l, Committed: logOf(db), After: time.Minute, Log: quiet}
+	if _, err := rec.Once(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if r, _, err := l.Receipt(ctx, lost); err != nil || r.Status != wallet.StatusRefunded {
+		t.Fatalf("the lost gift behind 600 stuck charges: %+v (%v), want refunded", r, err)
+	}
+	if b, err := l.Balance(ctx, 20); err != nil || b != 50 {
+		t.Fatalf("balance of user 20: %d (%v), want 50", b, err)
 	}
 }

@@ -98,8 +98,11 @@ type Wallet interface {
 	Refund(ctx context.Context, key string) (Receipt, error)
 	// Receipt reads a charge; found is false for an unknown key.
 	Receipt(ctx context.Context, key string) (r Receipt, found bool, err error)
-	// Pending lists up to limit pending charges made before before, oldest first.
-	Pending(ctx context.Context, before time.Time, limit int) ([]Receipt, error)
+	// Pending lists up to limit pending charges made before before and
+	// after the cursor, in (At, Key) order: oldest first. The zero Cursor
+	// starts at the oldest; the next page starts after the last receipt
+	// (CursorOf).
+	Pending(ctx context.Context, before time.Time, after Cursor, limit int) ([]Receipt, error)
 	// Credit adds amount (> 0) to the user's balance once per key and
 	// returns the balance after it; duplicate is true when the key had
 	// credited before (the balance returned is then the current one).
@@ -107,6 +110,15 @@ type Wallet interface {
 	// Balance returns the user's balance (0 for an unknown user).
 	Balance(ctx context.Context, userID int64) (int64, error)
 }
+
+// Cursor is a position in the (At, Key) order of pending charges.
+type Cursor struct {
+	At  time.Time
+	Key string
+}
+
+// CursorOf is the position right after r.
+func CursorOf(r Receipt) Cursor { return Cursor{At: r.At, Key: r.Key} }
 
 // MaxKeyLen bounds idempotency keys: a room id, a slash and a command id.
 const MaxKeyLen = 2*room.MaxIDLen + 1

@@ -218,6 +218,9 @@ func (db *DB) commitMerged(ctx context.Context, tx *sql.Tx, batches []store.Batc
 		return nil
 	}
 	if err := writeTimersAndSettles(ctx, tx, pass, now); err != nil {
+		if errors.Is(err, store.ErrConflict) {
+			return fmt.Errorf("%w: %w", errDuplicate, err) // isolate the batches: only the refused one fails
+		}
 		return err
 	}
 	update, insert := tx.StmtContext(ctx, db.updateSnapshot), tx.StmtContext(ctx, db.insertSnapshot)

@@ -53,7 +53,8 @@ func writeTimersAndSettles(ctx context.Context, tx *sql.Tx, batches []*store.Bat
 }
 
 // settleCharges settles, in the batches' transaction, the ledger charges of
-// the gifts they commit (store.Batch.Settle).
+// the gifts they commit (store.Batch.Settle). A charge that is no longer
+// pending refuses the batch with store.ErrConflict.
 func settleCharges(ctx context.Context, tx *sql.Tx, batches []*store.Batch, now int64) error {
 	var keys []string
 	for _, b := range batches {
@@ -68,9 +69,19 @@ func settleCharges(ctx context.Context, tx *sql.Tx, batches []*store.Batch, now 
 		for _, k := range chunk {
 			args = append(args, k)
 		}
-		q := `UPDATE wallet_charges SET status = 'settled', updated_at = ? WHERE status = 'pending' AND charge_key IN (` + placeholders(len(chunk)) + `)`
-		if _, err := tx.ExecContext(ctx, q, args...); err != nil {
+		q := `UPDATE wallet_charges FORCE INDEX (PRIMARY) SET status = 'settled', updated_at = ? WHERE status = 'pending' AND charge_key IN (` + placeholders(len(chunk)) + `)`
+		res, err := tx.ExecContext(ctx, q, args...)
+		if err != nil {
 			return mapErr(err)
+		}
+		// Every key must still be pending: one that is not was refunded (the
+		// reconciler decided its gift would never commit). The row lock
+		// decides between the refund and this commit; the loser of a race
+		// must not commit, so the batch is refused and its cell reloads.
+		if n, err := res.RowsAffected(); err != nil {
+			return mapErr(err)
+		} else if n != int64(len(chunk)) {
+			return fmt.Errorf("%d of %d gift charges are no longer pending: %w", int64(len(chunk))-n, len(chunk), store.ErrConflict)
 		}
 	}
 	return nil

@@ -156,7 +156,10 @@ func Open(ctx context.Context, path string, opts Options) (*DB, error) {
 	db.read = read
 
 	cq := url.Values{}
-	cq.Set("_busy_timeout", busy)
+	// A checkpoint that finds the database busy gives up at once and tries
+	// again next tick: a RESTART waiting for a long read must not hold the
+	// writer back for the length of a commit timeout.
+	cq.Set("_busy_timeout", "100")
 	ckpt, err := sql.Open("sqlite", path+"?"+cq.Encode())
 	if err != nil {
 		_ = db.Close()

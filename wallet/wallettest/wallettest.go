@@ -623,7 +623,7 @@ func testPending(t *testing.T, l Ledger) {
 	if _, err := l.Refund(ctx, refunded.Key); err != nil {
 		t.Fatal(err)
 	}
-	got, err := l.Pending(ctx, at(3*time.Second), 100)
+	got, err := l.Pending(ctx, at(3*time.Second), wallet.Cursor{}, 100)
 	if err != nil {
 		t.Fatalf("Pending: %v", err)
 	}
@@ -633,14 +633,30 @@ func testPending(t *testing.T, l Ledger) {
 	if !got[0].At.Equal(c1.At) || got[0].Status != wallet.StatusPending || got[0].UserID != u || got[0].Amount != 10 {
 		t.Fatalf("Pending receipt %+v does not match the charge %+v", got[0], c1)
 	}
-	if got, err := l.Pending(ctx, at(3*time.Second+time.Microsecond), 100); err != nil || len(got) != 3 || got[2].Key != c3.Key {
+	if got, err := l.Pending(ctx, at(3*time.Second+time.Microsecond), wallet.Cursor{}, 100); err != nil || len(got) != 3 || got[2].Key != c3.Key {
 		t.Fatalf("Pending(just after c3) = %+v, %v; want c1, c2, c3", got, err)
 	}
-	if got, err := l.Pending(ctx, at(time.Hour), 1); err != nil || len(got) != 1 || got[0].Key != c1.Key {
+	if got, err := l.Pending(ctx, at(time.Hour), wallet.Cursor{}, 1); err != nil || len(got) != 1 || got[0].Key != c1.Key {
 		t.Fatalf("Pending(limit 1) = %+v, %v; want c1", got, err)
 	}
-	if got, err := l.Pending(ctx, at(time.Hour), 0); err != nil || len(got) != 0 {
+	if got, err := l.Pending(ctx, at(time.Hour), wallet.Cursor{}, 0); err != nil || len(got) != 0 {
 		t.Fatalf("Pending(limit 0) = %+v, %v; want nothing", got, err)
+	}
+	// Paging: after c1 come c2 and c3, after c3 nothing before the cutoff.
+	first, err := l.Pending(ctx, at(time.Hour), wallet.Cursor{}, 1)
+	if err != nil || len(first) != 1 {
+		t.Fatalf("Pending page 1 = %+v, %v", first, err)
+	}
+	if got, err := l.Pending(ctx, at(time.Hour), wallet.CursorOf(first[0]), 2); err != nil || len(got) != 2 || got[0].Key != c2.Key || got[1].Key != c3.Key {
+		t.Fatalf("Pending after c1 = %+v, %v; want c2, c3", got, err)
+	}
+	// Two charges at one millisecond are ordered by key and neither is skipped.
+	twinA, twinB := mk(4*time.Second), mk(4*time.Second)
+	if twinB.Key < twinA.Key {
+		twinA, twinB = twinB, twinA
+	}
+	if got, err := l.Pending(ctx, at(5*time.Second), wallet.Cursor{At: twinA.At, Key: twinA.Key}, 10); err != nil || len(got) != 1 || got[0].Key != twinB.Key {
+		t.Fatalf("Pending after the first twin = %+v, %v; want the second", got, err)
 	}
 	checkAudit(t, l, u)
 }

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"hyapp/room-service/wallet"
@@ -32,7 +33,7 @@ func (l *Ledger) Receipt(ctx context.Context, key string) (wallet.Receipt, bool,
 
 // Pending lists up to limit pending charges whose At is before before,
 // oldest first (ties in key order). A limit of zero or less lists nothing.
-func (l *Ledger) Pending(ctx context.Context, before time.Time, limit int) ([]wallet.Receipt, error) {
+func (l *Ledger) Pending(ctx context.Context, before time.Time, after wallet.Cursor, limit int) ([]wallet.Receipt, error) {
 	if limit <= 0 {
 		return nil, nil
 	}
@@ -41,8 +42,13 @@ func (l *Ledger) Pending(ctx context.Context, before time.Time, limit int) ([]wa
 	if before.After(time.UnixMilli(cut)) {
 		cut++
 	}
+	from := int64(math.MinInt64) // the zero cursor: from the oldest
+	if !after.At.IsZero() || after.Key != "" {
+		from = after.At.UnixMilli()
+	}
 	rows, err := l.db.Read.QueryContext(ctx, `SELECT `+chargeColumns+` FROM wallet_charges
-		WHERE status = 'pending' AND charged_at_ms < ? ORDER BY charged_at_ms, charge_key LIMIT ?`, cut, limit)
+		WHERE status = 'pending' AND charged_at_ms < ? AND (charged_at_ms > ? OR (charged_at_ms = ? AND charge_key > ?))
+		ORDER BY charged_at_ms, charge_key LIMIT ?`, cut, from, from, after.Key, limit)
 	var out []wallet.Receipt
 	if err == nil {
 		err = collect(rows, func(rows *sql.Rows) error {
