@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -254,9 +255,22 @@ func TestRoomctl(t *testing.T) {
 		if got := mustRun(t, "wallet", "balance", "21"); got != "user 21 balance 930\n" {
 			t.Fatalf("balance: %q", got)
 		}
+		// A second sender: the visible rank holds two users.
+		mustRun(t, "wallet", "credit", "23", "1000", "-key", "top-up-2")
+		mustRun(t, "call", "JoinRoom", `{"room_id":"r3","command_id":"c5","operator_user_id":23}`)
+		mustRun(t, "call", "SendGift", `{"room_id":"r3","command_id":"g2","operator_user_id":23,"receiver_user_ids":[22],"gift_id":"heart","count":1}`)
 		// The replayed economy (heat, rank, charm, rocket fuel) equals the live one.
-		if got := mustRun(t, "verify", "r3"); !strings.HasPrefix(got, "ok: room r3 version 5") {
+		if got := mustRun(t, "verify", "r3"); !strings.HasPrefix(got, "ok: room r3 version 7") {
 			t.Fatalf("verify r3: %q", got)
+		}
+		// Replay under other rules (a rank of one) differs from the live room, which runs the defaults.
+		path := filepath.Join(t.TempDir(), "room.yaml")
+		if err := os.WriteFile(path, []byte("rank_size: 1\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		code, out, _ := roomctl(t, "verify", "r3", "-config", path)
+		if code != exitFail || !strings.Contains(out, "economy.rank") {
+			t.Fatalf("verify under a rank of one: exit %d, %q; want a rank mismatch", code, out)
 		}
 		code, _, errOut := roomctl(t, "wallet", "credit", "21", "0")
 		if code != exitFail || !strings.Contains(errOut, "reason=invalid_argument") {

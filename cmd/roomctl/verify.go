@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 	"time"
 
@@ -15,6 +16,7 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 
 	"hyapp/room-service/cell"
+	"hyapp/room-service/config"
 	roomv1 "hyapp/room-service/gen/room/v1"
 	"hyapp/room-service/room"
 	"hyapp/room-service/snapshot"
@@ -25,9 +27,20 @@ import (
 // committing between its reads of the log and of the live state.
 const verifyAttempts = 5
 
-func setupVerify(*flag.FlagSet) func(context.Context, *client, []string, io.Writer) error {
+func setupVerify(fs *flag.FlagSet) func(context.Context, *client, []string, io.Writer) error {
+	path := fs.String("config", os.Getenv("ROOM_CONFIG"), "the service's config file: replay uses its economy rules (business day, rank size, rocket levels); without it, the defaults (env ROOM_CONFIG)")
 	return func(ctx context.Context, c *client, args []string, out io.Writer) error {
-		return verify(ctx, c, args[0], out)
+		rules := room.DefaultRules()
+		if *path != "" {
+			cfg, err := config.Load([]string{"-config", *path}, os.Getenv)
+			if err != nil {
+				return usagef("config %s: %v", *path, err)
+			}
+			if rules, err = cfg.Rules(); err != nil {
+				return usagef("config %s: %v", *path, err)
+			}
+		}
+		return verify(ctx, c, args[0], rules, out)
 	}
 }
 
@@ -37,11 +50,12 @@ func setupVerify(*flag.FlagSet) func(context.Context, *client, []string, io.Writ
 // answers a snapshot only after its commands committed, so the live version
 // is never behind the log read before it; when it is ahead, the room moved
 // on in between and verify reads the new commands and compares again.
-func verify(ctx context.Context, c *client, roomID string, out io.Writer) error {
+func verify(ctx context.Context, c *client, roomID string, rules *room.Rules, out io.Writer) error {
 	state, base, err := baseState(ctx, c, roomID)
 	if err != nil {
 		return err
 	}
+	state.SetRules(rules) // replay under the rules the live room applies
 	replayed := 0
 	for attempt := 1; ; attempt++ {
 		var recs []store.CommandRecord
