@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"slices"
 	"strings"
 	"time"
 
@@ -25,12 +24,12 @@ const upsertTimersTail = ` ON CONFLICT (room_id, timer_id) DO UPDATE SET
 // their fence and applies their timer changes, in their order, inside tx. Timers are rare (a rocket ignition or launch),
 // so the statements are prepared for the one execution.
 func writeTimersAndSettles(ctx context.Context, tx *sql.Tx, batches []*store.Batch, now int64) error {
-	if err := settleCharges(ctx, tx, batches, now); err != nil {
+	if err := sqlrow.SettleCharges(ctx, tx, batches, now, `UPDATE wallet_charges`, mapErr); err != nil {
 		return err
 	}
 	deletes, sets := sqlrow.MergeTimers(batches)
 	for _, d := range deletes {
-		if err := deleteTimers(ctx, tx, d.RoomID, d.TimerIDs); err != nil {
+		if err := sqlrow.DeleteTimers(ctx, tx, d.RoomID, d.TimerIDs, mapErr); err != nil {
 			return err
 		}
 	}
@@ -42,59 +41,6 @@ func writeTimersAndSettles(ctx context.Context, tx *sql.Tx, batches []*store.Bat
 			args = sqlrow.TimerArgs(args, t, now)
 		}
 		q := upsertTimers + `(?, ?, ?, ?, ?, ?)` + strings.Repeat(`, (?, ?, ?, ?, ?, ?)`, len(chunk)-1) + upsertTimersTail
-		if _, err := tx.ExecContext(ctx, q, args...); err != nil {
-			return mapErr(err)
-		}
-	}
-	return nil
-}
-
-// settleCharges settles, in the batches' transaction, the ledger charges of
-// the gifts they commit (store.Batch.Settle). A charge that is no longer
-// pending refuses the batch with store.ErrConflict.
-func settleCharges(ctx context.Context, tx *sql.Tx, batches []*store.Batch, now int64) error {
-	var keys []string
-	for _, b := range batches {
-		keys = append(keys, b.Settle...)
-	}
-	slices.Sort(keys) // rows locked in key order, as the ledger locks them
-	for len(keys) > 0 {
-		chunk := keys[:min(len(keys), maxInIDs)]
-		keys = keys[len(chunk):]
-		args := make([]any, 0, len(chunk)+1)
-		args = append(args, now)
-		for _, k := range chunk {
-			args = append(args, k)
-		}
-		q := `UPDATE wallet_charges SET status = 'settled', updated_at = ? WHERE status = 'pending' AND charge_key IN (?` + strings.Repeat(", ?", len(chunk)-1) + `)`
-		res, err := tx.ExecContext(ctx, q, args...)
-		if err != nil {
-			return mapErr(err)
-		}
-		// Every key must still be pending: one that is not was refunded (the
-		// reconciler decided its gift would never commit). The row lock
-		// decides between the refund and this commit; the loser of a race
-		// must not commit, so the batch is refused and its cell reloads.
-		if n, err := res.RowsAffected(); err != nil {
-			return mapErr(err)
-		} else if n != int64(len(chunk)) {
-			return fmt.Errorf("%d of %d gift charges are no longer pending: %w", int64(len(chunk))-n, len(chunk), store.ErrConflict)
-		}
-	}
-	return nil
-}
-
-// deleteTimers deletes the room's timers among ids inside tx.
-func deleteTimers(ctx context.Context, tx *sql.Tx, roomID string, ids []string) error {
-	for len(ids) > 0 {
-		chunk := ids[:min(len(ids), maxInIDs)]
-		ids = ids[len(chunk):]
-		args := make([]any, 0, len(chunk)+1)
-		args = append(args, roomID)
-		for _, id := range chunk {
-			args = append(args, id)
-		}
-		q := `DELETE FROM room_timers WHERE room_id = ? AND timer_id IN (?` + strings.Repeat(", ?", len(chunk)-1) + `)`
 		if _, err := tx.ExecContext(ctx, q, args...); err != nil {
 			return mapErr(err)
 		}
@@ -132,7 +78,7 @@ func (db *DB) DeleteTimers(ctx context.Context, roomID string, timerIDs []string
 			return mapErr(err)
 		}
 		defer func() { _ = tx.Rollback() }()
-		if err := deleteTimers(ctx, tx, roomID, timerIDs); err != nil {
+		if err := sqlrow.DeleteTimers(ctx, tx, roomID, timerIDs, mapErr); err != nil {
 			return err
 		}
 		return mapErr(tx.Commit())
