@@ -186,6 +186,9 @@ func (c *Cell) handle(batch []*request, verify bool) (stop string) {
 		if r.env == nil {
 			continue
 		}
+		if len(run) == 0 {
+			cmds = c.switchRules(cmds, seen)
+		}
 		p := &pending{req: r}
 		cmds = append(cmds, p)
 		if isGift(r.env) {
@@ -271,6 +274,35 @@ func (c *Cell) decide(p *pending, seen map[string]*pending, stored map[string]st
 	}
 	c.applied(p, events, seen)
 }
+
+// switchRules moves an open room that runs under other economy rules than
+// the configured ones to those, by applying a SetRules command ahead of the
+// command about to be decided: the switch is logged and committed with it,
+// so replay applies every command under the rules it was decided with.
+func (c *Cell) switchRules(cmds []*pending, seen map[string]*pending) []*pending {
+	if c.state.Status != room.StatusOpen || c.state.RecordsRules(c.reg.cfg.Rules) {
+		return cmds
+	}
+	env := &room.Envelope{
+		RoomID: c.roomID, CommandID: RulesCommandID(c.state.Version + 1),
+		Operator: room.SystemOperator, Platform: true, Command: room.NewSetRules(c.reg.cfg.Rules),
+	}
+	p := &pending{req: &request{env: env, reply: make(chan response, 1)}}
+	c.decide(p, seen, nil)
+	if p.err != nil {
+		// Unreachable while the configuration validates the rules as the
+		// domain does; the room keeps its recorded rules rather than
+		// refusing every command.
+		c.log.Error("switch economy rules", "err", p.err)
+		return cmds
+	}
+	return append(cmds, p)
+}
+
+// RulesCommandID is the command id of the SetRules command applied at
+// version v: unique within the room, and never one a client sends with a
+// room_id-scoped retry in mind.
+func RulesCommandID(v int64) string { return fmt.Sprintf("rules/%d", v) }
 
 // known answers a command whose id already committed (earlier in the batch,
 // in the recent ids or in the stored rows) and reports whether it did.
@@ -465,7 +497,7 @@ func (c *Cell) reload() error {
 	if !found {
 		return room.ErrRoomNotFound
 	}
-	rec, err := RecoverWith(c.reg.ctx, c.reg.repo, meta, c.reg.cfg.Rules)
+	rec, err := Recover(c.reg.ctx, c.reg.repo, meta)
 	if err != nil {
 		return err
 	}

@@ -21,15 +21,10 @@ type Recovered struct {
 // Recover rebuilds a room: its latest snapshot plus the commands after it,
 // or, without a snapshot, its metadata (owner and host make the admin set,
 // seat count the seats) plus the whole log. Replay re-applies state only: it
-// sends nothing and writes nothing.
+// sends nothing and writes nothing. It depends on storage alone: the
+// economy rules are those the snapshot and the logged SetRules commands
+// record, never the configuration in force.
 func Recover(ctx context.Context, repo store.Repository, meta store.RoomMeta) (*Recovered, error) {
-	return RecoverWith(ctx, repo, meta, nil)
-}
-
-// RecoverWith is Recover with the economy rules the room applies gifts
-// with (nil: room.DefaultRules); replay must run under the rules the live
-// room used.
-func RecoverWith(ctx context.Context, repo store.Repository, meta store.RoomMeta, rules *room.Rules) (*Recovered, error) {
 	rec := &Recovered{}
 	snap, found, err := repo.GetLatestSnapshot(ctx, meta.RoomID)
 	if err != nil {
@@ -37,10 +32,10 @@ func RecoverWith(ctx context.Context, repo store.Repository, meta store.RoomMeta
 	}
 	if found {
 		if rec.State, err = snapshot.Decode(snap.Payload); err != nil {
-			return nil, fmt.Errorf("recover room=%s: %w", meta.RoomID, err)
+			return nil, room.Errorf(room.ErrRecoveryFailed, "room %s: %v", meta.RoomID, err)
 		}
 		if rec.State.RoomID != meta.RoomID || rec.State.Version != snap.RoomVersion {
-			return nil, fmt.Errorf("recover room=%s: snapshot holds room %s at version %d, row says %d",
+			return nil, room.Errorf(room.ErrRecoveryFailed, "room %s: snapshot holds room %s at version %d, row says %d",
 				meta.RoomID, rec.State.RoomID, rec.State.Version, snap.RoomVersion)
 		}
 		rec.SnapshotVersion = snap.RoomVersion
@@ -48,12 +43,13 @@ func RecoverWith(ctx context.Context, repo store.Repository, meta store.RoomMeta
 		rec.State = room.Genesis(meta.RoomID, meta.OwnerUserID, meta.HostUserID, meta.SeatCount, meta.Mode, room.Status(meta.Status))
 		rec.State.Status = room.StatusCreating // the log replays CreateRoom and everything after it
 	}
-	rec.State.SetRules(rules)
 	if rec.Replayed, err = repo.ListCommandsAfter(ctx, meta.RoomID, rec.State.Version); err != nil {
 		return nil, fmt.Errorf("recover room=%s: %w", meta.RoomID, err)
 	}
 	if err := Replay(rec.State, rec.Replayed); err != nil {
-		return nil, err
+		// Whatever the domain said (rocket_not_pending, …) is no answer for
+		// a client: the room's stored history cannot be rebuilt.
+		return nil, room.Errorf(room.ErrRecoveryFailed, "%v", err)
 	}
 	return rec, nil
 }

@@ -50,7 +50,10 @@ type Config struct {
 	// node, passivated rooms, failed wakeups. Negative: no scan (RunTimers
 	// may still be run by hand).
 	TimerScanEvery time.Duration
-	// Rules are the economy rules rooms apply gifts with (nil: room.DefaultRules).
+	// Rules are the economy rules configured now (nil: room.DefaultRules).
+	// A room records the rules it runs under; one whose rules differ switches
+	// to these through a logged SetRules command before the next command it
+	// applies. Recovery never reads them: replay uses the recorded rules.
 	Rules *room.Rules
 	// Wallet pays for gifts. Without one, every gift is refused as unavailable.
 	Wallet wallet.Wallet
@@ -110,6 +113,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.GiftApplyWindow <= 0 {
 		c.GiftApplyWindow = d.GiftApplyWindow
+	}
+	if c.Rules == nil {
+		c.Rules = room.DefaultRules()
 	}
 	return c
 }
@@ -321,9 +327,13 @@ func (r *Registry) load(ctx context.Context, roomID string) (*Cell, error) {
 	if err != nil {
 		_ = h.Release(r.ctx)
 		result := "error"
-		if errors.Is(err, store.ErrNotFound) {
+		switch {
+		case errors.Is(err, store.ErrNotFound):
 			result = "not_found"
-		} else {
+		case errors.Is(err, room.ErrRecoveryFailed):
+			result = "failed"
+			r.log.Error("room cannot be recovered; it answers room_recovery_failed until its storage is repaired", "room_id", roomID, "err", err)
+		default:
 			r.log.Error("recover room", "room_id", roomID, "err", err)
 		}
 		r.metrics.Recoveries.WithLabelValues(result).Inc()
@@ -340,14 +350,14 @@ func (r *Registry) recoverCell(roomID string, h lease.Handle) (c *Cell, err erro
 		// fails this load instead of wedging the room's loaders.
 		if p := recover(); p != nil {
 			r.log.Error("panic while recovering a room", "room_id", roomID, "panic", p, "stack", string(debug.Stack()))
-			c, err = nil, room.Errorf(room.ErrInternal, "room %s could not be recovered", roomID)
+			c, err = nil, room.Errorf(room.ErrRecoveryFailed, "room %s: panic while rebuilding: %v", roomID, p)
 		}
 	}()
 	claim, err := r.repo.ClaimRoom(r.ctx, roomID, r.cfg.NodeID)
 	if err != nil {
 		return nil, err
 	}
-	rec, err := RecoverWith(r.ctx, r.repo, claim.Meta, r.cfg.Rules)
+	rec, err := Recover(r.ctx, r.repo, claim.Meta)
 	if err != nil {
 		return nil, err
 	}
@@ -356,7 +366,7 @@ func (r *Registry) recoverCell(roomID string, h lease.Handle) (c *Cell, err erro
 		// Another node claimed the room and committed after our claim: we are already fenced.
 		return nil, room.Errorf(room.ErrFenced, "room %s: another owner committed version %d while this node loaded it", roomID, rec.State.Version)
 	case rec.State.Version < claim.HeadVersion:
-		return nil, fmt.Errorf("recover room=%s: replay reached version %d, the head is %d", roomID, rec.State.Version, claim.HeadVersion)
+		return nil, room.Errorf(room.ErrRecoveryFailed, "room %s: replay reached version %d, the head is %d", roomID, rec.State.Version, claim.HeadVersion)
 	}
 	r.metrics.ReplayLength.Observe(float64(len(rec.Replayed)))
 	c = &Cell{

@@ -263,7 +263,7 @@ func testRocketRearmedOnLoad(t *testing.T, open func(testing.TB) store.Repositor
 	checkFor(t, 5*time.Second, "the room to passivate", func() bool { return reg.Loaded() == 0 })
 	checkFor(t, 5*time.Second, "the final snapshot", func() bool {
 		snap, found, err := repo.GetLatestSnapshot(context.Background(), "idle-rk")
-		return err == nil && found && snap.RoomVersion == 4 // create, two joins, the gift
+		return err == nil && found && snap.RoomVersion == 5 // create, the switch to the configured rules, two joins, the gift
 	})
 
 	clock.jump(time.Hour + time.Second)

@@ -112,11 +112,11 @@ func (c Config) Catalogue() (*gift.Catalogue, error) {
 	})
 }
 
-// Limits of the economy settings.
+// Limits of the economy settings: those a room accepts in a logged SetRules.
 const (
-	maxRocketLevels = 100
-	maxRocketFuel   = 1e12
-	maxCountdown    = time.Hour
+	maxRocketLevels = room.MaxRocketLevels
+	maxRocketFuel   = room.MaxRocketFuel
+	maxCountdown    = room.MaxCountdown
 )
 
 // Rules builds the rooms' economy rules; Validate reports their problems.

@@ -8,12 +8,12 @@ import (
 	"testing"
 )
 
-// allCommandTypes lists the 20 commands of command.go.
+// allCommandTypes lists the 21 commands of command.go and rules.go.
 var allCommandTypes = []CommandType{
 	CmdCreateRoom, CmdCloseRoom, CmdJoinRoom, CmdLeaveRoom, CmdTakeMic, CmdLeaveMic, CmdMoveMic,
 	CmdKickFromMic, CmdLockMicSeat, CmdMuteMicSeat, CmdSetMyMic, CmdKickUser, CmdMuteUser,
 	CmdUnbanUser, CmdSetAdmin, CmdUpdateProfile, CmdChangeBackground, CmdSetChatEnabled,
-	CmdSendGift, CmdLaunchRocket,
+	CmdSendGift, CmdLaunchRocket, CmdSetRules,
 }
 
 // sample is a command and an operator for which it succeeds on the fixture
@@ -63,11 +63,12 @@ func samples() map[CommandType]sample {
 		CmdSetChatEnabled:   {uAdmin, &SetChatEnabled{Enabled: false}, false},
 		CmdSendGift:         {uCarol, rose(1, uAlice), false},
 		CmdLaunchRocket:     {SystemOperator, launchFixtureRocket(), true},
+		CmdSetRules:         {SystemOperator, NewSetRules(&Rules{RankSize: 3, RocketLevels: []RocketLevel{{Fuel: 5, Countdown: 1000}}}), true},
 	}
 }
 
 func TestAllCommandsCovered(t *testing.T) {
-	if len(allCommandTypes) != 20 || len(factories) != len(allCommandTypes) {
+	if len(allCommandTypes) != 21 || len(factories) != len(allCommandTypes) {
 		t.Fatalf("%d command types listed, %d registered; update the tests", len(allCommandTypes), len(factories))
 	}
 	smp := samples()

@@ -37,6 +37,9 @@ const (
 	// CmdLaunchRocket is internal: the service submits it when an ignited
 	// rocket's countdown ends; the API never does.
 	CmdLaunchRocket CommandType = "LaunchRocket"
+	// CmdSetRules is internal: the cell issues it to switch a room to the
+	// economy rules configured now (see SetRules).
+	CmdSetRules CommandType = "SetRules"
 )
 
 // Command is one request to change a room. The set is closed: every
@@ -488,6 +491,7 @@ var factories = map[CommandType]func() Command{
 	CmdSetChatEnabled:   func() Command { return new(SetChatEnabled) },
 	CmdSendGift:         func() Command { return new(SendGift) },
 	CmdLaunchRocket:     func() Command { return new(LaunchRocket) },
+	CmdSetRules:         func() Command { return new(SetRules) },
 }
 
 // EncodeCommand returns the command log payload of env.

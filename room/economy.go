@@ -2,11 +2,8 @@ package room
 
 import (
 	"cmp"
-	"errors"
-	"fmt"
 	"math"
 	"slices"
-	"time"
 )
 
 // Gift kinds.
@@ -28,44 +25,6 @@ const (
 	BasisPoints = 10_000
 )
 
-// Rules are the economy settings a room applies gifts with: the business
-// calendar, the rank size and the rocket levels. They come from
-// configuration, not from the command log, so change them with a graceful
-// restart (every loaded room stores a final snapshot and replays nothing).
-type Rules struct {
-	// Location is the business time zone; DayStart the time of day the
-	// business day begins there (0: midnight). Heat, rank, charm and the
-	// rocket reset when the first command of a new business day applies.
-	Location *time.Location
-	DayStart time.Duration
-	// RankSize is the length of the visible contribution rank (top N).
-	RankSize int
-	// RocketLevels are the rocket's levels in order; after the last one the
-	// rocket starts again at level 0.
-	RocketLevels []RocketLevel
-}
-
-// RocketLevel is one rocket level: the fuel (gift value) that ignites it and
-// the countdown from ignition to launch.
-type RocketLevel struct {
-	Fuel      int64
-	Countdown time.Duration
-}
-
-// DefaultRules are the rules of a room whose state carries none: UTC
-// midnight, a top 10 and four levels.
-func DefaultRules() *Rules {
-	return &Rules{
-		Location: time.UTC, RankSize: 10,
-		RocketLevels: []RocketLevel{
-			{Fuel: 10_000, Countdown: 10 * time.Second},
-			{Fuel: 50_000, Countdown: 10 * time.Second},
-			{Fuel: 200_000, Countdown: 15 * time.Second},
-			{Fuel: 1_000_000, Countdown: 20 * time.Second},
-		},
-	}
-}
-
 // More economy limits.
 const (
 	// MaxGiftCost bounds the value of one SendGift (price x count x
@@ -86,56 +45,6 @@ const (
 	RocketTopContributors = 3
 	msPerDay              = 24 * 3600 * millisPerSecond
 )
-
-// defaultRules are the rules of every state whose Rules is nil; shared, so
-// they must never be modified.
-var defaultRules = DefaultRules()
-
-// Validate reports every problem of r at once: the business day must start
-// within a day, the rank size is 0..MaxRankSize and every rocket level needs
-// positive fuel and a countdown that is not negative.
-func (r *Rules) Validate() error {
-	var errs []error
-	if r.DayStart < 0 || r.DayStart >= 24*time.Hour {
-		errs = append(errs, fmt.Errorf("day start %v is outside [0, 24h)", r.DayStart))
-	}
-	if r.RankSize < 0 || r.RankSize > MaxRankSize {
-		errs = append(errs, fmt.Errorf("rank size %d is outside 0..%d", r.RankSize, MaxRankSize))
-	}
-	for i, l := range r.RocketLevels {
-		if l.Fuel <= 0 || l.Countdown < 0 {
-			errs = append(errs, fmt.Errorf("rocket level %d needs positive fuel and a countdown of at least 0 (fuel %d, countdown %v)", i, l.Fuel, l.Countdown))
-		}
-	}
-	return errors.Join(errs...)
-}
-
-// Day returns the business day of the unix ms time at: the wall-clock time
-// in r.Location (UTC when nil), moved back by r.DayStart, as whole days
-// since 1970-01-01 (floored, so times before the epoch give negative days).
-// Around a daylight-saving change the wall clock repeats an hour, so Day can
-// step back by one; Apply only ever moves a room to a later day.
-func (r *Rules) Day(at int64) int64 {
-	loc := r.Location
-	if loc == nil {
-		loc = time.UTC
-	}
-	_, offset := time.UnixMilli(at).In(loc).Zone()
-	wall := at + int64(offset)*millisPerSecond - r.DayStart.Milliseconds()
-	day := wall / msPerDay
-	if wall%msPerDay < 0 {
-		day--
-	}
-	return day
-}
-
-// threshold is the fuel that ignites level, 0 when the rocket is disabled.
-func (r *Rules) threshold(level int32) int64 {
-	if level < 0 || int(level) >= len(r.RocketLevels) {
-		return 0
-	}
-	return max(r.RocketLevels[level].Fuel, 1)
-}
 
 // Economy is what gifts build up in a room during one business day.
 type Economy struct {
@@ -192,30 +101,6 @@ type RocketLaunch struct {
 func (l *RocketLaunch) LaunchCommand() *LaunchRocket {
 	return &LaunchRocket{RocketID: l.RocketID, Level: l.Level, LaunchAt: l.LaunchAt, Day: l.Day}
 }
-
-// rules returns the rules the state applies gifts with.
-func (s *State) rules() *Rules {
-	if s.Rules != nil {
-		return s.Rules
-	}
-	return defaultRules
-}
-
-// SetRules sets the rules (nil: DefaultRules) and re-derives what depends on
-// them: the visible rank for the new RankSize, and a rocket level that no
-// longer exists restarts at level 0 with its fuel. Call it after decoding a
-// snapshot, before applying commands.
-func (s *State) SetRules(r *Rules) {
-	s.Rules = r
-	s.Economy.Top = topOf(s.Economy.Contrib, s.rules().RankSize)
-	if rk := &s.Economy.Rocket; s.rules().threshold(rk.Level) == 0 {
-		rk.Level = 0
-	}
-}
-
-// RocketThreshold is the fuel that ignites the level charging now, 0 when
-// the rules have no rocket.
-func (s *State) RocketThreshold() int64 { return s.rules().threshold(s.Economy.Rocket.Level) }
 
 // PendingLaunches returns a copy of the ignited rockets waiting for launch,
 // in launch order. The cell arms one timer per launch from it after loading

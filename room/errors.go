@@ -121,10 +121,15 @@ var (
 	ErrRocketStale         = sentinel(CodeRejected, "rocket_stale", "the rocket was ignited before the last daily reset")
 
 	// Service.
-	ErrMailboxFull  = sentinel(CodeExhausted, "mailbox_full", "the room is busy; retry")
-	ErrFenced       = sentinel(CodeUnavailable, "room_moved", "another node owns the room now; retry")
-	ErrUnavailable  = sentinel(CodeUnavailable, "unavailable", "storage is unavailable; retry")
-	ErrShutdown     = sentinel(CodeUnavailable, "shutting_down", "the node is shutting down; retry")
-	ErrUnauthorized = sentinel(CodeUnauthorized, "unauthenticated", "a valid service token is required")
-	ErrInternal     = sentinel(CodeInternal, "internal", "internal error")
+	ErrMailboxFull = sentinel(CodeExhausted, "mailbox_full", "the room is busy; retry")
+	ErrFenced      = sentinel(CodeUnavailable, "room_moved", "another node owns the room now; retry")
+	ErrUnavailable = sentinel(CodeUnavailable, "unavailable", "storage is unavailable; retry")
+	ErrShutdown    = sentinel(CodeUnavailable, "shutting_down", "the node is shutting down; retry")
+	// ErrRecoveryFailed: the stored snapshot or log of the room cannot be
+	// rebuilt (corrupt data, or a log this build cannot replay). Only that
+	// room is affected; operators find it in the log and the
+	// room_recoveries_total{result="failed"} counter.
+	ErrRecoveryFailed = sentinel(CodeUnavailable, "room_recovery_failed", "the room could not be rebuilt from storage")
+	ErrUnauthorized   = sentinel(CodeUnauthorized, "unauthenticated", "a valid service token is required")
+	ErrInternal       = sentinel(CodeInternal, "internal", "internal error")
 )

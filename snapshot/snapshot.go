@@ -96,7 +96,38 @@ func economyToProto(s *room.State) *roomv1.RoomEconomy {
 			Level: rk.Level, Fuel: rk.Fuel, Threshold: s.RocketThreshold(), Ignitions: rk.Ignitions,
 			Contributors: rankToProto(room.RankOf(rk.Contributors)), Launches: launches,
 		},
+		Rules: RulesToProto(s.EffectiveRules()),
 	}
+}
+
+// RulesToProto returns the snapshot form of r.
+func RulesToProto(r *room.Rules) *roomv1.EconomyRules {
+	spec := r.Spec()
+	p := &roomv1.EconomyRules{
+		TimeZone: spec.TimeZone, DayStartMs: spec.DayStartMs, RankSize: int32(spec.RankSize),
+		RocketLevels: make([]*roomv1.RocketLevelRule, len(spec.RocketLevels)), Digest: r.Digest(),
+	}
+	for i, l := range spec.RocketLevels {
+		p.RocketLevels[i] = &roomv1.RocketLevelRule{Fuel: l.Fuel, CountdownMs: l.CountdownMs}
+	}
+	return p
+}
+
+// rulesFromProto rebuilds recorded rules; nil (a snapshot stored before
+// rules were recorded) gives nil, the built-in defaults.
+func rulesFromProto(p *roomv1.EconomyRules, roomID string) (*room.Rules, error) {
+	if p == nil {
+		return nil, nil
+	}
+	spec := room.RulesSpec{TimeZone: p.GetTimeZone(), DayStartMs: p.GetDayStartMs(), RankSize: int(p.GetRankSize())}
+	for _, l := range p.GetRocketLevels() {
+		spec.RocketLevels = append(spec.RocketLevels, room.LevelSpec{Fuel: l.GetFuel(), CountdownMs: l.GetCountdownMs()})
+	}
+	r, err := spec.Rules()
+	if err != nil {
+		return nil, fmt.Errorf("snapshot room=%s: %w", roomID, err)
+	}
+	return r, nil
 }
 
 func rankToProto(r []room.RankEntry) []*roomv1.RankEntry {
@@ -131,9 +162,8 @@ func valueMap(roomID, what string, entries []*roomv1.RankEntry) (map[int64]int64
 	return m, nil
 }
 
-// economyFromProto rebuilds the economy. The visible rank is derived from
-// the contributions with the default rules; the caller's SetRules derives
-// it again for the room's own rules.
+// economyFromProto rebuilds the economy under the rules the snapshot
+// records; the visible rank is derived from the contributions.
 func economyFromProto(s *room.State, p *roomv1.RoomEconomy, roomID string) error {
 	contrib, err := valueMap(roomID, "contributions", p.GetContributions())
 	if err != nil {
@@ -161,7 +191,11 @@ func economyFromProto(s *room.State, p *roomv1.RoomEconomy, roomID string) error
 			Contributors: contributors, Launches: launches,
 		},
 	}
-	s.SetRules(nil)
+	rules, err := rulesFromProto(p.GetRules(), roomID)
+	if err != nil {
+		return err
+	}
+	s.SetRules(rules)
 	return nil
 }
 
@@ -173,9 +207,9 @@ func restrictions(m map[int64]int64) []*roomv1.Restriction {
 	return out
 }
 
-// FromProto rebuilds state from a snapshot message. It checks what a stored
-// snapshot must satisfy and reports corruption as an error. The state has
-// no Rules (the defaults): the caller sets the room's with SetRules.
+// FromProto rebuilds state from a snapshot message, under the economy rules
+// it records. It checks what a stored snapshot must satisfy and reports
+// corruption as an error.
 func FromProto(p *roomv1.RoomSnapshot) (*room.State, error) {
 	status, ok := StatusFromProto(p.GetStatus())
 	if !ok {
@@ -258,7 +292,7 @@ func WithMemberLimit(p *roomv1.RoomSnapshot, limit int) *roomv1.RoomSnapshot {
 		return p
 	}
 	if e != nil {
-		e = &roomv1.RoomEconomy{BusinessDay: e.BusinessDay, Heat: e.Heat, Rank: e.Rank, Rocket: e.Rocket}
+		e = &roomv1.RoomEconomy{BusinessDay: e.BusinessDay, Heat: e.Heat, Rank: e.Rank, Rocket: e.Rocket, Rules: e.Rules}
 	}
 	return &roomv1.RoomSnapshot{
 		RoomId: p.RoomId, RoomVersion: p.RoomVersion, Status: p.Status, OwnerUserId: p.OwnerUserId,

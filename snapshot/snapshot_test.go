@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"reflect"
+	"slices"
 	"testing"
 	"time"
 	_ "time/tzdata" // Asia/Riyadh, also where the system has no zoneinfo
@@ -111,14 +113,18 @@ func TestRoundTripWithEconomy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got.Rules != nil {
-		t.Fatal("a decoded state carries rules")
+	// The snapshot records the rules: the decoded room runs under them, with
+	// the rank of three they define, whatever the defaults are.
+	if got.Rules == nil || got.EffectiveRules().Digest() != s.Rules.Digest() || got.EffectiveRules().Zone() != "Asia/Riyadh" {
+		t.Fatalf("decoded rules %+v, want %+v", got.Rules, s.Rules)
 	}
-	// Decoded with the default rank size (10), the whole day shows.
-	if len(got.Economy.Top) != len(s.Economy.Contrib) {
-		t.Fatalf("default top %v", got.Economy.Top)
+	if len(got.Economy.Top) != 3 {
+		t.Fatalf("top %v", got.Economy.Top)
 	}
-	got.SetRules(s.Rules)
+	if d := snapshot.ToProto(s).GetEconomy().GetRules(); d.GetDigest() != s.Rules.Digest() || len(d.GetRocketLevels()) != 3 || d.GetDayStartMs() != 4*3600*1000 {
+		t.Fatalf("rules in the snapshot %v", d)
+	}
+	got.Rules = s.Rules // equal content, another value
 	if !reflect.DeepEqual(canon(s), canon(got)) {
 		t.Fatalf("round trip\n got %+v\nwant %+v", got.Economy, s.Economy)
 	}
@@ -144,6 +150,39 @@ func TestRoundTripWithEconomy(t *testing.T) {
 	if r.GetThreshold() != s.RocketThreshold() || r.GetThreshold() == 0 || len(r.GetLaunches()) != len(s.PendingLaunches()) ||
 		len(r.GetLaunches()[0].GetTopContributors()) == 0 || r.GetIgnitions() != s.Economy.Rocket.Ignitions {
 		t.Fatalf("rocket %v", r)
+	}
+}
+
+func TestDecodeRejectsBadRules(t *testing.T) {
+	for name, mod := range map[string]func(r *roomv1.EconomyRules){
+		"unknown zone":    func(r *roomv1.EconomyRules) { r.TimeZone = "Mars/Olympus" },
+		"host zone":       func(r *roomv1.EconomyRules) { r.TimeZone = "Local" },
+		"no fuel":         func(r *roomv1.EconomyRules) { r.RocketLevels[0].Fuel = 0 },
+		"rank too large":  func(r *roomv1.EconomyRules) { r.RankSize = room.MaxRankSize + 1 },
+		"day start a day": func(r *roomv1.EconomyRules) { r.DayStartMs = 24 * 3600 * 1000 },
+	} {
+		t.Run(name, func(t *testing.T) {
+			p := snapshot.ToProto(busyRoom(t))
+			mod(p.Economy.Rules)
+			if _, err := snapshot.FromProto(p); err == nil {
+				t.Fatal("bad rules accepted")
+			}
+		})
+	}
+}
+
+func TestRoundTripWithoutRules(t *testing.T) {
+	// A snapshot stored before rules were recorded: the room ran under the
+	// built-in defaults, and decodes under them.
+	p := snapshot.ToProto(busyRoom(t))
+	p.Economy.Rules = nil
+	s, err := snapshot.FromProto(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Rules != nil || s.EffectiveRules().Digest() != room.DefaultRules().Digest() ||
+		s.RocketThreshold() != room.DefaultRules().RocketLevels[s.Economy.Rocket.Level].Fuel {
+		t.Fatalf("rules %+v, threshold %d", s.Rules, s.RocketThreshold())
 	}
 }
 
@@ -239,11 +278,12 @@ func TestWithMemberLimit(t *testing.T) {
 	}
 }
 
-// TestReplayDeterminism drives a room with a random mix of commands, gifts
-// and rocket launches across business days. Halfway it stores a snapshot
-// and recovers from it as a cell does (decode, set the rules, replay the
-// logged commands); the recovered state then follows the live one command
-// for command, and both end in the same snapshot bytes.
+// TestReplayDeterminism drives a room with a random mix of commands, gifts,
+// rocket launches and switches of the economy rules across business days.
+// Halfway it stores a snapshot and recovers from it as a cell does (decode,
+// replay the logged commands; no rules come from outside); the recovered
+// state then follows the live one command for command, and both end in the
+// same snapshot bytes.
 func TestReplayDeterminism(t *testing.T) {
 	for seed := range uint64(8) {
 		t.Run(fmt.Sprint("seed ", seed), func(t *testing.T) { replay(t, seed) })
@@ -267,7 +307,7 @@ func replay(t *testing.T, seed uint64) {
 		payload []byte
 		events  []room.Event
 	}
-	launched, days := 0, map[int64]bool{}
+	launched, switched, days := 0, 0, map[int64]bool{}
 	var log []logged // the commands after the snapshot
 	for i := range steps {
 		at += rnd.Int64N(90_000) // ~45s apart: a few business days in all
@@ -280,11 +320,14 @@ func replay(t *testing.T, seed uint64) {
 			}
 			continue
 		}
-		if len(events) == 0 {
+		if len(events) == 0 && e.Command.Type() != room.CmdSetRules { // a new countdown alone shows nothing
 			t.Fatalf("step %d %s: no events", i, e.Command.Type())
 		}
-		if events[len(events)-1].Type == room.EventRoomRocketLaunched {
+		if len(events) > 0 && events[len(events)-1].Type == room.EventRoomRocketLaunched {
 			launched++
+		}
+		if e.Command.Type() == room.CmdSetRules {
+			switched++
 		}
 		days[live.Economy.Day] = true
 		if snap != nil {
@@ -300,15 +343,14 @@ func replay(t *testing.T, seed uint64) {
 			}
 		}
 	}
-	if launched == 0 || len(days) < 2 {
-		t.Fatalf("the run launched %d rockets on %d business days", launched, len(days))
+	if launched == 0 || len(days) < 2 || switched == 0 {
+		t.Fatalf("the run launched %d rockets on %d business days and switched rules %d times", launched, len(days), switched)
 	}
 
 	recovered, err := snapshot.Decode(snap)
 	if err != nil {
 		t.Fatal(err)
 	}
-	recovered.SetRules(r)
 	for _, l := range log {
 		e, err := room.DecodeCommand(roomID, l.id, l.typ, l.payload)
 		if err != nil {
@@ -338,12 +380,34 @@ func replay(t *testing.T, seed uint64) {
 	}
 }
 
+// ruleVariant returns rules(t) with one kind of change: countdowns, fuel,
+// the rank size, the zone, the day start, or none.
+func ruleVariant(t testing.TB, rnd *rand.Rand) *room.Rules {
+	r := rules(t)
+	r.RocketLevels = slices.Clone(r.RocketLevels)
+	switch rnd.IntN(6) {
+	case 0:
+		r.RocketLevels[0].Countdown += time.Duration(1+rnd.IntN(5)) * time.Second
+	case 1:
+		r.RocketLevels[1].Fuel = int64(50 + rnd.IntN(400))
+	case 2:
+		r.RankSize = 1 + rnd.IntN(5)
+	case 3:
+		r.Location = time.UTC
+	case 4:
+		r.DayStart = time.Duration(rnd.IntN(24)) * time.Hour
+	}
+	return r
+}
+
 // nextCommand picks a command for the room at time at: mostly gifts, due
 // rocket launches and seat and membership changes, some of them refused.
 func nextCommand(a *applier, rnd *rand.Rand, at int64) *room.Envelope {
 	user := 1 + rnd.Int64N(8)
 	other := 1 + rnd.Int64N(8)
 	switch n := rnd.IntN(20); {
+	case n == 0 && rnd.IntN(4) == 0:
+		return a.env(room.SystemOperator, at, true, room.NewSetRules(ruleVariant(a.t, rnd)))
 	case n < 8:
 		receivers := []int64{other}
 		if rnd.IntN(3) == 0 {
@@ -368,5 +432,39 @@ func nextCommand(a *applier, rnd *rand.Rand, at int64) *room.Envelope {
 		return a.env(user, at, false, &room.LeaveRoom{})
 	default:
 		return a.env(user, at, false, &room.MoveMic{ToSeatIndex: rnd.Int32N(6)})
+	}
+}
+
+// TestLoadsSnapshotOfAnOlderBuild decodes a snapshot stored by the build
+// before rules were recorded (testdata/busy-room.v1.snap: busyRoom plus a
+// permanent ban, a long-expired ban and a chat mute). It loads, under the
+// built-in defaults, with every ignited rocket's launch as it was stored,
+// and takes commands.
+func TestLoadsSnapshotOfAnOlderBuild(t *testing.T) {
+	payload, err := os.ReadFile("testdata/busy-room.v1.snap")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := snapshot.Decode(payload)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := busyRoom(t)
+	if s.Version != 15 || s.Version != want.Version || len(s.Members) != len(want.Members) || s.Economy.Heat != want.Economy.Heat {
+		t.Fatalf("version %d, %d members, heat %d", s.Version, len(s.Members), s.Economy.Heat)
+	}
+	if s.Rules != nil || s.EffectiveRules().Digest() != room.DefaultRules().Digest() {
+		t.Fatalf("rules %+v", s.Rules)
+	}
+	if !reflect.DeepEqual(s.PendingLaunches(), want.PendingLaunches()) {
+		t.Fatalf("launches %+v, want %+v", s.PendingLaunches(), want.PendingLaunches())
+	}
+	if _, ok := s.Bans[77]; !ok || s.Mutes[79] == 0 {
+		t.Fatalf("bans %v, mutes %v", s.Bans, s.Mutes)
+	}
+	l := s.PendingLaunches()[0]
+	e := &room.Envelope{RoomID: roomID, CommandID: "launch", Operator: room.SystemOperator, Platform: true, At: l.LaunchAt, Command: l.LaunchCommand()}
+	if _, err := room.Apply(s, e); err != nil {
+		t.Fatalf("launch after loading: %v", err)
 	}
 }

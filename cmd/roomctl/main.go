@@ -97,7 +97,7 @@ var subcommands = []subcommand{
 		setup:   setupLog,
 	},
 	{
-		name: "verify", args: "<room_id> [-config FILE]", minArgs: 1, maxArgs: 1,
+		name: "verify", args: "<room_id>", minArgs: 1, maxArgs: 1,
 		summary: "replay the stored snapshot and the log after it; compare with the live state",
 		setup:   setupVerify,
 	},

@@ -6,7 +6,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"os"
 	"strings"
 	"time"
 
@@ -16,7 +15,6 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 
 	"hyapp/room-service/cell"
-	"hyapp/room-service/config"
 	roomv1 "hyapp/room-service/gen/room/v1"
 	"hyapp/room-service/room"
 	"hyapp/room-service/snapshot"
@@ -27,35 +25,24 @@ import (
 // committing between its reads of the log and of the live state.
 const verifyAttempts = 5
 
-func setupVerify(fs *flag.FlagSet) func(context.Context, *client, []string, io.Writer) error {
-	path := fs.String("config", os.Getenv("ROOM_CONFIG"), "the service's config file: replay uses its economy rules (business day, rank size, rocket levels); without it, the defaults (env ROOM_CONFIG)")
+func setupVerify(*flag.FlagSet) func(context.Context, *client, []string, io.Writer) error {
 	return func(ctx context.Context, c *client, args []string, out io.Writer) error {
-		rules := room.DefaultRules()
-		if *path != "" {
-			cfg, err := config.Load([]string{"-config", *path}, os.Getenv)
-			if err != nil {
-				return usagef("config %s: %v", *path, err)
-			}
-			if rules, err = cfg.Rules(); err != nil {
-				return usagef("config %s: %v", *path, err)
-			}
-		}
-		return verify(ctx, c, args[0], rules, out)
+		return verify(ctx, c, args[0], out)
 	}
 }
 
 // verify rebuilds the room the way recovery does (cell.Recover): the stored
 // snapshot, or without one the room's metadata, then every command after it
-// through cell.Replay. It compares the result with the live state. The cell
+// through cell.Replay, under the economy rules the snapshot and the log
+// record (no configuration is read). It compares the result with the live state. The cell
 // answers a snapshot only after its commands committed, so the live version
 // is never behind the log read before it; when it is ahead, the room moved
 // on in between and verify reads the new commands and compares again.
-func verify(ctx context.Context, c *client, roomID string, rules *room.Rules, out io.Writer) error {
+func verify(ctx context.Context, c *client, roomID string, out io.Writer) error {
 	state, base, err := baseState(ctx, c, roomID)
 	if err != nil {
 		return err
 	}
-	state.SetRules(rules) // replay under the rules the live room applies
 	replayed := 0
 	for attempt := 1; ; attempt++ {
 		var recs []store.CommandRecord

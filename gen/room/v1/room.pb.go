@@ -3999,6 +3999,11 @@ type RoomEconomy struct {
 	// Every sender of the day and their total (stored snapshots; queries leave it out).
 	Contributions []*RankEntry `protobuf:"bytes,4,rep,name=contributions,proto3" json:"contributions,omitempty"`
 	Rocket        *RoomRocket  `protobuf:"bytes,5,opt,name=rocket,proto3" json:"rocket,omitempty"`
+	// The rules the room runs under. A room records them: a configuration
+	// change reaches it through a logged SetRules command, never by
+	// reinterpreting commands already applied. Absent in snapshots stored
+	// before rules were recorded: such rooms ran under the built-in defaults.
+	Rules         *EconomyRules `protobuf:"bytes,6,opt,name=rules,proto3" json:"rules,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4068,6 +4073,148 @@ func (x *RoomEconomy) GetRocket() *RoomRocket {
 	return nil
 }
 
+func (x *RoomEconomy) GetRules() *EconomyRules {
+	if x != nil {
+		return x.Rules
+	}
+	return nil
+}
+
+// EconomyRules are a room's business calendar, rank size and rocket levels.
+type EconomyRules struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// IANA time zone of the business day, such as Asia/Riyadh.
+	TimeZone string `protobuf:"bytes,1,opt,name=time_zone,json=timeZone,proto3" json:"time_zone,omitempty"`
+	// When the business day starts, in ms after midnight of time_zone.
+	DayStartMs int64 `protobuf:"varint,2,opt,name=day_start_ms,json=dayStartMs,proto3" json:"day_start_ms,omitempty"`
+	// Length of the visible rank.
+	RankSize int32 `protobuf:"varint,3,opt,name=rank_size,json=rankSize,proto3" json:"rank_size,omitempty"`
+	// The rocket's levels in order; after the last, level 0 again.
+	RocketLevels []*RocketLevelRule `protobuf:"bytes,4,rep,name=rocket_levels,json=rocketLevels,proto3" json:"rocket_levels,omitempty"`
+	// Names the content of these rules: equal rules, equal digest.
+	Digest        string `protobuf:"bytes,5,opt,name=digest,proto3" json:"digest,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EconomyRules) Reset() {
+	*x = EconomyRules{}
+	mi := &file_room_v1_room_proto_msgTypes[63]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EconomyRules) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EconomyRules) ProtoMessage() {}
+
+func (x *EconomyRules) ProtoReflect() protoreflect.Message {
+	mi := &file_room_v1_room_proto_msgTypes[63]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EconomyRules.ProtoReflect.Descriptor instead.
+func (*EconomyRules) Descriptor() ([]byte, []int) {
+	return file_room_v1_room_proto_rawDescGZIP(), []int{63}
+}
+
+func (x *EconomyRules) GetTimeZone() string {
+	if x != nil {
+		return x.TimeZone
+	}
+	return ""
+}
+
+func (x *EconomyRules) GetDayStartMs() int64 {
+	if x != nil {
+		return x.DayStartMs
+	}
+	return 0
+}
+
+func (x *EconomyRules) GetRankSize() int32 {
+	if x != nil {
+		return x.RankSize
+	}
+	return 0
+}
+
+func (x *EconomyRules) GetRocketLevels() []*RocketLevelRule {
+	if x != nil {
+		return x.RocketLevels
+	}
+	return nil
+}
+
+func (x *EconomyRules) GetDigest() string {
+	if x != nil {
+		return x.Digest
+	}
+	return ""
+}
+
+// RocketLevelRule is one rocket level: the fuel that ignites it and the countdown to launch.
+type RocketLevelRule struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Fuel          int64                  `protobuf:"varint,1,opt,name=fuel,proto3" json:"fuel,omitempty"`
+	CountdownMs   int64                  `protobuf:"varint,2,opt,name=countdown_ms,json=countdownMs,proto3" json:"countdown_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RocketLevelRule) Reset() {
+	*x = RocketLevelRule{}
+	mi := &file_room_v1_room_proto_msgTypes[64]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RocketLevelRule) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RocketLevelRule) ProtoMessage() {}
+
+func (x *RocketLevelRule) ProtoReflect() protoreflect.Message {
+	mi := &file_room_v1_room_proto_msgTypes[64]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RocketLevelRule.ProtoReflect.Descriptor instead.
+func (*RocketLevelRule) Descriptor() ([]byte, []int) {
+	return file_room_v1_room_proto_rawDescGZIP(), []int{64}
+}
+
+func (x *RocketLevelRule) GetFuel() int64 {
+	if x != nil {
+		return x.Fuel
+	}
+	return 0
+}
+
+func (x *RocketLevelRule) GetCountdownMs() int64 {
+	if x != nil {
+		return x.CountdownMs
+	}
+	return 0
+}
+
 // RankEntry is one user's gift value.
 type RankEntry struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -4079,7 +4226,7 @@ type RankEntry struct {
 
 func (x *RankEntry) Reset() {
 	*x = RankEntry{}
-	mi := &file_room_v1_room_proto_msgTypes[63]
+	mi := &file_room_v1_room_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4091,7 +4238,7 @@ func (x *RankEntry) String() string {
 func (*RankEntry) ProtoMessage() {}
 
 func (x *RankEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[63]
+	mi := &file_room_v1_room_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4104,7 +4251,7 @@ func (x *RankEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RankEntry.ProtoReflect.Descriptor instead.
 func (*RankEntry) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{63}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *RankEntry) GetUserId() int64 {
@@ -4142,7 +4289,7 @@ type RoomRocket struct {
 
 func (x *RoomRocket) Reset() {
 	*x = RoomRocket{}
-	mi := &file_room_v1_room_proto_msgTypes[64]
+	mi := &file_room_v1_room_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4154,7 +4301,7 @@ func (x *RoomRocket) String() string {
 func (*RoomRocket) ProtoMessage() {}
 
 func (x *RoomRocket) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[64]
+	mi := &file_room_v1_room_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4167,7 +4314,7 @@ func (x *RoomRocket) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RoomRocket.ProtoReflect.Descriptor instead.
 func (*RoomRocket) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{64}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *RoomRocket) GetLevel() int32 {
@@ -4229,7 +4376,7 @@ type RocketLaunch struct {
 
 func (x *RocketLaunch) Reset() {
 	*x = RocketLaunch{}
-	mi := &file_room_v1_room_proto_msgTypes[65]
+	mi := &file_room_v1_room_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4241,7 +4388,7 @@ func (x *RocketLaunch) String() string {
 func (*RocketLaunch) ProtoMessage() {}
 
 func (x *RocketLaunch) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[65]
+	mi := &file_room_v1_room_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4254,7 +4401,7 @@ func (x *RocketLaunch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RocketLaunch.ProtoReflect.Descriptor instead.
 func (*RocketLaunch) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{65}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *RocketLaunch) GetRocketId() int64 {
@@ -4313,7 +4460,7 @@ type RoomProfile struct {
 
 func (x *RoomProfile) Reset() {
 	*x = RoomProfile{}
-	mi := &file_room_v1_room_proto_msgTypes[66]
+	mi := &file_room_v1_room_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4325,7 +4472,7 @@ func (x *RoomProfile) String() string {
 func (*RoomProfile) ProtoMessage() {}
 
 func (x *RoomProfile) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[66]
+	mi := &file_room_v1_room_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4338,7 +4485,7 @@ func (x *RoomProfile) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RoomProfile.ProtoReflect.Descriptor instead.
 func (*RoomProfile) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{66}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *RoomProfile) GetTitle() string {
@@ -4391,7 +4538,7 @@ type Member struct {
 
 func (x *Member) Reset() {
 	*x = Member{}
-	mi := &file_room_v1_room_proto_msgTypes[67]
+	mi := &file_room_v1_room_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4403,7 +4550,7 @@ func (x *Member) String() string {
 func (*Member) ProtoMessage() {}
 
 func (x *Member) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[67]
+	mi := &file_room_v1_room_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4416,7 +4563,7 @@ func (x *Member) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Member.ProtoReflect.Descriptor instead.
 func (*Member) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{67}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *Member) GetUserId() int64 {
@@ -4480,7 +4627,7 @@ type MicSeat struct {
 
 func (x *MicSeat) Reset() {
 	*x = MicSeat{}
-	mi := &file_room_v1_room_proto_msgTypes[68]
+	mi := &file_room_v1_room_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4492,7 +4639,7 @@ func (x *MicSeat) String() string {
 func (*MicSeat) ProtoMessage() {}
 
 func (x *MicSeat) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[68]
+	mi := &file_room_v1_room_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4505,7 +4652,7 @@ func (x *MicSeat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MicSeat.ProtoReflect.Descriptor instead.
 func (*MicSeat) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{68}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *MicSeat) GetIndex() int32 {
@@ -4568,7 +4715,7 @@ type Restriction struct {
 
 func (x *Restriction) Reset() {
 	*x = Restriction{}
-	mi := &file_room_v1_room_proto_msgTypes[69]
+	mi := &file_room_v1_room_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4580,7 +4727,7 @@ func (x *Restriction) String() string {
 func (*Restriction) ProtoMessage() {}
 
 func (x *Restriction) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[69]
+	mi := &file_room_v1_room_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4593,7 +4740,7 @@ func (x *Restriction) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Restriction.ProtoReflect.Descriptor instead.
 func (*Restriction) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{69}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *Restriction) GetUserId() int64 {
@@ -4636,7 +4783,7 @@ type RoomEvent struct {
 
 func (x *RoomEvent) Reset() {
 	*x = RoomEvent{}
-	mi := &file_room_v1_room_proto_msgTypes[70]
+	mi := &file_room_v1_room_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4648,7 +4795,7 @@ func (x *RoomEvent) String() string {
 func (*RoomEvent) ProtoMessage() {}
 
 func (x *RoomEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[70]
+	mi := &file_room_v1_room_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4661,7 +4808,7 @@ func (x *RoomEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RoomEvent.ProtoReflect.Descriptor instead.
 func (*RoomEvent) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{70}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *RoomEvent) GetEventId() string {
@@ -5014,13 +5161,24 @@ const file_room_v1_room_proto_rawDesc = "" +
 	"\x04bans\x18\x0e \x03(\v2\x14.room.v1.RestrictionR\x04bans\x12!\n" +
 	"\fonline_count\x18\x0f \x01(\x05R\vonlineCount\x12+\n" +
 	"\x12last_command_at_ms\x18\x10 \x01(\x03R\x0flastCommandAtMs\x12.\n" +
-	"\aeconomy\x18\x11 \x01(\v2\x14.room.v1.RoomEconomyR\aeconomy\"\xd3\x01\n" +
+	"\aeconomy\x18\x11 \x01(\v2\x14.room.v1.RoomEconomyR\aeconomy\"\x80\x02\n" +
 	"\vRoomEconomy\x12!\n" +
 	"\fbusiness_day\x18\x01 \x01(\x03R\vbusinessDay\x12\x12\n" +
 	"\x04heat\x18\x02 \x01(\x03R\x04heat\x12&\n" +
 	"\x04rank\x18\x03 \x03(\v2\x12.room.v1.RankEntryR\x04rank\x128\n" +
 	"\rcontributions\x18\x04 \x03(\v2\x12.room.v1.RankEntryR\rcontributions\x12+\n" +
-	"\x06rocket\x18\x05 \x01(\v2\x13.room.v1.RoomRocketR\x06rocket\":\n" +
+	"\x06rocket\x18\x05 \x01(\v2\x13.room.v1.RoomRocketR\x06rocket\x12+\n" +
+	"\x05rules\x18\x06 \x01(\v2\x15.room.v1.EconomyRulesR\x05rules\"\xc1\x01\n" +
+	"\fEconomyRules\x12\x1b\n" +
+	"\ttime_zone\x18\x01 \x01(\tR\btimeZone\x12 \n" +
+	"\fday_start_ms\x18\x02 \x01(\x03R\n" +
+	"dayStartMs\x12\x1b\n" +
+	"\trank_size\x18\x03 \x01(\x05R\brankSize\x12=\n" +
+	"\rrocket_levels\x18\x04 \x03(\v2\x18.room.v1.RocketLevelRuleR\frocketLevels\x12\x16\n" +
+	"\x06digest\x18\x05 \x01(\tR\x06digest\"H\n" +
+	"\x0fRocketLevelRule\x12\x12\n" +
+	"\x04fuel\x18\x01 \x01(\x03R\x04fuel\x12!\n" +
+	"\fcountdown_ms\x18\x02 \x01(\x03R\vcountdownMs\":\n" +
 	"\tRankEntry\x12\x17\n" +
 	"\auser_id\x18\x01 \x01(\x03R\x06userId\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x03R\x05value\"\xdd\x01\n" +
@@ -5133,7 +5291,7 @@ func file_room_v1_room_proto_rawDescGZIP() []byte {
 }
 
 var file_room_v1_room_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_room_v1_room_proto_msgTypes = make([]protoimpl.MessageInfo, 72)
+var file_room_v1_room_proto_msgTypes = make([]protoimpl.MessageInfo, 74)
 var file_room_v1_room_proto_goTypes = []any{
 	(GiftKind)(0),                       // 0: room.v1.GiftKind
 	(RoomStatus)(0),                     // 1: room.v1.RoomStatus
@@ -5200,20 +5358,22 @@ var file_room_v1_room_proto_goTypes = []any{
 	(*GetStoredSnapshotResponse)(nil),   // 62: room.v1.GetStoredSnapshotResponse
 	(*RoomSnapshot)(nil),                // 63: room.v1.RoomSnapshot
 	(*RoomEconomy)(nil),                 // 64: room.v1.RoomEconomy
-	(*RankEntry)(nil),                   // 65: room.v1.RankEntry
-	(*RoomRocket)(nil),                  // 66: room.v1.RoomRocket
-	(*RocketLaunch)(nil),                // 67: room.v1.RocketLaunch
-	(*RoomProfile)(nil),                 // 68: room.v1.RoomProfile
-	(*Member)(nil),                      // 69: room.v1.Member
-	(*MicSeat)(nil),                     // 70: room.v1.MicSeat
-	(*Restriction)(nil),                 // 71: room.v1.Restriction
-	(*RoomEvent)(nil),                   // 72: room.v1.RoomEvent
-	nil,                                 // 73: room.v1.GetOutboxStatusResponse.DeadEntry
+	(*EconomyRules)(nil),                // 65: room.v1.EconomyRules
+	(*RocketLevelRule)(nil),             // 66: room.v1.RocketLevelRule
+	(*RankEntry)(nil),                   // 67: room.v1.RankEntry
+	(*RoomRocket)(nil),                  // 68: room.v1.RoomRocket
+	(*RocketLaunch)(nil),                // 69: room.v1.RocketLaunch
+	(*RoomProfile)(nil),                 // 70: room.v1.RoomProfile
+	(*Member)(nil),                      // 71: room.v1.Member
+	(*MicSeat)(nil),                     // 72: room.v1.MicSeat
+	(*Restriction)(nil),                 // 73: room.v1.Restriction
+	(*RoomEvent)(nil),                   // 74: room.v1.RoomEvent
+	nil,                                 // 75: room.v1.GetOutboxStatusResponse.DeadEntry
 }
 var file_room_v1_room_proto_depIdxs = []int32{
 	6,  // 0: room.v1.ListGiftsResponse.gifts:type_name -> room.v1.Gift
 	0,  // 1: room.v1.Gift.kind:type_name -> room.v1.GiftKind
-	73, // 2: room.v1.GetOutboxStatusResponse.dead:type_name -> room.v1.GetOutboxStatusResponse.DeadEntry
+	75, // 2: room.v1.GetOutboxStatusResponse.dead:type_name -> room.v1.GetOutboxStatusResponse.DeadEntry
 	63, // 3: room.v1.GetRoomSnapshotResponse.snapshot:type_name -> room.v1.RoomSnapshot
 	1,  // 4: room.v1.ListRoomsRequest.status:type_name -> room.v1.RoomStatus
 	57, // 5: room.v1.ListRoomsResponse.rooms:type_name -> room.v1.RoomSummary
@@ -5221,81 +5381,83 @@ var file_room_v1_room_proto_depIdxs = []int32{
 	60, // 7: room.v1.ListCommandsResponse.commands:type_name -> room.v1.CommandLogEntry
 	63, // 8: room.v1.GetStoredSnapshotResponse.snapshot:type_name -> room.v1.RoomSnapshot
 	1,  // 9: room.v1.RoomSnapshot.status:type_name -> room.v1.RoomStatus
-	68, // 10: room.v1.RoomSnapshot.profile:type_name -> room.v1.RoomProfile
-	69, // 11: room.v1.RoomSnapshot.members:type_name -> room.v1.Member
-	70, // 12: room.v1.RoomSnapshot.seats:type_name -> room.v1.MicSeat
-	71, // 13: room.v1.RoomSnapshot.chat_mutes:type_name -> room.v1.Restriction
-	71, // 14: room.v1.RoomSnapshot.bans:type_name -> room.v1.Restriction
+	70, // 10: room.v1.RoomSnapshot.profile:type_name -> room.v1.RoomProfile
+	71, // 11: room.v1.RoomSnapshot.members:type_name -> room.v1.Member
+	72, // 12: room.v1.RoomSnapshot.seats:type_name -> room.v1.MicSeat
+	73, // 13: room.v1.RoomSnapshot.chat_mutes:type_name -> room.v1.Restriction
+	73, // 14: room.v1.RoomSnapshot.bans:type_name -> room.v1.Restriction
 	64, // 15: room.v1.RoomSnapshot.economy:type_name -> room.v1.RoomEconomy
-	65, // 16: room.v1.RoomEconomy.rank:type_name -> room.v1.RankEntry
-	65, // 17: room.v1.RoomEconomy.contributions:type_name -> room.v1.RankEntry
-	66, // 18: room.v1.RoomEconomy.rocket:type_name -> room.v1.RoomRocket
-	65, // 19: room.v1.RoomRocket.contributors:type_name -> room.v1.RankEntry
-	67, // 20: room.v1.RoomRocket.launches:type_name -> room.v1.RocketLaunch
-	65, // 21: room.v1.RocketLaunch.top_contributors:type_name -> room.v1.RankEntry
-	15, // 22: room.v1.RoomService.CreateRoom:input_type -> room.v1.CreateRoomRequest
-	17, // 23: room.v1.RoomService.CloseRoom:input_type -> room.v1.CloseRoomRequest
-	19, // 24: room.v1.RoomService.JoinRoom:input_type -> room.v1.JoinRoomRequest
-	21, // 25: room.v1.RoomService.LeaveRoom:input_type -> room.v1.LeaveRoomRequest
-	23, // 26: room.v1.RoomService.TakeMic:input_type -> room.v1.TakeMicRequest
-	25, // 27: room.v1.RoomService.LeaveMic:input_type -> room.v1.LeaveMicRequest
-	27, // 28: room.v1.RoomService.MoveMic:input_type -> room.v1.MoveMicRequest
-	29, // 29: room.v1.RoomService.KickFromMic:input_type -> room.v1.KickFromMicRequest
-	31, // 30: room.v1.RoomService.LockMicSeat:input_type -> room.v1.LockMicSeatRequest
-	33, // 31: room.v1.RoomService.MuteMicSeat:input_type -> room.v1.MuteMicSeatRequest
-	35, // 32: room.v1.RoomService.SetMyMic:input_type -> room.v1.SetMyMicRequest
-	37, // 33: room.v1.RoomService.KickUser:input_type -> room.v1.KickUserRequest
-	39, // 34: room.v1.RoomService.MuteUser:input_type -> room.v1.MuteUserRequest
-	41, // 35: room.v1.RoomService.UnbanUser:input_type -> room.v1.UnbanUserRequest
-	43, // 36: room.v1.RoomService.SetAdmin:input_type -> room.v1.SetAdminRequest
-	45, // 37: room.v1.RoomService.UpdateProfile:input_type -> room.v1.UpdateProfileRequest
-	47, // 38: room.v1.RoomService.ChangeBackground:input_type -> room.v1.ChangeBackgroundRequest
-	49, // 39: room.v1.RoomService.SetChatEnabled:input_type -> room.v1.SetChatEnabledRequest
-	53, // 40: room.v1.RoomService.GetRoomSnapshot:input_type -> room.v1.GetRoomSnapshotRequest
-	51, // 41: room.v1.RoomService.PublishRobotDisplay:input_type -> room.v1.PublishRobotDisplayRequest
-	55, // 42: room.v1.RoomService.ListRooms:input_type -> room.v1.ListRoomsRequest
-	2,  // 43: room.v1.RoomService.SendGift:input_type -> room.v1.SendGiftRequest
-	4,  // 44: room.v1.RoomService.ListGifts:input_type -> room.v1.ListGiftsRequest
-	7,  // 45: room.v1.WalletService.CreditCoins:input_type -> room.v1.CreditCoinsRequest
-	9,  // 46: room.v1.WalletService.GetBalance:input_type -> room.v1.GetBalanceRequest
-	58, // 47: room.v1.OperatorService.ListCommands:input_type -> room.v1.ListCommandsRequest
-	61, // 48: room.v1.OperatorService.GetStoredSnapshot:input_type -> room.v1.GetStoredSnapshotRequest
-	11, // 49: room.v1.OperatorService.GetOutboxStatus:input_type -> room.v1.GetOutboxStatusRequest
-	13, // 50: room.v1.OperatorService.RequeueDeadOutbox:input_type -> room.v1.RequeueDeadOutboxRequest
-	16, // 51: room.v1.RoomService.CreateRoom:output_type -> room.v1.CreateRoomResponse
-	18, // 52: room.v1.RoomService.CloseRoom:output_type -> room.v1.CloseRoomResponse
-	20, // 53: room.v1.RoomService.JoinRoom:output_type -> room.v1.JoinRoomResponse
-	22, // 54: room.v1.RoomService.LeaveRoom:output_type -> room.v1.LeaveRoomResponse
-	24, // 55: room.v1.RoomService.TakeMic:output_type -> room.v1.TakeMicResponse
-	26, // 56: room.v1.RoomService.LeaveMic:output_type -> room.v1.LeaveMicResponse
-	28, // 57: room.v1.RoomService.MoveMic:output_type -> room.v1.MoveMicResponse
-	30, // 58: room.v1.RoomService.KickFromMic:output_type -> room.v1.KickFromMicResponse
-	32, // 59: room.v1.RoomService.LockMicSeat:output_type -> room.v1.LockMicSeatResponse
-	34, // 60: room.v1.RoomService.MuteMicSeat:output_type -> room.v1.MuteMicSeatResponse
-	36, // 61: room.v1.RoomService.SetMyMic:output_type -> room.v1.SetMyMicResponse
-	38, // 62: room.v1.RoomService.KickUser:output_type -> room.v1.KickUserResponse
-	40, // 63: room.v1.RoomService.MuteUser:output_type -> room.v1.MuteUserResponse
-	42, // 64: room.v1.RoomService.UnbanUser:output_type -> room.v1.UnbanUserResponse
-	44, // 65: room.v1.RoomService.SetAdmin:output_type -> room.v1.SetAdminResponse
-	46, // 66: room.v1.RoomService.UpdateProfile:output_type -> room.v1.UpdateProfileResponse
-	48, // 67: room.v1.RoomService.ChangeBackground:output_type -> room.v1.ChangeBackgroundResponse
-	50, // 68: room.v1.RoomService.SetChatEnabled:output_type -> room.v1.SetChatEnabledResponse
-	54, // 69: room.v1.RoomService.GetRoomSnapshot:output_type -> room.v1.GetRoomSnapshotResponse
-	52, // 70: room.v1.RoomService.PublishRobotDisplay:output_type -> room.v1.PublishRobotDisplayResponse
-	56, // 71: room.v1.RoomService.ListRooms:output_type -> room.v1.ListRoomsResponse
-	3,  // 72: room.v1.RoomService.SendGift:output_type -> room.v1.SendGiftResponse
-	5,  // 73: room.v1.RoomService.ListGifts:output_type -> room.v1.ListGiftsResponse
-	8,  // 74: room.v1.WalletService.CreditCoins:output_type -> room.v1.CreditCoinsResponse
-	10, // 75: room.v1.WalletService.GetBalance:output_type -> room.v1.GetBalanceResponse
-	59, // 76: room.v1.OperatorService.ListCommands:output_type -> room.v1.ListCommandsResponse
-	62, // 77: room.v1.OperatorService.GetStoredSnapshot:output_type -> room.v1.GetStoredSnapshotResponse
-	12, // 78: room.v1.OperatorService.GetOutboxStatus:output_type -> room.v1.GetOutboxStatusResponse
-	14, // 79: room.v1.OperatorService.RequeueDeadOutbox:output_type -> room.v1.RequeueDeadOutboxResponse
-	51, // [51:80] is the sub-list for method output_type
-	22, // [22:51] is the sub-list for method input_type
-	22, // [22:22] is the sub-list for extension type_name
-	22, // [22:22] is the sub-list for extension extendee
-	0,  // [0:22] is the sub-list for field type_name
+	67, // 16: room.v1.RoomEconomy.rank:type_name -> room.v1.RankEntry
+	67, // 17: room.v1.RoomEconomy.contributions:type_name -> room.v1.RankEntry
+	68, // 18: room.v1.RoomEconomy.rocket:type_name -> room.v1.RoomRocket
+	65, // 19: room.v1.RoomEconomy.rules:type_name -> room.v1.EconomyRules
+	66, // 20: room.v1.EconomyRules.rocket_levels:type_name -> room.v1.RocketLevelRule
+	67, // 21: room.v1.RoomRocket.contributors:type_name -> room.v1.RankEntry
+	69, // 22: room.v1.RoomRocket.launches:type_name -> room.v1.RocketLaunch
+	67, // 23: room.v1.RocketLaunch.top_contributors:type_name -> room.v1.RankEntry
+	15, // 24: room.v1.RoomService.CreateRoom:input_type -> room.v1.CreateRoomRequest
+	17, // 25: room.v1.RoomService.CloseRoom:input_type -> room.v1.CloseRoomRequest
+	19, // 26: room.v1.RoomService.JoinRoom:input_type -> room.v1.JoinRoomRequest
+	21, // 27: room.v1.RoomService.LeaveRoom:input_type -> room.v1.LeaveRoomRequest
+	23, // 28: room.v1.RoomService.TakeMic:input_type -> room.v1.TakeMicRequest
+	25, // 29: room.v1.RoomService.LeaveMic:input_type -> room.v1.LeaveMicRequest
+	27, // 30: room.v1.RoomService.MoveMic:input_type -> room.v1.MoveMicRequest
+	29, // 31: room.v1.RoomService.KickFromMic:input_type -> room.v1.KickFromMicRequest
+	31, // 32: room.v1.RoomService.LockMicSeat:input_type -> room.v1.LockMicSeatRequest
+	33, // 33: room.v1.RoomService.MuteMicSeat:input_type -> room.v1.MuteMicSeatRequest
+	35, // 34: room.v1.RoomService.SetMyMic:input_type -> room.v1.SetMyMicRequest
+	37, // 35: room.v1.RoomService.KickUser:input_type -> room.v1.KickUserRequest
+	39, // 36: room.v1.RoomService.MuteUser:input_type -> room.v1.MuteUserRequest
+	41, // 37: room.v1.RoomService.UnbanUser:input_type -> room.v1.UnbanUserRequest
+	43, // 38: room.v1.RoomService.SetAdmin:input_type -> room.v1.SetAdminRequest
+	45, // 39: room.v1.RoomService.UpdateProfile:input_type -> room.v1.UpdateProfileRequest
+	47, // 40: room.v1.RoomService.ChangeBackground:input_type -> room.v1.ChangeBackgroundRequest
+	49, // 41: room.v1.RoomService.SetChatEnabled:input_type -> room.v1.SetChatEnabledRequest
+	53, // 42: room.v1.RoomService.GetRoomSnapshot:input_type -> room.v1.GetRoomSnapshotRequest
+	51, // 43: room.v1.RoomService.PublishRobotDisplay:input_type -> room.v1.PublishRobotDisplayRequest
+	55, // 44: room.v1.RoomService.ListRooms:input_type -> room.v1.ListRoomsRequest
+	2,  // 45: room.v1.RoomService.SendGift:input_type -> room.v1.SendGiftRequest
+	4,  // 46: room.v1.RoomService.ListGifts:input_type -> room.v1.ListGiftsRequest
+	7,  // 47: room.v1.WalletService.CreditCoins:input_type -> room.v1.CreditCoinsRequest
+	9,  // 48: room.v1.WalletService.GetBalance:input_type -> room.v1.GetBalanceRequest
+	58, // 49: room.v1.OperatorService.ListCommands:input_type -> room.v1.ListCommandsRequest
+	61, // 50: room.v1.OperatorService.GetStoredSnapshot:input_type -> room.v1.GetStoredSnapshotRequest
+	11, // 51: room.v1.OperatorService.GetOutboxStatus:input_type -> room.v1.GetOutboxStatusRequest
+	13, // 52: room.v1.OperatorService.RequeueDeadOutbox:input_type -> room.v1.RequeueDeadOutboxRequest
+	16, // 53: room.v1.RoomService.CreateRoom:output_type -> room.v1.CreateRoomResponse
+	18, // 54: room.v1.RoomService.CloseRoom:output_type -> room.v1.CloseRoomResponse
+	20, // 55: room.v1.RoomService.JoinRoom:output_type -> room.v1.JoinRoomResponse
+	22, // 56: room.v1.RoomService.LeaveRoom:output_type -> room.v1.LeaveRoomResponse
+	24, // 57: room.v1.RoomService.TakeMic:output_type -> room.v1.TakeMicResponse
+	26, // 58: room.v1.RoomService.LeaveMic:output_type -> room.v1.LeaveMicResponse
+	28, // 59: room.v1.RoomService.MoveMic:output_type -> room.v1.MoveMicResponse
+	30, // 60: room.v1.RoomService.KickFromMic:output_type -> room.v1.KickFromMicResponse
+	32, // 61: room.v1.RoomService.LockMicSeat:output_type -> room.v1.LockMicSeatResponse
+	34, // 62: room.v1.RoomService.MuteMicSeat:output_type -> room.v1.MuteMicSeatResponse
+	36, // 63: room.v1.RoomService.SetMyMic:output_type -> room.v1.SetMyMicResponse
+	38, // 64: room.v1.RoomService.KickUser:output_type -> room.v1.KickUserResponse
+	40, // 65: room.v1.RoomService.MuteUser:output_type -> room.v1.MuteUserResponse
+	42, // 66: room.v1.RoomService.UnbanUser:output_type -> room.v1.UnbanUserResponse
+	44, // 67: room.v1.RoomService.SetAdmin:output_type -> room.v1.SetAdminResponse
+	46, // 68: room.v1.RoomService.UpdateProfile:output_type -> room.v1.UpdateProfileResponse
+	48, // 69: room.v1.RoomService.ChangeBackground:output_type -> room.v1.ChangeBackgroundResponse
+	50, // 70: room.v1.RoomService.SetChatEnabled:output_type -> room.v1.SetChatEnabledResponse
+	54, // 71: room.v1.RoomService.GetRoomSnapshot:output_type -> room.v1.GetRoomSnapshotResponse
+	52, // 72: room.v1.RoomService.PublishRobotDisplay:output_type -> room.v1.PublishRobotDisplayResponse
+	56, // 73: room.v1.RoomService.ListRooms:output_type -> room.v1.ListRoomsResponse
+	3,  // 74: room.v1.RoomService.SendGift:output_type -> room.v1.SendGiftResponse
+	5,  // 75: room.v1.RoomService.ListGifts:output_type -> room.v1.ListGiftsResponse
+	8,  // 76: room.v1.WalletService.CreditCoins:output_type -> room.v1.CreditCoinsResponse
+	10, // 77: room.v1.WalletService.GetBalance:output_type -> room.v1.GetBalanceResponse
+	59, // 78: room.v1.OperatorService.ListCommands:output_type -> room.v1.ListCommandsResponse
+	62, // 79: room.v1.OperatorService.GetStoredSnapshot:output_type -> room.v1.GetStoredSnapshotResponse
+	12, // 80: room.v1.OperatorService.GetOutboxStatus:output_type -> room.v1.GetOutboxStatusResponse
+	14, // 81: room.v1.OperatorService.RequeueDeadOutbox:output_type -> room.v1.RequeueDeadOutboxResponse
+	53, // [53:82] is the sub-list for method output_type
+	24, // [24:53] is the sub-list for method input_type
+	24, // [24:24] is the sub-list for extension type_name
+	24, // [24:24] is the sub-list for extension extendee
+	0,  // [0:24] is the sub-list for field type_name
 }
 
 func init() { file_room_v1_room_proto_init() }
@@ -5310,7 +5472,7 @@ func file_room_v1_room_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_room_v1_room_proto_rawDesc), len(file_room_v1_room_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   72,
+			NumMessages:   74,
 			NumExtensions: 0,
 			NumServices:   3,
 		},
