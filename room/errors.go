@@ -11,15 +11,16 @@ type Code string
 
 // The error codes. Keep this set small: clients switch on Reason, operators on Code.
 const (
-	CodeInvalid      Code = "invalid"      // the request itself is malformed
-	CodeNotFound     Code = "not_found"    // the room (or another named thing) does not exist
-	CodeConflict     Code = "conflict"     // the request clashes with existing state (ids, versions)
-	CodeRejected     Code = "rejected"     // a domain rule refuses the command in the current state
-	CodePermission   Code = "permission"   // the operator may not do this
-	CodeUnauthorized Code = "unauthorized" // the caller is not authenticated
-	CodeExhausted    Code = "exhausted"    // a bounded queue is full; retry later
-	CodeUnavailable  Code = "unavailable"  // a dependency is down or the room moved; retry later
-	CodeInternal     Code = "internal"     // a bug; logged with the room id
+	CodeInvalid       Code = "invalid"       // the request itself is malformed
+	CodeNotFound      Code = "not_found"     // the room (or another named thing) does not exist
+	CodeConflict      Code = "conflict"      // the request clashes with existing state (ids, versions)
+	CodeRejected      Code = "rejected"      // a domain rule refuses the command in the current state
+	CodePermission    Code = "permission"    // the operator may not do this
+	CodeUnauthorized  Code = "unauthorized"  // the caller is not authenticated
+	CodeExhausted     Code = "exhausted"     // a bounded queue is full; retry later
+	CodeUnavailable   Code = "unavailable"   // a dependency is down or the room moved; retry later
+	CodeInternal      Code = "internal"      // a bug; logged with the room id
+	CodeUnimplemented Code = "unimplemented" // no such procedure on this service
 )
 
 // Error is the one application error type. Reason is a stable snake_case
@@ -69,7 +70,13 @@ func sentinel(code Code, reason, msg string) *Error {
 // Domain and service errors, declared together. Reasons are part of the API.
 var (
 	// Request shape.
-	ErrInvalidArgument   = sentinel(CodeInvalid, "invalid_argument", "the request is malformed")
+	ErrInvalidArgument = sentinel(CodeInvalid, "invalid_argument", "the request is malformed")
+	// ErrMalformedRequest: the body does not decode as the request message:
+	// bad JSON or protobuf, a value of the wrong type or out of its field's
+	// range, invalid UTF-8, an unknown enum name, or a field the message does
+	// not have (unknown fields are refused, not ignored; see package rpc).
+	ErrMalformedRequest  = sentinel(CodeInvalid, "malformed_request", "the request body does not decode as the request message")
+	ErrUnknownProcedure  = sentinel(CodeUnimplemented, "unknown_procedure", "this service has no such procedure")
 	ErrMissingCommandID  = sentinel(CodeInvalid, "missing_command_id", "command_id is required")
 	ErrMissingRoomID     = sentinel(CodeInvalid, "missing_room_id", "room_id is required")
 	ErrMissingOperator   = sentinel(CodeInvalid, "missing_operator", "operator_user_id is required")
@@ -81,6 +88,9 @@ var (
 	ErrBadTarget         = sentinel(CodeInvalid, "bad_target", "target_user_id is required and may not be the operator")
 	ErrUnknownCommand    = sentinel(CodeInvalid, "unknown_command", "unknown command type")
 	ErrCommandIDConflict = sentinel(CodeConflict, "command_id_conflict", "command_id was already used for a different request")
+	// ErrIdempotencyKeyConflict: an idempotency_key (CreditCoins) was used
+	// before with another user or amount; nothing changed.
+	ErrIdempotencyKeyConflict = sentinel(CodeConflict, "idempotency_key_conflict", "idempotency_key was already used for a different request")
 
 	// Room lifecycle.
 	ErrRoomNotFound = sentinel(CodeNotFound, "room_not_found", "no such room")

@@ -19,15 +19,16 @@ const ErrorDomain = "room.v1"
 
 // codes is the one table from application error codes to Connect/gRPC codes.
 var codes = map[room.Code]connect.Code{
-	room.CodeInvalid:      connect.CodeInvalidArgument,
-	room.CodeNotFound:     connect.CodeNotFound,
-	room.CodeConflict:     connect.CodeAlreadyExists,
-	room.CodeRejected:     connect.CodeFailedPrecondition,
-	room.CodePermission:   connect.CodePermissionDenied,
-	room.CodeUnauthorized: connect.CodeUnauthenticated,
-	room.CodeExhausted:    connect.CodeResourceExhausted,
-	room.CodeUnavailable:  connect.CodeUnavailable,
-	room.CodeInternal:     connect.CodeInternal,
+	room.CodeInvalid:       connect.CodeInvalidArgument,
+	room.CodeNotFound:      connect.CodeNotFound,
+	room.CodeConflict:      connect.CodeAlreadyExists,
+	room.CodeRejected:      connect.CodeFailedPrecondition,
+	room.CodePermission:    connect.CodePermissionDenied,
+	room.CodeUnauthorized:  connect.CodeUnauthenticated,
+	room.CodeExhausted:     connect.CodeResourceExhausted,
+	room.CodeUnavailable:   connect.CodeUnavailable,
+	room.CodeInternal:      connect.CodeInternal,
+	room.CodeUnimplemented: connect.CodeUnimplemented,
 }
 
 // toConnect turns any error into a Connect error with a google.rpc.ErrorInfo

@@ -14,7 +14,9 @@ import (
 	"connectrpc.com/grpcreflect"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"google.golang.org/protobuf/reflect/protoreflect"
 
+	roomv1 "hyapp/room-service/gen/room/v1"
 	"hyapp/room-service/gen/room/v1/roomv1connect"
 	"hyapp/room-service/room"
 )
@@ -33,16 +35,20 @@ type Options struct {
 // NewMux mounts the API, gRPC health, gRPC reflection and /metrics on one mux.
 func NewMux(rooms *RoomHandler, ops *OperatorHandler, wallets *WalletHandler, opts Options, log *slog.Logger) *http.ServeMux {
 	handlerOpts := connect.WithHandlerOptions(
-		connect.WithInterceptors(authInterceptor(opts.Token)),
+		strictCodecs(),
+		connect.WithRequestGate(authGate(opts.Token)),
+		connect.WithInterceptors(refuseMalformed(log)),
 		connect.WithRecover(func(ctx context.Context, spec connect.Spec, _ http.Header, p any) error {
 			log.ErrorContext(ctx, "handler panic", "procedure", spec.Procedure, "panic", p)
 			return toConnect(ctx, log, room.Errorf(room.ErrInternal, "panic in %s", spec.Procedure))
 		}),
 	)
+	refuse := unknownProcedure(connect.NewErrorWriter(handlerOpts), log)
 	mux := http.NewServeMux()
-	mux.Handle(roomv1connect.NewRoomServiceHandler(rooms, handlerOpts))
-	mux.Handle(roomv1connect.NewOperatorServiceHandler(ops, handlerOpts))
-	mux.Handle(roomv1connect.NewWalletServiceHandler(wallets, handlerOpts))
+	mux.Handle(knownOnly(refuse)(roomv1connect.NewRoomServiceHandler(rooms, handlerOpts)))
+	mux.Handle(knownOnly(refuse)(roomv1connect.NewOperatorServiceHandler(ops, handlerOpts)))
+	mux.Handle(knownOnly(refuse)(roomv1connect.NewWalletServiceHandler(wallets, handlerOpts)))
+	mux.Handle("/", refuse)
 	names := []string{roomv1connect.RoomServiceName, roomv1connect.OperatorServiceName, roomv1connect.WalletServiceName}
 	reflector := grpcreflect.NewStaticReflector(append(names, grpchealth.HealthV1ServiceName)...)
 	mux.Handle(grpcreflect.NewHandlerV1(reflector))
@@ -58,6 +64,32 @@ func NewMux(rooms *RoomHandler, ops *OperatorHandler, wallets *WalletHandler, op
 	return mux
 }
 
+// unknownProcedure answers a path that is no procedure of this service with
+// unknown_procedure, in the caller's protocol, where connect and the mux
+// would answer a bare 404.
+func unknownProcedure(w *connect.ErrorWriter, log *slog.Logger) http.Handler {
+	return http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		_ = w.Write(rw, r, toConnect(r.Context(), log, room.Errorf(room.ErrUnknownProcedure, "no procedure %s", r.URL.Path)))
+	})
+}
+
+// knownOnly passes a service's handler the calls of its methods and
+// refuses the other paths under it.
+func knownOnly(refuse http.Handler) func(path string, h http.Handler) (string, http.Handler) {
+	return func(path string, h http.Handler) (string, http.Handler) {
+		name := protoreflect.FullName(strings.Trim(path, "/")).Name()
+		svc := roomv1.File_room_v1_room_proto.Services().ByName(name)
+		return path, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			method := protoreflect.Name(strings.TrimPrefix(r.URL.Path, path))
+			if svc == nil || svc.Methods().ByName(method) == nil {
+				refuse.ServeHTTP(w, r)
+				return
+			}
+			h.ServeHTTP(w, r)
+		})
+	}
+}
+
 // NewServer returns an HTTP server for h that speaks HTTP/1.1 and HTTP/2
 // without TLS (h2c), as gRPC clients on a private network expect.
 func NewServer(h http.Handler) *http.Server {
@@ -67,18 +99,18 @@ func NewServer(h http.Handler) *http.Server {
 	return &http.Server{Handler: h, Protocols: p, ReadHeaderTimeout: 10 * time.Second}
 }
 
-func authInterceptor(token string) connect.UnaryInterceptorFunc {
+// authGate refuses a call without the service token before its body is
+// read, so an unauthenticated caller learns nothing about its request.
+func authGate(token string) connect.RequestGateFunc {
 	want := []byte("Bearer " + token)
-	return func(next connect.UnaryFunc) connect.UnaryFunc {
-		return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
-			if token != "" {
-				got := []byte(strings.TrimSpace(req.Header().Get("Authorization")))
-				if subtle.ConstantTimeCompare(got, want) != 1 {
-					return nil, toConnect(ctx, nil, room.ErrUnauthorized)
-				}
+	return func(ctx context.Context, _ connect.Spec, _ connect.Peer, header http.Header) (context.Context, error) {
+		if token != "" {
+			got := []byte(strings.TrimSpace(header.Get("Authorization")))
+			if subtle.ConstantTimeCompare(got, want) != 1 {
+				return ctx, toConnect(ctx, nil, room.ErrUnauthorized)
 			}
-			return next(ctx, req)
 		}
+		return ctx, nil
 	}
 }
 

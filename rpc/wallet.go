@@ -2,6 +2,7 @@ package rpc
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 
 	"connectrpc.com/connect"
@@ -28,7 +29,9 @@ func NewWalletHandler(w wallet.Wallet, log *slog.Logger) *WalletHandler {
 	return &WalletHandler{wallet: w, log: log}
 }
 
-// CreditCoins implements WalletService.
+// CreditCoins implements WalletService. A retry with the same
+// idempotency_key answers the balance right after the original credit;
+// the key reused for another user or amount is idempotency_key_conflict.
 func (h *WalletHandler) CreditCoins(ctx context.Context, r *connect.Request[roomv1.CreditCoinsRequest]) (*connect.Response[roomv1.CreditCoinsResponse], error) {
 	m := r.Msg
 	switch {
@@ -40,6 +43,9 @@ func (h *WalletHandler) CreditCoins(ctx context.Context, r *connect.Request[room
 		return nil, toConnect(ctx, h.log, room.Errorf(room.ErrInvalidArgument, "idempotency_key must be 1..%d bytes", wallet.MaxKeyLen))
 	}
 	balance, dup, err := h.wallet.Credit(ctx, m.GetUserId(), m.GetAmount(), m.GetIdempotencyKey())
+	if errors.Is(err, wallet.ErrKeyConflict) {
+		err = room.Errorf(room.ErrIdempotencyKeyConflict, "idempotency_key %q credited another user or amount", m.GetIdempotencyKey())
+	}
 	if err != nil {
 		return nil, toConnect(ctx, h.log, err)
 	}

@@ -104,8 +104,10 @@ type Wallet interface {
 	// (CursorOf).
 	Pending(ctx context.Context, before time.Time, after Cursor, limit int) ([]Receipt, error)
 	// Credit adds amount (> 0) to the user's balance once per key and
-	// returns the balance after it; duplicate is true when the key had
-	// credited before (the balance returned is then the current one).
+	// returns the balance right after it. A repeated key changes nothing
+	// and returns duplicate with the balance right after the first credit
+	// (not today's), so a retry answers exactly as the original did; a
+	// repeated key with another user or amount is ErrKeyConflict.
 	Credit(ctx context.Context, userID, amount int64, key string) (balance int64, duplicate bool, err error)
 	// Balance returns the user's balance (0 for an unknown user).
 	Balance(ctx context.Context, userID int64) (int64, error)

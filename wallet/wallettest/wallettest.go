@@ -60,6 +60,7 @@ func Run(t *testing.T, newWallet func(t *testing.T) Ledger) {
 		{"Settle", testSettle},
 		{"Pending", testPending},
 		{"Credit", testCredit},
+		{"CreditRetry", testCreditRetry},
 		{"Entries", testEntries},
 		{"CanceledContext", testCanceledContext},
 	}
@@ -672,9 +673,9 @@ func testCredit(t *testing.T, l Ledger) {
 		t.Fatalf("Credit again = %d, dup %v, err %v; want 100, duplicate", b, dup, err)
 	}
 	mustCharge(t, l, charge(newKey(t), u, 30, 0))
-	// A duplicate returns the current balance.
-	if b, dup, err := l.Credit(ctx, u, 100, key); err != nil || !dup || b != 70 {
-		t.Fatalf("Credit after a charge = %d, dup %v, err %v; want 70, duplicate", b, dup, err)
+	// A duplicate answers as the first credit did, not with today's balance.
+	if b, dup, err := l.Credit(ctx, u, 100, key); err != nil || !dup || b != 100 {
+		t.Fatalf("Credit after a charge = %d, dup %v, err %v; want the first answer 100, duplicate", b, dup, err)
 	}
 	if _, _, err := l.Credit(ctx, u, 99, key); !errors.Is(err, wallet.ErrKeyConflict) {
 		t.Fatalf("Credit with another amount: err %v, want ErrKeyConflict", err)
@@ -710,6 +711,49 @@ func testCredit(t *testing.T, l Ledger) {
 	}
 	mustBalance(t, l, v, 7)
 	checkAudit(t, l, u, other, v)
+}
+
+// testCreditRetry: a retried credit answers the balance right after the
+// original credit, whatever came after it, and a key reused for another
+// user or amount is refused and changes nothing.
+func testCreditRetry(t *testing.T, l Ledger) {
+	ctx := t.Context()
+	u, other := newUser(), newUser()
+	k1, k2 := newKey(t), newKey(t)
+	steps := []struct {
+		name   string
+		user   int64
+		amount int64
+		key    string
+		want   int64
+		dup    bool
+	}{
+		{"credit k1", u, 100, k1, 100, false},
+		{"credit k2", u, 50, k2, 150, false},
+		{"retry k1", u, 100, k1, 100, true},
+		{"retry k2", u, 50, k2, 150, true},
+	}
+	for _, s := range steps {
+		if b, dup, err := l.Credit(ctx, s.user, s.amount, s.key); err != nil || dup != s.dup || b != s.want {
+			t.Fatalf("%s: balance %d, dup %v, err %v; want %d, dup %v", s.name, b, dup, err, s.want, s.dup)
+		}
+	}
+	conflicts := []struct {
+		name         string
+		user, amount int64
+	}{
+		{"another amount", u, 101},
+		{"another user", other, 100},
+	}
+	for _, c := range conflicts {
+		b, dup, err := l.Credit(ctx, c.user, c.amount, k1)
+		if !errors.Is(err, wallet.ErrKeyConflict) || room.AsError(err).Reason != wallet.ErrKeyConflict.Reason {
+			t.Fatalf("retry k1 with %s: balance %d, dup %v, err %v; want ErrKeyConflict", c.name, b, dup, err)
+		}
+	}
+	mustBalance(t, l, u, 150)
+	mustBalance(t, l, other, 0)
+	checkAudit(t, l, u, other)
 }
 
 func testEntries(t *testing.T, l Ledger) {

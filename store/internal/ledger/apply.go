@@ -43,7 +43,9 @@ type account struct {
 	changed bool
 }
 
-type credit struct{ userID, amount int64 }
+// credit is a credit key's entry: its user, its amount and the balance
+// right after it, which a retry of the key answers.
+type credit struct{ userID, amount, after int64 }
 
 type entry struct {
 	userID int64
@@ -175,21 +177,21 @@ func (t *txn) charge(in wallet.Charge) (wallet.Receipt, error) {
 }
 
 func (t *txn) credit(userID, amount int64, key string) (int64, bool, error) {
-	a := t.accounts[userID]
 	if c, ok := t.credits[key]; ok {
 		if c.userID != userID || c.amount != amount {
 			return 0, false, fmt.Errorf("credit key=%q user=%d amount=%d: credited before to user=%d amount=%d: %w",
 				key, userID, amount, c.userID, c.amount, wallet.ErrKeyConflict)
 		}
-		return a.balance, true, nil
+		return c.after, true, nil
 	}
+	a := t.accounts[userID]
 	if amount > math.MaxInt64-a.balance {
 		return 0, false, fmt.Errorf("credit key=%q user=%d: amount %d overflows balance %d: %w",
 			key, userID, amount, a.balance, wallet.ErrBadRequest)
 	}
 	a.balance += amount
 	a.changed = true
-	t.credits[key] = credit{userID, amount}
+	t.credits[key] = credit{userID, amount, a.balance}
 	t.entries = append(t.entries, entry{userID, wallet.EntryCredit, amount, a.balance, key})
 	return a.balance, false, nil
 }
@@ -241,11 +243,11 @@ func (l *Ledger) readCharges(ctx context.Context, tx *sql.Tx, t *txn, keys []str
 
 func (l *Ledger) readCredits(ctx context.Context, tx *sql.Tx, t *txn, keys []string) error {
 	return inChunks(ctx, l, tx, keys, func(chunk []string) *stmt {
-		return in(l.newStmt(`SELECT idem_key, user_id, amount FROM wallet_entries WHERE kind = 'credit' AND idem_key IN `), chunk)
+		return in(l.newStmt(`SELECT idem_key, user_id, amount, balance_after FROM wallet_entries WHERE kind = 'credit' AND idem_key IN `), chunk)
 	}, func(rows *sql.Rows) error {
 		var key string
 		var c credit
-		if err := rows.Scan(&key, &c.userID, &c.amount); err != nil {
+		if err := rows.Scan(&key, &c.userID, &c.amount, &c.after); err != nil {
 			return err
 		}
 		t.credits[key] = c
