@@ -218,6 +218,9 @@ func FromProto(p *roomv1.RoomSnapshot) (*room.State, error) {
 	for _, r := range p.GetBans() {
 		s.Bans[r.GetUserId()] = r.GetUntilMs()
 	}
+	// A snapshot of an older build may list restrictions that had ended by
+	// its last command: they stay until the next command removes them.
+	s.DeriveExpiry()
 	if err := economyFromProto(s, p.GetEconomy(), p.GetRoomId()); err != nil {
 		return nil, err
 	}
