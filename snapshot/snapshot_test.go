@@ -446,3 +446,17 @@ func TestOlderSnapshotWithEndedRestrictionsLoads(t *testing.T) {
 		t.Fatal("the snapshots differ after the next command")
 	}
 }
+
+func TestWithoutEnded(t *testing.T) {
+	p := snapshot.ToProto(restrictedRoom(t)) // ban of 7 ends at t0+60010, mute of 8 at t0+30030, ban of 9 is permanent
+	if got := snapshot.WithoutEnded(p, t0+30_029); got != p {
+		t.Fatal("nothing has ended, yet the message was copied")
+	}
+	got := snapshot.WithoutEnded(p, t0+60_010)
+	if len(got.GetChatMutes()) != 0 || len(got.GetBans()) != 1 || got.GetBans()[0].GetUserId() != 9 {
+		t.Fatalf("mutes %v, bans %v: want none and the permanent one", got.GetChatMutes(), got.GetBans())
+	}
+	if got.GetRoomVersion() != p.GetRoomVersion() || len(p.GetBans()) != 2 || len(p.GetChatMutes()) != 1 {
+		t.Fatal("the answer moved the version or the shared message changed")
+	}
+}
