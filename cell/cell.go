@@ -479,11 +479,16 @@ func (c *Cell) committed(cmds []*pending, b store.Batch) []Committed {
 	return out
 }
 
-// snapshot returns the (cached) snapshot message of the current state. The
-// message is shared: callers must not modify it.
+// snapshot returns the (cached) snapshot message of the current state, as
+// a query answers it now: without the bans and mutes that ended since the
+// last command (that costs a copy only then). The message is shared:
+// callers must not modify it.
 func (c *Cell) snapshot() *roomv1.RoomSnapshot {
 	if c.snapCache == nil || c.snapCache.GetRoomVersion() != c.state.Version {
 		c.snapCache = snapshot.ToProto(c.state)
+	}
+	if next, now := c.state.NextExpiry(), c.reg.cfg.Clock().UnixMilli(); next != 0 && next <= now {
+		return snapshot.WithoutEnded(c.snapCache, now)
 	}
 	return c.snapCache
 }

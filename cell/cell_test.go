@@ -364,3 +364,21 @@ func TestEventsReachSinkAfterCommitWithLanes(t *testing.T) {
 		t.Fatalf("unexpected outbox rows %v", have)
 	}
 }
+
+// TestSnapshotHidesEndedRestrictions queries a room after a ban ended and
+// before its next command: the answer has the room's version and no ban.
+func TestSnapshotHidesEndedRestrictions(t *testing.T) {
+	clock := &testClock{}
+	reg := newRegistry(t, openRepo(t), cell.Config{Clock: clock.Now}, nil)
+	createRoom(t, reg, "bans")
+	v := mustSubmit(t, reg, env("bans", "kick", 1, &room.KickUser{TargetUserID: 7, DurationSeconds: 60})).RoomVersion
+	snap, err := reg.Snapshot(context.Background(), "bans")
+	if err != nil || len(snap.GetBans()) != 1 {
+		t.Fatalf("bans %v (%v), want the kick's", snap.GetBans(), err)
+	}
+	clock.jump(61 * time.Second)
+	snap, err = reg.Snapshot(context.Background(), "bans")
+	if err != nil || len(snap.GetBans()) != 0 || snap.GetRoomVersion() != v {
+		t.Fatalf("after the ban ended: bans %v, version %d (%v); want none at version %d", snap.GetBans(), snap.GetRoomVersion(), err, v)
+	}
+}

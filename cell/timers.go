@@ -1,10 +1,12 @@
 package cell
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -18,16 +20,20 @@ import (
 //
 // An ignition commits, in its batch, a timer row (store.Timer) that names
 // the LaunchRocket command due at the launch time; the launch's batch
-// deletes the row. While the room is loaded, the cell keeps an in-memory
-// timer per pending launch (armed after the ignition commits, and for every
-// pending launch of a recovered or reloaded room) that fires the launch on
-// time. A scanner (RunTimers) finds the rows of rooms no node serves: a
-// crash between ignition and launch, or a room passivated with a launch
-// pending. Either wakeup submits LaunchRocket through the registry like any
-// client, with a command id of its own per rocket, so a second wakeup of a
-// launched rocket is a duplicate and changes nothing. The domain revalidates
-// the rocket (id, level, launch time, business day) against the state; the
-// lease and the owner epoch decide who may commit.
+// deletes the row. While the room is loaded, the cell keeps its pending
+// launches in memory (added after the ignition commits, and every pending
+// launch of a recovered or reloaded room) with one timer for the earliest.
+// When it fires, one wakeup submits every due launch in launch order
+// (launch time, then rocket id), each after the one before it committed,
+// so launches due together, or overdue after a restart, commit in that
+// order. A scanner (RunTimers) finds the rows of rooms no node serves (a
+// crash between ignition and launch, a room passivated with a launch
+// pending) and hands them to the room's cell, loading it. A wakeup submits
+// LaunchRocket through the registry like any client, with a command id of
+// its own per rocket, so a second wakeup of a launched rocket is a
+// duplicate and changes nothing. The domain revalidates the rocket (id,
+// level, launch time, business day) against the state; the lease and the
+// owner epoch decide who may commit.
 
 // TimerKindRocketLaunch is the kind of a rocket launch timer; its payload
 // is the JSON of the room.LaunchRocket command to submit.
@@ -44,6 +50,9 @@ const (
 	// minRearm is the least delay of an in-memory timer re-armed after an
 	// early wakeup, so that clocks that disagree cannot make it spin.
 	minRearm = 50 * time.Millisecond
+	// launchRetry holds back a launch whose wakeup failed (a full mailbox, a
+	// room reloading) before its cell submits it again.
+	launchRetry = time.Second
 )
 
 // Wakeup results, the label of Metrics.RocketWakeups.
@@ -106,94 +115,203 @@ func (c *Cell) armCommitted(cmds []*pending) {
 	}
 }
 
-// armPending replaces the cell's in-memory timers with one per launch its
-// state holds; those already due fire at once.
+// armPending replaces the cell's in-memory launches with those its state
+// holds; those already due launch at once, in launch order.
 func (c *Cell) armPending() {
 	if c.timers == nil {
 		// Set once, before the cell is published: wakeups read the field.
 		c.timers = &launchTimers{reg: c.reg, roomID: c.roomID}
 	}
-	c.timers.disarmAll()
-	for _, l := range c.state.PendingLaunches() {
-		c.timers.arm(*l.LaunchCommand())
-	}
+	c.timers.reset(c.state.PendingLaunches())
 }
 
-// launchTimers are a cell's in-memory launch timers. They are not room
-// state: their callbacks run on timer goroutines, hence the mutex. A fired
-// timer hands its wakeup to the registry's wakers and returns, so a wakeup
-// never runs on the cell's goroutine.
+// launchTimers are a cell's in-memory launches: the launches waiting in the
+// room, one timer for the earliest of them, and at most one wakeup at a
+// time that submits every due launch in launch order (launch time, then
+// rocket id), each after the one before it committed. They are not room
+// state: the timer and the wakeup run on goroutines of their own, hence the
+// mutex. A wakeup runs on the registry's wakers, never on the cell's
+// goroutine.
 type launchTimers struct {
 	reg    *Registry
 	roomID string
 
-	mu      sync.Mutex
-	stopped bool
-	armed   map[int64]*time.Timer // by rocket id
+	mu       sync.Mutex
+	stopped  bool
+	pending  map[int64]waitingLaunch // by rocket id
+	inFlight map[int64]bool          // taken by the running wakeup
+	running  bool                    // a wakeup is submitting launches
+	timer    *time.Timer             // fires at the earliest due time of pending
 }
 
-// arm sets the launch's timer for its launch time, replacing one the rocket has.
-func (lt *launchTimers) arm(l room.LaunchRocket) {
-	lt.armAfter(l, time.Duration(l.LaunchAt-lt.reg.cfg.Clock().UnixMilli())*time.Millisecond)
+// waitingLaunch is a launch and the earliest time it may be submitted.
+type waitingLaunch struct {
+	launch room.LaunchRocket
+	// notBefore (unix ms) holds back a launch the room found early or that
+	// failed, so that clocks that disagree cannot make a wakeup spin.
+	notBefore int64
 }
 
-func (lt *launchTimers) armAfter(l room.LaunchRocket, d time.Duration) {
+func (w waitingLaunch) dueAt() int64 { return max(w.launch.LaunchAt, w.notBefore) }
+
+// compareLaunches orders launches by launch time, then rocket id: the order
+// room.Rocket.Launches keeps and launches commit in.
+func compareLaunches(a, b room.LaunchRocket) int {
+	return cmp.Or(cmp.Compare(a.LaunchAt, b.LaunchAt), cmp.Compare(a.RocketID, b.RocketID))
+}
+
+func (lt *launchTimers) now() int64 { return lt.reg.cfg.Clock().UnixMilli() }
+
+// arm adds the launch, due at its launch time.
+func (lt *launchTimers) arm(l room.LaunchRocket) { lt.add([]room.LaunchRocket{l}, 0) }
+
+// rearm adds the launch again, due no sooner than minRearm from now.
+func (lt *launchTimers) rearm(l room.LaunchRocket) {
+	lt.add([]room.LaunchRocket{l}, lt.now()+minRearm.Milliseconds())
+}
+
+// add adds launches (replacing a rocket's earlier entry) held back until
+// notBefore; a launch the running wakeup holds is left to it.
+func (lt *launchTimers) add(ls []room.LaunchRocket, notBefore int64) {
 	lt.mu.Lock()
 	defer lt.mu.Unlock()
 	if lt.stopped {
 		return
 	}
-	if old := lt.armed[l.RocketID]; old != nil {
-		old.Stop()
+	if lt.pending == nil {
+		lt.pending = make(map[int64]waitingLaunch)
 	}
-	if lt.armed == nil {
-		lt.armed = make(map[int64]*time.Timer)
+	for _, l := range ls {
+		if !lt.inFlight[l.RocketID] {
+			lt.pending[l.RocketID] = waitingLaunch{launch: l, notBefore: notBefore}
+		}
 	}
-	var t *time.Timer
-	t = time.AfterFunc(max(d, 0), func() {
-		lt.mu.Lock()
-		current := lt.armed[l.RocketID] == t
-		if current {
-			delete(lt.armed, l.RocketID)
-		}
-		lt.mu.Unlock()
-		if current {
-			lt.reg.wakes.spawn(func(ctx context.Context) { lt.reg.wakeLaunch(ctx, lt.roomID, l) })
-		}
-	})
-	lt.armed[l.RocketID] = t
+	lt.schedule()
 }
 
-// disarm stops the rocket's timer.
+// reset replaces every launch with ls.
+func (lt *launchTimers) reset(ls []room.RocketLaunch) {
+	lt.mu.Lock()
+	if !lt.stopped {
+		clear(lt.pending)
+	}
+	lt.mu.Unlock()
+	cmds := make([]room.LaunchRocket, len(ls))
+	for i := range ls {
+		cmds[i] = *ls[i].LaunchCommand()
+	}
+	lt.add(cmds, 0)
+}
+
+// disarm forgets the rocket's launch.
 func (lt *launchTimers) disarm(rocketID int64) {
 	lt.mu.Lock()
 	defer lt.mu.Unlock()
-	if t := lt.armed[rocketID]; t != nil {
-		t.Stop()
-		delete(lt.armed, rocketID)
-	}
+	delete(lt.pending, rocketID)
+	lt.schedule()
 }
 
-// disarmAll stops every timer.
-func (lt *launchTimers) disarmAll() {
-	lt.mu.Lock()
-	defer lt.mu.Unlock()
-	for id, t := range lt.armed {
-		t.Stop()
-		delete(lt.armed, id)
-	}
-}
-
-// stop stops every timer; later arms do nothing. The rows stay: the next
-// owner of the room arms them again, or the scanner finds them.
+// stop forgets every launch and stops the timer; later arms do nothing. The
+// rows stay: the next owner of the room arms them again, or the scanner
+// finds them.
 func (lt *launchTimers) stop() {
 	if lt == nil {
 		return
 	}
 	lt.mu.Lock()
+	defer lt.mu.Unlock()
 	lt.stopped = true
-	lt.mu.Unlock()
-	lt.disarmAll()
+	clear(lt.pending)
+	lt.schedule()
+}
+
+// schedule sets the timer for the earliest due time; the running wakeup
+// schedules when it ends. lt.mu is held.
+func (lt *launchTimers) schedule() {
+	if lt.running && !lt.stopped {
+		return
+	}
+	next, found := int64(0), false
+	for _, w := range lt.pending {
+		if !found || w.dueAt() < next {
+			next, found = w.dueAt(), true
+		}
+	}
+	d := time.Duration(max(next-lt.now(), 0)) * time.Millisecond
+	switch {
+	case !found || lt.stopped:
+		if lt.timer != nil {
+			lt.timer.Stop()
+		}
+	case lt.timer == nil:
+		lt.timer = time.AfterFunc(d, lt.fire)
+	default:
+		lt.timer.Reset(d)
+	}
+}
+
+// fire starts the wakeup unless one is running.
+func (lt *launchTimers) fire() {
+	lt.mu.Lock()
+	defer lt.mu.Unlock()
+	if lt.stopped || lt.running {
+		return
+	}
+	lt.running = true
+	lt.reg.wakes.spawn(lt.launchDue)
+}
+
+// launchDue submits the due launches, in launch order, until none is due.
+// A launch that is not due yet or failed stops the run, and it goes back
+// with every launch after it, held back a little: launching a later rocket
+// first is what the order forbids.
+func (lt *launchTimers) launchDue(ctx context.Context) {
+	for {
+		due := lt.takeDue()
+		if len(due) == 0 {
+			return
+		}
+		rest, result := lt.reg.wakeLaunches(ctx, lt.roomID, due)
+		lt.mu.Lock()
+		clear(lt.inFlight)
+		lt.mu.Unlock()
+		switch result {
+		case wakeNotDue:
+			lt.add(rest, lt.now()+minRearm.Milliseconds())
+		case wakeError:
+			lt.add(rest, lt.now()+launchRetry.Milliseconds())
+		}
+	}
+}
+
+// takeDue removes the due launches and returns them in launch order; when
+// none is due it ends the run and schedules the timer.
+func (lt *launchTimers) takeDue() []room.LaunchRocket {
+	lt.mu.Lock()
+	defer lt.mu.Unlock()
+	now := lt.now()
+	var due []room.LaunchRocket
+	if !lt.stopped {
+		for id, w := range lt.pending {
+			if w.dueAt() <= now {
+				due = append(due, w.launch)
+				delete(lt.pending, id)
+			}
+		}
+	}
+	if len(due) == 0 {
+		lt.running = false
+		lt.schedule()
+		return nil
+	}
+	slices.SortFunc(due, compareLaunches)
+	if lt.inFlight == nil {
+		lt.inFlight = make(map[int64]bool)
+	}
+	for _, l := range due {
+		lt.inFlight[l.RocketID] = true
+	}
+	return due
 }
 
 // rearm arms the launch again in the cell that serves the room on this
@@ -206,8 +324,23 @@ func (r *Registry) rearm(roomID string, l room.LaunchRocket) {
 	if c == nil || c.timers == nil {
 		return
 	}
-	d := time.Duration(l.LaunchAt-r.cfg.Clock().UnixMilli()) * time.Millisecond
-	c.timers.armAfter(l, max(d, minRearm))
+	c.timers.rearm(l)
+}
+
+// wakeLaunches submits launches one after the other, each once the one
+// before it committed, so that they commit in the order given. It stops at
+// the first that is not due, belongs to another node or failed, and returns
+// it with those after it and its result; a launch that can never commit
+// (stale, not pending) does not hold up the rest.
+func (r *Registry) wakeLaunches(ctx context.Context, roomID string, ls []room.LaunchRocket) ([]room.LaunchRocket, string) {
+	for i, l := range ls {
+		switch result := r.wakeLaunch(ctx, roomID, l); result {
+		case wakeLaunched, wakeDuplicate, wakeStale, wakeNotPending:
+		default:
+			return ls[i:], result
+		}
+	}
+	return nil, ""
 }
 
 // wakeLaunch submits the launch and acts on the answer; it returns the
@@ -266,22 +399,6 @@ func wakeResult(res Result, err error) string {
 	return wakeError
 }
 
-// fireTimer fires one due timer row found by the scanner.
-func (r *Registry) fireTimer(ctx context.Context, t store.Timer) {
-	if t.Kind != TimerKindRocketLaunch {
-		// A kind this node does not know, from a newer node: left to those.
-		r.log.Debug("due timer of an unknown kind", "room_id", t.RoomID, "timer_id", t.TimerID, "kind", t.Kind)
-		return
-	}
-	var l room.LaunchRocket
-	if err := json.Unmarshal(t.Payload, &l); err != nil {
-		r.metrics.RocketWakeups.WithLabelValues(wakeError).Inc()
-		r.log.Error("undecodable launch timer", "room_id", t.RoomID, "timer_id", t.TimerID, "err", err)
-		return
-	}
-	r.wakeLaunch(ctx, t.RoomID, l)
-}
-
 // RunTimers scans for due timers every interval (and once at once) until
 // ctx ends or the registry closes, and fires each: a rocket launch is
 // submitted to its room, which loads the room if no node serves it. It
@@ -310,7 +427,9 @@ func (r *Registry) RunTimers(ctx context.Context, every time.Duration) {
 	}
 }
 
-// scanTimers fires the timers due now, timerScanWorkers at a time.
+// scanTimers hands the timers due now to their rooms, timerScanWorkers
+// rooms at a time: each room's cell on this node, loaded if need be, takes
+// its due launches and submits them with its own in launch order.
 func (r *Registry) scanTimers(ctx context.Context) {
 	due, err := r.repo.ListDueTimers(ctx, r.cfg.Clock(), timerScanLimit)
 	if err != nil {
@@ -319,10 +438,22 @@ func (r *Registry) scanTimers(ctx context.Context) {
 		}
 		return
 	}
+	var rooms []string
+	byRoom := make(map[string][]room.LaunchRocket)
+	for _, t := range due {
+		l, ok := r.decodeTimer(t)
+		if !ok {
+			continue
+		}
+		if _, seen := byRoom[t.RoomID]; !seen {
+			rooms = append(rooms, t.RoomID)
+		}
+		byRoom[t.RoomID] = append(byRoom[t.RoomID], l)
+	}
 	sem := make(chan struct{}, timerScanWorkers)
 	var wg sync.WaitGroup
 	defer wg.Wait()
-	for _, t := range due {
+	for _, roomID := range rooms {
 		select {
 		case sem <- struct{}{}:
 		case <-ctx.Done():
@@ -330,9 +461,59 @@ func (r *Registry) scanTimers(ctx context.Context) {
 		}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			r.fireTimer(ctx, t)
+			r.wakeRoom(ctx, roomID, byRoom[roomID])
 		})
 	}
+}
+
+// decodeTimer returns the launch a due timer row names; ok is false for a
+// row this node cannot fire.
+func (r *Registry) decodeTimer(t store.Timer) (l room.LaunchRocket, ok bool) {
+	if t.Kind != TimerKindRocketLaunch {
+		// A kind this node does not know, from a newer node: left to those.
+		r.log.Debug("due timer of an unknown kind", "room_id", t.RoomID, "timer_id", t.TimerID, "kind", t.Kind)
+		return l, false
+	}
+	if err := json.Unmarshal(t.Payload, &l); err != nil {
+		r.metrics.RocketWakeups.WithLabelValues(wakeError).Inc()
+		r.log.Error("undecodable launch timer", "room_id", t.RoomID, "timer_id", t.TimerID, "err", err)
+		return l, false
+	}
+	return l, true
+}
+
+// wakeRoom gives a room's due launches to its cell on this node, loading
+// the room if need be. The scanner does not submit them itself: the cell's
+// one wakeup at a time is what keeps launches in order, and a loaded room
+// has armed every launch its state holds.
+func (r *Registry) wakeRoom(ctx context.Context, roomID string, ls []room.LaunchRocket) {
+	ctx, cancel := context.WithTimeout(ctx, wakeTimeout)
+	defer cancel()
+	c, err := r.cell(ctx, roomID)
+	if err == nil {
+		for _, l := range ls {
+			c.timers.arm(l)
+		}
+		return
+	}
+	result := wakeResult(Result{}, err)
+	r.metrics.RocketWakeups.WithLabelValues(result).Add(float64(len(ls)))
+	log := r.log.With("room_id", roomID, "result", result)
+	switch result {
+	case wakeStale, wakeNotPending:
+		// The room is gone or refuses launches for good: delete the rows so
+		// that the scanner stops finding them.
+		ids := make([]string, len(ls))
+		for i, l := range ls {
+			ids[i] = RocketTimerID(l.RocketID)
+		}
+		if err := r.repo.DeleteTimers(ctx, roomID, ids); err != nil {
+			log.Warn("delete launch timers that can no longer launch", "err", err)
+		}
+	case wakeError:
+		log.Warn("wake a room for its due launches; the scanner retries", "err", err)
+	}
+	log.Debug("rocket launch wakeup", "err", err)
 }
 
 // wakers runs the wakeups of in-memory timers: goroutines the registry owns,

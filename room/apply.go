@@ -12,6 +12,9 @@ import "slices"
 // zeroed come first, except those the command itself reports. Only a later
 // day resets: when the clock goes back an hour Rules.Day can step back, and
 // a room must not reset twice in one night.
+//
+// Every applied command also removes the bans and chat mutes that have
+// ended by its time (State.NextExpiry), silently.
 func Apply(s *State, env *Envelope) ([]Event, error) {
 	if err := s.admit(env); err != nil {
 		return nil, err
@@ -33,6 +36,7 @@ func Apply(s *State, env *Envelope) ([]Event, error) {
 	}
 	s.Version++
 	s.LastAt = max(s.LastAt, env.At)
+	s.expire(env.At)
 	return events, nil
 }
 
@@ -163,7 +167,6 @@ func (c *JoinRoom) apply(s *State, env *Envelope) ([]Event, error) {
 	if !rejoin && len(s.Members) >= MaxMembers {
 		return nil, ErrRoomFull
 	}
-	delete(s.Bans, user) // an expired ban, if any
 	if !rejoin {
 		m = &Member{UserID: user, JoinedAt: env.At}
 		s.Members[user] = m
@@ -333,20 +336,6 @@ func until(env *Envelope, secs int64) int64 {
 	return env.At + secs*millisPerSecond
 }
 
-// pruneExpired drops restrictions that ended before at, and reports whether
-// one more fits. Only successful commands call it, so replay prunes alike.
-func pruneExpired(m map[int64]int64, at int64, keepPermanent bool) bool {
-	if len(m) < MaxRestrictions {
-		return true
-	}
-	for user, until := range m {
-		if (until != permanent || !keepPermanent) && until <= at {
-			delete(m, user)
-		}
-	}
-	return len(m) < MaxRestrictions
-}
-
 func (c *KickUser) apply(s *State, env *Envelope) ([]Event, error) {
 	if err := s.require(env, RoleAdmin); err != nil {
 		return nil, err
@@ -357,13 +346,13 @@ func (c *KickUser) apply(s *State, env *Envelope) ([]Event, error) {
 	ban := until(env, c.DurationSeconds)
 	if old, banned := s.Bans[c.TargetUserID], s.BannedAt(c.TargetUserID, env.At); banned && (old == permanent || (ban != permanent && old > ban)) {
 		ban = old // a kick never shortens a ban that is already longer
-	} else if !banned && !pruneExpired(s.Bans, env.At, true) {
+	} else if !banned && s.full(s.Bans, env.At) {
 		return nil, ErrTooManyBans
 	}
 	wasIn := s.IsMember(c.TargetUserID)
 	events := s.vacateUser(c.TargetUserID, MicRoomKick, env, nil)
 	delete(s.Members, c.TargetUserID)
-	s.Bans[c.TargetUserID] = ban
+	s.restrict(s.Bans, c.TargetUserID, ban)
 	return append(events, Event{Type: EventRoomUserKicked, Data: &RoomUserKickedEvent{
 		UserID: c.TargetUserID, OperatorUserID: env.Operator, BannedUntil: ban, WasInRoom: wasIn,
 	}}), nil
@@ -382,13 +371,13 @@ func (c *MuteUser) apply(s *State, env *Envelope) ([]Event, error) {
 	case c.DurationSeconds == 0 && !muted:
 		return nil, ErrNoChange
 	case c.DurationSeconds == 0:
-		delete(s.Mutes, c.TargetUserID)
+		s.lift(s.Mutes, c.TargetUserID)
 	default:
-		if !muted && !pruneExpired(s.Mutes, env.At, false) {
+		if !muted && s.full(s.Mutes, env.At) {
 			return nil, ErrTooManyBans
 		}
 		ev.Muted, ev.MutedUntil = true, until(env, c.DurationSeconds)
-		s.Mutes[c.TargetUserID] = ev.MutedUntil
+		s.restrict(s.Mutes, c.TargetUserID, ev.MutedUntil)
 	}
 	return []Event{{Type: EventRoomUserMuted, Data: ev}}, nil
 }
@@ -400,7 +389,7 @@ func (c *UnbanUser) apply(s *State, env *Envelope) ([]Event, error) {
 	if !s.BannedAt(c.TargetUserID, env.At) {
 		return nil, ErrNotBanned
 	}
-	delete(s.Bans, c.TargetUserID)
+	s.lift(s.Bans, c.TargetUserID)
 	return []Event{{Type: EventRoomUserUnbanned, Data: &RoomUserUnbannedEvent{
 		UserID: c.TargetUserID, OperatorUserID: env.Operator,
 	}}}, nil

@@ -103,8 +103,8 @@ func (l *RocketLaunch) LaunchCommand() *LaunchRocket {
 }
 
 // PendingLaunches returns a copy of the ignited rockets waiting for launch,
-// in launch order. The cell arms one timer per launch from it after loading
-// a room; each fires LaunchCommand.
+// in launch order. The cell takes them after loading a room and submits
+// each one's LaunchCommand when due, in this order.
 func (s *State) PendingLaunches() []RocketLaunch {
 	return slices.Clone(s.Economy.Rocket.Launches)
 }

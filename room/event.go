@@ -205,7 +205,9 @@ type RoomUserMutedEvent struct {
 	MutedUntil     int64 `json:"muted_until"` // unix ms; 0 when unmuted
 }
 
-// RoomUserUnbannedEvent is the payload of RoomUserUnbanned.
+// RoomUserUnbannedEvent is the payload of RoomUserUnbanned. Only an explicit
+// UnbanUser emits it: a timed ban that runs out ends silently (its end was
+// the BannedUntil of RoomUserKicked), and so does a chat mute.
 type RoomUserUnbannedEvent struct {
 	UserID         int64 `json:"user_id"`
 	OperatorUserID int64 `json:"operator_user_id"`

@@ -93,6 +93,7 @@ func fixture() *State {
 			AvatarURL: fmt.Sprintf("https://img.example/a%d.png", id), Vehicle: "car", EntryEffect: "sparkle",
 		}
 	}
+	s.DeriveExpiry()
 	return s
 }
 
@@ -342,7 +343,29 @@ func checkInvariants(t testing.TB, s *State, at int64) {
 	if s.Status == StatusClosed && (len(s.Members) != 0 || s.OnMicCount() != 0) {
 		t.Errorf("closed room still holds %d members and %d seated users", len(s.Members), s.OnMicCount())
 	}
+	checkRestrictions(t, s, at)
 	checkEconomy(t, s)
+}
+
+// checkRestrictions checks that after a command at time at no ban or mute
+// that has ended by then is left, and that the next expiry is the earliest
+// end that is not permanent.
+func checkRestrictions(t testing.TB, s *State, at int64) {
+	t.Helper()
+	want := int64(0)
+	for what, m := range map[string]map[int64]int64{"ban": s.Bans, "mute": s.Mutes} {
+		for user, until := range m {
+			if until != permanent && until <= at {
+				t.Errorf("user %d's %s ended at %d, still held at %d", user, what, until, at)
+			}
+			if until != permanent && (want == 0 || until < want) {
+				want = until
+			}
+		}
+	}
+	if s.NextExpiry() != want {
+		t.Errorf("next expiry %d, want %d", s.NextExpiry(), want)
+	}
 }
 
 // checkEconomy checks the economy rules that hold in every reachable state
@@ -450,9 +473,28 @@ func runApplyCases(t *testing.T, cases []applyCase) {
 			if tc.change != nil {
 				tc.change(want)
 			}
+			endRestrictions(want, tc.env.At)
 			requireStateEqual(t, want, s)
 			checkSuccess(t, before, s, tc.env, events)
 		})
+	}
+}
+
+// endRestrictions is what every applied command does to the bans and mutes,
+// written out for expected states: those that ended by at go, and the
+// earliest end left is the next expiry.
+func endRestrictions(s *State, at int64) {
+	s.expiry = 0
+	for _, m := range []map[int64]int64{s.Bans, s.Mutes} {
+		for user, until := range m {
+			switch {
+			case until == permanent:
+			case until <= at:
+				delete(m, user)
+			case s.expiry == 0 || until < s.expiry:
+				s.expiry = until
+			}
+		}
 	}
 }
 

@@ -91,6 +91,10 @@ type State struct {
 	Mutes map[int64]int64
 	// Bans maps a kicked user to the unix ms the ban ends (0: permanent).
 	Bans map[int64]int64
+	// expiry is derived from Mutes and Bans, not encoded: the earliest end
+	// of a ban or mute that is not permanent, 0 when none has one. A
+	// command whose time reaches it removes what has ended (see expire).
+	expiry int64
 
 	// Rules are the economy rules gifts apply with; nil means DefaultRules.
 	// They come from configuration and are not part of a snapshot: set them
@@ -184,6 +188,87 @@ func (s *State) BannedAt(user, at int64) bool {
 func (s *State) MutedAt(user, at int64) bool {
 	until, ok := s.Mutes[user]
 	return ok && at < until
+}
+
+// NextExpiry returns the earliest time (unix ms) at which a ban or a chat
+// mute ends, 0 when none will (there are none, or only permanent bans).
+// The first command applied at or after it removes every restriction that
+// has ended by its time.
+func (s *State) NextExpiry() int64 { return s.expiry }
+
+// DeriveExpiry computes NextExpiry from Bans and Mutes. A decoder that
+// fills them in directly calls it once it is done.
+func (s *State) DeriveExpiry() {
+	s.expiry = 0
+	for _, m := range []map[int64]int64{s.Bans, s.Mutes} {
+		for _, until := range m {
+			if until != permanent && (s.expiry == 0 || until < s.expiry) {
+				s.expiry = until
+			}
+		}
+	}
+}
+
+// ended reports whether a restriction that lasts until has ended at time at.
+func ended(until, at int64) bool { return until != permanent && until <= at }
+
+// restrict sets user's restriction in m (s.Bans or s.Mutes), keeping
+// NextExpiry exact: replacing the earliest end looks for the next one.
+func (s *State) restrict(m map[int64]int64, user, until int64) {
+	old, had := m[user]
+	m[user] = until
+	switch {
+	case had && old != permanent && old == s.expiry && until != old:
+		s.DeriveExpiry()
+	case until != permanent && (s.expiry == 0 || until < s.expiry):
+		s.expiry = until
+	}
+}
+
+// lift removes user's restriction from m (s.Bans or s.Mutes).
+func (s *State) lift(m map[int64]int64, user int64) {
+	until, had := m[user]
+	delete(m, user)
+	if had && until != permanent && until == s.expiry {
+		s.DeriveExpiry()
+	}
+}
+
+// full reports whether m (s.Bans or s.Mutes) has no room for one more
+// restriction at time at; those that have ended by then do not count, as
+// the command that adds one removes them.
+func (s *State) full(m map[int64]int64, at int64) bool {
+	if len(m) < MaxRestrictions {
+		return false
+	}
+	if s.expiry == 0 || s.expiry > at {
+		return true
+	}
+	over := 0
+	for _, until := range m {
+		if ended(until, at) {
+			over++
+		}
+	}
+	return len(m)-over >= MaxRestrictions
+}
+
+// expire removes the bans and mutes that have ended at time at. Apply calls
+// it after every command it applies, so replay removes the same entries at
+// the same command; it scans only when at reaches NextExpiry. Ending emits
+// no event: RoomUserKicked and RoomUserMuted carried the end already.
+func (s *State) expire(at int64) {
+	if s.expiry == 0 || s.expiry > at {
+		return
+	}
+	for _, m := range []map[int64]int64{s.Bans, s.Mutes} {
+		for user, until := range m {
+			if ended(until, at) {
+				delete(m, user)
+			}
+		}
+	}
+	s.DeriveExpiry()
 }
 
 // SortedMemberIDs returns member ids in ascending order (stable encodings).

@@ -5,6 +5,7 @@ package snapshot
 
 import (
 	"fmt"
+	"slices"
 
 	"google.golang.org/protobuf/proto"
 
@@ -252,6 +253,9 @@ func FromProto(p *roomv1.RoomSnapshot) (*room.State, error) {
 	for _, r := range p.GetBans() {
 		s.Bans[r.GetUserId()] = r.GetUntilMs()
 	}
+	// A snapshot of an older build may list restrictions that had ended by
+	// its last command: they stay until the next command removes them.
+	s.DeriveExpiry()
 	if err := economyFromProto(s, p.GetEconomy(), p.GetRoomId()); err != nil {
 		return nil, err
 	}
@@ -300,4 +304,33 @@ func WithMemberLimit(p *roomv1.RoomSnapshot, limit int) *roomv1.RoomSnapshot {
 		AdminUserIds: p.AdminUserIds, Members: members, Seats: p.Seats, ChatMutes: p.ChatMutes,
 		Bans: p.Bans, OnlineCount: p.OnlineCount, LastCommandAtMs: p.LastCommandAtMs, Economy: e,
 	}
+}
+
+// WithoutEnded returns p as a query at time at (unix ms) answers it: without
+// the bans and chat mutes that have ended by then (permanent bans never
+// do). The room keeps them until its next command, and the stored snapshot
+// too; a client that holds the room's version already applies the same rule
+// to the until_ms it holds, so not_modified stays true. It never modifies
+// p, which may be shared; the result shares p's other sub-messages.
+func WithoutEnded(p *roomv1.RoomSnapshot, at int64) *roomv1.RoomSnapshot {
+	mutes, bans := current(p.GetChatMutes(), at), current(p.GetBans(), at)
+	if len(mutes) == len(p.GetChatMutes()) && len(bans) == len(p.GetBans()) {
+		return p
+	}
+	return &roomv1.RoomSnapshot{
+		RoomId: p.RoomId, RoomVersion: p.RoomVersion, Status: p.Status, OwnerUserId: p.OwnerUserId,
+		HostUserId: p.HostUserId, Mode: p.Mode, Region: p.Region, CreatedAtMs: p.CreatedAtMs, Profile: p.Profile,
+		AdminUserIds: p.AdminUserIds, Members: p.Members, Seats: p.Seats, ChatMutes: mutes,
+		Bans: bans, OnlineCount: p.OnlineCount, LastCommandAtMs: p.LastCommandAtMs, Economy: p.Economy,
+	}
+}
+
+// current returns the restrictions that have not ended at time at; rs itself
+// when none has.
+func current(rs []*roomv1.Restriction, at int64) []*roomv1.Restriction {
+	ended := func(r *roomv1.Restriction) bool { return r.GetUntilMs() != 0 && r.GetUntilMs() <= at }
+	if !slices.ContainsFunc(rs, ended) {
+		return rs
+	}
+	return slices.DeleteFunc(slices.Clone(rs), ended)
 }

@@ -94,6 +94,10 @@ func busyRoom(t testing.TB) *room.State {
 // reflect.DeepEqual compares contents.
 func canon(s *room.State) *room.State {
 	c := *s
+	// Equal rules may be held by different values (decoded, shared, or nil
+	// for the defaults); the tests compare them by digest and by the
+	// snapshot's bytes, which record them.
+	c.Rules = nil
 	if len(c.Economy.Rocket.Launches) == 0 {
 		c.Economy.Rocket.Launches = nil
 	}
@@ -466,5 +470,95 @@ func TestLoadsSnapshotOfAnOlderBuild(t *testing.T) {
 	e := &room.Envelope{RoomID: roomID, CommandID: "launch", Operator: room.SystemOperator, Platform: true, At: l.LaunchAt, Command: l.LaunchCommand()}
 	if _, err := room.Apply(s, e); err != nil {
 		t.Fatalf("launch after loading: %v", err)
+	}
+}
+
+// restrictedRoom is an open room with timed and permanent bans and a chat
+// mute, at time t0+100.
+func restrictedRoom(t testing.TB) *room.State {
+	s := room.Genesis(roomID, owner, 0, 8, "party", "")
+	a := &applier{t: t, s: s}
+	a.must(owner, t0, &room.CreateRoom{OwnerUserID: owner, SeatCount: 8, Title: "t"})
+	a.must(owner, t0+10, &room.KickUser{TargetUserID: 7, DurationSeconds: 60})
+	a.must(owner, t0+20, &room.KickUser{TargetUserID: 9})
+	a.must(owner, t0+30, &room.MuteUser{TargetUserID: 8, DurationSeconds: 30})
+	a.must(owner, t0+100, &room.SetChatEnabled{Enabled: false})
+	return s
+}
+
+func TestRoundTripKeepsNextExpiry(t *testing.T) {
+	s := restrictedRoom(t)
+	if s.NextExpiry() != t0+30+30_000 {
+		t.Fatalf("live next expiry %d, want the mute's end %d", s.NextExpiry(), t0+30+30_000)
+	}
+	payload, err := snapshot.Encode(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := snapshot.Decode(payload)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.NextExpiry() != s.NextExpiry() {
+		t.Fatalf("decoded next expiry %d, want %d", got.NextExpiry(), s.NextExpiry())
+	}
+	if !reflect.DeepEqual(canon(s), canon(got)) {
+		t.Fatal("the decoded state differs")
+	}
+}
+
+// TestOlderSnapshotWithEndedRestrictionsLoads decodes a snapshot as an
+// older build stored it, listing a ban and a mute that had ended by its
+// last command. It loads as stored, and the next command removes them: the
+// state is then the one a build that removed them live has.
+func TestOlderSnapshotWithEndedRestrictionsLoads(t *testing.T) {
+	live := restrictedRoom(t)
+	old := snapshot.ToProto(live)
+	old.Bans = append([]*roomv1.Restriction{{UserId: 5, UntilMs: t0 + 50}}, old.Bans...)
+	old.ChatMutes = append([]*roomv1.Restriction{{UserId: 6, UntilMs: t0 + 100}}, old.ChatMutes...)
+	payload, err := proto.MarshalOptions{Deterministic: true}.Marshal(old)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := snapshot.Decode(payload)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Bans[5] != t0+50 || got.Mutes[6] != t0+100 || got.NextExpiry() != t0+50 {
+		t.Fatalf("decoded bans %v, mutes %v, next expiry %d: want them as stored, next expiry %d", got.Bans, got.Mutes, got.NextExpiry(), t0+50)
+	}
+	for _, s := range []*room.State{live, got} {
+		e := &room.Envelope{RoomID: roomID, CommandID: "next", Operator: owner, At: t0 + 200, Command: &room.SetChatEnabled{Enabled: true}}
+		if _, err := room.Apply(s, e); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !reflect.DeepEqual(canon(live), canon(got)) {
+		t.Fatalf("after the next command: bans %v, mutes %v; want %v, %v", got.Bans, got.Mutes, live.Bans, live.Mutes)
+	}
+	want, err := snapshot.Encode(live)
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := snapshot.Encode(got)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(want, again) {
+		t.Fatal("the snapshots differ after the next command")
+	}
+}
+
+func TestWithoutEnded(t *testing.T) {
+	p := snapshot.ToProto(restrictedRoom(t)) // ban of 7 ends at t0+60010, mute of 8 at t0+30030, ban of 9 is permanent
+	if got := snapshot.WithoutEnded(p, t0+30_029); got != p {
+		t.Fatal("nothing has ended, yet the message was copied")
+	}
+	got := snapshot.WithoutEnded(p, t0+60_010)
+	if len(got.GetChatMutes()) != 0 || len(got.GetBans()) != 1 || got.GetBans()[0].GetUserId() != 9 {
+		t.Fatalf("mutes %v, bans %v: want none and the permanent one", got.GetChatMutes(), got.GetBans())
+	}
+	if got.GetRoomVersion() != p.GetRoomVersion() || len(p.GetBans()) != 2 || len(p.GetChatMutes()) != 1 {
+		t.Fatal("the answer moved the version or the shared message changed")
 	}
 }
