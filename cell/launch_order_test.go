@@ -3,7 +3,6 @@ package cell_test
 import (
 	"context"
 	"slices"
-	"sync"
 	"testing"
 	"time"
 
@@ -60,13 +59,7 @@ func testOverdueRocketsLaunchInOrderAfterRestart(t *testing.T, open func(testing
 	cfg.NodeID = "survivor"
 	sink := &recordSink{}
 	next := newTimerRegistry(t, repo, cfg, lease.NewLocal(), sink, nil)
-	ctx, cancel := context.WithCancel(context.Background())
-	var scanner sync.WaitGroup
-	scanner.Go(func() { next.RunTimers(ctx, 10*time.Millisecond) })
-	defer func() {
-		cancel()
-		scanner.Wait()
-	}()
+	runScanner(t, next)
 
 	checkFor(t, 10*time.Second, "eight launches on the next node", func() bool { return len(launches(sink, "overdue")) == 8 })
 	// Launch times: level 0 (rockets 1, 5) +40m, level 1 (2, 6) +10m,

@@ -218,13 +218,7 @@ func testRocketLaunchSurvivesCrash(t *testing.T, open func(testing.TB) store.Rep
 	cfg.NodeID, cfg.TimerScanEvery = "survivor", -1
 	sink, m := &recordSink{}, cell.NewMetrics(nil)
 	next := newTimerRegistry(t, repo, cfg, lease.NewLocal(), sink, m)
-	ctx, cancel := context.WithCancel(context.Background())
-	var scanner sync.WaitGroup
-	scanner.Go(func() { next.RunTimers(ctx, 10*time.Millisecond) })
-	defer func() {
-		cancel()
-		scanner.Wait()
-	}()
+	runScanner(t, next)
 
 	checkFor(t, 10*time.Second, "the launch on the next node", func() bool { return len(launches(sink, "crash")) > 0 })
 	checkFor(t, 10*time.Second, "the timer row to go", func() bool { return len(dueTimers(t, repo, "crash")) == 0 })
@@ -279,6 +273,17 @@ func testRocketRearmedOnLoad(t *testing.T, open func(testing.TB) store.Repositor
 	if w := wakeups(t, m, "launched"); w != 1 {
 		t.Fatalf("%v launched wakeups, want 1", w)
 	}
+}
+
+// runScanner runs reg's timer scanner every 10 ms until the test ends.
+func runScanner(t testing.TB, reg *cell.Registry) {
+	ctx, cancel := context.WithCancel(context.Background())
+	var scanner sync.WaitGroup
+	scanner.Go(func() { reg.RunTimers(ctx, 10*time.Millisecond) })
+	t.Cleanup(func() {
+		cancel()
+		scanner.Wait()
+	})
 }
 
 // rocketConfig is a registry config whose rooms have one rocket level that

@@ -92,6 +92,20 @@ func busyRoom(t testing.TB) *room.State {
 
 // canon makes the nil-or-empty choices of a state the same, so that
 // reflect.DeepEqual compares contents.
+// sameBytes reports whether a and b encode to the same snapshot bytes.
+func sameBytes(t testing.TB, a, b *room.State) bool {
+	t.Helper()
+	x, err := snapshot.Encode(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	y, err := snapshot.Encode(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return bytes.Equal(x, y)
+}
+
 func canon(s *room.State) *room.State {
 	c := *s
 	// Equal rules may be held by different values (decoded, shared, or nil
@@ -368,15 +382,7 @@ func replay(t *testing.T, seed uint64) {
 			t.Fatalf("replay %s %s: other events", l.typ, l.payload)
 		}
 	}
-	want, err := snapshot.Encode(live)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got, err := snapshot.Encode(recovered)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !bytes.Equal(want, got) {
+	if !sameBytes(t, live, recovered) {
 		t.Fatalf("recovered state differs\n got %+v\nwant %+v", recovered.Economy, live.Economy)
 	}
 	if !reflect.DeepEqual(canon(live), canon(recovered)) {
@@ -536,15 +542,7 @@ func TestOlderSnapshotWithEndedRestrictionsLoads(t *testing.T) {
 	if !reflect.DeepEqual(canon(live), canon(got)) {
 		t.Fatalf("after the next command: bans %v, mutes %v; want %v, %v", got.Bans, got.Mutes, live.Bans, live.Mutes)
 	}
-	want, err := snapshot.Encode(live)
-	if err != nil {
-		t.Fatal(err)
-	}
-	again, err := snapshot.Encode(got)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !bytes.Equal(want, again) {
+	if !sameBytes(t, live, got) {
 		t.Fatal("the snapshots differ after the next command")
 	}
 }
