@@ -196,7 +196,7 @@ func (c *Control) Run(ctx context.Context) error {
 	}
 	stop := context.AfterFunc(ctx, iter.Stop)
 	defer stop()
-	d := &dispatcher{c: &cfg, sem: make(chan struct{}, cfg.Workers), rooms: map[string]*roomWork{}, blocked: map[string]block{}}
+	d := &dispatcher{c: &cfg, sem: make(chan struct{}, cfg.Workers), rooms: map[string]*roomWork{}, held: map[string]*roomHold{}}
 	for {
 		msg, err := iter.Next()
 		if err != nil {
@@ -230,19 +230,37 @@ type dispatcher struct {
 	sem chan struct{} // bounds the Tencent calls in flight
 	wg  sync.WaitGroup
 
-	mu      sync.Mutex
-	rooms   map[string]*roomWork // rooms with a goroutine running
-	blocked map[string]block     // rooms whose events wait for a failed one
+	mu    sync.Mutex
+	rooms map[string]*roomWork // rooms with a goroutine running
+	held  map[string]*roomHold // rooms with events waiting for an earlier one
 }
 
 type roomWork struct{ queue []jetstream.Msg }
 
-// block is a room's failed event: the room's later events wait until it has
-// been applied or terminated. It lapses at expires, in case the event never
-// comes back (removed from the stream).
-type block struct {
-	seq              uint64
-	retryAt, expires time.Time
+// roomHold is what keeps a room's events in order while one of them fails:
+// the stream sequences of the room's events sent back to wait, the failed
+// one among them. Only the lowest of them may be applied; the others go back
+// again. An entry lapses at its time, in case its event never comes back
+// (removed from the stream), so a lost event cannot hold the room forever.
+type roomHold struct {
+	waiting map[uint64]time.Time
+	retryAt time.Time // the failed event's next delivery
+}
+
+// first is the lowest waiting sequence, after dropping lapsed entries.
+func (h *roomHold) first(now time.Time) (uint64, bool) {
+	var low uint64
+	found := false
+	for seq, lapse := range h.waiting {
+		if now.After(lapse) {
+			delete(h.waiting, seq)
+			continue
+		}
+		if !found || seq < low {
+			low, found = seq, true
+		}
+	}
+	return low, found
 }
 
 func (d *dispatcher) dispatch(ctx context.Context, msg jetstream.Msg) {
@@ -283,17 +301,7 @@ func (d *dispatcher) handle(ctx context.Context, roomID string, msg jetstream.Ms
 	if meta, err := msg.Metadata(); err == nil {
 		seq, tries = meta.Sequence.Stream, meta.NumDelivered
 	}
-	now := time.Now()
-	d.mu.Lock()
-	b, isBlocked := d.blocked[roomID]
-	if isBlocked && now.After(b.expires) {
-		delete(d.blocked, roomID)
-		isBlocked = false
-	}
-	d.mu.Unlock()
-	if isBlocked && seq > b.seq {
-		// An earlier event of this room failed: this one comes back after it.
-		_ = msg.NakWithDelay(max(b.retryAt.Sub(now), 0) + controlDeferSlack)
+	if d.wait(roomID, seq, msg) {
 		return
 	}
 
@@ -318,7 +326,7 @@ func (d *dispatcher) handle(ctx context.Context, roomID string, msg jetstream.Ms
 	switch {
 	case err == nil:
 		_ = msg.Ack()
-		d.unblock(roomID, seq)
+		d.settle(roomID, seq)
 		if c.Metrics.Applied != nil {
 			c.Metrics.Applied(typ)
 		}
@@ -331,7 +339,7 @@ func (d *dispatcher) handle(ctx context.Context, roomID string, msg jetstream.Ms
 			return
 		}
 		_ = msg.TermWithReason(perm.Reason)
-		d.unblock(roomID, seq)
+		d.settle(roomID, seq)
 		if c.Metrics.Terminated != nil {
 			c.Metrics.Terminated(typ, perm.Reason)
 		}
@@ -342,14 +350,45 @@ func (d *dispatcher) handle(ctx context.Context, roomID string, msg jetstream.Ms
 	}
 }
 
-// retry asks for the event again after a backoff and holds the room's later
-// events back until then.
+// wait sends an event back when an earlier event of its room is still to
+// be applied, and reports whether it did.
+func (d *dispatcher) wait(roomID string, seq uint64, msg jetstream.Msg) bool {
+	now := time.Now()
+	d.mu.Lock()
+	h := d.held[roomID]
+	if h == nil {
+		d.mu.Unlock()
+		return false
+	}
+	first, ok := h.first(now)
+	if !ok || seq <= first {
+		if !ok {
+			delete(d.held, roomID)
+		}
+		d.mu.Unlock()
+		return false
+	}
+	delay := max(h.retryAt.Sub(now), 0) + controlDeferSlack
+	h.waiting[seq] = now.Add(delay + 2*controlAckWait)
+	d.mu.Unlock()
+	_ = msg.NakWithDelay(delay)
+	return true
+}
+
+// retry asks for the event again after a backoff; the room's later events
+// wait for it.
 func (d *dispatcher) retry(roomID string, msg jetstream.Msg, ev *roomv1.RoomEvent, seq, tries uint64, err error, reason string) {
 	c := d.c
 	delay := min(time.Duration(1<<min(tries, 10))*100*time.Millisecond, c.MaxBackoff)
 	now := time.Now()
 	d.mu.Lock()
-	d.blocked[roomID] = block{seq: seq, retryAt: now.Add(delay), expires: now.Add(delay + 2*controlAckWait)}
+	h := d.held[roomID]
+	if h == nil {
+		h = &roomHold{waiting: map[uint64]time.Time{}}
+		d.held[roomID] = h
+	}
+	h.waiting[seq] = now.Add(delay + 2*controlAckWait)
+	h.retryAt = now.Add(delay)
 	d.mu.Unlock()
 	_ = msg.NakWithDelay(delay)
 	if c.Metrics.Retried != nil {
@@ -361,10 +400,14 @@ func (d *dispatcher) retry(roomID string, msg jetstream.Msg, ev *roomv1.RoomEven
 	}
 }
 
-func (d *dispatcher) unblock(roomID string, seq uint64) {
+// settle forgets an event that was applied or terminated.
+func (d *dispatcher) settle(roomID string, seq uint64) {
 	d.mu.Lock()
-	if b, ok := d.blocked[roomID]; ok && b.seq == seq {
-		delete(d.blocked, roomID)
+	if h := d.held[roomID]; h != nil {
+		delete(h.waiting, seq)
+		if len(h.waiting) == 0 {
+			delete(d.held, roomID)
+		}
 	}
 	d.mu.Unlock()
 }

@@ -136,6 +136,8 @@ func TestLongRoomIDsGetValidGroups(t *testing.T) {
 		w.submit(t, id, "join", 5, &room.JoinRoom{})
 		w.submit(t, id, "kick", 1, &room.KickUser{TargetUserID: 5})
 		checkFor(t, 30*time.Second, "the ban in the derived group of "+id, func() bool { return w.banned(group, 5) })
+		// Sent after the group exists: this lane has no recreating sender.
+		w.submit(t, id, "join-6", 6, &room.JoinRoom{})
 		checkFor(t, 30*time.Second, "the lane's messages in the derived group of "+id, func() bool {
 			return len(w.local.Messages(group)) > 0
 		})
