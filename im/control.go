@@ -7,89 +7,210 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	roomv1 "hyapp/room-service/gen/room/v1"
 	"hyapp/room-service/outbox/natsbus"
 	"hyapp/room-service/room"
 )
 
 // GroupAPI is the part of Tencent IM that group control needs. Every call
 // must be idempotent: creating an existing group, destroying a missing one,
-// muting a muted member all succeed.
+// muting a muted member all succeed. A call on a group that does not exist
+// returns an error wrapping ErrGroupNotFound; a call that can never succeed
+// as it is returns a *PermanentError. Anything else is retried.
 type GroupAPI interface {
 	CreateGroup(ctx context.Context, groupID, name string) error
 	DestroyGroup(ctx context.Context, groupID string) error
+	RenameGroup(ctx context.Context, groupID, name string) error
+	ShutUpAllMember(ctx context.Context, groupID string, on bool) error
 	ForbidSendMsg(ctx context.Context, groupID string, members []string, seconds uint32) error
 	BanGroupMember(ctx context.Context, groupID string, members []string, seconds uint32, reason string) error
 	UnbanGroupMember(ctx context.Context, groupID string, members []string) error
 }
 
+// ErrGroupNotFound is wrapped by Sender and GroupAPI errors that mean the
+// group does not exist (never created, dissolved, or lost by the service).
+var ErrGroupNotFound = errors.New("im group not found")
+
+// PermanentError is a failure no retry of the same call can fix: a
+// parameter the IM service refuses, a message too large, a plan limit.
+// Group control terminates the event instead of retrying it.
+type PermanentError struct {
+	// Reason is a short stable label for metrics and operators, such as
+	// "tencent_10004" or "bad_payload".
+	Reason string
+	Err    error
+}
+
+// Error returns the underlying error's text.
+func (e *PermanentError) Error() string { return e.Err.Error() }
+
+// Unwrap returns the underlying error.
+func (e *PermanentError) Unwrap() error { return e.Err }
+
+func permanent(reason string, err error) error { return &PermanentError{Reason: reason, Err: err} }
+
+// Defaults of Control's zero fields.
+const (
+	DefaultControlDurable = "room-im-control"
+	// DefaultControlMaxAckPending bounds the events delivered to group
+	// control and not yet acknowledged. JetStream's default for a pull
+	// consumer is 1,000: when 1,005 rooms' events kept failing, they filled
+	// it and the consumer stopped delivering anyone's events. Events that
+	// can never succeed are now terminated at once, so only events waiting
+	// for a retry (and the ones of their rooms queued behind them) hold a
+	// slot; 10,000 leaves room for ten times that incident's rooms failing
+	// together while staying a small, bounded amount of broker and client
+	// memory (control events are a few hundred bytes).
+	DefaultControlMaxAckPending = 10_000
+	// DefaultControlDeadStream keeps a record of every event group control
+	// terminated (`roomctl im status` reads it), under
+	// DefaultControlDeadSubject.<event type>.
+	DefaultControlDeadStream  = "ROOM_IM_CONTROL_DEAD"
+	DefaultControlDeadSubject = "im-control.dead"
+
+	controlAckWait      = 30 * time.Second
+	controlFetchBatch   = 256
+	controlDeadMaxAge   = 30 * 24 * time.Hour
+	controlDeadMaxMsgs  = 100_000
+	controlDeferSlack   = 100 * time.Millisecond
+	controlErrorBackoff = time.Second
+)
+
+// DeadLetter is the record group control keeps of an event it terminated.
+type DeadLetter struct {
+	EventID     string    `json:"event_id"`
+	EventType   string    `json:"event_type"`
+	RoomID      string    `json:"room_id"`
+	GroupID     string    `json:"group_id"`
+	RoomVersion int64     `json:"room_version"`
+	StreamSeq   uint64    `json:"stream_seq"`
+	Reason      string    `json:"reason"`
+	Error       string    `json:"error"`
+	At          time.Time `json:"at"`
+}
+
+// ControlMetrics are group control's counters; any field may be nil.
+type ControlMetrics struct {
+	// Applied counts events whose Tencent calls succeeded (or needed none).
+	Applied func(eventType string)
+	// Retried counts failed attempts that will be retried, by reason.
+	Retried func(eventType, reason string)
+	// Terminated counts events given up for good, by reason (a Tencent code
+	// such as "tencent_10004", "invalid_request", "bad_payload", "undecodable").
+	Terminated func(eventType, reason string)
+	// Recreated counts groups created again because a call found them missing.
+	Recreated func()
+}
+
 // Control drives the rooms' IM groups from the durable outbox, not from the
 // best-effort lane: RoomCreated creates the group, RoomClosed destroys it,
-// RoomUserMuted mutes (forbid_send_msg), RoomUserKicked bans and
-// RoomUserUnbanned lifts the ban. It reads the durable events from
-// JetStream with a durable consumer and acknowledges an event only after
-// Tencent accepted the call, so a lost call is retried until it succeeds and
-// a kicked user cannot keep chatting because a call failed.
+// RoomProfileUpdated renames it, RoomChatEnabledChanged mutes or unmutes all
+// members, RoomUserMuted mutes (forbid_send_msg), RoomUserKicked bans and
+// RoomUserUnbanned lifts the ban. A call that finds the group missing
+// creates it and calls again.
+//
+// It reads the durable events from JetStream with a durable consumer and
+// acknowledges an event only after Tencent accepted its call, so a lost call
+// is retried until it succeeds and a kicked user cannot keep chatting
+// because a call failed. Rooms are independent: each room's events are
+// applied in order by their own goroutine, a failing event holds back only
+// the later events of its room (they wait for it), and an event that can
+// never succeed (a *PermanentError) is terminated, recorded in the dead
+// stream and counted instead of being retried.
 type Control struct {
-	Bus     *natsbus.Bus
-	API     GroupAPI
+	Bus *natsbus.Bus
+	API GroupAPI
+	// GroupOf maps a room to its group id (default GroupID).
 	GroupOf func(roomID string) string
-	// Durable is the consumer name (default "room-im-control").
+	// Durable is the consumer name (DefaultControlDurable).
 	Durable string
 	// MaxBackoff bounds the redelivery delay of a failing event (default 30s).
 	MaxBackoff time.Duration
-	Log        *slog.Logger
+	// MaxAckPending is the consumer's bound on events in flight
+	// (DefaultControlMaxAckPending).
+	MaxAckPending int
+	// Workers bounds the Tencent calls in flight (default 32).
+	Workers int
+	// CallTimeout bounds one event's calls (default 20s, under the 30s ack wait).
+	CallTimeout time.Duration
+	// DeadStream and DeadSubject name where terminated events are recorded
+	// (DefaultControlDeadStream, DefaultControlDeadSubject).
+	DeadStream, DeadSubject string
+	Metrics                 ControlMetrics
+	Log                     *slog.Logger
 }
 
-// Run consumes until ctx ends.
+func (c Control) withDefaults() Control {
+	if c.GroupOf == nil {
+		c.GroupOf = GroupID
+	}
+	if c.Durable == "" {
+		c.Durable = DefaultControlDurable
+	}
+	if c.MaxBackoff <= 0 {
+		c.MaxBackoff = 30 * time.Second
+	}
+	if c.MaxAckPending <= 0 {
+		c.MaxAckPending = DefaultControlMaxAckPending
+	}
+	if c.Workers <= 0 {
+		c.Workers = 32
+	}
+	if c.CallTimeout <= 0 {
+		c.CallTimeout = 20 * time.Second
+	}
+	if c.DeadStream == "" {
+		c.DeadStream = DefaultControlDeadStream
+	}
+	if c.DeadSubject == "" {
+		c.DeadSubject = DefaultControlDeadSubject
+	}
+	if c.Log == nil {
+		c.Log = slog.New(slog.DiscardHandler)
+	}
+	return c
+}
+
+// Run consumes until ctx ends, then waits for the calls in flight; events
+// not acknowledged by then are delivered again later.
 func (c *Control) Run(ctx context.Context) error {
-	durable := c.Durable
-	if durable == "" {
-		durable = "room-im-control"
+	cfg := c.withDefaults()
+	if err := cfg.Bus.CreateSideStream(ctx, cfg.DeadStream, []string{cfg.DeadSubject + ".>"}, controlDeadMaxAge, controlDeadMaxMsgs); err != nil {
+		return fmt.Errorf("im control dead stream: %w", err)
 	}
-	maxBackoff := c.MaxBackoff
-	if maxBackoff <= 0 {
-		maxBackoff = 30 * time.Second
-	}
-	groupOf := c.GroupOf
-	if groupOf == nil {
-		groupOf = func(id string) string { return id }
-	}
-	cons, err := c.Bus.JetStream().CreateOrUpdateConsumer(ctx, c.Bus.Stream(), jetstream.ConsumerConfig{
-		Durable: durable, AckPolicy: jetstream.AckExplicitPolicy, DeliverPolicy: jetstream.DeliverAllPolicy,
-		AckWait: 30 * time.Second, MaxDeliver: -1, FilterSubject: c.Bus.AllFilter(),
+	cons, err := cfg.Bus.JetStream().CreateOrUpdateConsumer(ctx, cfg.Bus.Stream(), jetstream.ConsumerConfig{
+		Durable: cfg.Durable, AckPolicy: jetstream.AckExplicitPolicy, DeliverPolicy: jetstream.DeliverAllPolicy,
+		AckWait: controlAckWait, MaxDeliver: -1, FilterSubject: cfg.Bus.AllFilter(), MaxAckPending: cfg.MaxAckPending,
 	})
 	if err != nil {
 		return fmt.Errorf("im control consumer: %w", err)
 	}
-	for ctx.Err() == nil {
-		msgs, err := cons.Fetch(64, jetstream.FetchMaxWait(time.Second))
+	iter, err := cons.Messages(jetstream.PullMaxMessages(controlFetchBatch))
+	if err != nil {
+		return fmt.Errorf("im control consume: %w", err)
+	}
+	stop := context.AfterFunc(ctx, iter.Stop)
+	defer stop()
+	d := &dispatcher{c: &cfg, sem: make(chan struct{}, cfg.Workers), rooms: map[string]*roomWork{}, held: map[string]*roomHold{}}
+	for {
+		msg, err := iter.Next()
 		if err != nil {
-			if ctx.Err() == nil && !errors.Is(err, jetstream.ErrNoMessages) {
-				c.Log.Warn("im control fetch", "err", err)
-				sleep(ctx, time.Second)
+			if ctx.Err() != nil || errors.Is(err, jetstream.ErrMsgIteratorClosed) {
+				break
 			}
+			cfg.Log.Warn("im control fetch", "err", err)
+			sleep(ctx, controlErrorBackoff)
 			continue
 		}
-		for msg := range msgs.Messages() {
-			err := c.apply(ctx, groupOf, msg.Data())
-			if err == nil {
-				_ = msg.Ack()
-				continue
-			}
-			meta, _ := msg.Metadata()
-			tries := uint64(1)
-			if meta != nil {
-				tries = meta.NumDelivered
-			}
-			delay := min(time.Duration(1<<min(tries, 10))*100*time.Millisecond, maxBackoff)
-			c.Log.Warn("im group control failed; retrying", "err", err, "attempt", tries, "retry_in", delay)
-			_ = msg.NakWithDelay(delay)
-		}
+		d.dispatch(ctx, msg)
 	}
+	iter.Stop()
+	d.wg.Wait()
 	return nil
 }
 
@@ -102,56 +223,324 @@ func sleep(ctx context.Context, d time.Duration) {
 	}
 }
 
-// apply makes the one Tencent call an event needs; events that need none succeed.
-func (c *Control) apply(ctx context.Context, groupOf func(string) string, data []byte) error {
-	ev, err := natsbus.Decode(data)
-	if err != nil {
-		c.Log.Error("im control: undecodable event dropped", "err", err)
-		return nil // a poison message would otherwise block the consumer forever
+// dispatcher runs each room's events in order on a goroutine of the room,
+// started when the room has events and ended when it has none left.
+type dispatcher struct {
+	c   *Control
+	sem chan struct{} // bounds the Tencent calls in flight
+	wg  sync.WaitGroup
+
+	mu    sync.Mutex
+	rooms map[string]*roomWork // rooms with a goroutine running
+	held  map[string]*roomHold // rooms with events waiting for an earlier one
+}
+
+type roomWork struct{ queue []jetstream.Msg }
+
+// roomHold is what keeps a room's events in order while one of them fails:
+// the stream sequences of the room's events sent back to wait, the failed
+// one among them. Only the lowest of them may be applied; the others go back
+// again. An entry lapses at its time, in case its event never comes back
+// (removed from the stream), so a lost event cannot hold the room forever.
+type roomHold struct {
+	waiting map[uint64]time.Time
+	retryAt time.Time // the failed event's next delivery
+}
+
+// first is the lowest waiting sequence, after dropping lapsed entries.
+func (h *roomHold) first(now time.Time) (uint64, bool) {
+	var low uint64
+	found := false
+	for seq, lapse := range h.waiting {
+		if now.After(lapse) {
+			delete(h.waiting, seq)
+			continue
+		}
+		if !found || seq < low {
+			low, found = seq, true
+		}
 	}
-	group := groupOf(ev.GetRoomId())
+	return low, found
+}
+
+func (d *dispatcher) dispatch(ctx context.Context, msg jetstream.Msg) {
+	roomID := msg.Headers().Get(natsbus.HeaderRoomID)
+	d.mu.Lock()
+	if w := d.rooms[roomID]; w != nil {
+		w.queue = append(w.queue, msg)
+		d.mu.Unlock()
+		return
+	}
+	w := &roomWork{queue: []jetstream.Msg{msg}}
+	d.rooms[roomID] = w
+	d.mu.Unlock()
+	d.wg.Add(1)
+	go d.run(ctx, roomID, w)
+}
+
+func (d *dispatcher) run(ctx context.Context, roomID string, w *roomWork) {
+	defer d.wg.Done()
+	for {
+		d.mu.Lock()
+		if len(w.queue) == 0 {
+			delete(d.rooms, roomID)
+			d.mu.Unlock()
+			return
+		}
+		msg := w.queue[0]
+		w.queue = w.queue[1:]
+		d.mu.Unlock()
+		d.handle(ctx, roomID, msg)
+	}
+}
+
+// handle applies one event and settles it: ack, retry later, or terminate.
+func (d *dispatcher) handle(ctx context.Context, roomID string, msg jetstream.Msg) {
+	c := d.c
+	var seq, tries uint64 = 0, 1
+	if meta, err := msg.Metadata(); err == nil {
+		seq, tries = meta.Sequence.Stream, meta.NumDelivered
+	}
+	if d.wait(roomID, seq, msg) {
+		return
+	}
+
+	ev, err := natsbus.Decode(msg.Data())
+	if err != nil {
+		ev = &roomv1.RoomEvent{RoomId: roomID, EventType: msg.Headers().Get(natsbus.HeaderEventType)}
+		err = permanent("undecodable", err)
+	} else {
+		select {
+		case d.sem <- struct{}{}:
+		case <-ctx.Done():
+			_ = msg.Nak()
+			return
+		}
+		cctx, cancel := context.WithTimeout(ctx, c.CallTimeout)
+		err = c.apply(cctx, ev)
+		cancel()
+		<-d.sem
+	}
+	typ := ev.GetEventType()
+	var perm *PermanentError
+	switch {
+	case err == nil:
+		_ = msg.Ack()
+		d.settle(roomID, seq)
+		if c.Metrics.Applied != nil {
+			c.Metrics.Applied(typ)
+		}
+	case ctx.Err() != nil:
+		_ = msg.Nak() // shutting down: the next run takes it at once
+	case errors.As(err, &perm):
+		if rerr := c.recordDead(ctx, ev, seq, perm); rerr != nil {
+			// Not recorded yet: keep the event and try again.
+			d.retry(roomID, msg, ev, seq, tries, rerr, "dead_record_failed")
+			return
+		}
+		_ = msg.TermWithReason(perm.Reason)
+		d.settle(roomID, seq)
+		if c.Metrics.Terminated != nil {
+			c.Metrics.Terminated(typ, perm.Reason)
+		}
+		c.Log.Error("im group control gave up an event", "room", ev.GetRoomId(), "event", ev.GetEventId(),
+			"type", typ, "reason", perm.Reason, "err", err)
+	default:
+		d.retry(roomID, msg, ev, seq, tries, err, "transient")
+	}
+}
+
+// wait sends an event back when an earlier event of its room is still to
+// be applied, and reports whether it did.
+func (d *dispatcher) wait(roomID string, seq uint64, msg jetstream.Msg) bool {
+	now := time.Now()
+	d.mu.Lock()
+	h := d.held[roomID]
+	if h == nil {
+		d.mu.Unlock()
+		return false
+	}
+	first, ok := h.first(now)
+	if !ok || seq <= first {
+		if !ok {
+			delete(d.held, roomID)
+		}
+		d.mu.Unlock()
+		return false
+	}
+	delay := max(h.retryAt.Sub(now), 0) + controlDeferSlack
+	h.waiting[seq] = now.Add(delay + 2*controlAckWait)
+	d.mu.Unlock()
+	_ = msg.NakWithDelay(delay)
+	return true
+}
+
+// retry asks for the event again after a backoff; the room's later events
+// wait for it.
+func (d *dispatcher) retry(roomID string, msg jetstream.Msg, ev *roomv1.RoomEvent, seq, tries uint64, err error, reason string) {
+	c := d.c
+	delay := min(time.Duration(1<<min(tries, 10))*100*time.Millisecond, c.MaxBackoff)
+	now := time.Now()
+	d.mu.Lock()
+	h := d.held[roomID]
+	if h == nil {
+		h = &roomHold{waiting: map[uint64]time.Time{}}
+		d.held[roomID] = h
+	}
+	h.waiting[seq] = now.Add(delay + 2*controlAckWait)
+	h.retryAt = now.Add(delay)
+	d.mu.Unlock()
+	_ = msg.NakWithDelay(delay)
+	if c.Metrics.Retried != nil {
+		c.Metrics.Retried(ev.GetEventType(), reason)
+	}
+	if tries&(tries-1) == 0 { // 1st, 2nd, 4th, 8th… attempt: a stuck event does not flood the log
+		c.Log.Warn("im group control failed; retrying", "room", ev.GetRoomId(), "type", ev.GetEventType(),
+			"err", err, "attempt", tries, "retry_in", delay)
+	}
+}
+
+// settle forgets an event that was applied or terminated.
+func (d *dispatcher) settle(roomID string, seq uint64) {
+	d.mu.Lock()
+	if h := d.held[roomID]; h != nil {
+		delete(h.waiting, seq)
+		if len(h.waiting) == 0 {
+			delete(d.held, roomID)
+		}
+	}
+	d.mu.Unlock()
+}
+
+// recordDead stores the record of a terminated event in the dead stream;
+// the event id makes a repeated record a duplicate.
+func (c *Control) recordDead(ctx context.Context, ev *roomv1.RoomEvent, seq uint64, perm *PermanentError) error {
+	data, err := json.Marshal(DeadLetter{
+		EventID: ev.GetEventId(), EventType: ev.GetEventType(), RoomID: ev.GetRoomId(), GroupID: c.GroupOf(ev.GetRoomId()),
+		RoomVersion: ev.GetRoomVersion(), StreamSeq: seq, Reason: perm.Reason, Error: perm.Error(), At: time.Now().UTC(),
+	})
+	if err != nil {
+		return err
+	}
+	subject := c.DeadSubject + "." + natsbus.RoomToken(ev.GetEventType())
+	if ev.GetEventType() == "" {
+		subject = c.DeadSubject + ".unknown"
+	}
+	var opts []jetstream.PublishOpt
+	if id := ev.GetEventId(); id != "" {
+		opts = append(opts, jetstream.WithMsgID(id))
+	}
+	if _, err := c.Bus.JetStream().Publish(ctx, subject, data, opts...); err != nil {
+		return fmt.Errorf("record dead event=%s: %w", ev.GetEventId(), err)
+	}
+	return nil
+}
+
+// apply makes the Tencent calls an event needs; events that need none succeed.
+func (c *Control) apply(ctx context.Context, ev *roomv1.RoomEvent) error {
+	roomID := ev.GetRoomId()
+	group := c.GroupOf(roomID)
 	payload := []byte(ev.GetPayloadJson())
+	decode := func(v any) error {
+		if err := json.Unmarshal(payload, v); err != nil {
+			return permanent("bad_payload", fmt.Errorf("%s room=%s: payload: %w", ev.GetEventType(), roomID, err))
+		}
+		return nil
+	}
 	switch room.EventType(ev.GetEventType()) {
 	case room.EventRoomCreated:
 		var p room.RoomCreatedEvent
-		if err := json.Unmarshal(payload, &p); err != nil {
-			return nil
+		if err := decode(&p); err != nil {
+			return err
 		}
-		name := p.Title
-		if name == "" {
-			name = ev.GetRoomId()
+		if err := c.API.CreateGroup(ctx, group, nameOr(p.Title, roomID)); err != nil {
+			return fmt.Errorf("create group room=%s: %w", roomID, err)
 		}
-		return c.API.CreateGroup(ctx, group, name)
+		return nil
 	case room.EventRoomClosed:
-		return c.API.DestroyGroup(ctx, group)
+		if err := c.API.DestroyGroup(ctx, group); err != nil {
+			return fmt.Errorf("destroy group room=%s: %w", roomID, err)
+		}
+		return nil
+	case room.EventRoomProfileUpdated:
+		var p room.RoomProfileUpdatedEvent
+		if err := decode(&p); err != nil {
+			return err
+		}
+		return c.onGroup(ctx, "rename group", roomID, group, func() error {
+			return c.API.RenameGroup(ctx, group, nameOr(p.Title, roomID))
+		})
+	case room.EventRoomChatEnabledChanged:
+		var p room.RoomChatEnabledChangedEvent
+		if err := decode(&p); err != nil {
+			return err
+		}
+		return c.onGroup(ctx, "mute all members", roomID, group, func() error {
+			return c.API.ShutUpAllMember(ctx, group, !p.Enabled)
+		})
 	case room.EventRoomUserMuted:
 		var p room.RoomUserMutedEvent
-		if err := json.Unmarshal(payload, &p); err != nil {
-			return nil
+		if err := decode(&p); err != nil {
+			return err
 		}
 		secs := uint32(0)
 		if p.Muted {
 			secs = untilSeconds(p.MutedUntil, ev.GetOccurredAtMs())
 		}
-		return c.API.ForbidSendMsg(ctx, group, []string{account(p.UserID)}, secs)
+		return c.onGroup(ctx, "mute member", roomID, group, func() error {
+			return c.API.ForbidSendMsg(ctx, group, []string{account(p.UserID)}, secs)
+		})
 	case room.EventRoomUserKicked:
 		var p room.RoomUserKickedEvent
-		if err := json.Unmarshal(payload, &p); err != nil {
-			return nil
+		if err := decode(&p); err != nil {
+			return err
 		}
 		secs := uint32(foreverSeconds)
 		if p.BannedUntil != 0 {
 			secs = untilSeconds(p.BannedUntil, ev.GetOccurredAtMs())
 		}
-		return c.API.BanGroupMember(ctx, group, []string{account(p.UserID)}, secs, "kicked from the room")
+		return c.onGroup(ctx, "ban member", roomID, group, func() error {
+			return c.API.BanGroupMember(ctx, group, []string{account(p.UserID)}, secs, "kicked from the room")
+		})
 	case room.EventRoomUserUnbanned:
 		var p room.RoomUserUnbannedEvent
-		if err := json.Unmarshal(payload, &p); err != nil {
-			return nil
+		if err := decode(&p); err != nil {
+			return err
 		}
-		return c.API.UnbanGroupMember(ctx, group, []string{account(p.UserID)})
+		return c.onGroup(ctx, "unban member", roomID, group, func() error {
+			return c.API.UnbanGroupMember(ctx, group, []string{account(p.UserID)})
+		})
 	}
 	return nil
+}
+
+// onGroup makes a call on an existing group; when the group is missing it
+// creates the group (named after the room until its next title change) and
+// calls once more.
+func (c *Control) onGroup(ctx context.Context, what, roomID, group string, call func() error) error {
+	err := call()
+	if errors.Is(err, ErrGroupNotFound) {
+		if cerr := c.API.CreateGroup(ctx, group, roomID); cerr != nil {
+			return fmt.Errorf("%s room=%s: recreate group: %w", what, roomID, cerr)
+		}
+		if c.Metrics.Recreated != nil {
+			c.Metrics.Recreated()
+		}
+		err = call()
+	}
+	if err != nil {
+		return fmt.Errorf("%s room=%s: %w", what, roomID, err)
+	}
+	return nil
+}
+
+// nameOr is the group name for a room title: the title, or the room id when
+// it has none (Tencent requires a name).
+func nameOr(title, roomID string) string {
+	if title == "" {
+		return roomID
+	}
+	return title
 }
 
 // foreverSeconds is the longest ban: ten years.

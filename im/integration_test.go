@@ -169,7 +169,7 @@ func TestLostMuteIsRetriedFromTheOutbox(t *testing.T) {
 	var wg sync.WaitGroup
 	wg.Add(2)
 	go func() { defer wg.Done(); relay.Run(ctx) }()
-	control := &im.Control{Bus: bus, API: w.client, MaxBackoff: 50 * time.Millisecond, Log: quiet}
+	control := &im.Control{Bus: bus, API: im.TencentGroups{Client: w.client}, MaxBackoff: 50 * time.Millisecond, Log: quiet}
 	go func() { defer wg.Done(); _ = control.Run(ctx) }()
 	t.Cleanup(func() { cancel(); wg.Wait() })
 
@@ -199,4 +199,43 @@ func TestLostMuteIsRetriedFromTheOutbox(t *testing.T) {
 		_, banned := w.local.Banned("ctl")["5"]
 		return !banned
 	})
+}
+
+// TestLaneRecreatesMissingGroup: with no group on the IM side (never
+// created, or lost by a restarted endpoint), the lane's first send creates
+// it and the message arrives; a RoomClosed message never brings a dissolved
+// group back.
+func TestLaneRecreatesMissingGroup(t *testing.T) {
+	w := newWorld(t)
+	var mu sync.Mutex
+	recreated := 0
+	lane := im.New(im.Config{Budget: 20}, im.RecreatingSender{
+		Sender: im.TencentSender{Client: w.client}, Groups: im.TencentGroups{Client: w.client},
+		Recreated: func() { mu.Lock(); recreated++; mu.Unlock() },
+	}, im.Metrics{}, quiet)
+	t.Cleanup(lane.Close)
+	lane.Publish([]cell.Committed{{RoomID: "lost", RoomVersion: 2, At: 1, Events: []room.Event{
+		{Type: room.EventRoomMicChanged, Data: map[string]any{"user_id": 7}},
+	}}})
+	checkFor(t, 30*time.Second, "the message in a recreated group", func() bool { return len(w.local.Messages("lost")) == 1 })
+	if g, _ := w.local.Group("lost"); g.Type != "AVChatRoom" || g.Name != "lost" {
+		t.Fatalf("recreated group %+v, want an AVChatRoom named after the room", g)
+	}
+
+	lane.Publish([]cell.Committed{{RoomID: "gone", RoomVersion: 9, At: 1, Events: []room.Event{
+		{Type: room.EventRoomClosed, Data: map[string]any{"operator_user_id": 1}},
+	}}})
+	lane.Publish([]cell.Committed{{RoomID: "lost", RoomVersion: 3, At: 1, Events: []room.Event{
+		{Type: room.EventRoomMicChanged, Data: map[string]any{"user_id": 8}},
+	}}})
+	checkFor(t, 30*time.Second, "the next message", func() bool { return len(w.local.Messages("lost")) == 2 })
+	checkFor(t, 30*time.Second, "the RoomClosed send to be given up", func() bool { return w.local.Calls("send_group_msg") >= 4 })
+	if _, ok := w.local.Group("gone"); ok {
+		t.Fatal("a RoomClosed message created its dissolved group again")
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if recreated != 1 {
+		t.Fatalf("recreated %d groups, want 1", recreated)
+	}
 }

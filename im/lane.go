@@ -86,7 +86,7 @@ type Config struct {
 	// Workers bounds the sends in flight (default 64); SendTimeout bounds one (default 5s).
 	Workers     int
 	SendTimeout time.Duration
-	// GroupOf maps a room to its group id (default: the room id).
+	// GroupOf maps a room to its group id (default GroupID).
 	GroupOf func(roomID string) string
 	// RegionalGroups maps a region to its broadcast group.
 	RegionalGroups map[string]string
@@ -114,7 +114,7 @@ func (c Config) withDefaults() Config {
 		c.SendTimeout = 5 * time.Second
 	}
 	if c.GroupOf == nil {
-		c.GroupOf = func(id string) string { return id }
+		c.GroupOf = GroupID
 	}
 	if c.Tick <= 0 {
 		c.Tick = 10 * time.Millisecond

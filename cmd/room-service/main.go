@@ -87,10 +87,12 @@ type Main struct {
 	background     sync.WaitGroup
 	bus            *natsbus.Bus
 	timClient      *tencent.Client
-	stopControl    context.CancelFunc
-	controlDone    chan struct{}
-	stopRelay      context.CancelFunc
-	relayDone      chan struct{}
+	// groupsRecreated counts IM groups created again, by lane and control.
+	groupsRecreated *prometheus.CounterVec
+	stopControl     context.CancelFunc
+	controlDone     chan struct{}
+	stopRelay       context.CancelFunc
+	relayDone       chan struct{}
 
 	closeOnce sync.Once
 	closeErr  error
@@ -204,7 +206,12 @@ func (m *Main) openIM(reg prometheus.Registerer) (*im.Lane, http.Handler, error)
 			return nil, nil, err
 		}
 		tc = tencent.Config{SDKAppID: 1400000000, SecretKey: hex.EncodeToString(key), Admin: "administrator", Endpoint: "http://" + m.Addr}
-		local = timlocal.New(timlocal.Config{SDKAppID: tc.SDKAppID, SecretKey: tc.SecretKey, Admin: tc.Admin})
+		tl := timlocal.New(timlocal.Config{SDKAppID: tc.SDKAppID, SecretKey: tc.SecretKey, Admin: tc.Admin})
+		// Its groups outlive a restart, so /local/ still shows them (and their mutes and bans) after kill -9.
+		if err := tl.Persist(filepath.Join(cfg.DataDir, "timlocal-groups.json")); err != nil {
+			return nil, nil, err
+		}
+		local = tl
 	} else {
 		id, _ := strconv.ParseUint(cfg.TIMSDKAppID, 10, 64) // checked by Validate
 		tc.SDKAppID = id
@@ -215,8 +222,27 @@ func (m *Main) openIM(reg prometheus.Registerer) (*im.Lane, http.Handler, error)
 	}
 	m.timClient = client
 	regional, _ := cfg.RegionalGroups() // checked by Validate
+	recreated := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "room_im_groups_recreated_total", Help: "IM groups created again because a call found them missing, by path (lane, control)."}, []string{"path"})
+	reg.MustRegister(recreated)
+	m.groupsRecreated = recreated
+	sender := im.RecreatingSender{Sender: im.TencentSender{Client: client}, Groups: im.TencentGroups{Client: client},
+		Recreated: recreated.WithLabelValues("lane").Inc}
 	return im.New(im.Config{Budget: float64(cfg.IMBudget), RegionalGroups: regional},
-		im.TencentSender{Client: client}, newLaneMetrics(reg), m.Log.With("component", "im-lane")), local, nil
+		sender, newLaneMetrics(reg), m.Log.With("component", "im-lane")), local, nil
+}
+
+// newControlMetrics registers group control's instruments.
+func newControlMetrics(reg prometheus.Registerer, recreated *prometheus.CounterVec) im.ControlMetrics {
+	applied := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "room_im_control_applied_total", Help: "Durable events group control applied, by event type."}, []string{"event_type"})
+	retried := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "room_im_control_retried_total", Help: "Group control attempts that failed and will be retried, by event type and reason."}, []string{"event_type", "reason"})
+	terminated := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "room_im_control_terminated_total", Help: "Durable events group control gave up for good (terminated), by event type and reason (roomctl im status lists them)."}, []string{"event_type", "reason"})
+	reg.MustRegister(applied, retried, terminated)
+	return im.ControlMetrics{
+		Applied:    func(t string) { applied.WithLabelValues(t).Inc() },
+		Retried:    func(t, r string) { retried.WithLabelValues(t, r).Inc() },
+		Terminated: func(t, r string) { terminated.WithLabelValues(t, r).Inc() },
+		Recreated:  recreated.WithLabelValues("control").Inc,
+	}
 }
 
 // newLaneMetrics registers the IM lane's instruments.
@@ -382,7 +408,8 @@ func (m *Main) Run(ctx context.Context) error {
 		mux.Handle("/local/", local)
 		m.Log.Info("local Tencent IM endpoint: watch room messages at http://" + m.Addr + "/local/")
 	}
-	control := &im.Control{Bus: m.bus, API: m.timClient, Log: m.Log.With("component", "im-control")}
+	control := &im.Control{Bus: m.bus, API: im.TencentGroups{Client: m.timClient},
+		Metrics: newControlMetrics(reg, m.groupsRecreated), Log: m.Log.With("component", "im-control")}
 	var controlCtx context.Context
 	controlCtx, m.stopControl = context.WithCancel(context.Background())
 	m.controlDone = make(chan struct{})

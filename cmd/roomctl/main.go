@@ -122,6 +122,11 @@ var subcommands = []subcommand{
 		setup:   setupEvents, long: true,
 	},
 	{
+		name: "im", args: "status [-nats-url URL] [-n N]", minArgs: 1, maxArgs: 1,
+		summary: "show IM group control: events waiting and in flight, and the events it terminated by type and reason",
+		setup:   setupIM,
+	},
+	{
 		name: "wallet", args: "credit <user_id> <amount> [-key K] | balance <user_id>", minArgs: 2, maxArgs: 3,
 		summary: "credit COIN to a user once per key (CreditCoins) or print a user's balance (GetBalance)",
 		setup:   setupWallet,

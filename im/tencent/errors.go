@@ -3,6 +3,7 @@ package tencent
 import (
 	"errors"
 	"fmt"
+	"strconv"
 )
 
 // The meanings a caller switches on, checked with errors.Is. An *APIError wraps the one its code maps to;
@@ -31,6 +32,10 @@ var (
 	// was dropped by the group's frequency control (40 messages/s per group) and is neither delivered nor
 	// stored. Re-sending with the same Random is a duplicate and is dropped too.
 	ErrDropped = errors.New("message dropped by frequency control")
+	// ErrInvalid means the request can never succeed as it is: the client refused it before calling (a
+	// group id Tencent would refuse, an empty name, invalid UTF-8) or Tencent answered that a parameter,
+	// the command or the permission is wrong, or that a plan limit is reached. Sending it again is futile.
+	ErrInvalid = errors.New("invalid request")
 )
 
 // codeMeanings maps Tencent error codes to the sentinel they mean (reference sections 1.3 and 3).
@@ -63,7 +68,20 @@ var codeMeanings = map[int]error{
 	10021: ErrGroupExists,   // ID in use
 	10025: ErrGroupExists,   // ID in use and the operator owns it
 
+	// Requests that are wrong as they are.
+	10003: ErrInvalid, // invalid command word
+	10004: ErrInvalid, // invalid parameter
+	10007: ErrInvalid, // no permission
+	10016: ErrInvalid, // the app backend's callback refused it
+	10036: ErrInvalid, // too many AVChatRoom groups for the plan
+	10037: ErrInvalid, // per-user group count over the plan limit
+	10038: ErrInvalid, // member count over the plan limit
+	60002: ErrInvalid, // HTTP parse error
+	60003: ErrInvalid, // request JSON parse error
+	60009: ErrInvalid, // wrong resource or URL
+
 	// Messages.
+	80001: ErrInvalid, // content security
 	80002: ErrTooLarge,
 
 	// Service.
@@ -91,6 +109,32 @@ func (e *APIError) Error() string {
 
 // Unwrap returns the sentinel e's code maps to, or nil.
 func (e *APIError) Unwrap() error { return codeMeanings[e.Code] }
+
+// Permanent reports whether err can never succeed when the same call is made again: ErrInvalid or
+// ErrTooLarge. Everything else may pass later: transport failures, 10002, rate limits, signature errors (a
+// configuration problem of every call, fixed by the operator), context errors, group not found (creating
+// the group fixes it) and codes this package does not know (retrying an unknown code costs a retry; giving
+// up on it could drop a kick).
+func Permanent(err error) bool {
+	return errors.Is(err, ErrInvalid) || errors.Is(err, ErrTooLarge)
+}
+
+// Reason is a short stable label of err for metrics and operators: "tencent_<code>" for an answer of
+// Tencent, "invalid_request" for one the client refused before calling, "other" otherwise.
+func Reason(err error) string {
+	var apiErr *APIError
+	switch {
+	case errors.As(err, &apiErr):
+		return "tencent_" + strconv.Itoa(apiErr.Code)
+	case errors.Is(err, ErrInvalid):
+		return "invalid_request"
+	case errors.Is(err, ErrTransient):
+		return "transient"
+	case errors.Is(err, ErrRateLimited):
+		return "rate_limited"
+	}
+	return "other"
+}
 
 // retryable reports whether a failure may succeed when the same request is sent again.
 func retryable(err error) bool {

@@ -53,7 +53,10 @@ type Msg struct {
 // Errors: ErrSignature, ErrRateLimited, ErrTransient, or an *APIError.
 func (c *Client) CreateGroup(ctx context.Context, groupID, name string) error {
 	if err := checkCustomGroupID(groupID); err != nil {
-		return fmt.Errorf("create group group=%q: %w", groupID, err)
+		return fmt.Errorf("create group group=%q: %w: %w", groupID, ErrInvalid, err)
+	}
+	if !utf8.ValidString(name) {
+		return fmt.Errorf("create group group=%s: %w: name is not valid UTF-8", groupID, ErrInvalid)
 	}
 	if name == "" {
 		name = groupID
@@ -67,8 +70,55 @@ func (c *Client) CreateGroup(ctx context.Context, groupID, name string) error {
 	if errors.Is(err, ErrGroupExists) {
 		return nil
 	}
+	if errors.Is(err, ErrGroupNotFound) {
+		// 10015 (invalid group ID) to a create: the id itself is refused.
+		return fmt.Errorf("create group group=%s: %w: %w", groupID, ErrInvalid, err)
+	}
 	if err != nil {
 		return fmt.Errorf("create group group=%s: %w", groupID, err)
+	}
+	return nil
+}
+
+// RenameGroup sets groupID's name (modify_group_base_info Name). A name over Tencent's 30 bytes is cut at a
+// UTF-8 boundary; an empty name or one that is not valid UTF-8 is refused before any call.
+// Errors: ErrInvalid, ErrGroupNotFound, ErrSignature, ErrRateLimited, ErrTransient, or an *APIError.
+func (c *Client) RenameGroup(ctx context.Context, groupID, name string) error {
+	switch {
+	case name == "":
+		return fmt.Errorf("rename group group=%s: %w: empty name", groupID, ErrInvalid)
+	case !utf8.ValidString(name):
+		return fmt.Errorf("rename group group=%s: %w: name is not valid UTF-8", groupID, ErrInvalid)
+	}
+	req := struct {
+		GroupID string `json:"GroupId"`
+		Name    string `json:"Name"`
+	}{groupID, truncateUTF8(name, maxGroupName)}
+	return c.modifyGroup(ctx, "rename group", groupID, req)
+}
+
+// ShutUpAllMember mutes (on) or unmutes every member of groupID (modify_group_base_info ShutUpAllMember
+// "On"/"Off"): while on, only the owner, group admins and App admins can send; REST sends as the admin
+// still go through. Setting the state the group already has succeeds.
+// Errors: ErrInvalid, ErrGroupNotFound, ErrSignature, ErrRateLimited, ErrTransient, or an *APIError.
+func (c *Client) ShutUpAllMember(ctx context.Context, groupID string, on bool) error {
+	state := "Off"
+	if on {
+		state = "On"
+	}
+	req := struct {
+		GroupID         string `json:"GroupId"`
+		ShutUpAllMember string `json:"ShutUpAllMember"`
+	}{groupID, state}
+	return c.modifyGroup(ctx, "shut up all member "+state, groupID, req)
+}
+
+func (c *Client) modifyGroup(ctx context.Context, what, groupID string, req any) error {
+	if groupID == "" {
+		return fmt.Errorf("%s: %w: empty group id", what, ErrInvalid)
+	}
+	if err := c.call(ctx, groupService, "modify_group_base_info", req, nil); err != nil {
+		return fmt.Errorf("%s group=%s: %w", what, groupID, err)
 	}
 	return nil
 }
@@ -77,7 +127,7 @@ func (c *Client) CreateGroup(ctx context.Context, groupID, name string) error {
 // Errors: ErrSignature, ErrRateLimited, ErrTransient, or an *APIError.
 func (c *Client) DestroyGroup(ctx context.Context, groupID string) error {
 	if groupID == "" {
-		return errors.New("destroy group: empty group id")
+		return fmt.Errorf("destroy group: %w: empty group id", ErrInvalid)
 	}
 	req := struct {
 		GroupID string `json:"GroupId"`
@@ -110,18 +160,18 @@ type msgElem struct {
 // Errors: ErrGroupNotFound, ErrTooLarge, ErrDropped, ErrSignature, ErrRateLimited, ErrTransient, or an *APIError.
 func (c *Client) SendGroupMsg(ctx context.Context, m Msg) (uint64, error) {
 	if m.GroupID == "" {
-		return 0, errors.New("send group msg: empty group id")
+		return 0, fmt.Errorf("send group msg: %w: empty group id", ErrInvalid)
 	}
 	switch m.Priority {
 	case "":
 		m.Priority = PriorityNormal
 	case PriorityHigh, PriorityNormal, PriorityLow:
 	default:
-		return 0, fmt.Errorf("send group msg group=%s: priority %q is not High, Normal or Low", m.GroupID, m.Priority)
+		return 0, fmt.Errorf("send group msg group=%s: %w: priority %q is not High, Normal or Low", m.GroupID, ErrInvalid, m.Priority)
 	}
 	// encoding/json would silently replace invalid bytes with U+FFFD, corrupting the payload.
 	if !utf8.Valid(m.Data) || !utf8.ValidString(m.Desc) {
-		return 0, fmt.Errorf("send group msg group=%s: data and desc must be valid UTF-8", m.GroupID)
+		return 0, fmt.Errorf("send group msg group=%s: %w: data and desc must be valid UTF-8", m.GroupID, ErrInvalid)
 	}
 	for m.Random == 0 {
 		m.Random = rand.Uint32()
@@ -178,7 +228,7 @@ func (c *Client) ForbidSendMsg(ctx context.Context, groupID string, members []st
 // Errors: ErrGroupNotFound, ErrSignature, ErrRateLimited, ErrTransient, or an *APIError.
 func (c *Client) BanGroupMember(ctx context.Context, groupID string, members []string, seconds uint32, reason string) error {
 	if seconds == 0 {
-		return fmt.Errorf("ban group member group=%s: zero duration (use UnbanGroupMember to lift a ban)", groupID)
+		return fmt.Errorf("ban group member group=%s: %w: zero duration (use UnbanGroupMember to lift a ban)", groupID, ErrInvalid)
 	}
 	reason = truncateUTF8(reason, maxBanReason)
 	return chunked(members, maxBanMembers, func(lo, hi int) error {

@@ -13,6 +13,7 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/tencentyun/tls-sig-api-v2-golang/tencentyun"
 	"go.uber.org/goleak"
@@ -165,7 +166,8 @@ func TestErrorMapping(t *testing.T) {
 		{10021, ErrGroupExists, false}, {10025, ErrGroupExists, false},
 		{80002, ErrTooLarge, false},
 		{10002, ErrTransient, true},
-		{10004, nil, false}, {10007, nil, false}, {60003, nil, false},
+		{10004, ErrInvalid, false}, {10007, ErrInvalid, false}, {60003, ErrInvalid, false},
+		{99999, nil, false},
 	}
 	for _, tt := range tests {
 		err := &APIError{Code: tt.code, Command: "send_group_msg"}
@@ -724,5 +726,85 @@ func TestEnvelopeOutcomes(t *testing.T) {
 				t.Fatalf("%d calls, want %d", calls, tt.calls)
 			}
 		})
+	}
+}
+
+// TestRenameAndShutUpAll: a long name is cut on a character boundary, mute-all
+// goes on and off, bad input is refused before any call, a missing group is
+// ErrGroupNotFound.
+func TestRenameAndShutUpAll(t *testing.T) {
+	e := newEnv(t, nil)
+	c := e.client(t, nil)
+	ctx := context.Background()
+	if err := c.CreateGroup(ctx, "room-1", "Room 1"); err != nil {
+		t.Fatal(err)
+	}
+	name := "a" + strings.Repeat("房", 11) // 34 bytes; byte 30 falls inside the 10th character
+	if err := c.RenameGroup(ctx, "room-1", name); err != nil {
+		t.Fatal(err)
+	}
+	if g, _ := e.srv.Group("room-1"); g.Name != "a"+strings.Repeat("房", 9) || !utf8.ValidString(g.Name) {
+		t.Fatalf("name %q (%d bytes), want the first 28 bytes", g.Name, len(g.Name))
+	}
+	if err := c.ShutUpAllMember(ctx, "room-1", true); err != nil {
+		t.Fatal(err)
+	}
+	if g, _ := e.srv.Group("room-1"); !g.ShutUpAll {
+		t.Fatal("mute-all not on")
+	}
+	if err := c.ShutUpAllMember(ctx, "room-1", false); err != nil {
+		t.Fatal(err)
+	}
+	if g, _ := e.srv.Group("room-1"); g.ShutUpAll {
+		t.Fatal("mute-all not off")
+	}
+
+	calls := e.srv.Calls("modify_group_base_info")
+	for _, err := range []error{
+		c.RenameGroup(ctx, "room-1", ""),
+		c.RenameGroup(ctx, "room-1", "bad \xff"),
+		c.ShutUpAllMember(ctx, "", true),
+		c.CreateGroup(ctx, strings.Repeat("r", 49), "x"),
+	} {
+		if !errors.Is(err, ErrInvalid) || !Permanent(err) {
+			t.Fatalf("bad input: %v, want ErrInvalid", err)
+		}
+	}
+	if e.srv.Calls("modify_group_base_info") != calls || e.srv.Calls("create_group") != 1 {
+		t.Fatal("bad input reached the endpoint")
+	}
+	if g, _ := e.srv.Group("room-1"); g.Name != "a"+strings.Repeat("房", 9) {
+		t.Fatalf("bad input changed the name to %q", g.Name)
+	}
+	if err := c.RenameGroup(ctx, "room-9", "x"); !errors.Is(err, ErrGroupNotFound) || Permanent(err) {
+		t.Fatalf("rename missing group: %v, want ErrGroupNotFound, not permanent", err)
+	}
+}
+
+func TestPermanentAndReason(t *testing.T) {
+	for _, tc := range []struct {
+		err       error
+		permanent bool
+		reason    string
+	}{
+		{&APIError{Code: 10004}, true, "tencent_10004"},
+		{&APIError{Code: 80002}, true, "tencent_80002"},
+		{&APIError{Code: 10007}, true, "tencent_10007"},
+		{&APIError{Code: 10010}, false, "tencent_10010"},
+		{&APIError{Code: 10015}, false, "tencent_10015"},
+		{&APIError{Code: 10002}, false, "tencent_10002"},
+		{&APIError{Code: 60011}, false, "tencent_60011"},
+		{&APIError{Code: 70001}, false, "tencent_70001"},
+		{&APIError{Code: 99999}, false, "tencent_99999"},
+		{fmt.Errorf("x: %w", ErrTransient), false, "transient"},
+		{fmt.Errorf("x: %w", ErrInvalid), true, "invalid_request"},
+		{context.DeadlineExceeded, false, "other"},
+	} {
+		if got := Permanent(tc.err); got != tc.permanent {
+			t.Errorf("Permanent(%v) = %v", tc.err, got)
+		}
+		if got := Reason(tc.err); got != tc.reason {
+			t.Errorf("Reason(%v) = %q, want %q", tc.err, got, tc.reason)
+		}
 	}
 }

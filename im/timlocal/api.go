@@ -6,18 +6,20 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // commands are the group_open_http_svc commands the fake implements; others answer 10003.
 var commands = map[string]func(*Server, request) reply{
-	"create_group":          (*Server).createGroup,
-	"destroy_group":         (*Server).destroyGroup,
-	"send_group_msg":        (*Server).sendGroupMsg,
-	"forbid_send_msg":       (*Server).forbidSendMsg,
-	"get_group_shutted_uin": (*Server).getGroupShuttedUin,
-	"ban_group_member":      (*Server).banGroupMember,
-	"unban_group_member":    (*Server).unbanGroupMember,
-	"get_group_ban_member":  (*Server).getGroupBanMember,
+	"create_group":           (*Server).createGroup,
+	"destroy_group":          (*Server).destroyGroup,
+	"send_group_msg":         (*Server).sendGroupMsg,
+	"forbid_send_msg":        (*Server).forbidSendMsg,
+	"get_group_shutted_uin":  (*Server).getGroupShuttedUin,
+	"ban_group_member":       (*Server).banGroupMember,
+	"unban_group_member":     (*Server).unbanGroupMember,
+	"get_group_ban_member":   (*Server).getGroupBanMember,
+	"modify_group_base_info": (*Server).modifyGroupBaseInfo,
 }
 
 // Documented limits (reference sections 3 and 4.4).
@@ -132,6 +134,7 @@ func (s *Server) createGroup(r request) reply {
 		}
 	}
 	s.groups[id] = newGroup(id, req.Type, req.Name, req.OwnerAccount, r.now)
+	s.saveLocked()
 	return ok(map[string]any{"GroupId": id})
 }
 
@@ -148,6 +151,7 @@ func (s *Server) destroyGroup(r request) reply {
 		return rep
 	}
 	delete(s.groups, req.GroupID)
+	s.saveLocked()
 	return ok(nil)
 }
 
@@ -203,6 +207,9 @@ func (s *Server) sendGroupMsg(r request) reply {
 	}
 	if until, muted := g.muted[req.FromAccount]; muted && req.FromAccount != "" && until.After(r.now) {
 		return fail(10017, "sender %s is muted", req.FromAccount)
+	}
+	if g.shutUpAll && req.FromAccount != "" && req.FromAccount != s.cfg.Admin && req.FromAccount != g.owner {
+		return fail(10017, "sender %s is muted: the group mutes all members", req.FromAccount)
 	}
 	if prev, dup := g.duplicate(*req.Random, r.now); dup {
 		// Undocumented what Tencent answers; repeating the first answer makes a retry look like the
@@ -329,6 +336,7 @@ func (s *Server) forbidSendMsg(r request) reply {
 		}
 		g.muted[m] = r.now.Add(secondsDuration(*req.ShutUpTime))
 	}
+	s.saveLocked()
 	return ok(nil)
 }
 
@@ -376,6 +384,7 @@ func (s *Server) banGroupMember(r request) reply {
 	for _, m := range req.Members {
 		g.banned[m] = r.now.Add(secondsDuration(req.Duration))
 	}
+	s.saveLocked()
 	return ok(nil)
 }
 
@@ -399,6 +408,7 @@ func (s *Server) unbanGroupMember(r request) reply {
 	for _, m := range req.Members {
 		delete(g.banned, m)
 	}
+	s.saveLocked()
 	return ok(nil)
 }
 
@@ -431,6 +441,55 @@ func (s *Server) getGroupBanMember(r request) reply {
 		next = hi
 	}
 	return ok(map[string]any{"BannedAccountList": all[lo:hi], "NextOffset": next})
+}
+
+// modifyGroupBaseInfo changes a group's profile. Name and ShutUpAllMember are kept; the other documented
+// fields are checked and accepted without a model.
+func (s *Server) modifyGroupBaseInfo(r request) reply {
+	var req struct {
+		GroupID         string            `json:"GroupId"`
+		Name            *string           `json:"Name"`
+		Introduction    string            `json:"Introduction"`
+		Notification    string            `json:"Notification"`
+		FaceURL         string            `json:"FaceUrl"`
+		MaxMemberNum    uint32            `json:"MaxMemberNum"`
+		ApplyJoinOption string            `json:"ApplyJoinOption"`
+		InviteJoinOpt   string            `json:"InviteJoinOption"`
+		ShutUpAllMember *string           `json:"ShutUpAllMember"`
+		AppDefinedData  []json.RawMessage `json:"AppDefinedData"`
+		FromAccount     string            `json:"From_Account"`
+	}
+	if rep, ok := r.decode(&req, "GroupId", "Name", "Introduction", "Notification", "FaceUrl", "MaxMemberNum",
+		"ApplyJoinOption", "InviteJoinOption", "ShutUpAllMember", "AppDefinedData", "From_Account"); !ok {
+		return rep
+	}
+	switch {
+	case req.Name != nil && *req.Name == "":
+		return fail(10004, "invalid parameter: Name must not be empty")
+	case req.Name != nil && len(*req.Name) > maxNameLen:
+		return fail(10004, "invalid parameter: Name is %d bytes, the limit is %d", len(*req.Name), maxNameLen)
+	case req.Name != nil && !utf8.ValidString(*req.Name):
+		return fail(10004, "invalid parameter: Name is not valid UTF-8")
+	case len(req.Introduction) > maxIntroductionLen, len(req.Notification) > maxNotificationLen,
+		len(req.FaceURL) > maxFaceURLLen:
+		return fail(10004, "invalid parameter: Introduction, Notification or FaceUrl too long")
+	case req.ShutUpAllMember != nil && *req.ShutUpAllMember != "On" && *req.ShutUpAllMember != "Off":
+		return fail(10004, "invalid parameter: ShutUpAllMember %q is not On or Off", *req.ShutUpAllMember)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	g, rep, found := s.lookup(req.GroupID)
+	if !found {
+		return rep
+	}
+	if req.Name != nil {
+		g.name = *req.Name
+	}
+	if req.ShutUpAllMember != nil {
+		g.shutUpAll = *req.ShutUpAllMember == "On"
+	}
+	s.saveLocked()
+	return ok(nil)
 }
 
 func secondsDuration(n uint32) time.Duration { return time.Duration(n) * time.Second }

@@ -68,6 +68,7 @@ type group struct {
 	delivered            []time.Time // delivery times within the last second
 	offered              []time.Time // offer times within the last second
 	stats                GroupStats
+	shutUpAll            bool                 // ShutUpAllMember "On": only admins may send
 	muted                map[string]time.Time // account → muted until
 	banned               map[string]time.Time // account → banned until
 }
@@ -205,6 +206,27 @@ func (s *Server) Banned(groupID string) map[string]time.Time {
 		return active(g.banned, s.now())
 	}
 	return nil
+}
+
+// GroupInfo is a group's profile as modify_group_base_info sets it.
+type GroupInfo struct {
+	// Type is the group type, such as AVChatRoom.
+	Type string `json:"type"`
+	// Name is the group's name.
+	Name string `json:"name"`
+	// ShutUpAll is set while ShutUpAllMember is "On": only admins can send.
+	ShutUpAll bool `json:"shut_up_all"`
+}
+
+// Group returns groupID's profile, and false if the group does not exist.
+func (s *Server) Group(groupID string) (GroupInfo, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	g := s.groups[groupID]
+	if g == nil {
+		return GroupInfo{}, false
+	}
+	return GroupInfo{Type: g.typ, Name: g.name, ShutUpAll: g.shutUpAll}, true
 }
 
 // Groups returns the IDs of the groups that exist, sorted.

@@ -31,9 +31,10 @@ pre{margin:0;white-space:pre-wrap;word-break:break-all;max-width:70em}
 <h1>Local Tencent IM endpoint</h1>
 <p>SDKAppID {{.SDKAppID}}, admin <code>{{.Admin}}</code>; group rate {{.GroupRate}}/s.
 Faults: <code>{{.Faults}}</code>.
+{{if .State}}Groups are kept in <code>{{.State}}</code>{{if .StateErr}} (last save failed: {{.StateErr}}){{end}}; messages start afresh after a restart.{{end}}
 JSON: <a href="stats">stats</a>, <a href="faults">faults</a> (POST JSON to change).</p>
 {{range .Groups}}
-<h2>{{.ID}} <small>{{.Type}} “{{.Name}}”</small></h2>
+<h2>{{.ID}} <small>{{.Type}} “{{.Name}}”{{if .ShutUpAll}}, all members muted{{end}}</small></h2>
 <p>delivered {{.Stats.Delivered}}, dropped {{.Stats.Dropped}}, duplicates {{.Stats.Duplicates}},
 most in one second: {{.Stats.MaxPerSecond}} delivered, {{.Stats.MaxOfferedPerSecond}} offered;
 muted {{.Muted}}, banned {{.Banned}}.
@@ -50,6 +51,7 @@ muted {{.Muted}}, banned {{.Banned}}.
 
 type pageGroup struct {
 	ID, Type, Name string
+	ShutUpAll      bool
 	Stats          GroupStats
 	Muted, Banned  int
 	Messages       []Message
@@ -62,10 +64,13 @@ func (s *Server) servePage(w http.ResponseWriter, _ *http.Request) {
 		Admin     string
 		GroupRate int
 		Faults    string
+		State     string
+		StateErr  error
 		Groups    []pageGroup
 	}{SDKAppID: s.cfg.SDKAppID, Admin: s.cfg.Admin, GroupRate: s.cfg.GroupRate, Faults: string(faults)}
 
 	s.mu.Lock()
+	data.State, data.StateErr = s.statePath, s.saveErr
 	now := s.now()
 	for _, id := range slices.Sorted(maps.Keys(s.groups)) {
 		g := s.groups[id]
@@ -73,7 +78,7 @@ func (s *Server) servePage(w http.ResponseWriter, _ *http.Request) {
 		msgs := slices.Clone(recent)
 		slices.Reverse(msgs)
 		data.Groups = append(data.Groups, pageGroup{
-			ID: g.id, Type: g.typ, Name: g.name, Stats: g.stats,
+			ID: g.id, Type: g.typ, Name: g.name, ShutUpAll: g.shutUpAll, Stats: g.stats,
 			Muted: len(active(g.muted, now)), Banned: len(active(g.banned, now)), Messages: msgs,
 		})
 	}

@@ -3,7 +3,8 @@
 // /v4/{service}/{command} URL with its query parameters, UserSig verification with the official library,
 // HTTP 200 with the ActionStatus/ErrorCode/ErrorInfo envelope, Tencent's error codes, the 5-minute
 // duplicate check on Random, and the 40 messages/s per group frequency control that drops lower
-// priorities while answering success. Groups live in memory.
+// priorities while answering success. Groups live in memory and, with Persist, in a file that outlives
+// the process.
 //
 // Besides the API it serves, under /local/, a page showing what each group would have shown its members,
 // JSON views of messages and statistics, and run-time fault switches.
@@ -165,6 +166,10 @@ type Server struct {
 	hanging int               // requests held by the Hang fault now
 	autoID  uint64
 	request uint64 // RequestId counter
+	// statePath is the file Persist keeps the groups in ("" keeps them in memory only); saveErr is the
+	// last write's failure.
+	statePath string
+	saveErr   error
 }
 
 // New returns a Server for cfg with defaults applied to its zero fields.

@@ -10,6 +10,8 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -709,5 +711,82 @@ func TestConfigValidate(t *testing.T) {
 	joined, ok := err.(interface{ Unwrap() []error })
 	if !ok || len(joined.Unwrap()) != 4 {
 		t.Fatalf("Validate = %v, want 4 problems", err)
+	}
+}
+
+// TestModifyGroupBaseInfo: the name and mute-all change, mute-all stops
+// members (not the admin), and bad input is refused with 10004 and changes
+// nothing.
+func TestModifyGroupBaseInfo(t *testing.T) {
+	e := newEnv(t, nil)
+	e.createRoom(t, "room-1")
+	e.mustOK(t, "modify_group_base_info", `{"GroupId":"room-1","Name":"夜谈","ShutUpAllMember":"On"}`)
+	if g, _ := e.srv.Group("room-1"); g.Name != "夜谈" || !g.ShutUpAll {
+		t.Fatalf("group %+v after the change", g)
+	}
+	text := `"MsgBody":[{"MsgType":"TIMTextElem","MsgContent":{"Text":"hi"}}]`
+	if a := e.call(t, "send_group_msg", `{"GroupId":"room-1","Random":1,"From_Account":"peter",`+text+`}`); a.ErrorCode != 10017 {
+		t.Fatalf("member with all muted: %d, want 10017", a.ErrorCode)
+	}
+	e.mustOK(t, "send_group_msg", `{"GroupId":"room-1","Random":2,`+text+`}`)
+	for _, body := range []string{
+		`{"GroupId":"room-1","Name":""}`,
+		`{"GroupId":"room-1","Name":"` + strings.Repeat("x", 31) + `"}`,
+		`{"GroupId":"room-1","ShutUpAllMember":"on"}`,
+		`{"GroupId":"room-1","MuteAllMember":"Off"}`,
+	} {
+		if a := e.call(t, "modify_group_base_info", body); a.ErrorCode != 10004 {
+			t.Fatalf("%s: %d, want 10004", body, a.ErrorCode)
+		}
+	}
+	if g, _ := e.srv.Group("room-1"); g.Name != "夜谈" || !g.ShutUpAll {
+		t.Fatalf("refused changes changed the group: %+v", g)
+	}
+	if a := e.call(t, "modify_group_base_info", `{"GroupId":"room-9","Name":"x"}`); a.ErrorCode != 10010 {
+		t.Fatalf("missing group: %d, want 10010", a.ErrorCode)
+	}
+	e.mustOK(t, "modify_group_base_info", `{"GroupId":"room-1","ShutUpAllMember":"Off"}`)
+	e.mustOK(t, "send_group_msg", `{"GroupId":"room-1","Random":3,"From_Account":"peter",`+text+`}`)
+}
+
+// TestPersist: groups, their names, mute-all, mutes and bans survive a new
+// server on the same state file (a restarted service); a damaged file is
+// an error and loads nothing.
+func TestPersist(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "im", "groups.json")
+	e := newEnv(t, nil)
+	if err := e.srv.Persist(path); err != nil {
+		t.Fatal(err)
+	}
+	e.createRoom(t, "room-1")
+	e.createRoom(t, "room-2")
+	e.mustOK(t, "modify_group_base_info", `{"GroupId":"room-1","Name":"renamed","ShutUpAllMember":"On"}`)
+	e.mustOK(t, "forbid_send_msg", `{"GroupId":"room-1","Members_Account":["peter"],"ShutUpTime":600}`)
+	e.mustOK(t, "ban_group_member", `{"GroupId":"room-1","Members_Account":["x"],"Duration":3600}`)
+	e.mustOK(t, "destroy_group", `{"GroupId":"room-2"}`)
+
+	again := timlocal.New(timlocal.Config{SDKAppID: appID, SecretKey: key, Admin: admin, Clock: e.clk.Now})
+	if err := again.Persist(path); err != nil {
+		t.Fatal(err)
+	}
+	if got := again.Groups(); len(got) != 1 || got[0] != "room-1" {
+		t.Fatalf("groups after restart %v, want [room-1]", got)
+	}
+	if g, _ := again.Group("room-1"); g.Name != "renamed" || !g.ShutUpAll || g.Type != "AVChatRoom" {
+		t.Fatalf("group after restart %+v", g)
+	}
+	if _, ok := again.Muted("room-1")["peter"]; !ok {
+		t.Fatal("mute lost in the restart")
+	}
+	if _, ok := again.Banned("room-1")["x"]; !ok {
+		t.Fatal("ban lost in the restart")
+	}
+
+	if err := os.WriteFile(path, []byte(`[{"id":`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	broken := timlocal.New(timlocal.Config{SDKAppID: appID, SecretKey: key, Admin: admin})
+	if err := broken.Persist(path); err == nil || len(broken.Groups()) != 0 {
+		t.Fatalf("damaged state file: err %v, groups %v", err, broken.Groups())
 	}
 }

@@ -343,6 +343,21 @@ func (b *Bus) AllFilter() string { return b.cfg.SubjectPrefix + ".>" }
 // Stream is the name of the stream the Bus publishes to.
 func (b *Bus) Stream() string { return b.cfg.Stream }
 
+// CreateSideStream creates or updates a small stream beside the outbox's, with its storage and replicas:
+// file storage, discard old, at most maxMsgs messages kept for at most maxAge. Consumers keep their own
+// records in it, such as the events a consumer gave up on. Its subjects must not overlap the outbox's.
+func (b *Bus) CreateSideStream(ctx context.Context, name string, subjects []string, maxAge time.Duration, maxMsgs int64) error {
+	_, err := b.js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+		Name: name, Subjects: subjects, Storage: jetstream.FileStorage, Retention: jetstream.LimitsPolicy,
+		Discard: jetstream.DiscardOld, MaxAge: maxAge, MaxMsgs: maxMsgs, Duplicates: b.cfg.Duplicates,
+		Replicas: b.cfg.Replicas,
+	})
+	if err != nil {
+		return fmt.Errorf("create or update stream %s: %w", name, err)
+	}
+	return nil
+}
+
 // ClientURL is the URL consumers connect to: cfg.URL for an external broker,
 // the embedded server's client URL when it listens, and "" when the embedded
 // server is in-process only (use Conn or JetStream instead).

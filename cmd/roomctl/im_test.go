@@ -1,0 +1,56 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"hyapp/room-service/im"
+	"hyapp/room-service/outbox"
+	"hyapp/room-service/outbox/natsbus"
+)
+
+// refusing is an IM service that refuses every call for good.
+type refusing struct{ im.GroupAPI }
+
+func (refusing) BanGroupMember(context.Context, string, []string, uint32, string) error {
+	return &im.PermanentError{Reason: "tencent_10004", Err: errors.New("invalid parameter")}
+}
+
+// TestIMStatus: an event group control terminated shows in "roomctl im
+// status", counted by type and reason and listed with its room.
+func TestIMStatus(t *testing.T) {
+	bus, err := natsbus.Open(context.Background(), natsbus.Config{StoreDir: t.TempDir(), Listen: "127.0.0.1:0"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = bus.Close() })
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Add(1)
+	control := &im.Control{Bus: bus, API: refusing{}}
+	go func() { defer wg.Done(); _ = control.Run(ctx) }()
+	t.Cleanup(func() { cancel(); wg.Wait() })
+
+	err = bus.Publish(context.Background(), outbox.Record{EventID: "r1/3/0", RoomID: "r1", RoomVersion: 3,
+		EventType: "RoomUserKicked", Payload: []byte(`{"user_id":5}`), CreatedAt: time.Now()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out string
+	deadline := time.Now().Add(30 * time.Second)
+	for !strings.Contains(out, "terminated RoomUserKicked tencent_10004\t1\n") {
+		if time.Now().After(deadline) {
+			t.Fatalf("im status never showed the terminated kick:\n%s", out)
+		}
+		out = mustRun(t, "im", "status", "-nats-url", bus.ClientURL())
+	}
+	for _, want := range []string{"terminated\t1\n", "room=r1\tgroup=r1\tevent=r1/3/0\ttencent_10004\tinvalid parameter", "(max 10000)"} {
+		if !strings.Contains(out, want) {
+			t.Fatalf("im status lacks %q:\n%s", want, out)
+		}
+	}
+}
