@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -122,8 +123,11 @@ func testRocketEarlyWakeupRearms(t *testing.T, open func(testing.TB) store.Repos
 	}
 	assertLaunchCommands(t, repo, "early", 1)
 	assertNoTimer(t, repo, "early")
-	if w := wakeups(t, m, "not_due"); w < 1 || wakeups(t, m, "launched") != 1 {
-		t.Fatalf("wakeups: %v not_due, %v launched; want at least 1 and exactly 1", w, wakeups(t, m, "launched"))
+	// The wakeup counts its result once its submit returned, which may be
+	// after the sink saw the launch.
+	awaitWakeups(t, m, "launched", 1)
+	if w := wakeups(t, m, "not_due"); w < 1 {
+		t.Fatalf("%v not_due wakeups, want at least 1", w)
 	}
 }
 
@@ -230,9 +234,7 @@ func testRocketLaunchSurvivesCrash(t *testing.T, open func(testing.TB) store.Rep
 		t.Fatalf("the crashed node launched %+v", got)
 	}
 	assertLaunchCommands(t, repo, "crash", 1)
-	if w := wakeups(t, m, "launched"); w != 1 {
-		t.Fatalf("%v launched wakeups, want 1", w)
-	}
+	awaitWakeups(t, m, "launched", 1)
 	// Wakeups after the launch find nothing to do.
 	if got := cell.WakeLaunch(next, "crash", l); got != "duplicate" {
 		t.Fatalf("wakeup after the launch: %s, want duplicate", got)
@@ -270,9 +272,7 @@ func testRocketRearmedOnLoad(t *testing.T, open func(testing.TB) store.Repositor
 	}
 	assertLaunchCommands(t, repo, "idle-rk", 1)
 	assertNoTimer(t, repo, "idle-rk")
-	if w := wakeups(t, m, "launched"); w != 1 {
-		t.Fatalf("%v launched wakeups, want 1", w)
-	}
+	awaitWakeups(t, m, "launched", 1)
 }
 
 // runScanner runs reg's timer scanner every 10 ms until the test ends.
@@ -403,9 +403,24 @@ func wakeups(t testing.TB, m *cell.Metrics, result string) float64 {
 	return pb.GetCounter().GetValue()
 }
 
-// assertWakeups checks every wakeup counter: those not in want are zero.
+// awaitWakeups waits until n wakeups with result are counted, and checks
+// no more are. A wakeup counts its result once its submit returned, which
+// may be after the sink saw the launch.
+func awaitWakeups(t testing.TB, m *cell.Metrics, result string, n float64) {
+	t.Helper()
+	checkFor(t, 10*time.Second, fmt.Sprintf("%v %s wakeups", n, result), func() bool { return wakeups(t, m, result) >= n })
+	if got := wakeups(t, m, result); got != n {
+		t.Fatalf("%v %s wakeups, want %v", got, result, n)
+	}
+}
+
+// assertWakeups checks every wakeup counter, once those in want are
+// counted: those not in want are zero.
 func assertWakeups(t testing.TB, m *cell.Metrics, want map[string]float64) {
 	t.Helper()
+	for r, n := range want {
+		awaitWakeups(t, m, r, n)
+	}
 	for _, r := range []string{"launched", "duplicate", "not_due", "stale", "not_pending", "foreign", "error"} {
 		if got := wakeups(t, m, r); got != want[r] {
 			t.Fatalf("%s wakeups = %v, want %v", r, got, want[r])
