@@ -10,7 +10,6 @@ import (
 	"sort"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"hyapp/room-service/im"
@@ -20,7 +19,7 @@ import (
 // waiting, in flight, redelivered) and the events it terminated, counted by
 // type and reason, with the last few in full.
 func setupIM(fs *flag.FlagSet) func(ctx context.Context, _ *client, args []string, out io.Writer) error {
-	url := fs.String("nats-url", envOr("ROOM_NATS_URL", "nats://127.0.0.1:4333"), "NATS server (env ROOM_NATS_URL); the embedded one listens when the service runs with -nats-listen")
+	url := natsURLFlag(fs)
 	stream := fs.String("stream", "ROOM_EVENTS", "JetStream stream of the room events")
 	durable := fs.String("durable", im.DefaultControlDurable, "group control's consumer")
 	dead := fs.String("dead-stream", im.DefaultControlDeadStream, "stream of the terminated control events")
@@ -29,15 +28,11 @@ func setupIM(fs *flag.FlagSet) func(ctx context.Context, _ *client, args []strin
 		if args[0] != "status" {
 			return usagef("im takes status, not %q", args[0])
 		}
-		nc, err := nats.Connect(*url, nats.Name("roomctl im status"))
-		if err != nil {
-			return fmt.Errorf("connect %s: %w", *url, err)
-		}
-		defer nc.Close()
-		js, err := jetstream.New(nc)
+		nc, js, err := jetStreamAt(*url, "roomctl im status")
 		if err != nil {
 			return err
 		}
+		defer nc.Close()
 		return imStatus(ctx, js, *stream, *durable, *dead, *last, out)
 	}
 }

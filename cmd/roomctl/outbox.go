@@ -57,8 +57,27 @@ func setupOutbox(fs *flag.FlagSet) func(ctx context.Context, c *client, args []s
 
 // setupEvents registers "roomctl events tail": an example consumer of the
 // durable room events that drops duplicates by event_id, as every consumer must.
+// natsURLFlag is the -nats-url flag of the commands that read JetStream.
+func natsURLFlag(fs *flag.FlagSet) *string {
+	return fs.String("nats-url", envOr("ROOM_NATS_URL", "nats://127.0.0.1:4333"), "NATS server (env ROOM_NATS_URL); the embedded one listens when the service runs with -nats-listen")
+}
+
+// jetStreamAt connects to the NATS server at url; the caller closes the connection.
+func jetStreamAt(url, name string) (*nats.Conn, jetstream.JetStream, error) {
+	nc, err := nats.Connect(url, nats.Name(name))
+	if err != nil {
+		return nil, nil, fmt.Errorf("connect %s: %w", url, err)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		nc.Close()
+		return nil, nil, err
+	}
+	return nc, js, nil
+}
+
 func setupEvents(fs *flag.FlagSet) func(ctx context.Context, _ *client, args []string, out io.Writer) error {
-	url := fs.String("nats-url", envOr("ROOM_NATS_URL", "nats://127.0.0.1:4333"), "NATS server (env ROOM_NATS_URL); the embedded one listens when the service runs with -nats-listen")
+	url := natsURLFlag(fs)
 	stream := fs.String("stream", "ROOM_EVENTS", "JetStream stream")
 	prefix := fs.String("prefix", "room.events", "subject prefix")
 	typ := fs.String("type", "", "only events of this type")
@@ -69,15 +88,11 @@ func setupEvents(fs *flag.FlagSet) func(ctx context.Context, _ *client, args []s
 		if args[0] != "tail" {
 			return usagef("events takes tail, not %q", args[0])
 		}
-		nc, err := nats.Connect(*url, nats.Name("roomctl events tail"))
-		if err != nil {
-			return fmt.Errorf("connect %s: %w", *url, err)
-		}
-		defer nc.Close()
-		js, err := jetstream.New(nc)
+		nc, js, err := jetStreamAt(*url, "roomctl events tail")
 		if err != nil {
 			return err
 		}
+		defer nc.Close()
 		subject := *prefix + ".>"
 		switch {
 		case *typ != "" && *roomID != "":
