@@ -358,8 +358,7 @@ func (c *Cell) answerDuplicate(p *pending, version int64, typ room.CommandType, 
 	p.result, p.err = Result{RoomVersion: version, Duplicate: true}, nil
 	if g, ok := p.req.env.Command.(*room.SendGift); ok {
 		// A retried gift answers what the first attempt paid, from the log.
-		if o, ok := room.GiftOutcomeOf(payload); ok {
-			g.Outcome = o
+		if room.RestoreOutcome(g, payload) {
 			p.result.Gift = giftResult(g)
 		}
 	}

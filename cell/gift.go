@@ -3,8 +3,6 @@ package cell
 import (
 	"context"
 	"errors"
-	"math"
-	"math/bits"
 	"time"
 
 	"hyapp/room-service/room"
@@ -24,22 +22,6 @@ type GiftResult struct {
 func giftResult(g *room.SendGift) *GiftResult {
 	o := g.Outcome
 	return &GiftResult{BalanceAfter: o.BalanceAfter, Cost: g.Cost(), MultiplierBP: o.MultiplierBP, Reward: o.Reward}
-}
-
-// luckyReward is cost x bp / 10000, rounded down; ok is false on overflow.
-func luckyReward(cost, bp int64) (int64, bool) {
-	if cost < 0 || bp < 0 {
-		return 0, false
-	}
-	hi, lo := bits.Mul64(uint64(cost), uint64(bp))
-	if hi >= room.BasisPoints {
-		return 0, false
-	}
-	q, _ := bits.Div64(hi, lo, room.BasisPoints)
-	if q > math.MaxInt64 {
-		return 0, false
-	}
-	return int64(q), true
 }
 
 func isGift(env *room.Envelope) bool {
@@ -75,7 +57,7 @@ func (c *Cell) decideGifts(run []*pending, seen map[string]*pending, stored map[
 		}
 		g := env.Command.(*room.SendGift)
 		cost := g.Cost()
-		reward, ok := luckyReward(cost, g.Outcome.MultiplierBP)
+		reward, ok := room.LuckyReward(cost, g.Outcome.MultiplierBP)
 		if !ok {
 			p.err = room.Errorf(room.ErrInvalidArgument, "lucky reward of %d x %d bp overflows", cost, g.Outcome.MultiplierBP)
 			continue

@@ -564,13 +564,20 @@ func SameRequest(storedType CommandType, storedPayload []byte, env *Envelope) bo
 	return w.Op == env.Operator && w.Platform == env.Platform && bytes.Equal(w.Body, body)
 }
 
-// GiftOutcomeOf reads the outcome recorded with a stored SendGift payload;
-// ok is false when the payload is unreadable or records none. The cell
-// answers a retried gift's balance with it.
-func GiftOutcomeOf(payload []byte) (GiftOutcome, bool) {
-	var w wire
-	if err := json.Unmarshal(payload, &w); err != nil || w.Gift == nil {
-		return GiftOutcome{}, false
+// RestoreOutcome copies into cmd the outcome recorded with a stored payload
+// of the same request, for a command that records one (SendGift): a retry
+// is answered with what the first attempt decided and paid, not with what
+// the retry prepared. It reports whether it did: false for a command that
+// records no outcome, or a payload that is unreadable or records none.
+func RestoreOutcome(cmd Command, storedPayload []byte) bool {
+	oc, ok := cmd.(outcomeCarrier)
+	if !ok {
+		return false
 	}
-	return *w.Gift, true
+	var w wire
+	if err := json.Unmarshal(storedPayload, &w); err != nil || w.Gift == nil {
+		return false
+	}
+	*oc.loggedOutcome() = *w.Gift
+	return true
 }

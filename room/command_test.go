@@ -243,23 +243,28 @@ func TestSameRequestIgnoresTheGiftOutcome(t *testing.T) {
 	}
 }
 
-func TestGiftOutcomeOf(t *testing.T) {
+func TestRestoreOutcome(t *testing.T) {
 	gift := luckyCombo()
 	p, err := EncodeCommand(env(uCarol, gift))
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, ok := GiftOutcomeOf(p)
-	if !ok || got != gift.Outcome {
-		t.Fatalf("GiftOutcomeOf = %+v, %t, want %+v", got, ok, gift.Outcome)
+	retry := &SendGift{ReceiverUserIDs: gift.ReceiverUserIDs, GiftID: gift.GiftID, Count: gift.Count, ComboID: gift.ComboID,
+		Outcome: GiftOutcome{Name: "drawn again", MultiplierBP: 1}}
+	if !RestoreOutcome(retry, p) || retry.Outcome != gift.Outcome {
+		t.Fatalf("RestoreOutcome = %+v, want %+v", retry.Outcome, gift.Outcome)
 	}
 	other, err := EncodeCommand(env(uAlice, &LeaveMic{}))
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, p := range [][]byte{other, []byte(`{`), nil, []byte(`{"op":1,"at":1,"body":{},"gift":null}`)} {
-		if got, ok := GiftOutcomeOf(p); ok || got != (GiftOutcome{}) {
-			t.Errorf("GiftOutcomeOf(%s) = %+v, %t", p, got, ok)
+		g := &SendGift{}
+		if RestoreOutcome(g, p) || g.Outcome != (GiftOutcome{}) {
+			t.Errorf("RestoreOutcome(%s) = true or changed the outcome: %+v", p, g.Outcome)
 		}
+	}
+	if RestoreOutcome(&LeaveMic{}, p) {
+		t.Error("RestoreOutcome restored an outcome into a command that records none")
 	}
 }

@@ -3,6 +3,7 @@ package room
 import (
 	"cmp"
 	"math"
+	"math/bits"
 	"slices"
 )
 
@@ -45,6 +46,25 @@ const (
 	RocketTopContributors = 3
 	msPerDay              = 24 * 3600 * millisPerSecond
 )
+
+// LuckyReward is what a lucky multiplier of multiplierBP basis points pays
+// back on a gift that cost cost coins: cost x multiplierBP / BasisPoints,
+// rounded down. ok is false when either is negative or the reward does not
+// fit an int64.
+func LuckyReward(cost, multiplierBP int64) (reward int64, ok bool) {
+	if cost < 0 || multiplierBP < 0 {
+		return 0, false
+	}
+	hi, lo := bits.Mul64(uint64(cost), uint64(multiplierBP))
+	if hi >= BasisPoints {
+		return 0, false
+	}
+	q, _ := bits.Div64(hi, lo, BasisPoints)
+	if q > math.MaxInt64 {
+		return 0, false
+	}
+	return int64(q), true
+}
 
 // Economy is what gifts build up in a room during one business day.
 type Economy struct {

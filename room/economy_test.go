@@ -829,3 +829,31 @@ func TestBigGiftIsHighOnTheIMLane(t *testing.T) {
 		t.Fatalf("small %+v, big %+v", small.Lanes(), big.Lanes())
 	}
 }
+
+func TestLuckyReward(t *testing.T) {
+	cases := []struct {
+		name       string
+		cost, bp   int64
+		want       int64
+		overflowed bool
+	}{
+		{"a miss", 1000, 0, 0, false},
+		{"half back", 1000, 5000, 500, false},
+		{"ten times", 70, 100_000, 700, false},
+		{"rounds down", 3, 3333, 0, false},
+		{"rounds down above one", 7, 15_000, 10, false},
+		{"the largest cost at 1x", MaxGiftCost, BasisPoints, MaxGiftCost, false},
+		{"a product beyond 64 bits that fits after division", math.MaxInt64, BasisPoints, math.MaxInt64, false},
+		{"a reward beyond int64", math.MaxInt64, 2 * BasisPoints, 0, true},
+		{"negative cost", -1, 5000, 0, true},
+		{"negative multiplier", 1000, -1, 0, true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			got, ok := LuckyReward(tc.cost, tc.bp)
+			if got != tc.want || ok == tc.overflowed {
+				t.Fatalf("LuckyReward(%d, %d) = %d, %t; want %d, %t", tc.cost, tc.bp, got, ok, tc.want, !tc.overflowed)
+			}
+		})
+	}
+}
