@@ -79,7 +79,7 @@ var quiet = slog.New(slog.DiscardHandler)
 
 type nopSink struct{}
 
-func (nopSink) Publish([]cell.Committed) {}
+func (nopSink) Publish([]room.Committed) {}
 
 func newRegistry(repo store.Repository, cfg cell.Config) *cell.Registry {
 	return cell.New(cfg, repo, lease.NewLocal(), nopSink{}, nil, quiet)

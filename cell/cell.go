@@ -211,7 +211,7 @@ func (c *Cell) handle(batch []*request, verify bool) (stop string) {
 			return stopFailure
 		}
 	}
-	var out []Committed
+	var out []room.Committed
 	if applied := c.state.Version - base; applied > 0 {
 		b, err := c.buildBatch(cmds, base, prevStatus)
 		if err == nil {
@@ -455,19 +455,19 @@ func (c *Cell) buildBatch(cmds []*pending, base int64, prevStatus room.Status) (
 
 // committed records a successful commit and returns what the sink gets once
 // every caller has its answer.
-func (c *Cell) committed(cmds []*pending, b store.Batch) []Committed {
+func (c *Cell) committed(cmds []*pending, b store.Batch) []room.Committed {
 	c.reg.metrics.BatchSize.Observe(float64(len(b.Commands)))
 	if b.Snapshot != nil {
 		c.lastSnapshot = b.Snapshot.RoomVersion
 	}
-	out := make([]Committed, 0, len(b.Commands))
+	out := make([]room.Committed, 0, len(b.Commands))
 	for _, p := range cmds {
 		if !p.applied || p.result.Duplicate {
 			continue
 		}
 		env := p.req.env
 		c.recent.add(env.CommandID, recentEntry{version: p.result.RoomVersion, typ: env.Command.Type(), payload: p.payload})
-		out = append(out, Committed{
+		out = append(out, room.Committed{
 			RoomID: c.roomID, RoomVersion: p.result.RoomVersion, CommandID: env.CommandID,
 			CommandType: env.Command.Type(), Operator: env.Operator, At: env.At, Events: p.events, Seats: p.seats,
 		})

@@ -56,11 +56,11 @@ func openRepo(t testing.TB) *sqlite.DB {
 // recordSink keeps every committed batch.
 type recordSink struct {
 	mu    sync.Mutex
-	got   []cell.Committed
+	got   []room.Committed
 	panic string // a command id that makes Publish panic
 }
 
-func (s *recordSink) Publish(b []cell.Committed) {
+func (s *recordSink) Publish(b []room.Committed) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, c := range b {
@@ -71,10 +71,10 @@ func (s *recordSink) Publish(b []cell.Committed) {
 	s.got = append(s.got, b...)
 }
 
-func (s *recordSink) all() []cell.Committed {
+func (s *recordSink) all() []room.Committed {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return append([]cell.Committed(nil), s.got...)
+	return append([]room.Committed(nil), s.got...)
 }
 
 func newRegistry(t testing.TB, repo store.Repository, cfg cell.Config, sink cell.EventSink) *cell.Registry {

@@ -5,34 +5,19 @@ import (
 	"hyapp/room-service/wallet"
 )
 
-// Committed is one committed command and the events it caused, handed to
-// the EventSink after its transaction committed.
-type Committed struct {
-	RoomID      string
-	RoomVersion int64
-	CommandID   string
-	CommandType room.CommandType
-	Operator    int64
-	At          int64 // unix ms
-	Events      []room.Event
-	// Seats is the seat list after the command, set when it changed a seat
-	// (so the IM lane can show the whole mic row); nil otherwise.
-	Seats []room.Seat
-}
-
 // EventSink receives committed events after commit: the direct IM lane
 // implements it. Publish is called from a cell's goroutine and must never
 // block it: an implementation queues (bounded) and sheds when full. The
 // slice and its events must not be modified.
 type EventSink interface {
-	Publish(batch []Committed)
+	Publish(batch []room.Committed)
 }
 
 // Sinks hands every batch to each sink in turn. Each must not block.
 type Sinks []EventSink
 
 // Publish implements EventSink.
-func (s Sinks) Publish(batch []Committed) {
+func (s Sinks) Publish(batch []room.Committed) {
 	for _, sink := range s {
 		sink.Publish(batch)
 	}
@@ -43,7 +28,7 @@ func (s Sinks) Publish(batch []Committed) {
 type OutboxWaker struct{ Wake func() }
 
 // Publish implements EventSink.
-func (w OutboxWaker) Publish(batch []Committed) {
+func (w OutboxWaker) Publish(batch []room.Committed) {
 	for _, c := range batch {
 		for _, ev := range c.Events {
 			if ev.Lanes().Outbox {
@@ -60,7 +45,7 @@ func (w OutboxWaker) Publish(batch []Committed) {
 type GiftSettler struct{ Settle func(keys ...string) }
 
 // Publish implements EventSink.
-func (g GiftSettler) Publish(batch []Committed) {
+func (g GiftSettler) Publish(batch []room.Committed) {
 	var keys []string
 	for _, c := range batch {
 		if c.CommandType == room.CmdSendGift {

@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"hyapp/room-service/cell"
 	"hyapp/room-service/im"
 	"hyapp/room-service/room"
 )
@@ -184,7 +183,7 @@ func (c *client) event(t *testing.T, e wireEvent) {
 type burst struct {
 	first   *room.State // after CreateRoom: what a client sees on entering
 	final   *room.State
-	commits [][]cell.Committed
+	commits [][]room.Committed
 	gifts   []key
 	last    map[string]key // the newest key of each event type
 }
@@ -205,7 +204,7 @@ func newBurst(t *testing.T, rooms int) burst {
 			refused[room.AsError(err).Reason]++
 			return // refused: nothing committed
 		}
-		c := cell.Committed{RoomID: "r1", RoomVersion: s.Version, At: at, Events: events}
+		c := room.Committed{RoomID: "r1", RoomVersion: s.Version, At: at, Events: events}
 		for seq, ev := range events {
 			k := key{s.Version, int64(seq)}
 			b.last[string(ev.Type)] = k
@@ -216,7 +215,7 @@ func newBurst(t *testing.T, rooms int) burst {
 				c.Seats = slices.Clone(s.Seats)
 			}
 		}
-		b.commits = append(b.commits, []cell.Committed{c})
+		b.commits = append(b.commits, []room.Committed{c})
 	}
 	apply(1, &room.CreateRoom{OwnerUserID: 1, SeatCount: 10, Region: "sg"})
 	if s.Version != 1 {

@@ -22,6 +22,9 @@ import (
 )
 
 // world is the engine with the IM lane in front of the local Tencent endpoint.
+// The lane is the cell's EventSink.
+var _ cell.EventSink = (*im.Lane)(nil)
+
 type world struct {
 	local  *timlocal.Server
 	client *tencent.Client
@@ -214,7 +217,7 @@ func TestLaneRecreatesMissingGroup(t *testing.T) {
 		Recreated: func() { mu.Lock(); recreated++; mu.Unlock() },
 	}, im.Metrics{}, quiet)
 	t.Cleanup(lane.Close)
-	lane.Publish([]cell.Committed{{RoomID: "lost", RoomVersion: 2, At: 1, Events: []room.Event{
+	lane.Publish([]room.Committed{{RoomID: "lost", RoomVersion: 2, At: 1, Events: []room.Event{
 		{Type: room.EventRoomMicChanged, Data: map[string]any{"user_id": 7}},
 	}}})
 	checkFor(t, 30*time.Second, "the message in a recreated group", func() bool { return len(w.local.Messages("lost")) == 1 })
@@ -222,10 +225,10 @@ func TestLaneRecreatesMissingGroup(t *testing.T) {
 		t.Fatalf("recreated group %+v, want an AVChatRoom named after the room", g)
 	}
 
-	lane.Publish([]cell.Committed{{RoomID: "gone", RoomVersion: 9, At: 1, Events: []room.Event{
+	lane.Publish([]room.Committed{{RoomID: "gone", RoomVersion: 9, At: 1, Events: []room.Event{
 		{Type: room.EventRoomClosed, Data: map[string]any{"operator_user_id": 1}},
 	}}})
-	lane.Publish([]cell.Committed{{RoomID: "lost", RoomVersion: 3, At: 1, Events: []room.Event{
+	lane.Publish([]room.Committed{{RoomID: "lost", RoomVersion: 3, At: 1, Events: []room.Event{
 		{Type: room.EventRoomMicChanged, Data: map[string]any{"user_id": 8}},
 	}}})
 	checkFor(t, 30*time.Second, "the next message", func() bool { return len(w.local.Messages("lost")) == 2 })

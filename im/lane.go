@@ -28,7 +28,6 @@ import (
 
 	"golang.org/x/time/rate"
 
-	"hyapp/room-service/cell"
 	"hyapp/room-service/room"
 )
 
@@ -159,8 +158,6 @@ type Lane struct {
 	stop       context.CancelFunc
 }
 
-var _ cell.EventSink = (*Lane)(nil)
-
 // roomQueue is one room's shaped traffic. Guarded by Lane.mu.
 type roomQueue struct {
 	group string
@@ -233,7 +230,7 @@ func envelope(typ room.EventType, roomID string, version int64, seq int, at int6
 
 // Publish implements cell.EventSink: it queues the IM events of committed
 // commands and returns at once.
-func (l *Lane) Publish(batch []cell.Committed) {
+func (l *Lane) Publish(batch []room.Committed) {
 	now := time.Now()
 	l.mu.Lock()
 	defer l.mu.Unlock()

@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"hyapp/room-service/cell"
 	"hyapp/room-service/im"
 	"hyapp/room-service/room"
 )
@@ -93,10 +92,10 @@ func delivered(t *testing.T, r *recorder) map[eventKey]int {
 	return out
 }
 
-func micChange(roomID string, version int64, user int64) []cell.Committed {
+func micChange(roomID string, version int64, user int64) []room.Committed {
 	seats := make([]room.Seat, 10)
 	seats[1].UserID = user
-	return []cell.Committed{{RoomID: roomID, RoomVersion: version, At: time.Now().UnixMilli(), Seats: seats,
+	return []room.Committed{{RoomID: roomID, RoomVersion: version, At: time.Now().UnixMilli(), Seats: seats,
 		Events: []room.Event{{Type: room.EventRoomMicChanged, Data: &room.RoomMicChangedEvent{Action: room.MicTake, UserID: user, SeatIndex: 1}}}}}
 }
 
@@ -210,7 +209,7 @@ func TestHighOfAClosedRoomEnds(t *testing.T) {
 	var c shedCounts
 	lane := im.New(im.Config{Budget: 1000}, f, c.metrics(), quiet)
 	defer lane.Close()
-	lane.Publish([]cell.Committed{{RoomID: "r1", RoomVersion: 9, Events: []room.Event{
+	lane.Publish([]room.Committed{{RoomID: "r1", RoomVersion: 9, Events: []room.Event{
 		{Type: room.EventRoomMicChanged, Data: &room.RoomMicChangedEvent{Action: room.MicRoomClose, UserID: 7}},
 		{Type: room.EventRoomClosed, Data: &room.RoomClosedEvent{}},
 	}}})

@@ -12,7 +12,6 @@ import (
 
 	"go.uber.org/goleak"
 
-	"hyapp/room-service/cell"
 	"hyapp/room-service/im"
 	"hyapp/room-service/room"
 )
@@ -103,8 +102,8 @@ func countType(t *testing.T, msgs [][]byte, typ room.EventType) int {
 	return n
 }
 
-func committed(roomID string, version int64, typ room.EventType, data any) []cell.Committed {
-	return []cell.Committed{{RoomID: roomID, RoomVersion: version, At: time.Now().UnixMilli(), Events: []room.Event{{Type: typ, Data: data}}}}
+func committed(roomID string, version int64, typ room.EventType, data any) []room.Committed {
+	return []room.Committed{{RoomID: roomID, RoomVersion: version, At: time.Now().UnixMilli(), Events: []room.Event{{Type: typ, Data: data}}}}
 }
 
 func checkFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {

@@ -25,6 +25,7 @@ import (
 	"hyapp/room-service/gen/room/v1/roomv1connect"
 	"hyapp/room-service/gift"
 	"hyapp/room-service/lease"
+	"hyapp/room-service/room"
 	"hyapp/room-service/rpc"
 	"hyapp/room-service/store/sqlite"
 )
@@ -44,7 +45,7 @@ var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 // nopSink drops committed events: these tests read state through the API.
 type nopSink struct{}
 
-func (nopSink) Publish([]cell.Committed) {}
+func (nopSink) Publish([]room.Committed) {}
 
 // stack is the real service in-process: SQLite, the cell registry and the
 // HTTP server on a random loopback port.

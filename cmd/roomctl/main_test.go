@@ -21,6 +21,7 @@ import (
 	roomv1 "hyapp/room-service/gen/room/v1"
 	"hyapp/room-service/gift"
 	"hyapp/room-service/lease"
+	"hyapp/room-service/room"
 	"hyapp/room-service/rpc"
 	"hyapp/room-service/store/sqlite"
 )
@@ -32,7 +33,7 @@ const testToken = "test-token"
 // discard is an EventSink that drops everything.
 type discard struct{}
 
-func (discard) Publish([]cell.Committed) {}
+func (discard) Publish([]room.Committed) {}
 
 // startServer runs room-service in-process on a random port, wired as
 // cmd/room-service wires it, with a stored snapshot every 3 commands.
