@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"hyapp/room-service/app"
 	"hyapp/room-service/cell"
 	"hyapp/room-service/gift"
 	"hyapp/room-service/lease"
@@ -19,9 +20,9 @@ import (
 	"hyapp/room-service/wallet"
 )
 
-// Gift scenarios run the gift path as the daemon wires it: the sample
-// catalogue prepares each send (facts and lucky draw, as the RPC handler
-// does), the room's cell charges a run of gifts with one wallet call and
+// Gift scenarios run the gift path as the daemon wires it: each send goes
+// through the gift use case the RPC handler uses (app.Gifts: the sample
+// catalogue's facts and lucky draw, then Submit), the room's cell charges a run of gifts with one wallet call and
 // commits them, and a wallet.Settler settles the charges of committed gifts
 // off the rooms' path. The wallet is the embedded ledger on the scenario's
 // own database, optionally behind wallet.WithLatency.
@@ -61,12 +62,12 @@ func openLedger(repo store.Repository) (giftLedger, error) {
 
 // giftEngine is a registry that pays gifts, on a fresh database.
 type giftEngine struct {
-	repo      store.Repository
-	ledger    giftLedger
-	settler   *wallet.Settler
-	reg       *cell.Registry
-	catalogue *gift.Catalogue
-	closed    bool
+	repo    store.Repository
+	ledger  giftLedger
+	settler *wallet.Settler
+	reg     *cell.Registry
+	gifts   *app.Gifts
+	closed  bool
 }
 
 // openGiftEngine opens a fresh repository, its ledger, the sample
@@ -100,7 +101,7 @@ func openGiftEngine(ctx context.Context, env Env, latency time.Duration) (*giftE
 		sink = cell.GiftSettler{Settle: settler.Add}
 	}
 	reg := cell.New(cfg, repo, lease.NewLocal(), sink, nil, quiet)
-	return &giftEngine{repo: repo, ledger: ledger, settler: settler, reg: reg, catalogue: catalogue}, nil
+	return &giftEngine{repo: repo, ledger: ledger, settler: settler, reg: reg, gifts: app.NewGifts(catalogue, reg)}, nil
 }
 
 // stop closes the registry, then flushes the settler: after it every
@@ -156,19 +157,17 @@ func (e *giftEngine) credit(ctx context.Context, users []int64) error {
 	})
 }
 
-// send builds a gift as the RPC handler does (catalogue.Prepare, then
-// Submit) and checks that it committed with its charge.
+// send sends one piece of a gift as the RPC handler does (app.Gifts) and
+// checks that it committed for the first time.
 func (e *giftEngine) send(ctx context.Context, roomID, commandID string, sender, receiver int64, giftID string) error {
-	g := &room.SendGift{ReceiverUserIDs: []int64{receiver}, GiftID: giftID, Count: 1}
-	if err := e.catalogue.Prepare(g); err != nil {
-		return err
-	}
-	res, err := e.reg.Submit(ctx, &room.Envelope{RoomID: roomID, CommandID: commandID, Operator: sender, Command: g})
+	res, err := e.gifts.Send(ctx, app.GiftSend{
+		RoomID: roomID, CommandID: commandID, Sender: sender, Receivers: []int64{receiver}, GiftID: giftID, Count: 1,
+	})
 	switch {
 	case err != nil:
 		return fmt.Errorf("gift room=%s command=%s: %w", roomID, commandID, err)
-	case res.Gift == nil || res.Duplicate:
-		return fmt.Errorf("gift room=%s command=%s: committed without its charge (duplicate %v)", roomID, commandID, res.Duplicate)
+	case res.Duplicate:
+		return fmt.Errorf("gift room=%s command=%s: answered as a duplicate", roomID, commandID)
 	}
 	return nil
 }

@@ -5,49 +5,33 @@ import (
 
 	"connectrpc.com/connect"
 
+	"hyapp/room-service/app"
 	roomv1 "hyapp/room-service/gen/room/v1"
-	"hyapp/room-service/gift"
 	"hyapp/room-service/room"
 )
 
-// SetCatalogue connects SendGift and ListGifts to the gift catalogue.
-func (h *RoomHandler) SetCatalogue(c *gift.Catalogue) { h.gifts = c }
-
-// SendGift implements RoomService. The catalogue check (unknown gift, count
-// not allowed) and the lucky draw happen here; the room checks sender and
-// receivers, the wallet charge and the commit happen in the room's cell.
+// SendGift implements RoomService through the gift use case (app.Gifts).
 func (h *RoomHandler) SendGift(ctx context.Context, r *connect.Request[roomv1.SendGiftRequest]) (*connect.Response[roomv1.SendGiftResponse], error) {
 	m := r.Msg
-	if h.gifts == nil {
-		return nil, toConnect(ctx, h.log, room.Errorf(room.ErrUnavailable, "this node has no gift catalogue"))
-	}
-	g := &room.SendGift{ReceiverUserIDs: m.GetReceiverUserIds(), GiftID: m.GetGiftId(), Count: m.GetCount(), ComboID: m.GetComboId()}
-	if err := h.gifts.Prepare(g); err != nil {
-		return nil, toConnect(ctx, h.log, err)
-	}
-	res, err := h.engine.Submit(ctx, &room.Envelope{
-		RoomID: m.GetRoomId(), CommandID: m.GetCommandId(), Operator: m.GetOperatorUserId(),
-		Platform: h.platform(m.GetOperatorUserId()), Command: g,
+	res, err := h.gifts.Send(ctx, app.GiftSend{
+		RoomID: m.GetRoomId(), CommandID: m.GetCommandId(), Sender: m.GetOperatorUserId(),
+		Platform: h.platform(m.GetOperatorUserId()), Receivers: m.GetReceiverUserIds(), GiftID: m.GetGiftId(),
+		Count: m.GetCount(), ComboID: m.GetComboId(),
 	})
 	if err != nil {
 		return nil, toConnect(ctx, h.log, err)
 	}
-	if res.Gift == nil {
-		return nil, toConnect(ctx, h.log, room.Errorf(room.ErrInternal, "gift %s committed without its charge", m.GetCommandId()))
-	}
 	return connect.NewResponse(&roomv1.SendGiftResponse{
-		RoomVersion: res.RoomVersion, CoinBalanceAfter: res.Gift.BalanceAfter, Cost: res.Gift.Cost,
-		LuckyMultiplierBp: res.Gift.MultiplierBP, LuckyReward: res.Gift.Reward,
+		RoomVersion: res.RoomVersion, CoinBalanceAfter: res.BalanceAfter, Cost: res.Cost,
+		LuckyMultiplierBp: res.MultiplierBP, LuckyReward: res.Reward,
 	}), nil
 }
 
 // ListGifts implements RoomService.
-func (h *RoomHandler) ListGifts(ctx context.Context, _ *connect.Request[roomv1.ListGiftsRequest]) (*connect.Response[roomv1.ListGiftsResponse], error) {
-	if h.gifts == nil {
-		return nil, toConnect(ctx, h.log, room.Errorf(room.ErrUnavailable, "this node has no gift catalogue"))
-	}
-	out := &roomv1.ListGiftsResponse{LuckyExpectedPayoutBp: h.gifts.ExpectedPayoutBP()}
-	for _, g := range h.gifts.Gifts() {
+func (h *RoomHandler) ListGifts(_ context.Context, _ *connect.Request[roomv1.ListGiftsRequest]) (*connect.Response[roomv1.ListGiftsResponse], error) {
+	catalogue := h.gifts.Catalogue()
+	out := &roomv1.ListGiftsResponse{LuckyExpectedPayoutBp: catalogue.ExpectedPayoutBP()}
+	for _, g := range catalogue.Gifts() {
 		kind := roomv1.GiftKind_GIFT_KIND_NORMAL
 		if g.Kind == room.GiftLucky {
 			kind = roomv1.GiftKind_GIFT_KIND_LUCKY

@@ -14,10 +14,25 @@ import (
 	"hyapp/room-service/store"
 )
 
+// OperatorStore is what OperatorHandler reads and repairs in storage (a
+// store.Repository serves it).
+type OperatorStore interface {
+	// GetRoomMeta reads a room's metadata; found is false when the room does not exist.
+	GetRoomMeta(ctx context.Context, roomID string) (store.RoomMeta, bool, error)
+	// ListCommandsAfter returns the room's commands with RoomVersion > roomVersion in version order.
+	ListCommandsAfter(ctx context.Context, roomID string, roomVersion int64) ([]store.CommandRecord, error)
+	// GetLatestSnapshot reads the room's snapshot; found is false when there is none.
+	GetLatestSnapshot(ctx context.Context, roomID string) (store.SnapshotRecord, bool, error)
+	// OutboxStats summarises the outbox.
+	OutboxStats(ctx context.Context) (store.OutboxStats, error)
+	// RequeueDeadOutbox makes dead rows pending again, all or those of eventType, and returns how many.
+	RequeueDeadOutbox(ctx context.Context, eventType string) (int, error)
+}
+
 // OperatorHandler implements room.v1.OperatorService: read-only views of a
-// room's durable history.
+// room's durable history, and requeueing dead outbox rows.
 type OperatorHandler struct {
-	repo store.Repository
+	repo OperatorStore
 	log  *slog.Logger
 	wake func() // tells the outbox relay that rows are due; may be nil
 }
@@ -26,7 +41,7 @@ var _ roomv1connect.OperatorServiceHandler = (*OperatorHandler)(nil)
 
 // NewOperatorHandler returns the OperatorService handler. wake, if set, is
 // called when requeued rows are due, so the outbox relay picks them up at once.
-func NewOperatorHandler(repo store.Repository, wake func(), log *slog.Logger) *OperatorHandler {
+func NewOperatorHandler(repo OperatorStore, wake func(), log *slog.Logger) *OperatorHandler {
 	return &OperatorHandler{repo: repo, wake: wake, log: log}
 }
 

@@ -8,6 +8,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"hyapp/room-service/app"
 	"hyapp/room-service/cell"
 	roomv1 "hyapp/room-service/gen/room/v1"
 	"hyapp/room-service/gen/room/v1/roomv1connect"
@@ -23,13 +24,28 @@ type Engine interface {
 	Snapshot(ctx context.Context, roomID string) (*roomv1.RoomSnapshot, error)
 }
 
+// RoomStore is what RoomHandler reads from storage (a store.Repository
+// serves it): a room's metadata, and the room listing.
+type RoomStore interface {
+	// GetRoomMeta reads a room's metadata; found is false when the room does not exist.
+	GetRoomMeta(ctx context.Context, roomID string) (store.RoomMeta, bool, error)
+	// ListRooms lists rooms ordered by id, starting after afterRoomID, at most limit.
+	ListRooms(ctx context.Context, afterRoomID string, limit int) ([]store.RoomInfo, error)
+}
+
+// The storage contract serves the handlers.
+var (
+	_ RoomStore     = store.Repository(nil)
+	_ OperatorStore = store.Repository(nil)
+)
+
 // RoomHandler implements room.v1.RoomService.
 type RoomHandler struct {
 	engine   Engine
-	repo     store.Repository
-	platform func(userID int64) bool
+	rooms    RoomStore
+	gifts    *app.Gifts
 	robots   RobotDisplay
-	gifts    *gift.Catalogue
+	platform func(userID int64) bool
 	log      *slog.Logger
 }
 
@@ -37,9 +53,6 @@ type RoomHandler struct {
 type RobotDisplay interface {
 	PublishRobot(roomID, eventType string, payload json.RawMessage)
 }
-
-// SetRobotDisplay connects PublishRobotDisplay to the IM lane.
-func (h *RoomHandler) SetRobotDisplay(r RobotDisplay) { h.robots = r }
 
 // Limits of PublishRobotDisplay.
 const (
@@ -61,7 +74,7 @@ func (h *RoomHandler) PublishRobotDisplay(ctx context.Context, r *connect.Reques
 	if len(payload) > maxRobotPayload || json.Unmarshal(payload, &obj) != nil {
 		return nil, toConnect(ctx, h.log, room.Errorf(room.ErrInvalidArgument, "payload_json must be a JSON object of at most %d bytes", maxRobotPayload))
 	}
-	meta, found, err := h.repo.GetRoomMeta(ctx, m.GetRoomId())
+	meta, found, err := h.rooms.GetRoomMeta(ctx, m.GetRoomId())
 	switch {
 	case err != nil:
 		return nil, toConnect(ctx, h.log, err)
@@ -69,8 +82,6 @@ func (h *RoomHandler) PublishRobotDisplay(ctx context.Context, r *connect.Reques
 		return nil, toConnect(ctx, h.log, room.ErrRoomNotFound)
 	case meta.Status == string(room.StatusClosed):
 		return nil, toConnect(ctx, h.log, room.ErrRoomClosed)
-	case h.robots == nil:
-		return nil, toConnect(ctx, h.log, room.Errorf(room.ErrUnavailable, "no IM lane"))
 	}
 	h.robots.PublishRobot(m.GetRoomId(), m.GetEventType(), payload)
 	return connect.NewResponse(&roomv1.PublishRobotDisplayResponse{}), nil
@@ -91,13 +102,18 @@ func robotType(t string) bool {
 
 var _ roomv1connect.RoomServiceHandler = (*RoomHandler)(nil)
 
-// NewRoomHandler returns the RoomService handler. platform reports whether
-// a user is platform staff, who may act as any room's owner.
-func NewRoomHandler(engine Engine, repo store.Repository, platform func(int64) bool, log *slog.Logger) *RoomHandler {
+// NewRoomHandler returns the RoomService handler. Gifts are sent from
+// catalogue, robot display events are shown through robots (the IM lane);
+// engine, rooms, catalogue and robots are required. platform reports
+// whether a user is platform staff, who may act as any room's owner (nil:
+// nobody is).
+func NewRoomHandler(engine Engine, rooms RoomStore, catalogue *gift.Catalogue, robots RobotDisplay, platform func(int64) bool, log *slog.Logger) *RoomHandler {
 	if platform == nil {
 		platform = func(int64) bool { return false }
 	}
-	return &RoomHandler{engine: engine, repo: repo, platform: platform, log: log}
+	return &RoomHandler{
+		engine: engine, rooms: rooms, gifts: app.NewGifts(catalogue, engine), robots: robots, platform: platform, log: log,
+	}
 }
 
 // header is what every mutating request has.
@@ -285,7 +301,7 @@ func (h *RoomHandler) ListRooms(ctx context.Context, r *connect.Request[roomv1.L
 	if err != nil {
 		return nil, toConnect(ctx, h.log, room.Errorf(room.ErrInvalidArgument, "bad page_token"))
 	}
-	rooms, err := h.repo.ListRooms(ctx, string(after), size)
+	rooms, err := h.rooms.ListRooms(ctx, string(after), size)
 	if err != nil {
 		return nil, toConnect(ctx, h.log, err)
 	}

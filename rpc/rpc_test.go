@@ -2,6 +2,7 @@ package rpc_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -47,6 +48,11 @@ type nopSink struct{}
 
 func (nopSink) Publish([]room.Committed) {}
 
+// noRobots drops robot display events.
+type noRobots struct{}
+
+func (noRobots) PublishRobot(string, string, json.RawMessage) {}
+
 // stack is the real service in-process: SQLite, the cell registry and the
 // HTTP server on a random loopback port.
 type stack struct {
@@ -79,8 +85,7 @@ func start(t *testing.T) *stack {
 		}
 		return id == platformUser
 	}
-	rooms := rpc.NewRoomHandler(reg, db, platform, quiet)
-	rooms.SetCatalogue(catalogue)
+	rooms := rpc.NewRoomHandler(reg, db, catalogue, noRobots{}, platform, quiet)
 	mux := rpc.NewMux(rooms, rpc.NewOperatorHandler(db, nil, quiet), rpc.NewWalletHandler(ledger, quiet), rpc.Options{Token: token}, quiet)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

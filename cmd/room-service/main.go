@@ -396,9 +396,7 @@ func (m *Main) Run(ctx context.Context) error {
 	for _, id := range cfg.PlatformUsers {
 		platform[id] = true
 	}
-	rooms := rpc.NewRoomHandler(m.registry, db, func(id int64) bool { return platform[id] }, m.Log)
-	rooms.SetRobotDisplay(lane)
-	rooms.SetCatalogue(catalogue)
+	rooms := rpc.NewRoomHandler(m.registry, db, catalogue, lane, func(id int64) bool { return platform[id] }, m.Log)
 	mux := rpc.NewMux(rooms, rpc.NewOperatorHandler(db, relay.Wake, m.Log), rpc.NewWalletHandler(m.ledger, m.Log),
 		rpc.Options{Token: cfg.Token, Metrics: reg}, m.Log)
 	if local != nil {

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"log/slog"
 	"net"
@@ -30,10 +31,12 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 const testToken = "test-token"
 
-// discard is an EventSink that drops everything.
+// discard is an EventSink and a RobotDisplay that drops everything.
 type discard struct{}
 
 func (discard) Publish([]room.Committed) {}
+
+func (discard) PublishRobot(string, string, json.RawMessage) {}
 
 // startServer runs room-service in-process on a random port, wired as
 // cmd/room-service wires it, with a stored snapshot every 3 commands.
@@ -59,12 +62,11 @@ func startServer(t *testing.T) string {
 			t.Error(err)
 		}
 	})
-	rooms := rpc.NewRoomHandler(reg, db, nil, log)
 	catalogue, err := gift.New(gift.DefaultGifts(), gift.Settings{Lucky: gift.DefaultLucky(), MaxPayoutBP: 9500})
 	if err != nil {
 		t.Fatal(err)
 	}
-	rooms.SetCatalogue(catalogue)
+	rooms := rpc.NewRoomHandler(reg, db, catalogue, discard{}, nil, log)
 	mux := rpc.NewMux(rooms, rpc.NewOperatorHandler(db, nil, log), rpc.NewWalletHandler(ledger, log), rpc.Options{Token: testToken}, log)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
