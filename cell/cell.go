@@ -15,17 +15,16 @@ import (
 	"hyapp/room-service/room"
 	"hyapp/room-service/snapshot"
 	"hyapp/room-service/store"
-	"hyapp/room-service/wallet"
 )
 
-// Result is the answer to a committed command.
+// Result is the answer to a committed command. What a command recorded
+// besides (a gift's charge) is in its envelope: the engine fills it in, and
+// a retry gets what the first attempt recorded (room.RestoreOutcome).
 type Result struct {
 	// RoomVersion is the version the command committed at.
 	RoomVersion int64
 	// Duplicate is true when the command_id had already committed: nothing was applied again.
 	Duplicate bool
-	// Gift is set for a committed SendGift (first time or duplicate).
-	Gift *GiftResult
 }
 
 // request is one message in a cell's mailbox: a command (env set) or a
@@ -68,9 +67,6 @@ type Cell struct {
 	recent       *recentIDs
 	snapCache    *roomv1.RoomSnapshot
 	log          *slog.Logger
-	// timers are the in-memory launch timers (see timers.go); set by the
-	// first adopt, before the cell is published, and safe for concurrent use.
-	timers *launchTimers
 }
 
 // pending is one command of a batch while it is decided and committed.
@@ -83,8 +79,7 @@ type pending struct {
 	applied bool
 	fromLog bool // answered from the command log (or the recent ids): a retry
 	seats   []room.Seat
-	sameAs  *pending     // a gift whose command id came earlier in the same run
-	logged  *recentEntry // a gift answered from the log after its charge replayed
+	logged  *recentEntry // answered from the log row a Feature found
 }
 
 func (c *Cell) run() {
@@ -148,7 +143,7 @@ func (c *Cell) safeHandle(batch []*request) (stop string) {
 			stop = stopPanic
 		}
 	}()
-	return c.handle(batch, false)
+	return c.handle(batch)
 }
 
 func replyAll(batch []*request, r response) {
@@ -160,85 +155,17 @@ func replyAll(batch []*request, r response) {
 	}
 }
 
-// handle decides, commits and answers one batch. verify makes it look every
-// command id up in storage first (after a duplicate id reached the log).
-func (c *Cell) handle(batch []*request, verify bool) (stop string) {
-	var stored map[string]store.CommandRecord
-	if verify {
-		ids := make([]string, 0, len(batch))
-		for _, r := range batch {
-			if r.env != nil {
-				ids = append(ids, r.env.CommandID)
-			}
-		}
-		var err error
-		if stored, err = c.reg.repo.GetCommands(c.reg.ctx, c.roomID, ids); err != nil {
-			replyAll(batch, response{err: room.ErrUnavailable})
-			return stopFailure
-		}
+// handle decides, commits and answers one batch.
+func (c *Cell) handle(batch []*request) (stop string) {
+	cmds, out, err := c.attempt(batch, nil)
+	if errors.Is(err, store.ErrConflict) {
+		// A command id committed before this cell knew of it: reload and
+		// decide again, every id looked up in the log first.
+		c.log.Info("command id already in the log; reloading the room to check", "err", err)
+		cmds, out, err = c.attemptFromLog(batch)
 	}
-	base := c.state.Version
-	prevStatus := c.state.Status
-	cmds := make([]*pending, 0, len(batch))
-	seen := make(map[string]*pending, len(batch))
-	var run []*pending // consecutive gifts, decided together
-	for _, r := range batch {
-		if r.env == nil {
-			continue
-		}
-		if len(run) == 0 {
-			cmds = c.switchRules(cmds, seen)
-		}
-		p := &pending{req: r}
-		cmds = append(cmds, p)
-		if isGift(r.env) {
-			run = append(run, p)
-			continue
-		}
-		if len(run) > 0 {
-			c.decideGifts(run, seen, stored)
-			run = run[:0]
-		}
-		c.decide(p, seen, stored)
-	}
-	if len(run) > 0 {
-		c.decideGifts(run, seen, stored)
-	}
-	if !verify {
-		if err := c.resolveRefused(cmds); err != nil {
-			c.log.Error("look up refused command ids", "err", err)
-			replyAll(batch, response{err: room.ErrUnavailable})
-			return stopFailure
-		}
-	}
-	var out []room.Committed
-	if applied := c.state.Version - base; applied > 0 {
-		b, err := c.buildBatch(cmds, base, prevStatus)
-		if err == nil {
-			err = c.reg.committer.commit(b)
-		}
-		switch {
-		case err == nil:
-			out = c.committed(cmds, b)
-		case errors.Is(err, store.ErrConflict) && !verify:
-			// A command id committed before this cell knew of it: reload and
-			// decide again against the log.
-			c.log.Info("command id already in the log; reloading the room to check", "err", err)
-			if err := c.reload(); err != nil {
-				c.log.Error("reload room", "err", err)
-				replyAll(batch, response{err: room.ErrUnavailable})
-				return stopFailure
-			}
-			return c.handle(batch, true)
-		case errors.Is(err, store.ErrFenced):
-			c.log.Warn("room fenced: another owner committed; stopping", "err", err)
-			replyAll(batch, response{err: room.ErrFenced})
-			return stopFenced
-		default:
-			c.log.Error("commit failed; outcome unknown, the room reloads from storage", "err", err)
-			replyAll(batch, response{err: room.Errorf(room.ErrUnavailable, "commit outcome unknown; retry with the same command_id")})
-			return stopFailure
-		}
+	if err != nil {
+		return c.fail(batch, err)
 	}
 	for _, p := range cmds {
 		p.req.reply <- response{result: p.result, err: p.err}
@@ -259,15 +186,132 @@ func (c *Cell) handle(batch []*request, verify bool) (stop string) {
 	return ""
 }
 
+// attempt decides the batch against the state and commits what applied.
+// stored, when set, holds the log rows of the batch's command ids.
+func (c *Cell) attempt(batch []*request, stored map[string]store.CommandRecord) ([]*pending, []room.Committed, error) {
+	base, prevStatus := c.state.Version, c.state.Status
+	cmds := c.decideAll(batch, stored)
+	if stored == nil {
+		if err := c.resolveRefused(cmds); err != nil {
+			return nil, nil, &readError{"look up refused command ids", err}
+		}
+	}
+	if c.state.Version == base {
+		return cmds, nil, nil
+	}
+	b, err := c.buildBatch(cmds, base, prevStatus)
+	if err == nil {
+		err = c.reg.committer.commit(b)
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	return cmds, c.committed(cmds, b), nil
+}
+
+// attemptFromLog reloads the room and decides the batch again, knowing
+// which of its command ids the log holds.
+func (c *Cell) attemptFromLog(batch []*request) ([]*pending, []room.Committed, error) {
+	if err := c.reload(); err != nil {
+		return nil, nil, &readError{"reload room", err}
+	}
+	ids := make([]string, 0, len(batch))
+	for _, r := range batch {
+		if r.env != nil {
+			ids = append(ids, r.env.CommandID)
+		}
+	}
+	stored, err := c.reg.store.GetCommands(c.reg.ctx, c.roomID, ids)
+	if err != nil {
+		return nil, nil, &readError{"look up command ids", err}
+	}
+	if stored == nil {
+		stored = map[string]store.CommandRecord{} // looked up: none is in the log
+	}
+	return c.attempt(batch, stored)
+}
+
+// readError is a failed read the cell needed to decide a batch.
+type readError struct {
+	what string
+	err  error
+}
+
+func (e *readError) Error() string { return e.what + ": " + e.err.Error() }
+func (e *readError) Unwrap() error { return e.err }
+
+// fail answers a batch that could not be decided or committed and returns
+// why the cell stops: the room reloads from storage.
+func (c *Cell) fail(batch []*request, err error) (stop string) {
+	var re *readError
+	switch {
+	case errors.As(err, &re):
+		c.log.Error(re.what, "err", re.err)
+		replyAll(batch, response{err: room.ErrUnavailable})
+		return stopFailure
+	case errors.Is(err, store.ErrFenced):
+		c.log.Warn("room fenced: another owner committed; stopping", "err", err)
+		replyAll(batch, response{err: room.ErrFenced})
+		return stopFenced
+	}
+	c.log.Error("commit failed; outcome unknown, the room reloads from storage", "err", err)
+	replyAll(batch, response{err: room.Errorf(room.ErrUnavailable, "commit outcome unknown; retry with the same command_id")})
+	return stopFailure
+}
+
+// decideAll decides every command of the batch in order. Consecutive
+// commands that a Feature prepares form a run, decided together; every
+// other command is decided alone. Before a run or a lone command, the
+// features may lead with commands of their own.
+func (c *Cell) decideAll(batch []*request, stored map[string]store.CommandRecord) []*pending {
+	cmds := make([]*pending, 0, len(batch))
+	seen := make(map[string]*pending, len(batch))
+	var run []*pending
+	var runBy *Feature // the feature preparing run
+	for _, r := range batch {
+		if r.env == nil {
+			continue
+		}
+		f := c.reg.features.runs[r.env.Command.Type()]
+		if len(run) > 0 && f != runBy {
+			c.decideRun(run, runBy, seen, stored)
+			run = run[:0]
+		}
+		if len(run) == 0 {
+			cmds = c.lead(cmds, seen)
+		}
+		p := &pending{req: r}
+		cmds = append(cmds, p)
+		if f == nil {
+			c.decide(p, seen, stored)
+			continue
+		}
+		run, runBy = append(run, p), f
+	}
+	if len(run) > 0 {
+		c.decideRun(run, runBy, seen, stored)
+	}
+	return cmds
+}
+
 // decide answers a command from what is known of its id, or applies it.
 func (c *Cell) decide(p *pending, seen map[string]*pending, stored map[string]store.CommandRecord) {
 	if c.known(p, seen, stored) {
 		return
 	}
-	env := p.req.env
-	// Command times come from this node's clock and never go back within a room.
+	c.stamp(p.req.env)
+	c.apply(p, seen)
+}
+
+// stamp sets a command's time: this node's clock, never going back within
+// a room.
+func (c *Cell) stamp(env *room.Envelope) {
 	env.At = max(c.reg.cfg.Clock().UnixMilli(), c.state.LastAt)
-	events, err := room.Apply(c.state, env)
+}
+
+// apply applies a command to the state, or records its refusal.
+func (c *Cell) apply(p *pending, seen map[string]*pending) {
+	events, err := room.Apply(c.state, p.req.env)
 	if err != nil {
 		p.err = err
 		return
@@ -275,34 +319,95 @@ func (c *Cell) decide(p *pending, seen map[string]*pending, stored map[string]st
 	c.applied(p, events, seen)
 }
 
-// switchRules moves an open room that runs under other economy rules than
-// the configured ones to those, by applying a SetRules command ahead of the
-// command about to be decided: the switch is logged and committed with it,
-// so replay applies every command under the rules it was decided with.
-func (c *Cell) switchRules(cmds []*pending, seen map[string]*pending) []*pending {
-	if c.state.Status != room.StatusOpen || c.state.RecordsRules(c.reg.cfg.Rules) {
-		return cmds
+// decideRun decides a run that f prepares: the commands answered from
+// their ids first, then f.Prepare for the others, then each applied in
+// order with what Prepare filled in. A command id repeated within the run
+// is answered as its first occurrence was.
+func (c *Cell) decideRun(run []*pending, f *Feature, seen map[string]*pending, stored map[string]store.CommandRecord) {
+	fresh := make([]*pending, 0, len(run))
+	envs := make([]*room.Envelope, 0, len(run))
+	first := make(map[string]*pending, len(run))
+	var repeats []*pending
+	for _, p := range run {
+		env := p.req.env
+		if c.known(p, seen, stored) {
+			continue
+		}
+		if _, ok := first[env.CommandID]; ok {
+			repeats = append(repeats, p) // answered once the first is decided
+			continue
+		}
+		first[env.CommandID] = p
+		c.stamp(env)
+		fresh, envs = append(fresh, p), append(envs, env)
 	}
-	env := &room.Envelope{
-		RoomID: c.roomID, CommandID: RulesCommandID(c.state.Version + 1),
-		Operator: room.SystemOperator, Platform: true, Command: room.NewSetRules(c.reg.cfg.Rules),
+	if len(fresh) > 0 {
+		verdicts := f.Prepare(c.reg.ctx, c.state, envs)
+		if len(verdicts) != len(fresh) {
+			panic(fmt.Sprintf("a feature prepared %d commands and returned %d verdicts", len(fresh), len(verdicts)))
+		}
+		for i, p := range fresh {
+			c.settle(p, verdicts[i], seen)
+		}
 	}
-	p := &pending{req: &request{env: env, reply: make(chan response, 1)}}
-	c.decide(p, seen, nil)
-	if p.err != nil {
-		// Unreachable while the configuration validates the rules as the
-		// domain does; the room keeps its recorded rules rather than
-		// refusing every command.
-		c.log.Error("switch economy rules", "err", p.err)
-		return cmds
+	for _, p := range repeats {
+		f := first[p.req.env.CommandID]
+		switch {
+		case f.applied:
+			c.answerDuplicate(p, f.result.RoomVersion, f.req.env.Command.Type(), f.payload)
+		case f.logged != nil:
+			c.answerDuplicate(p, f.logged.version, f.logged.typ, f.logged.payload)
+		default:
+			p.err = f.err
+		}
 	}
-	return append(cmds, p)
 }
 
-// RulesCommandID is the command id of the SetRules command applied at
-// version v: unique within the room, and never one a client sends with a
-// room_id-scoped retry in mind.
-func RulesCommandID(v int64) string { return fmt.Sprintf("rules/%d", v) }
+// settle acts on a Feature's verdict on a prepared command.
+func (c *Cell) settle(p *pending, v Verdict, seen map[string]*pending) {
+	env := p.req.env
+	switch {
+	case v.Logged != nil:
+		rec := v.Logged
+		p.logged = &recentEntry{version: rec.RoomVersion, typ: room.CommandType(rec.CommandType), payload: rec.Payload}
+		c.recent.add(env.CommandID, *p.logged)
+		c.answerDuplicate(p, rec.RoomVersion, room.CommandType(rec.CommandType), rec.Payload)
+	case v.Err != nil:
+		p.err = v.Err
+	default:
+		c.apply(p, seen)
+		if p.err != nil {
+			// Prepared a moment ago against the same state: unreachable,
+			// and worth knowing about (a gift's charge stays pending until
+			// the reconciler refunds it).
+			c.log.Error("prepared command refused on apply", "command_id", env.CommandID, "type", string(env.Command.Type()), "err", p.err)
+		}
+	}
+}
+
+// lead applies the commands the features lead with (a switch to the
+// configured economy rules), ahead of the command about to be decided: each
+// is logged and committed with the batch, so replay applies every command
+// as it was decided.
+func (c *Cell) lead(cmds []*pending, seen map[string]*pending) []*pending {
+	for _, f := range c.reg.features.all {
+		if f.Lead == nil {
+			continue
+		}
+		env := f.Lead(c.state)
+		if env == nil {
+			continue
+		}
+		p := &pending{req: &request{env: env, reply: make(chan response, 1)}}
+		c.decide(p, seen, nil)
+		if p.err != nil {
+			c.log.Error("a command the engine leads with was refused", "command_id", env.CommandID, "type", string(env.Command.Type()), "err", p.err)
+			continue
+		}
+		cmds = append(cmds, p)
+	}
+	return cmds
+}
 
 // known answers a command whose id already committed (earlier in the batch,
 // in the recent ids or in the stored rows) and reports whether it did.
@@ -338,9 +443,6 @@ func (c *Cell) applied(p *pending, events []room.Event, seen map[string]*pending
 	}
 	seen[env.CommandID] = p
 	p.applied, p.payload, p.events, p.result = true, payload, events, Result{RoomVersion: c.state.Version}
-	if g, ok := env.Command.(*room.SendGift); ok {
-		p.result.Gift = giftResult(g)
-	}
 	for _, ev := range events {
 		if ev.Type == room.EventRoomMicChanged || ev.Type == room.EventRoomMicSeatLocked {
 			p.seats = slices.Clone(c.state.Seats) // at most 20 seats
@@ -349,6 +451,9 @@ func (c *Cell) applied(p *pending, events []room.Event, seen map[string]*pending
 	}
 }
 
+// answerDuplicate answers a command whose id committed as the stored
+// payload at version: the same request is a duplicate, answered with what
+// the first attempt recorded; another request is a command id conflict.
 func (c *Cell) answerDuplicate(p *pending, version int64, typ room.CommandType, payload []byte) {
 	p.fromLog = true
 	if !room.SameRequest(typ, payload, p.req.env) {
@@ -356,12 +461,7 @@ func (c *Cell) answerDuplicate(p *pending, version int64, typ room.CommandType, 
 		return
 	}
 	p.result, p.err = Result{RoomVersion: version, Duplicate: true}, nil
-	if g, ok := p.req.env.Command.(*room.SendGift); ok {
-		// A retried gift answers what the first attempt paid, from the log.
-		if room.RestoreOutcome(g, payload) {
-			p.result.Gift = giftResult(g)
-		}
-	}
+	room.RestoreOutcome(p.req.env.Command, payload)
 }
 
 // resolveRefused looks up the ids of refused commands: a refusal may be a
@@ -378,7 +478,7 @@ func (c *Cell) resolveRefused(cmds []*pending) error {
 	if len(ids) == 0 {
 		return nil
 	}
-	stored, err := c.reg.repo.GetCommands(c.reg.ctx, c.roomID, ids)
+	stored, err := c.reg.store.GetCommands(c.reg.ctx, c.roomID, ids)
 	if err != nil {
 		return err
 	}
@@ -400,8 +500,8 @@ func resultLabel(p *pending) string {
 	return "ok"
 }
 
-// buildBatch encodes the applied commands, their durable facts and, every
-// SnapshotEvery commands, a snapshot.
+// buildBatch encodes the applied commands, their durable facts, what the
+// features add to each and, every SnapshotEvery commands, a snapshot.
 func (c *Cell) buildBatch(cmds []*pending, base int64, prevStatus room.Status) (store.Batch, error) {
 	now := c.reg.cfg.Clock()
 	b := store.Batch{RoomID: c.roomID, OwnerEpoch: c.epoch, BaseVersion: base}
@@ -410,12 +510,6 @@ func (c *Cell) buildBatch(cmds []*pending, base int64, prevStatus room.Status) (
 			continue
 		}
 		env := p.req.env
-		if c, ok := env.Command.(*room.CreateRoom); ok {
-			b.Meta = &store.RoomMeta{RoomID: env.RoomID, OwnerUserID: c.OwnerUserID, HostUserID: c.HostUserID, SeatCount: c.SeatCount, Mode: c.Mode}
-		}
-		if _, ok := env.Command.(*room.SendGift); ok && c.reg.cfg.SettleInCommit {
-			b.Settle = append(b.Settle, wallet.ChargeKey(env.RoomID, env.CommandID))
-		}
 		b.Commands = append(b.Commands, store.CommandRecord{
 			RoomID: c.roomID, RoomVersion: p.result.RoomVersion, CommandID: env.CommandID,
 			CommandType: string(env.Command.Type()), Payload: p.payload, Replayable: true, CreatedAt: now,
@@ -436,7 +530,7 @@ func (c *Cell) buildBatch(cmds []*pending, base int64, prevStatus room.Status) (
 			})
 			seq++
 		}
-		if err := c.addTimers(&b, p.events, now); err != nil {
+		if err := c.reg.features.contribute(&b, env, p.events, now); err != nil {
 			return b, err
 		}
 	}
@@ -453,8 +547,8 @@ func (c *Cell) buildBatch(cmds []*pending, base int64, prevStatus room.Status) (
 	return b, nil
 }
 
-// committed records a successful commit and returns what the sink gets once
-// every caller has its answer.
+// committed records a successful commit, tells the features, and returns
+// what the sink gets once every caller has its answer.
 func (c *Cell) committed(cmds []*pending, b store.Batch) []room.Committed {
 	c.reg.metrics.BatchSize.Observe(float64(len(b.Commands)))
 	if b.Snapshot != nil {
@@ -472,9 +566,7 @@ func (c *Cell) committed(cmds []*pending, b store.Batch) []room.Committed {
 			CommandType: env.Command.Type(), Operator: env.Operator, At: env.At, Events: p.events, Seats: p.seats,
 		})
 	}
-	if len(b.Timers) > 0 || len(b.DoneTimers) > 0 {
-		c.armCommitted(cmds)
-	}
+	c.reg.features.committed(out)
 	return out
 }
 
@@ -494,14 +586,14 @@ func (c *Cell) snapshot() *roomv1.RoomSnapshot {
 
 // reload rebuilds the state from storage under the same epoch.
 func (c *Cell) reload() error {
-	meta, found, err := c.reg.repo.GetRoomMeta(c.reg.ctx, c.roomID)
+	meta, found, err := c.reg.store.GetRoomMeta(c.reg.ctx, c.roomID)
 	if err != nil {
 		return err
 	}
 	if !found {
 		return room.ErrRoomNotFound
 	}
-	rec, err := Recover(c.reg.ctx, c.reg.repo, meta)
+	rec, err := Recover(c.reg.ctx, c.reg.store, meta)
 	if err != nil {
 		return err
 	}
@@ -516,13 +608,13 @@ func (c *Cell) adopt(rec *Recovered) {
 	for _, r := range rec.Replayed {
 		c.recent.add(r.CommandID, recentEntry{version: r.RoomVersion, typ: room.CommandType(r.CommandType), payload: r.Payload})
 	}
-	c.armPending()
+	c.reg.features.loaded(c.state)
 }
 
 // finish ends the cell: a graceful stop stores a final snapshot so the next
 // owner replays nothing; every stop releases the lease.
 func (c *Cell) finish(reason string) {
-	c.timers.stop()
+	c.reg.features.stopped(c.roomID)
 	c.reg.detach(c)
 	c.reg.metrics.Stops.WithLabelValues(reason).Inc()
 	graceful := reason == stopIdle || reason == stopShutdown
@@ -542,7 +634,7 @@ func (c *Cell) saveSnapshot() error {
 	if err != nil {
 		return err
 	}
-	err = c.reg.repo.SaveSnapshot(c.reg.ctx, store.SnapshotRecord{
+	err = c.reg.store.SaveSnapshot(c.reg.ctx, store.SnapshotRecord{
 		RoomID: c.roomID, RoomVersion: c.state.Version, Payload: payload, CreatedAt: c.reg.cfg.Clock(),
 	})
 	if err == nil {

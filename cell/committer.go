@@ -14,7 +14,7 @@ import (
 // so under load one fsync covers many rooms. workers bounds the parallel
 // transactions (1 suits SQLite's single writer; a few suit MySQL).
 type committer struct {
-	repo        store.Repository
+	store       batchStore
 	in          chan *commitReq
 	maxRooms    int
 	maxCommands int
@@ -24,14 +24,19 @@ type committer struct {
 	wg          sync.WaitGroup
 }
 
+// batchStore commits batches: Store's CommitBatches.
+type batchStore interface {
+	CommitBatches(ctx context.Context, batches []store.Batch) (results []error, err error)
+}
+
 type commitReq struct {
 	batch store.Batch
 	done  chan error
 }
 
-func newCommitter(repo store.Repository, workers, maxRooms, maxCommands int, timeout time.Duration, m *Metrics) *committer {
+func newCommitter(st batchStore, workers, maxRooms, maxCommands int, timeout time.Duration, m *Metrics) *committer {
 	c := &committer{
-		repo: repo, in: make(chan *commitReq, 4*maxRooms), maxRooms: maxRooms, maxCommands: maxCommands,
+		store: st, in: make(chan *commitReq, 4*maxRooms), maxRooms: maxRooms, maxCommands: maxCommands,
 		timeout: timeout, metrics: m, quit: make(chan struct{}),
 	}
 	for range workers {
@@ -84,7 +89,7 @@ func (c *committer) flush(reqs []*commitReq, batches []store.Batch) {
 	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
 	defer cancel()
 	start := time.Now()
-	results, err := c.repo.CommitBatches(ctx, batches)
+	results, err := c.store.CommitBatches(ctx, batches)
 	c.metrics.CommitSeconds.Observe(time.Since(start).Seconds())
 	c.metrics.TxnRooms.Observe(float64(len(batches)))
 	for i, r := range reqs {

@@ -9,7 +9,7 @@ import (
 // WakeLaunch runs one wakeup of a rocket launch, as an in-memory timer or
 // the scanner does, and returns the result it counted.
 func WakeLaunch(r *Registry, roomID string, l room.LaunchRocket) string {
-	return r.wakeLaunch(context.Background(), roomID, l)
+	return r.builtin.rockets.wakeLaunch(context.Background(), roomID, l)
 }
 
 // Queued is the number of requests waiting in the room's mailbox (0 when

@@ -3,6 +3,7 @@ package cell
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"time"
 
 	"hyapp/room-service/room"
@@ -10,166 +11,163 @@ import (
 	"hyapp/room-service/wallet"
 )
 
-// GiftResult is what a committed gift cost its sender.
-type GiftResult struct {
-	// BalanceAfter is the sender's COIN balance after the debit and any lucky reward.
-	BalanceAfter int64
-	Cost         int64
-	MultiplierBP int64
-	Reward       int64
+// giftPayments is the feature that pays for gifts. A run of consecutive
+// gifts is decided together: each is checked against the state, then all
+// are charged with one wallet call, then each applies with its charge.
+// Gifts change no membership or seat, so checking them all before applying
+// any sees what each would see in turn; the room waits on the wallet once
+// per run, not once per gift. With the embedded ledger (Config.
+// SettleInCommit) the batch that commits a gift settles its charge.
+type giftPayments struct {
+	wallet   wallet.Wallet // nil: every gift is refused as unavailable
+	timeout  time.Duration // one charge call
+	window   time.Duration // Config.GiftApplyWindow
+	settle   bool          // Config.SettleInCommit
+	commands interface {
+		GetCommands(ctx context.Context, roomID string, commandIDs []string) (map[string]store.CommandRecord, error)
+	}
+	metrics *Metrics
+	log     *slog.Logger
 }
 
-func giftResult(g *room.SendGift) *GiftResult {
-	o := g.Outcome
-	return &GiftResult{BalanceAfter: o.BalanceAfter, Cost: g.Cost(), MultiplierBP: o.MultiplierBP, Reward: o.Reward}
+func (gp *giftPayments) feature() Feature {
+	f := Feature{Runs: []room.CommandType{room.CmdSendGift}, Prepare: gp.prepare}
+	if gp.settle {
+		f.Contribute = gp.settleInCommit
+	}
+	return f
 }
 
-func isGift(env *room.Envelope) bool {
-	_, ok := env.Command.(*room.SendGift)
-	return ok
-}
-
-// decideGifts decides a run of consecutive gifts: each is checked against
-// the state, then all are charged with one wallet call, then each is
-// applied with its charge. Gifts change no membership or seat, so checking
-// them all before applying any sees what each would see in turn; the cell
-// waits on the wallet once per run, not once per gift.
-func (c *Cell) decideGifts(run []*pending, seen map[string]*pending, stored map[string]store.CommandRecord) {
+// prepare checks and charges a run of gifts and fills in each paid gift's
+// outcome from its charge.
+func (gp *giftPayments) prepare(ctx context.Context, s *room.State, run []*room.Envelope) []Verdict {
+	verdicts := make([]Verdict, len(run))
 	charges := make([]wallet.Charge, 0, len(run))
-	charged := make([]*pending, 0, len(run))
-	first := make(map[string]*pending, len(run))
-	var repeats []*pending
-	for _, p := range run {
-		env := p.req.env
-		if c.known(p, seen, stored) {
-			continue
-		}
-		if f, ok := first[env.CommandID]; ok {
-			p.sameAs = f // answered once the first is decided
-			repeats = append(repeats, p)
-			continue
-		}
-		first[env.CommandID] = p
-		env.At = max(c.reg.cfg.Clock().UnixMilli(), c.state.LastAt)
-		if err := room.CheckGift(c.state, env); err != nil {
-			p.err = err
+	charged := make([]int, 0, len(run)) // indexes into run
+	for i, env := range run {
+		if err := room.CheckGift(s, env); err != nil {
+			verdicts[i].Err = err
 			continue
 		}
 		g := env.Command.(*room.SendGift)
 		cost := g.Cost()
 		reward, ok := room.LuckyReward(cost, g.Outcome.MultiplierBP)
 		if !ok {
-			p.err = room.Errorf(room.ErrInvalidArgument, "lucky reward of %d x %d bp overflows", cost, g.Outcome.MultiplierBP)
+			verdicts[i].Err = room.Errorf(room.ErrInvalidArgument, "lucky reward of %d x %d bp overflows", cost, g.Outcome.MultiplierBP)
 			continue
 		}
 		charges = append(charges, wallet.Charge{
 			Key: wallet.ChargeKey(env.RoomID, env.CommandID), UserID: env.Operator, Amount: cost,
 			Reward: reward, MultiplierBP: g.Outcome.MultiplierBP, At: time.UnixMilli(env.At),
 		})
-		charged = append(charged, p)
+		charged = append(charged, i)
 	}
 	if len(charges) > 0 {
-		c.charge(charged, charges, seen)
+		gp.charge(ctx, run, charged, charges, verdicts)
 	}
-	for _, p := range repeats {
-		f := p.sameAs
-		switch {
-		case f.applied:
-			c.answerDuplicate(p, f.result.RoomVersion, f.req.env.Command.Type(), f.payload)
-		case f.logged != nil:
-			c.answerDuplicate(p, f.logged.version, f.logged.typ, f.logged.payload)
-		default:
-			p.err = f.err
-		}
-	}
+	return verdicts
 }
 
-// charge pays for the checked gifts and applies those that were paid.
-func (c *Cell) charge(gifts []*pending, charges []wallet.Charge, seen map[string]*pending) {
-	if c.reg.cfg.Wallet == nil {
-		for _, p := range gifts {
-			p.err = room.Errorf(room.ErrUnavailable, "this node has no wallet to pay gifts with")
+// charge pays for the checked gifts run[charged[i]] with charges[i] and
+// records each one's verdict.
+func (gp *giftPayments) charge(ctx context.Context, run []*room.Envelope, charged []int, charges []wallet.Charge, verdicts []Verdict) {
+	refuse := func(err error) {
+		for _, i := range charged {
+			verdicts[i].Err = err
 		}
+	}
+	if gp.wallet == nil {
+		refuse(room.Errorf(room.ErrUnavailable, "this node has no wallet to pay gifts with"))
 		return
 	}
-	ctx, cancel := context.WithTimeout(c.reg.ctx, c.reg.cfg.WalletTimeout)
+	callCtx, cancel := context.WithTimeout(ctx, gp.timeout)
 	start := time.Now()
-	results, err := c.reg.cfg.Wallet.Charge(ctx, charges)
+	results, err := gp.wallet.Charge(callCtx, charges)
 	cancel()
-	c.reg.metrics.WalletSeconds.Observe(time.Since(start).Seconds())
+	gp.metrics.WalletSeconds.Observe(time.Since(start).Seconds())
 	if err == nil && len(results) != len(charges) {
 		err = errors.New("wallet answered a different number of charges")
 	}
 	if err != nil {
 		// The charges may or may not exist: a retry replays them by key, and
 		// the reconciler refunds what no retry commits.
-		c.log.Warn("wallet charge failed; outcome unknown", "gifts", len(gifts), "err", err)
-		for _, p := range gifts {
-			p.err = room.Errorf(room.ErrUnavailable, "the wallet did not answer; retry with the same command_id")
-		}
+		gp.log.Warn("wallet charge failed; outcome unknown", "room_id", run[0].RoomID, "gifts", len(charged), "err", err)
+		refuse(room.Errorf(room.ErrUnavailable, "the wallet did not answer; retry with the same command_id"))
 		return
 	}
-	stored, lookupErr := c.replayedInLog(gifts, results)
-	window := c.reg.cfg.GiftApplyWindow.Milliseconds()
-	for i, p := range gifts {
-		r := results[i]
-		env := p.req.env
+	stored, lookupErr := gp.replayedInLog(ctx, run, charged, results)
+	window := gp.window.Milliseconds()
+	for k, i := range charged {
+		r, env := results[k], run[i]
+		v := &verdicts[i]
 		if rec, ok := stored[env.CommandID]; ok {
 			// Charged and committed before this cell knew the id (a restart,
 			// or older than the recent ids): the log answers.
-			p.logged = &recentEntry{version: rec.RoomVersion, typ: room.CommandType(rec.CommandType), payload: rec.Payload}
-			c.recent.add(env.CommandID, *p.logged)
-			c.answerDuplicate(p, rec.RoomVersion, room.CommandType(rec.CommandType), rec.Payload)
+			v.Logged = &rec
 			continue
 		}
 		switch {
 		case r.Err == nil && r.Receipt.Replayed && lookupErr != nil:
-			p.err = room.Errorf(room.ErrUnavailable, "look up a retried gift: %v; retry with the same command_id", lookupErr)
-			continue
+			v.Err = room.Errorf(room.ErrUnavailable, "look up a retried gift: %v; retry with the same command_id", lookupErr)
 		case r.Err != nil:
-			p.err = room.AsError(r.Err)
-			continue
+			v.Err = room.AsError(r.Err)
 		case r.Receipt.Status == wallet.StatusRefunded:
-			p.err = room.ErrGiftRefunded
-			continue
+			v.Err = room.ErrGiftRefunded
 		case r.Receipt.Status == wallet.StatusSettled:
 			// Settled means committed, yet the log has no row (retention
 			// pruned it): applying it again would count the gift twice.
-			p.err = room.Errorf(room.ErrGiftExpired, "the gift's charge was settled long ago and its log row is gone; send again with a new command_id")
-			continue
+			v.Err = room.Errorf(room.ErrGiftExpired, "the gift's charge was settled long ago and its log row is gone; send again with a new command_id")
 		case r.Receipt.Replayed && env.At-r.Receipt.At.UnixMilli() > window:
 			// Too old to apply: the reconciler may be refunding it. If the
-			// gift did commit, resolveRefused finds it in the log.
-			p.err = room.ErrGiftExpired
-			continue
+			// gift did commit, the cell finds it in the log among the refusals.
+			v.Err = room.ErrGiftExpired
+		default:
+			g := env.Command.(*room.SendGift)
+			g.Outcome.MultiplierBP, g.Outcome.Reward = r.Receipt.MultiplierBP, r.Receipt.Reward
+			g.Outcome.ChargedAt, g.Outcome.BalanceAfter = r.Receipt.At.UnixMilli(), r.Receipt.BalanceAfter
 		}
-		g := env.Command.(*room.SendGift)
-		g.Outcome.MultiplierBP, g.Outcome.Reward = r.Receipt.MultiplierBP, r.Receipt.Reward
-		g.Outcome.ChargedAt, g.Outcome.BalanceAfter = r.Receipt.At.UnixMilli(), r.Receipt.BalanceAfter
-		events, err := room.Apply(c.state, env)
-		if err != nil {
-			// Checked a moment ago against the same state: unreachable. The
-			// charge stays pending and the reconciler refunds it.
-			c.log.Error("checked gift refused on apply", "command_id", env.CommandID, "err", err)
-			p.err = err
-			continue
-		}
-		c.applied(p, events, seen)
 	}
 }
 
 // replayedInLog reads the log rows of gifts whose charge the wallet replayed:
 // those may have committed already, and the log says so before they apply
 // again (which would fail on the log's unique key and reload the room).
-func (c *Cell) replayedInLog(gifts []*pending, results []wallet.Result) (map[string]store.CommandRecord, error) {
+func (gp *giftPayments) replayedInLog(ctx context.Context, run []*room.Envelope, charged []int, results []wallet.Result) (map[string]store.CommandRecord, error) {
 	var ids []string
-	for i, p := range gifts {
-		if r := results[i]; r.Err == nil && r.Receipt.Replayed && r.Receipt.Status != wallet.StatusRefunded {
-			ids = append(ids, p.req.env.CommandID)
+	for k, i := range charged {
+		if r := results[k]; r.Err == nil && r.Receipt.Replayed && r.Receipt.Status != wallet.StatusRefunded {
+			ids = append(ids, run[i].CommandID)
 		}
 	}
 	if len(ids) == 0 {
 		return nil, nil
 	}
-	return c.reg.repo.GetCommands(c.reg.ctx, c.roomID, ids)
+	return gp.commands.GetCommands(ctx, run[0].RoomID, ids)
+}
+
+// settleInCommit settles a committed gift's charge in the transaction that
+// commits it.
+func (gp *giftPayments) settleInCommit(b *store.Batch, env *room.Envelope, _ []room.Event, _ time.Time) error {
+	if env.Command.Type() == room.CmdSendGift {
+		b.Settle = append(b.Settle, wallet.ChargeKey(env.RoomID, env.CommandID))
+	}
+	return nil
+}
+
+// GiftSettler is an EventSink that hands the charge keys of committed gifts
+// to Settle (a wallet.Settler's Add): their charges are confirmed off the
+// rooms' critical path.
+type GiftSettler struct{ Settle func(keys ...string) }
+
+// Publish implements EventSink.
+func (g GiftSettler) Publish(batch []room.Committed) {
+	var keys []string
+	for _, c := range batch {
+		if c.CommandType == room.CmdSendGift {
+			keys = append(keys, wallet.ChargeKey(c.RoomID, c.CommandID))
+		}
+	}
+	if len(keys) > 0 {
+		g.Settle(keys...)
+	}
 }

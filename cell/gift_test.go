@@ -75,6 +75,10 @@ func heart(roomID, commandID string, count int32) *room.Envelope {
 		Outcome: room.GiftOutcome{Name: "Heart", Price: 10, Kind: room.GiftNormal, ReceiversOnMic: true}})
 }
 
+// paid is what the engine recorded of a submitted gift's charge: for a
+// retry, what the first attempt paid. ChargedAt is zero when it recorded none.
+func paid(e *room.Envelope) room.GiftOutcome { return e.Command.(*room.SendGift).Outcome }
+
 func balance(t *testing.T, l wallet.Wallet, user int64) int64 {
 	t.Helper()
 	b, err := l.Balance(context.Background(), user)
@@ -90,17 +94,19 @@ func TestGiftIsChargedOnceAndRetriesAnswerTheSameBalance(t *testing.T) {
 		l := ledgerOf(t, repo)
 		reg := newRegistry(t, repo, cell.Config{Wallet: l, SettleInCommit: true}, nil)
 		giftRoom(t, reg, l, "g", 1000)
-		first := mustSubmit(t, reg, heart("g", "gift-1", 7))
-		if first.Gift == nil || first.Gift.BalanceAfter != 930 || first.Gift.Cost != 70 || first.Duplicate {
-			t.Fatalf("first send: %+v %+v", first, first.Gift)
+		sent := heart("g", "gift-1", 7)
+		first := mustSubmit(t, reg, sent)
+		if o := paid(sent); o.ChargedAt == 0 || o.BalanceAfter != 930 || sent.Command.(*room.SendGift).Cost() != 70 || first.Duplicate {
+			t.Fatalf("first send: %+v %+v", first, o)
 		}
 		// The charge was settled by the commit that answered.
 		if r, found, err := l.Receipt(context.Background(), wallet.ChargeKey("g", "gift-1")); err != nil || !found || r.Status != wallet.StatusSettled {
 			t.Fatalf("charge after the commit: %+v found=%v err=%v, want settled", r, found, err)
 		}
-		again := mustSubmit(t, reg, heart("g", "gift-1", 7))
-		if !again.Duplicate || again.RoomVersion != first.RoomVersion || again.Gift == nil || again.Gift.BalanceAfter != 930 {
-			t.Fatalf("retry: %+v %+v", again, again.Gift)
+		retry := heart("g", "gift-1", 7)
+		again := mustSubmit(t, reg, retry)
+		if o := paid(retry); !again.Duplicate || again.RoomVersion != first.RoomVersion || o.ChargedAt == 0 || o.BalanceAfter != 930 {
+			t.Fatalf("retry: %+v %+v", again, o)
 		}
 		// A retry with another count is a different request.
 		if _, err := reg.Submit(context.Background(), heart("g", "gift-1", 1)); !errors.Is(err, room.ErrCommandIDConflict) {
@@ -111,9 +117,10 @@ func TestGiftIsChargedOnceAndRetriesAnswerTheSameBalance(t *testing.T) {
 		if err := reg.Close(context.Background()); err != nil {
 			t.Fatal(err)
 		}
-		late := mustSubmit(t, reg2, heart("g", "gift-1", 7))
-		if !late.Duplicate || late.Gift == nil || late.Gift.BalanceAfter != 930 {
-			t.Fatalf("retry after restart: %+v %+v", late, late.Gift)
+		lateRetry := heart("g", "gift-1", 7)
+		late := mustSubmit(t, reg2, lateRetry)
+		if o := paid(lateRetry); !late.Duplicate || o.ChargedAt == 0 || o.BalanceAfter != 930 {
+			t.Fatalf("retry after restart: %+v %+v", late, o)
 		}
 		if b := balance(t, l, 10); b != 930 {
 			t.Fatalf("balance %d, want 930", b)
@@ -173,9 +180,10 @@ func TestLostWalletAnswerThenRetry(t *testing.T) {
 		t.Fatalf("the debit happened: balance %d, want 930", b)
 	}
 	l.fail.Store(false)
-	res := mustSubmit(t, reg, heart("g", "gift-1", 7))
-	if res.Duplicate || res.Gift.BalanceAfter != 930 {
-		t.Fatalf("retry: %+v %+v", res, res.Gift)
+	retry := heart("g", "gift-1", 7)
+	res := mustSubmit(t, reg, retry)
+	if res.Duplicate || paid(retry).BalanceAfter != 930 {
+		t.Fatalf("retry: %+v %+v", res, paid(retry))
 	}
 	if b := balance(t, l, 10); b != 930 {
 		t.Fatalf("charged twice: balance %d", b)
@@ -350,18 +358,19 @@ func TestRepeatedRetryOfALoggedGiftInOneRun(t *testing.T) {
 	var wg sync.WaitGroup
 	results := make([]cell.Result, 3)
 	errs := make([]error, 3)
+	retries := []*room.Envelope{nil, heart("g", "gift-1", 7), heart("g", "gift-1", 7)}
 	wg.Go(func() { results[0], errs[0] = reg.Submit(context.Background(), heart("g", "blocker", 1)) })
 	<-g.entered // the cell waits on the blocker's charge: what comes now queues
 	for i := 1; i < 3; i++ {
-		wg.Go(func() { results[i], errs[i] = reg.Submit(context.Background(), heart("g", "gift-1", 7)) })
+		wg.Go(func() { results[i], errs[i] = reg.Submit(context.Background(), retries[i]) })
 	}
 	checkFor(t, 10*time.Second, "both retries queued", func() bool { return cell.Queued(reg, "g") == 2 })
 	close(g.gate)
 	wg.Wait()
 	for i := 1; i < 3; i++ {
 		r := results[i]
-		if errs[i] != nil || !r.Duplicate || r.RoomVersion != sent.RoomVersion || r.Gift == nil || r.Gift.BalanceAfter != 930 {
-			t.Fatalf("retry %d: %+v gift=%+v err=%v; want the first answer (version %d, balance 930)", i, r, r.Gift, errs[i], sent.RoomVersion)
+		if o := paid(retries[i]); errs[i] != nil || !r.Duplicate || r.RoomVersion != sent.RoomVersion || o.ChargedAt == 0 || o.BalanceAfter != 930 {
+			t.Fatalf("retry %d: %+v gift=%+v err=%v; want the first answer (version %d, balance 930)", i, r, o, errs[i], sent.RoomVersion)
 		}
 	}
 	if b := balance(t, l, 10); b != 920 {

@@ -24,7 +24,7 @@ type Recovered struct {
 // sends nothing and writes nothing. It depends on storage alone: the
 // economy rules are those the snapshot and the logged SetRules commands
 // record, never the configuration in force.
-func Recover(ctx context.Context, repo store.Repository, meta store.RoomMeta) (*Recovered, error) {
+func Recover(ctx context.Context, repo Log, meta store.RoomMeta) (*Recovered, error) {
 	rec := &Recovered{}
 	snap, found, err := repo.GetLatestSnapshot(ctx, meta.RoomID)
 	if err != nil {

@@ -126,7 +126,9 @@ func (c Config) withDefaults() Config {
 // database or the lease.
 type Registry struct {
 	cfg       Config
-	repo      store.Repository
+	store     Store
+	features  features
+	builtin   builtins
 	lease     lease.Lease
 	sink      EventSink
 	metrics   *Metrics
@@ -137,7 +139,7 @@ type Registry struct {
 	cancel    context.CancelFunc
 	stopping  chan struct{}
 	wg        sync.WaitGroup // cells and the timer scanner
-	wakes     *wakers        // wakeups of in-memory timers
+	wakes     *wakers        // wakeups of the features' in-memory timers
 
 	mu      sync.Mutex
 	closed  bool
@@ -151,21 +153,23 @@ type load struct {
 	err  error
 }
 
-// New starts a registry. Nothing is loaded until a room is asked for; the
-// timer scanner (RunTimers) runs every cfg.TimerScanEvery until Close.
-func New(cfg Config, repo store.Repository, l lease.Lease, sink EventSink, m *Metrics, log *slog.Logger) *Registry {
+// New starts a registry with the built-in features. Nothing is loaded until
+// a room is asked for; the timer scanner (RunTimers) runs every
+// cfg.TimerScanEvery until Close.
+func New(cfg Config, st Store, l lease.Lease, sink EventSink, m *Metrics, log *slog.Logger) *Registry {
 	cfg = cfg.withDefaults()
 	if m == nil {
 		m = NewMetrics(nil)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &Registry{
-		cfg: cfg, repo: repo, lease: l, sink: sink, metrics: m, log: log,
-		committer: newCommitter(repo, cfg.CommitWorkers, cfg.CommitMaxRooms, cfg.CommitMaxCommands, cfg.CommitTimeout, m),
+		cfg: cfg, store: st, lease: l, sink: sink, metrics: m, log: log,
+		committer: newCommitter(st, cfg.CommitWorkers, cfg.CommitMaxRooms, cfg.CommitMaxCommands, cfg.CommitTimeout, m),
 		recoverys: make(chan struct{}, cfg.MaxRecoveries),
 		ctx:       ctx, cancel: cancel, stopping: make(chan struct{}), wakes: newWakers(ctx),
 		cells: make(map[string]*Cell), exiting: make(map[string]*Cell), loading: make(map[string]*load),
 	}
+	r.features = r.plugIn()
 	if cfg.TimerScanEvery > 0 {
 		r.wg.Go(func() { r.RunTimers(ctx, cfg.TimerScanEvery) })
 	}
@@ -175,34 +179,18 @@ func New(cfg Config, repo store.Repository, l lease.Lease, sink EventSink, m *Me
 // Submit runs one command in its room and returns once it committed (or was
 // refused). Errors are *room.Error values; an unavailable error means the
 // outcome may be unknown and the caller retries with the same command_id.
+// Submit fills in env what the engine decided: its time and, for a command
+// that records an outcome (a gift's charge), that outcome; for a duplicate,
+// what the first attempt recorded. Read them once Submit returned nil.
 func (r *Registry) Submit(ctx context.Context, env *room.Envelope) (Result, error) {
 	if err := env.Validate(); err != nil {
 		return Result{}, err
 	}
-	if _, ok := env.Command.(*room.CreateRoom); ok {
-		if err := r.prepareCreate(ctx, env); err != nil {
-			return Result{}, err
-		}
+	if err := r.features.admit(ctx, env); err != nil {
+		return Result{}, err
 	}
 	resp, err := r.call(ctx, env.RoomID, env)
 	return resp.result, err
-}
-
-// prepareCreate stores the metadata a new room must have before its first
-// command. For a room that already has commands it answers a retry of its
-// CreateRoom, or room_exists.
-func (r *Registry) prepareCreate(ctx context.Context, env *room.Envelope) error {
-	c := env.Command.(*room.CreateRoom)
-	err := r.repo.SaveRoomMeta(ctx, store.RoomMeta{
-		RoomID: env.RoomID, OwnerUserID: c.OwnerUserID, HostUserID: c.HostUserID,
-		SeatCount: c.SeatCount, Mode: c.Mode, Status: string(room.StatusCreating),
-	})
-	if errors.Is(err, store.ErrConflict) {
-		// The room has commands: the cell answers a retry of its CreateRoom
-		// from the log and refuses anything else with room_exists.
-		return nil
-	}
-	return err
 }
 
 // Snapshot returns the room's live state. The message is shared and must not be modified.
@@ -299,7 +287,7 @@ func (r *Registry) cell(ctx context.Context, roomID string) (*Cell, error) {
 		close(l.done)
 		r.mu.Unlock()
 		if release != nil {
-			c.timers.stop()
+			r.features.stopped(roomID)
 			_ = release.Release(r.ctx)
 		}
 		if err != nil {
@@ -353,11 +341,11 @@ func (r *Registry) recoverCell(roomID string, h lease.Handle) (c *Cell, err erro
 			c, err = nil, room.Errorf(room.ErrRecoveryFailed, "room %s: panic while rebuilding: %v", roomID, p)
 		}
 	}()
-	claim, err := r.repo.ClaimRoom(r.ctx, roomID, r.cfg.NodeID)
+	claim, err := r.store.ClaimRoom(r.ctx, roomID, r.cfg.NodeID)
 	if err != nil {
 		return nil, err
 	}
-	rec, err := Recover(r.ctx, r.repo, claim.Meta)
+	rec, err := Recover(r.ctx, r.store, claim.Meta)
 	if err != nil {
 		return nil, err
 	}

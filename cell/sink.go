@@ -2,7 +2,6 @@ package cell
 
 import (
 	"hyapp/room-service/room"
-	"hyapp/room-service/wallet"
 )
 
 // EventSink receives committed events after commit: the direct IM lane
@@ -36,23 +35,5 @@ func (w OutboxWaker) Publish(batch []room.Committed) {
 				return
 			}
 		}
-	}
-}
-
-// GiftSettler is an EventSink that hands the charge keys of committed gifts
-// to Settle (a wallet.Settler's Add): their charges are confirmed off the
-// rooms' critical path.
-type GiftSettler struct{ Settle func(keys ...string) }
-
-// Publish implements EventSink.
-func (g GiftSettler) Publish(batch []room.Committed) {
-	var keys []string
-	for _, c := range batch {
-		if c.CommandType == room.CmdSendGift {
-			keys = append(keys, wallet.ChargeKey(c.RoomID, c.CommandID))
-		}
-	}
-	if len(keys) > 0 {
-		g.Settle(keys...)
 	}
 }

@@ -34,17 +34,41 @@ import (
 // duplicate and changes nothing. The domain revalidates the rocket (id,
 // level, launch time, business day) against the state; the lease and the
 // owner epoch decide who may commit.
+//
+// rocketLaunches is the feature that does all of this: it adds the timer
+// rows to the batches (Contribute), keeps each loaded room's launches in
+// memory (Loaded, Committed, Stopped) and fires the rows the scanner finds
+// (Fire).
+type rocketLaunches struct {
+	reg *Registry // submits launches, loads rooms, runs wakeups
+
+	mu    sync.Mutex
+	rooms map[string]*launchTimers // of the rooms loaded on this node
+}
+
+func newRocketLaunches(reg *Registry) *rocketLaunches {
+	return &rocketLaunches{reg: reg, rooms: make(map[string]*launchTimers)}
+}
+
+func (rk *rocketLaunches) feature() Feature {
+	return Feature{
+		Contribute: rk.contribute, Loaded: rk.loaded, Committed: rk.committed, Stopped: rk.stopped,
+		TimerKind: TimerKindRocketLaunch, Fire: rk.fire,
+	}
+}
+
+// timers returns the in-memory launches of a room loaded here, or nil.
+func (rk *rocketLaunches) timers(roomID string) *launchTimers {
+	rk.mu.Lock()
+	defer rk.mu.Unlock()
+	return rk.rooms[roomID]
+}
 
 // TimerKindRocketLaunch is the kind of a rocket launch timer; its payload
 // is the JSON of the room.LaunchRocket command to submit.
 const TimerKindRocketLaunch = "rocket_launch"
 
 const (
-	// timerScanLimit is the most due timers one scan reads.
-	timerScanLimit = 500
-	// timerScanWorkers bounds the wakeups one scan runs at once: each may
-	// load a room.
-	timerScanWorkers = 8
 	// wakeTimeout bounds one wakeup: its Submit and its cleanup.
 	wakeTimeout = 30 * time.Second
 	// minRearm is the least delay of an in-memory timer re-armed after an
@@ -75,19 +99,19 @@ func RocketLaunchCommandID(rocketID int64) string {
 	return "rocket-launch/" + strconv.FormatInt(rocketID, 10)
 }
 
-// addTimers adds to b the timer changes of one applied command's events:
+// contribute adds to b the timer changes of one applied command's events:
 // a launch timer per ignition, the end of one per launch.
-func (c *Cell) addTimers(b *store.Batch, events []room.Event, now time.Time) error {
+func (rk *rocketLaunches) contribute(b *store.Batch, env *room.Envelope, events []room.Event, now time.Time) error {
 	for _, ev := range events {
 		switch d := ev.Data.(type) {
 		case *room.RoomRocketIgnitedEvent:
 			cmd := room.LaunchRocket{RocketID: d.RocketID, Level: d.Level, LaunchAt: d.LaunchAt, Day: d.BusinessDay}
 			payload, err := json.Marshal(&cmd)
 			if err != nil {
-				return fmt.Errorf("encode launch timer room=%s rocket=%d: %w", c.roomID, d.RocketID, err)
+				return fmt.Errorf("encode launch timer room=%s rocket=%d: %w", env.RoomID, d.RocketID, err)
 			}
 			b.Timers = append(b.Timers, store.Timer{
-				RoomID: c.roomID, TimerID: RocketTimerID(d.RocketID), Kind: TimerKindRocketLaunch,
+				RoomID: env.RoomID, TimerID: RocketTimerID(d.RocketID), Kind: TimerKindRocketLaunch,
 				FireAt: time.UnixMilli(d.LaunchAt), Payload: payload, CreatedAt: now,
 			})
 		case *room.RoomRocketLaunchedEvent:
@@ -97,32 +121,50 @@ func (c *Cell) addTimers(b *store.Batch, events []room.Event, now time.Time) err
 	return nil
 }
 
-// armCommitted arms the in-memory timers of the launches a committed batch
+// committed arms the in-memory timers of the launches a committed batch
 // ignited and disarms those it launched.
-func (c *Cell) armCommitted(cmds []*pending) {
-	for _, p := range cmds {
-		if !p.applied || p.result.Duplicate {
-			continue
-		}
-		for _, ev := range p.events {
+func (rk *rocketLaunches) committed(batch []room.Committed) {
+	var lt *launchTimers
+	for _, c := range batch {
+		for _, ev := range c.Events {
 			switch d := ev.Data.(type) {
 			case *room.RoomRocketIgnitedEvent:
-				c.timers.arm(room.LaunchRocket{RocketID: d.RocketID, Level: d.Level, LaunchAt: d.LaunchAt, Day: d.BusinessDay})
+				if lt = cmp.Or(lt, rk.timers(c.RoomID)); lt != nil {
+					lt.arm(room.LaunchRocket{RocketID: d.RocketID, Level: d.Level, LaunchAt: d.LaunchAt, Day: d.BusinessDay})
+				}
 			case *room.RoomRocketLaunchedEvent:
-				c.timers.disarm(d.RocketID)
+				if lt = cmp.Or(lt, rk.timers(c.RoomID)); lt != nil {
+					lt.disarm(d.RocketID)
+				}
 			}
 		}
 	}
 }
 
-// armPending replaces the cell's in-memory launches with those its state
+// loaded replaces the room's in-memory launches with those its state
 // holds; those already due launch at once, in launch order.
-func (c *Cell) armPending() {
-	if c.timers == nil {
-		// Set once, before the cell is published: wakeups read the field.
-		c.timers = &launchTimers{reg: c.reg, roomID: c.roomID}
+func (rk *rocketLaunches) loaded(s *room.State) {
+	rk.mu.Lock()
+	lt := rk.rooms[s.RoomID]
+	if lt == nil {
+		lt = &launchTimers{rk: rk, roomID: s.RoomID}
+		rk.rooms[s.RoomID] = lt
 	}
-	c.timers.reset(c.state.PendingLaunches())
+	rk.mu.Unlock()
+	lt.reset(s.PendingLaunches())
+}
+
+// stopped forgets the room's in-memory launches and stops their timer. The
+// rows stay: the room's next owner arms them again, or the scanner finds
+// them.
+func (rk *rocketLaunches) stopped(roomID string) {
+	rk.mu.Lock()
+	lt := rk.rooms[roomID]
+	delete(rk.rooms, roomID)
+	rk.mu.Unlock()
+	if lt != nil {
+		lt.stop()
+	}
 }
 
 // launchTimers are a cell's in-memory launches: the launches waiting in the
@@ -133,7 +175,7 @@ func (c *Cell) armPending() {
 // mutex. A wakeup runs on the registry's wakers, never on the cell's
 // goroutine.
 type launchTimers struct {
-	reg    *Registry
+	rk     *rocketLaunches
 	roomID string
 
 	mu       sync.Mutex
@@ -160,7 +202,7 @@ func compareLaunches(a, b room.LaunchRocket) int {
 	return cmp.Or(cmp.Compare(a.LaunchAt, b.LaunchAt), cmp.Compare(a.RocketID, b.RocketID))
 }
 
-func (lt *launchTimers) now() int64 { return lt.reg.cfg.Clock().UnixMilli() }
+func (lt *launchTimers) now() int64 { return lt.rk.reg.cfg.Clock().UnixMilli() }
 
 // arm adds the launch, due at its launch time.
 func (lt *launchTimers) arm(l room.LaunchRocket) { lt.add([]room.LaunchRocket{l}, 0) }
@@ -215,9 +257,6 @@ func (lt *launchTimers) disarm(rocketID int64) {
 // rows stay: the next owner of the room arms them again, or the scanner
 // finds them.
 func (lt *launchTimers) stop() {
-	if lt == nil {
-		return
-	}
 	lt.mu.Lock()
 	defer lt.mu.Unlock()
 	lt.stopped = true
@@ -258,7 +297,7 @@ func (lt *launchTimers) fire() {
 		return
 	}
 	lt.running = true
-	lt.reg.wakes.spawn(lt.launchDue)
+	lt.rk.reg.wakes.spawn(lt.launchDue)
 }
 
 // launchDue submits the due launches, in launch order, until none is due.
@@ -271,7 +310,7 @@ func (lt *launchTimers) launchDue(ctx context.Context) {
 		if len(due) == 0 {
 			return
 		}
-		rest, result := lt.reg.wakeLaunches(ctx, lt.roomID, due)
+		rest, result := lt.rk.wakeLaunches(ctx, lt.roomID, due)
 		lt.mu.Lock()
 		clear(lt.inFlight)
 		lt.mu.Unlock()
@@ -314,17 +353,13 @@ func (lt *launchTimers) takeDue() []room.LaunchRocket {
 	return due
 }
 
-// rearm arms the launch again in the cell that serves the room on this
-// node now, if any: a room that is not loaded here is armed by its next
-// load, or found by the scanner.
-func (r *Registry) rearm(roomID string, l room.LaunchRocket) {
-	r.mu.Lock()
-	c := r.cells[roomID]
-	r.mu.Unlock()
-	if c == nil || c.timers == nil {
-		return
+// rearm arms the launch again in the room, if it is loaded on this node
+// now: a room that is not is armed by its next load, or found by the
+// scanner.
+func (rk *rocketLaunches) rearm(roomID string, l room.LaunchRocket) {
+	if lt := rk.timers(roomID); lt != nil {
+		lt.rearm(l)
 	}
-	c.timers.rearm(l)
 }
 
 // wakeLaunches submits launches one after the other, each once the one
@@ -332,9 +367,9 @@ func (r *Registry) rearm(roomID string, l room.LaunchRocket) {
 // the first that is not due, belongs to another node or failed, and returns
 // it with those after it and its result; a launch that can never commit
 // (stale, not pending) does not hold up the rest.
-func (r *Registry) wakeLaunches(ctx context.Context, roomID string, ls []room.LaunchRocket) ([]room.LaunchRocket, string) {
+func (rk *rocketLaunches) wakeLaunches(ctx context.Context, roomID string, ls []room.LaunchRocket) ([]room.LaunchRocket, string) {
 	for i, l := range ls {
-		switch result := r.wakeLaunch(ctx, roomID, l); result {
+		switch result := rk.wakeLaunch(ctx, roomID, l); result {
 		case wakeLaunched, wakeDuplicate, wakeStale, wakeNotPending:
 		default:
 			return ls[i:], result
@@ -345,10 +380,11 @@ func (r *Registry) wakeLaunches(ctx context.Context, roomID string, ls []room.La
 
 // wakeLaunch submits the launch and acts on the answer; it returns the
 // result it counted.
-func (r *Registry) wakeLaunch(ctx context.Context, roomID string, l room.LaunchRocket) string {
+func (rk *rocketLaunches) wakeLaunch(ctx context.Context, roomID string, l room.LaunchRocket) string {
 	ctx, cancel := context.WithTimeout(ctx, wakeTimeout)
 	defer cancel()
 	cmd := l
+	r := rk.reg
 	res, err := r.Submit(ctx, &room.Envelope{
 		RoomID: roomID, CommandID: RocketLaunchCommandID(l.RocketID),
 		Operator: room.SystemOperator, Platform: true, Command: &cmd,
@@ -358,11 +394,11 @@ func (r *Registry) wakeLaunch(ctx context.Context, roomID string, l room.LaunchR
 	log := r.log.With("room_id", roomID, "rocket_id", l.RocketID, "result", result)
 	switch result {
 	case wakeNotDue:
-		r.rearm(roomID, l)
+		rk.rearm(roomID, l)
 	case wakeStale, wakeNotPending:
 		// Nothing will ever launch it: delete the row so that the scanner
 		// stops finding it. Should this fail, the next wakeup deletes it.
-		if err := r.repo.DeleteTimers(ctx, roomID, []string{RocketTimerID(l.RocketID)}); err != nil {
+		if err := r.store.DeleteTimers(ctx, roomID, []string{RocketTimerID(l.RocketID)}); err != nil {
 			log.Warn("delete a launch timer that can no longer launch", "err", err)
 		}
 	case wakeError:
@@ -399,100 +435,40 @@ func wakeResult(res Result, err error) string {
 	return wakeError
 }
 
-// RunTimers scans for due timers every interval (and once at once) until
-// ctx ends or the registry closes, and fires each: a rocket launch is
-// submitted to its room, which loads the room if no node serves it. It
-// wakes what no in-memory timer will: the rooms of a node that crashed,
-// rooms passivated with a launch pending, wakeups that failed. A scan
-// runs a few wakeups at a time and finishes before the next begins.
-// New starts one unless Config.TimerScanEvery is negative; more are
-// harmless, as every wakeup is idempotent. An interval of zero or less is
-// the default TimerScanEvery.
-func (r *Registry) RunTimers(ctx context.Context, every time.Duration) {
-	if every <= 0 {
-		every = DefaultConfig().TimerScanEvery
-	}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	defer context.AfterFunc(r.wakes.ctx, cancel)()
-	ticker := time.NewTicker(every)
-	defer ticker.Stop()
-	for {
-		r.scanTimers(ctx)
-		select {
-		case <-ctx.Done():
-			return
-		case <-ticker.C:
-		}
-	}
-}
-
-// scanTimers hands the timers due now to their rooms, timerScanWorkers
-// rooms at a time: each room's cell on this node, loaded if need be, takes
-// its due launches and submits them with its own in launch order.
-func (r *Registry) scanTimers(ctx context.Context) {
-	due, err := r.repo.ListDueTimers(ctx, r.cfg.Clock(), timerScanLimit)
-	if err != nil {
-		if ctx.Err() == nil {
-			r.log.Warn("scan due timers", "err", err)
-		}
-		return
-	}
-	var rooms []string
-	byRoom := make(map[string][]room.LaunchRocket)
-	for _, t := range due {
-		l, ok := r.decodeTimer(t)
-		if !ok {
-			continue
-		}
-		if _, seen := byRoom[t.RoomID]; !seen {
-			rooms = append(rooms, t.RoomID)
-		}
-		byRoom[t.RoomID] = append(byRoom[t.RoomID], l)
-	}
-	sem := make(chan struct{}, timerScanWorkers)
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	for _, roomID := range rooms {
-		select {
-		case sem <- struct{}{}:
-		case <-ctx.Done():
-			return
-		}
-		wg.Go(func() {
-			defer func() { <-sem }()
-			r.wakeRoom(ctx, roomID, byRoom[roomID])
-		})
-	}
-}
-
 // decodeTimer returns the launch a due timer row names; ok is false for a
-// row this node cannot fire.
-func (r *Registry) decodeTimer(t store.Timer) (l room.LaunchRocket, ok bool) {
-	if t.Kind != TimerKindRocketLaunch {
-		// A kind this node does not know, from a newer node: left to those.
-		r.log.Debug("due timer of an unknown kind", "room_id", t.RoomID, "timer_id", t.TimerID, "kind", t.Kind)
-		return l, false
-	}
+// row this node cannot read.
+func (rk *rocketLaunches) decodeTimer(t store.Timer) (l room.LaunchRocket, ok bool) {
 	if err := json.Unmarshal(t.Payload, &l); err != nil {
-		r.metrics.RocketWakeups.WithLabelValues(wakeError).Inc()
-		r.log.Error("undecodable launch timer", "room_id", t.RoomID, "timer_id", t.TimerID, "err", err)
+		rk.reg.metrics.RocketWakeups.WithLabelValues(wakeError).Inc()
+		rk.reg.log.Error("undecodable launch timer", "room_id", t.RoomID, "timer_id", t.TimerID, "err", err)
 		return l, false
 	}
 	return l, true
 }
 
-// wakeRoom gives a room's due launches to its cell on this node, loading
-// the room if need be. The scanner does not submit them itself: the cell's
-// one wakeup at a time is what keeps launches in order, and a loaded room
-// has armed every launch its state holds.
-func (r *Registry) wakeRoom(ctx context.Context, roomID string, ls []room.LaunchRocket) {
+// fire gives a room's due launch timers to the room on this node, loading
+// it if need be. The scanner does not submit them itself: the room's one
+// wakeup at a time is what keeps launches in order, and a loaded room has
+// armed every launch its state holds.
+func (rk *rocketLaunches) fire(ctx context.Context, roomID string, due []store.Timer) {
+	var ls []room.LaunchRocket
+	for _, t := range due {
+		if l, ok := rk.decodeTimer(t); ok {
+			ls = append(ls, l)
+		}
+	}
+	if len(ls) == 0 {
+		return
+	}
 	ctx, cancel := context.WithTimeout(ctx, wakeTimeout)
 	defer cancel()
-	c, err := r.cell(ctx, roomID)
+	r := rk.reg
+	_, err := r.cell(ctx, roomID)
 	if err == nil {
-		for _, l := range ls {
-			c.timers.arm(l)
+		if lt := rk.timers(roomID); lt != nil {
+			for _, l := range ls {
+				lt.arm(l)
+			}
 		}
 		return
 	}
@@ -507,7 +483,7 @@ func (r *Registry) wakeRoom(ctx context.Context, roomID string, ls []room.Launch
 		for i, l := range ls {
 			ids[i] = RocketTimerID(l.RocketID)
 		}
-		if err := r.repo.DeleteTimers(ctx, roomID, ids); err != nil {
+		if err := r.store.DeleteTimers(ctx, roomID, ids); err != nil {
 			log.Warn("delete launch timers that can no longer launch", "err", err)
 		}
 	case wakeError:
@@ -515,40 +491,3 @@ func (r *Registry) wakeRoom(ctx context.Context, roomID string, ls []room.Launch
 	}
 	log.Debug("rocket launch wakeup", "err", err)
 }
-
-// wakers runs the wakeups of in-memory timers: goroutines the registry owns,
-// refused once it closes, cancelled and waited for by Close.
-type wakers struct {
-	ctx    context.Context
-	cancel context.CancelFunc
-
-	mu     sync.Mutex
-	closed bool
-	wg     sync.WaitGroup
-}
-
-func newWakers(parent context.Context) *wakers {
-	ctx, cancel := context.WithCancel(parent)
-	return &wakers{ctx: ctx, cancel: cancel}
-}
-
-// spawn runs f on a goroutine of its own, unless the registry is closing.
-func (w *wakers) spawn(f func(ctx context.Context)) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.closed {
-		return
-	}
-	w.wg.Go(func() { f(w.ctx) })
-}
-
-// stop refuses new wakeups and cancels those running.
-func (w *wakers) stop() {
-	w.mu.Lock()
-	w.closed = true
-	w.mu.Unlock()
-	w.cancel()
-}
-
-// wait waits for the wakeups that are running.
-func (w *wakers) wait() { w.wg.Wait() }

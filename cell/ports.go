@@ -1,0 +1,44 @@
+package cell
+
+import (
+	"context"
+	"time"
+
+	"hyapp/room-service/store"
+)
+
+// Store is what the engine needs from storage: claiming a room, reading it
+// back, committing its batches, and durable timers. Implementations are
+// safe for concurrent use and report the errors of store.Repository
+// (ErrNotFound, ErrConflict, ErrFenced, ErrUnavailable), whose methods of
+// the same names these are.
+type Store interface {
+	Log
+	// ClaimRoom makes nodeID the room's owner and returns the new owner epoch and the durable head.
+	ClaimRoom(ctx context.Context, roomID string, nodeID string) (store.Claim, error)
+	// GetRoomMeta reads a room's metadata; found is false when the room does not exist.
+	GetRoomMeta(ctx context.Context, roomID string) (store.RoomMeta, bool, error)
+	// SaveRoomMeta stores a room's metadata before its first command; a room with commands is ErrConflict.
+	SaveRoomMeta(ctx context.Context, meta store.RoomMeta) error
+	// GetCommands reads the committed commands among commandIDs, keyed by command id.
+	GetCommands(ctx context.Context, roomID string, commandIDs []string) (map[string]store.CommandRecord, error)
+	// CommitBatches commits the batches in one transaction, each fenced on its own.
+	CommitBatches(ctx context.Context, batches []store.Batch) (results []error, err error)
+	// SaveSnapshot stores a snapshot unless a newer one is stored.
+	SaveSnapshot(ctx context.Context, snapshot store.SnapshotRecord) error
+	// ListDueTimers returns up to limit timers due at before, of every room, oldest first.
+	ListDueTimers(ctx context.Context, before time.Time, limit int) ([]store.Timer, error)
+	// DeleteTimers deletes the room's timers named by timerIDs, outside any batch.
+	DeleteTimers(ctx context.Context, roomID string, timerIDs []string) error
+}
+
+// Log is what recovery reads: a room's stored snapshot and its command log.
+type Log interface {
+	// GetLatestSnapshot reads the room's snapshot; found is false when there is none.
+	GetLatestSnapshot(ctx context.Context, roomID string) (store.SnapshotRecord, bool, error)
+	// ListCommandsAfter returns the room's commands with RoomVersion > roomVersion in version order.
+	ListCommandsAfter(ctx context.Context, roomID string, roomVersion int64) ([]store.CommandRecord, error)
+}
+
+// The storage contract serves the engine.
+var _ Store = store.Repository(nil)
