@@ -42,6 +42,9 @@ import (
 	"hyapp/room-service/wallet"
 )
 
+// The natsbus Bus is group control's event stream.
+var _ im.EventStream = (*natsbus.Bus)(nil)
+
 func main() {
 	m := NewMain()
 	if err := m.ParseFlags(os.Args[1:], os.Getenv); err != nil {
