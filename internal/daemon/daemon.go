@@ -26,9 +26,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
-
 	"hyapp/room-service/cell"
 	"hyapp/room-service/config"
 	"hyapp/room-service/im"
@@ -37,7 +34,6 @@ import (
 	"hyapp/room-service/lease"
 	"hyapp/room-service/outbox"
 	"hyapp/room-service/outbox/natsbus"
-	"hyapp/room-service/room"
 	"hyapp/room-service/rpc"
 	"hyapp/room-service/store"
 	"hyapp/room-service/store/mysql"
@@ -91,23 +87,18 @@ type Main struct {
 	// Addr is the address the server listens on, set by Run.
 	Addr string
 
-	repo     store.Repository
-	ledger   ledger
-	registry *cell.Registry
-	lane     *im.Lane
-	server   *http.Server
-	serveErr chan error
+	// workers owns every goroutine Main starts: retention, reconciler,
+	// relay, im-control and http.
+	workers workers
+	metrics *metrics
 
-	stopBackground context.CancelFunc
-	background     sync.WaitGroup
-	bus            *natsbus.Bus
-	timClient      *tencent.Client
-	// groupsRecreated counts IM groups created again, by lane and control.
-	groupsRecreated *prometheus.CounterVec
-	stopControl     context.CancelFunc
-	controlDone     chan struct{}
-	stopRelay       context.CancelFunc
-	relayDone       chan struct{}
+	repo      store.Repository
+	ledger    ledger
+	bus       *natsbus.Bus
+	timClient *tencent.Client
+	lane      *im.Lane
+	registry  *cell.Registry
+	server    *http.Server
 
 	closeOnce sync.Once
 	closeErr  error
@@ -211,7 +202,7 @@ func (m *Main) openBus(ctx context.Context) (*natsbus.Bus, error) {
 // openIM builds the direct IM lane: the Tencent IM client from the
 // configuration, or, without credentials, a local Tencent-compatible endpoint
 // (returned, to be served on the API port) with a key made up for this run.
-func (m *Main) openIM(reg prometheus.Registerer) (*im.Lane, http.Handler, error) {
+func (m *Main) openIM() (*im.Lane, http.Handler, error) {
 	cfg := m.Config
 	tc := tencent.Config{Admin: cfg.TIMAdmin, SecretKey: cfg.TIMSecretKey, Endpoint: cfg.TIMEndpoint}
 	var local http.Handler
@@ -237,67 +228,10 @@ func (m *Main) openIM(reg prometheus.Registerer) (*im.Lane, http.Handler, error)
 	}
 	m.timClient = client
 	regional, _ := cfg.RegionalGroups() // checked by Validate
-	recreated := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "room_im_groups_recreated_total", Help: "IM groups created again because a call found them missing, by path (lane, control)."}, []string{"path"})
-	reg.MustRegister(recreated)
-	m.groupsRecreated = recreated
 	sender := im.RecreatingSender{Sender: im.TencentSender{Client: client}, Groups: im.TencentGroups{Client: client},
-		Recreated: recreated.WithLabelValues("lane").Inc}
+		Recreated: m.metrics.laneRecreated}
 	return im.New(im.Config{Budget: float64(cfg.IMBudget), RegionalGroups: regional},
-		sender, newLaneMetrics(reg), m.Log.With("component", "im-lane")), local, nil
-}
-
-// newControlMetrics registers group control's instruments.
-func newControlMetrics(reg prometheus.Registerer, recreated *prometheus.CounterVec) im.ControlMetrics {
-	applied := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "room_im_control_applied_total", Help: "Durable events group control applied, by event type."}, []string{"event_type"})
-	retried := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "room_im_control_retried_total", Help: "Group control attempts that failed and will be retried, by event type and reason."}, []string{"event_type", "reason"})
-	terminated := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "room_im_control_terminated_total", Help: "Durable events group control gave up for good (terminated), by event type and reason (roomctl im status lists them)."}, []string{"event_type", "reason"})
-	reg.MustRegister(applied, retried, terminated)
-	return im.ControlMetrics{
-		Applied:    func(t string) { applied.WithLabelValues(t).Inc() },
-		Retried:    func(t, r string) { retried.WithLabelValues(t, r).Inc() },
-		Terminated: func(t, r string) { terminated.WithLabelValues(t, r).Inc() },
-		Recreated:  recreated.WithLabelValues("control").Inc,
-	}
-}
-
-// newLaneMetrics registers the IM lane's instruments.
-func newLaneMetrics(reg prometheus.Registerer) im.Metrics {
-	sent := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "room_im_sent_total", Help: "IM messages sent, by priority."}, []string{"priority"})
-	shed := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "room_im_shed_total", Help: "IM events the lane dropped, by priority and reason."}, []string{"priority", "reason"})
-	merged := prometheus.NewCounter(prometheus.CounterOpts{Name: "room_im_merged_total", Help: "IM events merged into Batch messages."})
-	coalesced := prometheus.NewCounter(prometheus.CounterOpts{Name: "room_im_coalesced_total", Help: "Display values replaced by a newer one before they were sent."})
-	retried := prometheus.NewCounter(prometheus.CounterOpts{Name: "room_im_retried_total", Help: "High IM messages queued again after a failed send."})
-	latency := prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "room_im_latency_seconds", Help: "Committed-to-sent delay of IM messages, by priority.", Buckets: prometheus.ExponentialBuckets(0.001, 2, 14)}, []string{"priority"})
-	reg.MustRegister(sent, shed, merged, coalesced, retried, latency)
-	return im.Metrics{
-		Sent:      func(p room.Priority) { sent.WithLabelValues(string(p)).Inc() },
-		Shed:      func(p room.Priority, reason string) { shed.WithLabelValues(string(p), reason).Inc() },
-		Merged:    func(n int) { merged.Add(float64(n)) },
-		Coalesced: coalesced.Inc,
-		Retried:   retried.Inc,
-		Latency:   func(p room.Priority, d time.Duration) { latency.WithLabelValues(string(p)).Observe(d.Seconds()) },
-	}
-}
-
-// newRelayMetrics registers the outbox relay's instruments.
-func newRelayMetrics(reg prometheus.Registerer) outbox.RelayMetrics {
-	published := prometheus.NewCounter(prometheus.CounterOpts{Name: "room_outbox_published_total", Help: "Outbox rows the broker acknowledged."})
-	failed := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "room_outbox_publish_failures_total", Help: "Failed publishes, by kind (broker: outage; message: counts against the row)."}, []string{"kind"})
-	dead := prometheus.NewCounter(prometheus.CounterOpts{Name: "room_outbox_dead_total", Help: "Outbox rows that went dead."})
-	lag := prometheus.NewHistogram(prometheus.HistogramOpts{Name: "room_outbox_lag_seconds", Help: "Commit-to-acknowledge delay of published rows.", Buckets: prometheus.ExponentialBuckets(0.0005, 2, 18)})
-	reg.MustRegister(published, failed, dead, lag)
-	return outbox.RelayMetrics{
-		Published: func(n int) { published.Add(float64(n)) },
-		Failed: func(transient bool) {
-			kind := "message"
-			if transient {
-				kind = "broker"
-			}
-			failed.WithLabelValues(kind).Inc()
-		},
-		Dead: dead.Inc,
-		Lag:  func(d time.Duration) { lag.Observe(d.Seconds()) },
-	}
+		sender, m.metrics.lane, m.Log.With("component", "im-lane")), local, nil
 }
 
 // NewMain returns a Main with the default configuration.
@@ -315,12 +249,15 @@ func (m *Main) ParseFlags(args []string, getenv func(string) string) error {
 	return nil
 }
 
-// Run opens storage, starts the engine and starts serving. It returns once
-// the listener is bound; serving continues until Close.
+// Run opens storage, starts the engine and its workers, and starts serving.
+// It returns once the listener is bound; serving continues until Close. On
+// an error it returns at once, leaving what it opened to Close.
 func (m *Main) Run(ctx context.Context) error {
 	cfg := m.Config
 	m.Log = newLogger(cfg)
+	m.workers.log = m.Log
 	m.Log.Info("starting room-service", cfg.Redacted()...)
+	m.metrics = newMetrics()
 
 	db, tuning, err := m.openStore(ctx)
 	if err != nil {
@@ -334,17 +271,9 @@ func (m *Main) Run(ctx context.Context) error {
 		Repo: db, Interval: cfg.RetainEvery, Batch: 1000, KeepVersions: int64(cfg.RetainVersions),
 		KeepCommandsFor: cfg.RetainCommands, KeepPublishedFor: cfg.RetainPublished, Log: m.Log,
 	}
-	var bg context.Context
-	bg, m.stopBackground = context.WithCancel(context.Background())
-	m.background.Add(1)
-	go func() {
-		defer m.background.Done()
-		retain.Run(bg)
-	}()
-
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	metrics := cell.NewMetrics(reg)
+	if err := m.workers.Go("retention", loop(retain.Run)); err != nil {
+		return err
+	}
 
 	catalogue, err := cfg.Catalogue()
 	if err != nil {
@@ -357,30 +286,24 @@ func (m *Main) Run(ctx context.Context) error {
 	if m.ledger, err = openLedger(db); err != nil {
 		return fmt.Errorf("open ledger: %w", err)
 	}
-	walletMetrics := wallet.NewMetrics(reg)
 	reconciler := &wallet.Reconciler{
 		Wallet: m.ledger, Committed: committedGifts(db), After: cfg.ReconcileAfter,
-		Log: m.Log.With("component", "wallet-reconciler"), Metrics: walletMetrics,
+		Log: m.Log.With("component", "wallet-reconciler"), Metrics: m.metrics.wallet,
 	}
-	m.background.Add(1)
-	go func() {
-		defer m.background.Done()
-		reconciler.Run(bg, max(cfg.ReconcileAfter/4, time.Second))
-	}()
+	reconcileEvery := max(cfg.ReconcileAfter/4, time.Second)
+	if err := m.workers.Go("reconciler", loop(func(ctx context.Context) { reconciler.Run(ctx, reconcileEvery) })); err != nil {
+		return err
+	}
 	leases := lease.NewLocal()
 
 	if m.bus, err = m.openBus(ctx); err != nil {
 		return fmt.Errorf("open message queue: %w", err)
 	}
 	relay := outbox.NewRelay(db, m.bus, outbox.LeaseGate{Lease: leases},
-		outbox.RelayConfig{MaxAttempts: int32(cfg.RelayAttempts)}, newRelayMetrics(reg), m.Log.With("component", "relay"))
-	var relayCtx context.Context
-	relayCtx, m.stopRelay = context.WithCancel(context.Background())
-	m.relayDone = make(chan struct{})
-	go func() {
-		defer close(m.relayDone)
-		relay.Run(relayCtx)
-	}()
+		outbox.RelayConfig{MaxAttempts: int32(cfg.RelayAttempts)}, m.metrics.relay, m.Log.With("component", "relay"))
+	if err := m.workers.Go("relay", loop(relay.Run)); err != nil {
+		return err
+	}
 	nodeID := cfg.NodeID
 	if nodeID == "" {
 		nodeID, _ = os.Hostname()
@@ -392,7 +315,7 @@ func (m *Main) Run(ctx context.Context) error {
 		return fmt.Errorf("listen: %w", err)
 	}
 	m.Addr = ln.Addr().String()
-	lane, local, err := m.openIM(reg)
+	lane, local, err := m.openIM()
 	if err != nil {
 		_ = ln.Close()
 		return fmt.Errorf("im: %w", err)
@@ -405,7 +328,7 @@ func (m *Main) Run(ctx context.Context) error {
 		CommitWorkers: tuning.CommitWorkers, CommitMaxRooms: tuning.CommitMaxRooms,
 		Rules: rules, Wallet: m.ledger, WalletTimeout: cfg.WalletTimeout, GiftApplyWindow: cfg.GiftApplyWindow,
 		TimerScanEvery: cfg.RocketScan, SettleInCommit: true, // the embedded ledger shares the room store's database
-	}, db, leases, cell.Sinks{lane, cell.OutboxWaker{Wake: relay.Wake}}, metrics, m.Log)
+	}, db, leases, cell.Sinks{lane, cell.OutboxWaker{Wake: relay.Wake}}, m.metrics.cell, m.Log)
 
 	platform := make(map[int64]bool, len(cfg.PlatformUsers))
 	for _, id := range cfg.PlatformUsers {
@@ -415,7 +338,7 @@ func (m *Main) Run(ctx context.Context) error {
 	rooms.SetRobotDisplay(lane)
 	rooms.SetCatalogue(catalogue)
 	mux := rpc.NewMux(rooms, rpc.NewOperatorHandler(db, relay.Wake, m.Log), rpc.NewWalletHandler(m.ledger, m.Log),
-		rpc.Options{Token: cfg.Token, Metrics: reg}, m.Log)
+		rpc.Options{Token: cfg.Token, Metrics: m.metrics.registry}, m.Log)
 	if local != nil {
 		// The zero-configuration Tencent IM: the REST API the lane calls, and
 		// /local/ to watch what each room's group would show.
@@ -424,34 +347,49 @@ func (m *Main) Run(ctx context.Context) error {
 		m.Log.Info("local Tencent IM endpoint: watch room messages at http://" + m.Addr + "/local/")
 	}
 	control := &im.Control{Bus: m.bus, API: im.TencentGroups{Client: m.timClient},
-		Metrics: newControlMetrics(reg, m.groupsRecreated), Log: m.Log.With("component", "im-control")}
-	var controlCtx context.Context
-	controlCtx, m.stopControl = context.WithCancel(context.Background())
-	m.controlDone = make(chan struct{})
-	go func() {
-		defer close(m.controlDone)
-		if err := control.Run(controlCtx); err != nil {
-			m.Log.Error("im group control stopped", "err", err)
+		Metrics: m.metrics.control, Log: m.Log.With("component", "im-control")}
+	if err := m.workers.Go("im-control", control.Run); err != nil {
+		_ = ln.Close()
+		return err
+	}
+	server := rpc.NewServer(mux)
+	if err := m.workers.Go("http", func(context.Context) error {
+		if err := server.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+			return err
 		}
-	}()
-	m.server = rpc.NewServer(mux)
-	m.serveErr = make(chan error, 1)
-	go func() { m.serveErr <- m.server.Serve(ln) }()
+		return nil
+	}); err != nil {
+		_ = ln.Close()
+		return err
+	}
+	m.server = server
 	m.Log.Info("serving", "addr", m.Addr)
 	return nil
 }
 
-// Close shuts down in a fixed order: stop intake (the HTTP server finishes
-// in-flight calls), drain the cells with final snapshots, stop the IM lane
-// and group control, stop the relay, close the message queue, stop
-// retention, close storage. It is bounded by ctx; calls after the first return the
-// first's result.
+// loop adapts a worker loop that returns nothing.
+func loop(run func(ctx context.Context)) func(ctx context.Context) error {
+	return func(ctx context.Context) error {
+		run(ctx)
+		return nil
+	}
+}
+
+// Close shuts down once, in a fixed order: refuse new workers; stop intake
+// (the HTTP server finishes in-flight calls); drain the cells, which store
+// their final snapshots; stop the IM lane and group control; stop the relay
+// (rows not yet published stay pending for the next start); close the
+// message queue; stop retention and the reconciler; close the IM client,
+// the ledger and storage. It closes whatever Run opened, also after Run
+// failed. It is bounded by ctx; calls after the first return the first's
+// result.
 func (m *Main) Close(ctx context.Context) error {
 	m.closeOnce.Do(func() { m.closeErr = m.close(ctx) })
 	return m.closeErr
 }
 
 func (m *Main) close(ctx context.Context) error {
+	m.workers.Shutdown()
 	var errs []error
 	if m.server != nil {
 		// In-flight calls get a third of the time at most, so draining the
@@ -465,9 +403,9 @@ func (m *Main) close(ctx context.Context) error {
 		if err != nil {
 			errs = append(errs, fmt.Errorf("http shutdown: %w", err))
 		}
-		if err := <-m.serveErr; err != nil && !errors.Is(err, http.ErrServerClosed) {
-			errs = append(errs, fmt.Errorf("serve: %w", err))
-		}
+	}
+	if err := m.workers.Stop(ctx, "http"); err != nil {
+		errs = append(errs, fmt.Errorf("serve: %w", err))
 	}
 	if m.registry != nil {
 		if err := m.registry.Close(ctx); err != nil {
@@ -477,24 +415,20 @@ func (m *Main) close(ctx context.Context) error {
 	if m.lane != nil {
 		m.lane.Close() // best effort: what is still queued is not sent
 	}
-	if m.stopControl != nil {
-		m.stopControl()
-		<-m.controlDone
-	}
-	if m.stopRelay != nil {
-		// Rows committed but not yet published stay pending; the next start
-		// publishes them (the broker drops what it already has).
-		m.stopRelay()
-		<-m.relayDone
+	for _, name := range []string{"im-control", "relay"} {
+		if err := m.workers.Stop(ctx, name); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	if m.bus != nil {
 		if err := m.bus.Close(); err != nil {
 			errs = append(errs, fmt.Errorf("close message queue: %w", err))
 		}
 	}
-	if m.stopBackground != nil {
-		m.stopBackground()
-		m.background.Wait()
+	// Retention and the reconciler, and any worker a later change adds
+	// without a place above.
+	if err := m.workers.StopAll(ctx); err != nil {
+		errs = append(errs, err)
 	}
 	if m.timClient != nil {
 		m.timClient.Close()
