@@ -13,9 +13,34 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	roomv1 "hyapp/room-service/gen/room/v1"
-	"hyapp/room-service/outbox/natsbus"
 	"hyapp/room-service/room"
 )
+
+// EventStream is the broker side of group control: a durable consumer of
+// every durable room event, and a side stream where control keeps the events
+// it gave up on. It speaks JetStream's delivery model (ack, nak with a delay,
+// term), which is what control's ordering and retries are built on.
+// outbox/natsbus's Bus implements it; cmd wires it in. Its methods are safe
+// for concurrent use.
+type EventStream interface {
+	// Subscribe creates or updates the durable pull consumer cfg describes
+	// over every room event (the implementation sets the stream and filter)
+	// and starts pulling at most batch messages at a time. The caller stops
+	// the iterator.
+	Subscribe(ctx context.Context, cfg jetstream.ConsumerConfig, batch int) (jetstream.MessagesContext, error)
+	// RoomEvent decodes a delivered message. The event is never nil: when
+	// the body does not decode, it still carries the room id and event type
+	// (from the message's headers) beside the error.
+	RoomEvent(msg jetstream.Msg) (*roomv1.RoomEvent, error)
+	// CreateSideStream creates or updates a small stream beside the room
+	// events' (subjects must not overlap them), keeping at most maxMsgs
+	// messages for at most maxAge.
+	CreateSideStream(ctx context.Context, name string, subjects []string, maxAge time.Duration, maxMsgs int64) error
+	// PublishSide stores data in a side stream on the subject prefix.key,
+	// key escaped to one subject token; a non-empty msgID makes a repeat a
+	// duplicate. A nil error means the broker stored it.
+	PublishSide(ctx context.Context, prefix, key, msgID string, data []byte) error
+}
 
 // GroupAPI is the part of Tencent IM that group control needs. Every call
 // must be idempotent: creating an existing group, destroying a missing one,
@@ -123,7 +148,7 @@ type ControlMetrics struct {
 // never succeed (a *PermanentError) is terminated, recorded in the dead
 // stream and counted instead of being retried.
 type Control struct {
-	Bus *natsbus.Bus
+	Bus EventStream
 	API GroupAPI
 	// GroupOf maps a room to its group id (default GroupID).
 	GroupOf func(roomID string) string
@@ -183,16 +208,12 @@ func (c *Control) Run(ctx context.Context) error {
 	if err := cfg.Bus.CreateSideStream(ctx, cfg.DeadStream, []string{cfg.DeadSubject + ".>"}, controlDeadMaxAge, controlDeadMaxMsgs); err != nil {
 		return fmt.Errorf("im control dead stream: %w", err)
 	}
-	cons, err := cfg.Bus.JetStream().CreateOrUpdateConsumer(ctx, cfg.Bus.Stream(), jetstream.ConsumerConfig{
+	iter, err := cfg.Bus.Subscribe(ctx, jetstream.ConsumerConfig{
 		Durable: cfg.Durable, AckPolicy: jetstream.AckExplicitPolicy, DeliverPolicy: jetstream.DeliverAllPolicy,
-		AckWait: controlAckWait, MaxDeliver: -1, FilterSubject: cfg.Bus.AllFilter(), MaxAckPending: cfg.MaxAckPending,
-	})
+		AckWait: controlAckWait, MaxDeliver: -1, MaxAckPending: cfg.MaxAckPending,
+	}, controlFetchBatch)
 	if err != nil {
 		return fmt.Errorf("im control consumer: %w", err)
-	}
-	iter, err := cons.Messages(jetstream.PullMaxMessages(controlFetchBatch))
-	if err != nil {
-		return fmt.Errorf("im control consume: %w", err)
 	}
 	stop := context.AfterFunc(ctx, iter.Stop)
 	defer stop()
@@ -235,7 +256,15 @@ type dispatcher struct {
 	held  map[string]*roomHold // rooms with events waiting for an earlier one
 }
 
-type roomWork struct{ queue []jetstream.Msg }
+type roomWork struct{ queue []delivery }
+
+// delivery is a delivered message and the event it carries (err when its
+// body did not decode).
+type delivery struct {
+	msg jetstream.Msg
+	ev  *roomv1.RoomEvent
+	err error
+}
 
 // roomHold is what keeps a room's events in order while one of them fails:
 // the stream sequences of the room's events sent back to wait, the failed
@@ -264,14 +293,16 @@ func (h *roomHold) first(now time.Time) (uint64, bool) {
 }
 
 func (d *dispatcher) dispatch(ctx context.Context, msg jetstream.Msg) {
-	roomID := msg.Headers().Get(natsbus.HeaderRoomID)
+	ev, err := d.c.Bus.RoomEvent(msg)
+	dv := delivery{msg: msg, ev: ev, err: err}
+	roomID := ev.GetRoomId()
 	d.mu.Lock()
 	if w := d.rooms[roomID]; w != nil {
-		w.queue = append(w.queue, msg)
+		w.queue = append(w.queue, dv)
 		d.mu.Unlock()
 		return
 	}
-	w := &roomWork{queue: []jetstream.Msg{msg}}
+	w := &roomWork{queue: []delivery{dv}}
 	d.rooms[roomID] = w
 	d.mu.Unlock()
 	d.wg.Add(1)
@@ -287,16 +318,16 @@ func (d *dispatcher) run(ctx context.Context, roomID string, w *roomWork) {
 			d.mu.Unlock()
 			return
 		}
-		msg := w.queue[0]
+		dv := w.queue[0]
 		w.queue = w.queue[1:]
 		d.mu.Unlock()
-		d.handle(ctx, roomID, msg)
+		d.handle(ctx, roomID, dv)
 	}
 }
 
 // handle applies one event and settles it: ack, retry later, or terminate.
-func (d *dispatcher) handle(ctx context.Context, roomID string, msg jetstream.Msg) {
-	c := d.c
+func (d *dispatcher) handle(ctx context.Context, roomID string, dv delivery) {
+	c, msg, ev := d.c, dv.msg, dv.ev
 	var seq, tries uint64 = 0, 1
 	if meta, err := msg.Metadata(); err == nil {
 		seq, tries = meta.Sequence.Stream, meta.NumDelivered
@@ -305,9 +336,8 @@ func (d *dispatcher) handle(ctx context.Context, roomID string, msg jetstream.Ms
 		return
 	}
 
-	ev, err := natsbus.Decode(msg.Data())
+	err := dv.err
 	if err != nil {
-		ev = &roomv1.RoomEvent{RoomId: roomID, EventType: msg.Headers().Get(natsbus.HeaderEventType)}
 		err = permanent("undecodable", err)
 	} else {
 		select {
@@ -422,15 +452,7 @@ func (c *Control) recordDead(ctx context.Context, ev *roomv1.RoomEvent, seq uint
 	if err != nil {
 		return err
 	}
-	subject := c.DeadSubject + "." + natsbus.RoomToken(ev.GetEventType())
-	if ev.GetEventType() == "" {
-		subject = c.DeadSubject + ".unknown"
-	}
-	var opts []jetstream.PublishOpt
-	if id := ev.GetEventId(); id != "" {
-		opts = append(opts, jetstream.WithMsgID(id))
-	}
-	if _, err := c.Bus.JetStream().Publish(ctx, subject, data, opts...); err != nil {
+	if err := c.Bus.PublishSide(ctx, c.DeadSubject, ev.GetEventType(), ev.GetEventId(), data); err != nil {
 		return fmt.Errorf("record dead event=%s: %w", ev.GetEventId(), err)
 	}
 	return nil

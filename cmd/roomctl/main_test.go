@@ -3,12 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"encoding/json"
-	"errors"
-	"log/slog"
-	"net"
-	"net/http"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -18,74 +12,36 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
-	"hyapp/room-service/cell"
 	roomv1 "hyapp/room-service/gen/room/v1"
-	"hyapp/room-service/gift"
-	"hyapp/room-service/lease"
-	"hyapp/room-service/room"
-	"hyapp/room-service/rpc"
-	"hyapp/room-service/store/sqlite"
+	"hyapp/room-service/internal/daemon"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 const testToken = "test-token"
 
-// discard is an EventSink and a RobotDisplay that drops everything.
-type discard struct{}
-
-func (discard) Publish([]room.Committed) {}
-
-func (discard) PublishRobot(string, string, json.RawMessage) {}
-
-// startServer runs room-service in-process on a random port, wired as
-// cmd/room-service wires it, with a stored snapshot every 3 commands.
+// startServer runs room-service in-process on a random port, assembled as
+// the daemon assembles it, with a stored snapshot every 3 commands.
 func startServer(t *testing.T) string {
 	t.Helper()
-	db, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "room.db"), sqlite.Options{Synchronous: "NORMAL"})
-	if err != nil {
+	m := daemon.NewMain()
+	args := []string{"-listen", "127.0.0.1:0", "-data-dir", t.TempDir(), "-token", testToken,
+		"-snapshot-every", "3", "-sqlite-synchronous", "NORMAL", "-log-level", "error"}
+	if err := m.ParseFlags(args, func(string) string { return "" }); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		if err := db.Close(); err != nil {
-			t.Error(err)
-		}
-	})
-	log := slog.New(slog.DiscardHandler)
-	ledger := sqlite.NewLedger(db, sqlite.LedgerOptions{})
-	t.Cleanup(func() { _ = ledger.Close() })
-	reg := cell.New(cell.Config{SnapshotEvery: 3, Wallet: ledger}, db, lease.NewLocal(), discard{}, nil, log)
+	if err := m.Run(context.Background()); err != nil {
+		_ = m.Close(context.Background())
+		t.Fatal(err)
+	}
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		if err := reg.Close(ctx); err != nil {
+		if err := m.Close(ctx); err != nil {
 			t.Error(err)
 		}
 	})
-	catalogue, err := gift.New(gift.DefaultGifts(), gift.Settings{Lucky: gift.DefaultLucky(), MaxPayoutBP: 9500})
-	if err != nil {
-		t.Fatal(err)
-	}
-	rooms := rpc.NewRoomHandler(reg, db, catalogue, discard{}, nil, log)
-	mux := rpc.NewMux(rooms, rpc.NewOperatorHandler(db, nil, log), rpc.NewWalletHandler(ledger, log), rpc.Options{Token: testToken}, log)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := rpc.NewServer(mux)
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := srv.Shutdown(ctx); err != nil {
-			t.Error(err)
-		}
-		if err := <-served; !errors.Is(err, http.ErrServerClosed) {
-			t.Error(err)
-		}
-	})
-	return "http://" + ln.Addr().String()
+	return "http://" + m.Addr
 }
 
 // roomctl runs the CLI in-process.

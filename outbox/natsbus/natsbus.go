@@ -25,6 +25,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	roomv1 "hyapp/room-service/gen/room/v1"
 	"hyapp/room-service/outbox"
 )
 
@@ -354,6 +355,54 @@ func (b *Bus) CreateSideStream(ctx context.Context, name string, subjects []stri
 	})
 	if err != nil {
 		return fmt.Errorf("create or update stream %s: %w", name, err)
+	}
+	return nil
+}
+
+// Subscribe creates or updates the durable pull consumer cfg describes on
+// the room event stream, filtered to every room event (cfg's FilterSubject
+// is replaced), and starts pulling at most batch messages at a time. The
+// caller stops the iterator; closing the Bus stops it too.
+func (b *Bus) Subscribe(ctx context.Context, cfg jetstream.ConsumerConfig, batch int) (jetstream.MessagesContext, error) {
+	cfg.FilterSubject = b.AllFilter()
+	cons, err := b.js.CreateOrUpdateConsumer(ctx, b.cfg.Stream, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("consumer %s on %s: %w", cfg.Durable, b.cfg.Stream, err)
+	}
+	iter, err := cons.Messages(jetstream.PullMaxMessages(batch))
+	if err != nil {
+		return nil, fmt.Errorf("consume %s on %s: %w", cfg.Durable, b.cfg.Stream, err)
+	}
+	return iter, nil
+}
+
+// RoomEvent decodes a delivered room event. The room id and event type are
+// taken from the headers when the body does not decode, so the returned
+// event is never nil and names its room even alongside an error.
+func (b *Bus) RoomEvent(msg jetstream.Msg) (*roomv1.RoomEvent, error) {
+	ev, err := Decode(msg.Data())
+	if err != nil {
+		h := msg.Headers()
+		return &roomv1.RoomEvent{RoomId: h.Get(HeaderRoomID), EventType: h.Get(HeaderEventType)}, err
+	}
+	return ev, nil
+}
+
+// PublishSide stores data in a side stream (see CreateSideStream) on the
+// subject "<prefix>.<RoomToken(key)>", or "<prefix>.unknown" for an empty
+// key, and waits for the broker's ack. A non-empty msgID makes a repeat
+// inside the duplicate window a no-op.
+func (b *Bus) PublishSide(ctx context.Context, prefix, key, msgID string, data []byte) error {
+	subject := prefix + ".unknown"
+	if key != "" {
+		subject = prefix + "." + RoomToken(key)
+	}
+	var opts []jetstream.PublishOpt
+	if msgID != "" {
+		opts = append(opts, jetstream.WithMsgID(msgID))
+	}
+	if _, err := b.js.Publish(ctx, subject, data, opts...); err != nil {
+		return fmt.Errorf("publish %s: %w", subject, err)
 	}
 	return nil
 }

@@ -523,6 +523,35 @@ func TestEncodeDecode(t *testing.T) {
 	}
 }
 
+// delivered is a delivered message as RoomEvent reads it.
+type delivered struct {
+	jetstream.Msg
+	data []byte
+	h    nats.Header
+}
+
+func (m delivered) Data() []byte         { return m.data }
+func (m delivered) Headers() nats.Header { return m.h }
+
+// TestRoomEventNamesItsRoomEvenUndecodable: a delivered event decodes; a
+// body that does not still yields its room and type from the headers.
+func TestRoomEventNamesItsRoomEvenUndecodable(t *testing.T) {
+	var b natsbus.Bus // RoomEvent reads only the message
+	r := record(nastyRoom, 7, 1, "RoomUserKicked")
+	data, h, err := natsbus.Encode(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev, err := b.RoomEvent(delivered{data: data, h: h})
+	if err != nil || ev.GetEventId() != r.EventID || ev.GetRoomId() != r.RoomID {
+		t.Fatalf("RoomEvent = %v, %v; want %+v", ev, err, r)
+	}
+	ev, err = b.RoomEvent(delivered{data: []byte{0xff, 0xff, 0xff}, h: h})
+	if err == nil || ev.GetRoomId() != r.RoomID || ev.GetEventType() != "RoomUserKicked" {
+		t.Fatalf("RoomEvent(garbage) = %v, %v; want an error and the room and type from the headers", ev, err)
+	}
+}
+
 func TestRoomToken(t *testing.T) {
 	for _, tt := range []struct{ id, token string }{
 		{"r1", "r1"},

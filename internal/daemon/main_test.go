@@ -1,4 +1,4 @@
-package main
+package daemon
 
 import (
 	"bufio"
@@ -31,8 +31,7 @@ const childEnv = "ROOM_SERVICE_TEST_CHILD"
 
 func TestMain(m *testing.M) {
 	if os.Getenv(childEnv) == "1" {
-		main()
-		return
+		os.Exit(Execute(os.Args[1:], os.Getenv))
 	}
 	os.Exit(m.Run())
 }

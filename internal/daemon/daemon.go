@@ -1,0 +1,455 @@
+// Package daemon is the room-service program: configuration, the wiring of
+// every adapter, running the workers and the ordered shutdown. It is the one
+// place the full service is assembled: cmd/room-service runs it as a process
+// and end-to-end tests drive it in-process.
+//
+// With no configuration it listens on 127.0.0.1:8080 and keeps its data in
+// SQLite under ./data. See README.md for every setting.
+package daemon
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"hyapp/room-service/cell"
+	"hyapp/room-service/config"
+	"hyapp/room-service/im"
+	"hyapp/room-service/im/tencent"
+	"hyapp/room-service/im/timlocal"
+	"hyapp/room-service/lease"
+	"hyapp/room-service/outbox"
+	"hyapp/room-service/outbox/natsbus"
+	"hyapp/room-service/rpc"
+	"hyapp/room-service/store"
+	"hyapp/room-service/store/mysql"
+	"hyapp/room-service/store/sqlite"
+	"hyapp/room-service/wallet"
+)
+
+// The natsbus Bus is group control's event stream.
+var _ im.EventStream = (*natsbus.Bus)(nil)
+
+// Execute runs the service as a process with args and the environment: it
+// serves until SIGINT or SIGTERM, then shuts down within the configured
+// bound; a second signal kills the process at once. Whatever Run opened is
+// closed on every path. It returns the exit code: 0 after a clean shutdown
+// (or -h), 2 for a bad configuration, 1 when Run or the shutdown failed.
+func Execute(args []string, getenv func(string) string) int {
+	m := NewMain()
+	if err := m.ParseFlags(args, getenv); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		fmt.Fprintln(os.Stderr, "room-service: invalid configuration:\n"+err.Error())
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	code := 0
+	if err := m.Run(ctx); err != nil {
+		fmt.Fprintln(os.Stderr, "room-service:", err)
+		code = 1
+	} else {
+		<-ctx.Done()
+	}
+	stop() // a second signal now kills the process at once
+	m.Log.Info("shutting down")
+	sctx, cancel := context.WithTimeout(context.Background(), m.Config.ShutdownTimeout)
+	defer cancel()
+	if err := m.Close(sctx); err != nil {
+		m.Log.Error("shutdown", "err", err)
+		code = 1
+	}
+	return code
+}
+
+// Main is the program: configuration, wiring, run and ordered shutdown.
+// End-to-end tests drive it in-process.
+type Main struct {
+	Config config.Config
+	Log    *slog.Logger
+
+	// Addr is the address the server listens on, set by Run.
+	Addr string
+
+	// workers owns every goroutine Main starts: retention, reconciler,
+	// relay, im-control and http.
+	workers workers
+	metrics *metrics
+
+	repo      store.Repository
+	ledger    ledger
+	bus       *natsbus.Bus
+	timClient *tencent.Client
+	lane      *im.Lane
+	registry  *cell.Registry
+	server    *http.Server
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// openStore opens the configured database: MySQL when a DSN is set (retrying
+// while the server is unreachable, until ctx ends), SQLite under the data
+// directory otherwise. It also returns the group-commit shape that suits the
+// database: SQLite has one writer, so one large transaction at a time; MySQL
+// commits best with a few parallel transactions of a few hundred rooms each
+// (measured with roomctl bench -commit-max-rooms).
+func (m *Main) openStore(ctx context.Context) (store.Repository, cell.Config, error) {
+	cfg := m.Config
+	if cfg.MySQLDSN == "" {
+		if err := os.MkdirAll(cfg.DataDir, 0o750); err != nil {
+			return nil, cell.Config{}, fmt.Errorf("data dir: %w", err)
+		}
+		db, err := sqlite.Open(ctx, filepath.Join(cfg.DataDir, "room.db"), sqlite.Options{Synchronous: cfg.SQLiteSync})
+		return db, cell.Config{CommitWorkers: 1}, err
+	}
+	wait := 500 * time.Millisecond
+	for {
+		db, err := mysql.Open(ctx, cfg.MySQLDSN, mysql.Options{})
+		if err == nil {
+			return db, cell.Config{CommitWorkers: 4, CommitMaxRooms: 256}, nil
+		}
+		if !errors.Is(err, store.ErrUnavailable) || ctx.Err() != nil {
+			return nil, cell.Config{}, err
+		}
+		m.Log.Error("MySQL is unreachable; retrying", "err", err, "retry_in", wait)
+		select {
+		case <-ctx.Done():
+			return nil, cell.Config{}, ctx.Err()
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, 10*time.Second)
+	}
+}
+
+// ledger is the embedded COIN ledger: the wallet port over the service database.
+type ledger interface {
+	wallet.Wallet
+	Close() error
+}
+
+// openLedger opens the embedded ledger in the service's own database.
+func openLedger(db store.Repository) (ledger, error) {
+	switch db := db.(type) {
+	case *sqlite.DB:
+		return sqlite.NewLedger(db, sqlite.LedgerOptions{}), nil
+	case *mysql.DB:
+		return mysql.NewLedger(db, mysql.LedgerOptions{}), nil
+	}
+	return nil, fmt.Errorf("no embedded ledger for %T", db)
+}
+
+// committedGifts reads which gift command ids are in a room's log: the
+// reconciler settles those charges and refunds the others.
+func committedGifts(db store.Repository) wallet.Committed {
+	return func(ctx context.Context, roomID string, ids []string) (map[string]bool, error) {
+		recs, err := db.GetCommands(ctx, roomID, ids)
+		if err != nil {
+			return nil, err
+		}
+		found := make(map[string]bool, len(recs))
+		for id := range recs {
+			found[id] = true
+		}
+		return found, nil
+	}
+}
+
+// openBus connects to the configured NATS, or starts the embedded server
+// under the data directory. An unreachable external server is retried until
+// ctx ends.
+func (m *Main) openBus(ctx context.Context) (*natsbus.Bus, error) {
+	cfg := m.Config
+	nc := natsbus.Config{URL: cfg.NATSURL, Stream: cfg.NATSStream, Name: "room-service"}
+	if cfg.NATSURL == "" {
+		nc.StoreDir, nc.Listen = filepath.Join(cfg.DataDir, "nats"), cfg.NATSListen
+	}
+	wait := 500 * time.Millisecond
+	for {
+		bus, err := natsbus.Open(ctx, nc, m.Log)
+		if err == nil || cfg.NATSURL == "" || errors.Is(err, natsbus.ErrInvalidConfig) || ctx.Err() != nil {
+			if err == nil && bus.ClientURL() != "" {
+				m.Log.Info("embedded NATS accepts consumers", "url", bus.ClientURL(), "stream", bus.Stream())
+			}
+			return bus, err
+		}
+		m.Log.Error("NATS is unreachable; retrying", "err", err, "retry_in", wait)
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, 10*time.Second)
+	}
+}
+
+// openIM builds the direct IM lane: the Tencent IM client from the
+// configuration, or, without credentials, a local Tencent-compatible endpoint
+// (returned, to be served on the API port) with a key made up for this run.
+func (m *Main) openIM() (*im.Lane, http.Handler, error) {
+	cfg := m.Config
+	tc := tencent.Config{Admin: cfg.TIMAdmin, SecretKey: cfg.TIMSecretKey, Endpoint: cfg.TIMEndpoint}
+	var local http.Handler
+	if cfg.TIMSDKAppID == "" {
+		key := make([]byte, 32)
+		if _, err := rand.Read(key); err != nil {
+			return nil, nil, err
+		}
+		tc = tencent.Config{SDKAppID: 1400000000, SecretKey: hex.EncodeToString(key), Admin: "administrator", Endpoint: "http://" + m.Addr}
+		tl := timlocal.New(timlocal.Config{SDKAppID: tc.SDKAppID, SecretKey: tc.SecretKey, Admin: tc.Admin})
+		// Its groups outlive a restart, so /local/ still shows them (and their mutes and bans) after kill -9.
+		if err := tl.Persist(filepath.Join(cfg.DataDir, "timlocal-groups.json")); err != nil {
+			return nil, nil, err
+		}
+		local = tl
+	} else {
+		id, _ := strconv.ParseUint(cfg.TIMSDKAppID, 10, 64) // checked by Validate
+		tc.SDKAppID = id
+	}
+	client, err := tencent.New(tc, m.Log.With("component", "tencent-im"))
+	if err != nil {
+		return nil, nil, err
+	}
+	m.timClient = client
+	regional, _ := cfg.RegionalGroups() // checked by Validate
+	sender := im.RecreatingSender{Sender: im.TencentSender{Client: client}, Groups: im.TencentGroups{Client: client},
+		Recreated: m.metrics.laneRecreated}
+	return im.New(im.Config{Budget: float64(cfg.IMBudget), RegionalGroups: regional},
+		sender, m.metrics.lane, m.Log.With("component", "im-lane")), local, nil
+}
+
+// NewMain returns a Main with the default configuration.
+func NewMain() *Main {
+	return &Main{Config: config.Default(), Log: slog.Default()}
+}
+
+// ParseFlags loads the configuration from args and the environment.
+func (m *Main) ParseFlags(args []string, getenv func(string) string) error {
+	cfg, err := config.Load(args, getenv)
+	if err != nil {
+		return err
+	}
+	m.Config = cfg
+	return nil
+}
+
+// Run opens storage, starts the engine and its workers, and starts serving.
+// It returns once the listener is bound; serving continues until Close. On
+// an error it returns at once, leaving what it opened to Close.
+func (m *Main) Run(ctx context.Context) error {
+	cfg := m.Config
+	m.Log = newLogger(cfg)
+	m.workers.log = m.Log
+	m.Log.Info("starting room-service", cfg.Redacted()...)
+	m.metrics = newMetrics()
+
+	db, tuning, err := m.openStore(ctx)
+	if err != nil {
+		return fmt.Errorf("open storage: %w", err)
+	}
+	m.repo = db
+	if cfg.CommitWorkers > 0 {
+		tuning.CommitWorkers = cfg.CommitWorkers
+	}
+	retain := &store.Retention{
+		Repo: db, Interval: cfg.RetainEvery, Batch: 1000, KeepVersions: int64(cfg.RetainVersions),
+		KeepCommandsFor: cfg.RetainCommands, KeepPublishedFor: cfg.RetainPublished, Log: m.Log,
+	}
+	if err := m.workers.Go("retention", loop(retain.Run)); err != nil {
+		return err
+	}
+
+	catalogue, err := cfg.Catalogue()
+	if err != nil {
+		return err // Validate refused it already; reached only by a Config built in code
+	}
+	rules, err := cfg.Rules()
+	if err != nil {
+		return err
+	}
+	if m.ledger, err = openLedger(db); err != nil {
+		return fmt.Errorf("open ledger: %w", err)
+	}
+	reconciler := &wallet.Reconciler{
+		Wallet: m.ledger, Committed: committedGifts(db), After: cfg.ReconcileAfter,
+		Log: m.Log.With("component", "wallet-reconciler"), Metrics: m.metrics.wallet,
+	}
+	reconcileEvery := max(cfg.ReconcileAfter/4, time.Second)
+	if err := m.workers.Go("reconciler", loop(func(ctx context.Context) { reconciler.Run(ctx, reconcileEvery) })); err != nil {
+		return err
+	}
+	leases := lease.NewLocal()
+
+	if m.bus, err = m.openBus(ctx); err != nil {
+		return fmt.Errorf("open message queue: %w", err)
+	}
+	relay := outbox.NewRelay(db, m.bus, outbox.LeaseGate{Lease: leases},
+		outbox.RelayConfig{MaxAttempts: int32(cfg.RelayAttempts)}, m.metrics.relay, m.Log.With("component", "relay"))
+	if err := m.workers.Go("relay", loop(relay.Run)); err != nil {
+		return err
+	}
+	nodeID := cfg.NodeID
+	if nodeID == "" {
+		nodeID, _ = os.Hostname()
+	}
+	// Listen before serving: a bad address fails Run, not a goroutine. The
+	// address is known from here on (the local IM endpoint is served on it).
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("listen: %w", err)
+	}
+	m.Addr = ln.Addr().String()
+	lane, local, err := m.openIM()
+	if err != nil {
+		_ = ln.Close()
+		return fmt.Errorf("im: %w", err)
+	}
+	m.lane = lane
+
+	m.registry = cell.New(cell.Config{
+		NodeID: nodeID, MailboxSize: cfg.MailboxSize, MaxBatch: cfg.MaxBatch, SnapshotEvery: cfg.SnapshotEvery,
+		IdleTimeout: cfg.IdleTimeout, CommitTimeout: cfg.CommitTimeout,
+		CommitWorkers: tuning.CommitWorkers, CommitMaxRooms: tuning.CommitMaxRooms,
+		Rules: rules, Wallet: m.ledger, WalletTimeout: cfg.WalletTimeout, GiftApplyWindow: cfg.GiftApplyWindow,
+		TimerScanEvery: cfg.RocketScan, SettleInCommit: true, // the embedded ledger shares the room store's database
+	}, db, leases, cell.Sinks{lane, cell.OutboxWaker{Wake: relay.Wake}}, m.metrics.cell, m.Log)
+
+	platform := make(map[int64]bool, len(cfg.PlatformUsers))
+	for _, id := range cfg.PlatformUsers {
+		platform[id] = true
+	}
+	rooms := rpc.NewRoomHandler(m.registry, db, catalogue, lane, func(id int64) bool { return platform[id] }, m.Log)
+	mux := rpc.NewMux(rooms, rpc.NewOperatorHandler(db, relay.Wake, m.Log), rpc.NewWalletHandler(m.ledger, m.Log),
+		rpc.Options{Token: cfg.Token, Metrics: m.metrics.registry}, m.Log)
+	if local != nil {
+		// The zero-configuration Tencent IM: the REST API the lane calls, and
+		// /local/ to watch what each room's group would show.
+		mux.Handle("/v4/", local)
+		mux.Handle("/local/", local)
+		m.Log.Info("local Tencent IM endpoint: watch room messages at http://" + m.Addr + "/local/")
+	}
+	control := &im.Control{Bus: m.bus, API: im.TencentGroups{Client: m.timClient},
+		Metrics: m.metrics.control, Log: m.Log.With("component", "im-control")}
+	if err := m.workers.Go("im-control", control.Run); err != nil {
+		_ = ln.Close()
+		return err
+	}
+	server := rpc.NewServer(mux)
+	if err := m.workers.Go("http", func(context.Context) error {
+		if err := server.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+			return err
+		}
+		return nil
+	}); err != nil {
+		_ = ln.Close()
+		return err
+	}
+	m.server = server
+	m.Log.Info("serving", "addr", m.Addr)
+	return nil
+}
+
+// loop adapts a worker loop that returns nothing.
+func loop(run func(ctx context.Context)) func(ctx context.Context) error {
+	return func(ctx context.Context) error {
+		run(ctx)
+		return nil
+	}
+}
+
+// Close shuts down once, in a fixed order: refuse new workers; stop intake
+// (the HTTP server finishes in-flight calls); drain the cells, which store
+// their final snapshots; stop the IM lane and group control; stop the relay
+// (rows not yet published stay pending for the next start); close the
+// message queue; stop retention and the reconciler; close the IM client,
+// the ledger and storage. It closes whatever Run opened, also after Run
+// failed. It is bounded by ctx; calls after the first return the first's
+// result.
+func (m *Main) Close(ctx context.Context) error {
+	m.closeOnce.Do(func() { m.closeErr = m.close(ctx) })
+	return m.closeErr
+}
+
+func (m *Main) close(ctx context.Context) error {
+	m.workers.Shutdown()
+	var errs []error
+	if m.server != nil {
+		// In-flight calls get a third of the time at most, so draining the
+		// rooms and their final snapshots always has the rest.
+		httpCtx, cancel := ctx, context.CancelFunc(func() {})
+		if deadline, ok := ctx.Deadline(); ok {
+			httpCtx, cancel = context.WithDeadline(ctx, time.Now().Add(time.Until(deadline)/3))
+		}
+		err := m.server.Shutdown(httpCtx)
+		cancel()
+		if err != nil {
+			errs = append(errs, fmt.Errorf("http shutdown: %w", err))
+		}
+	}
+	if err := m.workers.Stop(ctx, "http"); err != nil {
+		errs = append(errs, fmt.Errorf("serve: %w", err))
+	}
+	if m.registry != nil {
+		if err := m.registry.Close(ctx); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if m.lane != nil {
+		m.lane.Close() // best effort: what is still queued is not sent
+	}
+	for _, name := range []string{"im-control", "relay"} {
+		if err := m.workers.Stop(ctx, name); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if m.bus != nil {
+		if err := m.bus.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("close message queue: %w", err))
+		}
+	}
+	// Retention and the reconciler, and any worker a later change adds
+	// without a place above.
+	if err := m.workers.StopAll(ctx); err != nil {
+		errs = append(errs, err)
+	}
+	if m.timClient != nil {
+		m.timClient.Close()
+	}
+	if m.ledger != nil {
+		if err := m.ledger.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("close ledger: %w", err))
+		}
+	}
+	if m.repo != nil {
+		if err := m.repo.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("close storage: %w", err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func newLogger(cfg config.Config) *slog.Logger {
+	var level slog.Level
+	_ = level.UnmarshalText([]byte(strings.ToUpper(cfg.LogLevel)))
+	opts := &slog.HandlerOptions{Level: level}
+	if cfg.LogFormat == "json" {
+		return slog.New(slog.NewJSONHandler(os.Stderr, opts))
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, opts))
+}

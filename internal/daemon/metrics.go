@@ -1,0 +1,101 @@
+package daemon
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"hyapp/room-service/cell"
+	"hyapp/room-service/im"
+	"hyapp/room-service/outbox"
+	"hyapp/room-service/room"
+	"hyapp/room-service/wallet"
+)
+
+// metrics is every instrument the service exports, built and registered in
+// one place, once per Run; /metrics serves registry.
+type metrics struct {
+	registry *prometheus.Registry
+	cell     *cell.Metrics
+	wallet   *wallet.Metrics
+	relay    outbox.RelayMetrics
+	lane     im.Metrics
+	control  im.ControlMetrics
+	// laneRecreated counts IM groups the lane created again (control's
+	// count is control.Recreated, the same metric under another label).
+	laneRecreated func()
+}
+
+// newMetrics builds and registers every metric set: the Go runtime and the
+// process, the cells, the wallet, the outbox relay, the IM lane and group
+// control.
+func newMetrics() *metrics {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	recreated := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "room_im_groups_recreated_total", Help: "IM groups created again because a call found them missing, by path (lane, control)."}, []string{"path"})
+	reg.MustRegister(recreated)
+	return &metrics{
+		registry:      reg,
+		cell:          cell.NewMetrics(reg),
+		wallet:        wallet.NewMetrics(reg),
+		relay:         newRelayMetrics(reg),
+		lane:          newLaneMetrics(reg),
+		control:       newControlMetrics(reg, recreated),
+		laneRecreated: recreated.WithLabelValues("lane").Inc,
+	}
+}
+
+// newControlMetrics registers group control's instruments.
+func newControlMetrics(reg prometheus.Registerer, recreated *prometheus.CounterVec) im.ControlMetrics {
+	applied := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "room_im_control_applied_total", Help: "Durable events group control applied, by event type."}, []string{"event_type"})
+	retried := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "room_im_control_retried_total", Help: "Group control attempts that failed and will be retried, by event type and reason."}, []string{"event_type", "reason"})
+	terminated := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "room_im_control_terminated_total", Help: "Durable events group control gave up for good (terminated), by event type and reason (roomctl im status lists them)."}, []string{"event_type", "reason"})
+	reg.MustRegister(applied, retried, terminated)
+	return im.ControlMetrics{
+		Applied:    func(t string) { applied.WithLabelValues(t).Inc() },
+		Retried:    func(t, r string) { retried.WithLabelValues(t, r).Inc() },
+		Terminated: func(t, r string) { terminated.WithLabelValues(t, r).Inc() },
+		Recreated:  recreated.WithLabelValues("control").Inc,
+	}
+}
+
+// newLaneMetrics registers the IM lane's instruments.
+func newLaneMetrics(reg prometheus.Registerer) im.Metrics {
+	sent := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "room_im_sent_total", Help: "IM messages sent, by priority."}, []string{"priority"})
+	shed := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "room_im_shed_total", Help: "IM events the lane dropped, by priority and reason."}, []string{"priority", "reason"})
+	merged := prometheus.NewCounter(prometheus.CounterOpts{Name: "room_im_merged_total", Help: "IM events merged into Batch messages."})
+	coalesced := prometheus.NewCounter(prometheus.CounterOpts{Name: "room_im_coalesced_total", Help: "Display values replaced by a newer one before they were sent."})
+	retried := prometheus.NewCounter(prometheus.CounterOpts{Name: "room_im_retried_total", Help: "High IM messages queued again after a failed send."})
+	latency := prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "room_im_latency_seconds", Help: "Committed-to-sent delay of IM messages, by priority.", Buckets: prometheus.ExponentialBuckets(0.001, 2, 14)}, []string{"priority"})
+	reg.MustRegister(sent, shed, merged, coalesced, retried, latency)
+	return im.Metrics{
+		Sent:      func(p room.Priority) { sent.WithLabelValues(string(p)).Inc() },
+		Shed:      func(p room.Priority, reason string) { shed.WithLabelValues(string(p), reason).Inc() },
+		Merged:    func(n int) { merged.Add(float64(n)) },
+		Coalesced: coalesced.Inc,
+		Retried:   retried.Inc,
+		Latency:   func(p room.Priority, d time.Duration) { latency.WithLabelValues(string(p)).Observe(d.Seconds()) },
+	}
+}
+
+// newRelayMetrics registers the outbox relay's instruments.
+func newRelayMetrics(reg prometheus.Registerer) outbox.RelayMetrics {
+	published := prometheus.NewCounter(prometheus.CounterOpts{Name: "room_outbox_published_total", Help: "Outbox rows the broker acknowledged."})
+	failed := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "room_outbox_publish_failures_total", Help: "Failed publishes, by kind (broker: outage; message: counts against the row)."}, []string{"kind"})
+	dead := prometheus.NewCounter(prometheus.CounterOpts{Name: "room_outbox_dead_total", Help: "Outbox rows that went dead."})
+	lag := prometheus.NewHistogram(prometheus.HistogramOpts{Name: "room_outbox_lag_seconds", Help: "Commit-to-acknowledge delay of published rows.", Buckets: prometheus.ExponentialBuckets(0.0005, 2, 18)})
+	reg.MustRegister(published, failed, dead, lag)
+	return outbox.RelayMetrics{
+		Published: func(n int) { published.Add(float64(n)) },
+		Failed: func(transient bool) {
+			kind := "message"
+			if transient {
+				kind = "broker"
+			}
+			failed.WithLabelValues(kind).Inc()
+		},
+		Dead: dead.Inc,
+		Lag:  func(d time.Duration) { lag.Observe(d.Seconds()) },
+	}
+}
