@@ -14,9 +14,8 @@ import (
 	"hyapp/room-service/lease"
 	"hyapp/room-service/room"
 	"hyapp/room-service/store"
-	"hyapp/room-service/store/mysql"
-	"hyapp/room-service/store/sqlite"
 	"hyapp/room-service/wallet"
+	"hyapp/room-service/wallet/ledger"
 )
 
 // Gift scenarios run the gift path as the daemon wires it: the sample
@@ -48,15 +47,18 @@ type giftLedger interface {
 	Close() error
 }
 
+// ledgerStore is a store that keeps the embedded ledger in its own database.
+type ledgerStore interface {
+	Ledger(opts ledger.Options) *ledger.Ledger
+}
+
 // openLedger starts the embedded ledger on repo's own database.
 func openLedger(repo store.Repository) (giftLedger, error) {
-	switch db := repo.(type) {
-	case *sqlite.DB:
-		return sqlite.NewLedger(db, sqlite.LedgerOptions{}), nil
-	case *mysql.DB:
-		return mysql.NewLedger(db, mysql.LedgerOptions{}), nil
+	s, ok := repo.(ledgerStore)
+	if !ok {
+		return nil, fmt.Errorf("no embedded ledger for %T", repo)
 	}
-	return nil, fmt.Errorf("no embedded ledger for %T", repo)
+	return s.Ledger(ledger.Options{}), nil
 }
 
 // giftEngine is a registry that pays gifts, on a fresh database.

@@ -23,6 +23,7 @@ import (
 	"hyapp/room-service/lease"
 	"hyapp/room-service/rpc"
 	"hyapp/room-service/store/sqlite"
+	walletledger "hyapp/room-service/wallet/ledger"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -48,7 +49,7 @@ func startServer(t *testing.T) string {
 		}
 	})
 	log := slog.New(slog.DiscardHandler)
-	ledger := sqlite.NewLedger(db, sqlite.LedgerOptions{})
+	ledger := db.Ledger(walletledger.Options{})
 	t.Cleanup(func() { _ = ledger.Close() })
 	reg := cell.New(cell.Config{SnapshotEvery: 3, Wallet: ledger}, db, lease.NewLocal(), discard{}, nil, log)
 	t.Cleanup(func() {
