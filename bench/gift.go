@@ -23,7 +23,7 @@ import (
 // does), the room's cell charges a run of gifts with one wallet call and
 // commits them, and a wallet.Settler settles the charges of committed gifts
 // off the rooms' path. The wallet is the embedded ledger on the scenario's
-// own database, optionally behind wallet.WithLatency.
+// own database, optionally behind withLatency.
 
 const (
 	// stormSenders and stormReceivers populate the storm room: senders
@@ -90,7 +90,7 @@ func openGiftEngine(ctx context.Context, env Env, latency time.Duration) (*giftE
 		return nil, err
 	}
 	cfg := env.engineConfig()
-	cfg.Wallet = wallet.WithLatency(ledger, latency)
+	cfg.Wallet = withLatency(ledger, latency)
 	var settler *wallet.Settler
 	var sink cell.EventSink = nopSink{}
 	if latency == 0 {
