@@ -15,9 +15,8 @@ import (
 	"hyapp/room-service/lease"
 	"hyapp/room-service/room"
 	"hyapp/room-service/store"
-	"hyapp/room-service/store/mysql"
-	"hyapp/room-service/store/sqlite"
 	"hyapp/room-service/wallet"
+	"hyapp/room-service/wallet/ledger"
 )
 
 // Gift scenarios run the gift path as the daemon wires it: each send goes
@@ -25,7 +24,7 @@ import (
 // catalogue's facts and lucky draw, then Submit), the room's cell charges a run of gifts with one wallet call and
 // commits them, and a wallet.Settler settles the charges of committed gifts
 // off the rooms' path. The wallet is the embedded ledger on the scenario's
-// own database, optionally behind wallet.WithLatency.
+// own database, optionally behind withLatency.
 
 const (
 	// stormSenders and stormReceivers populate the storm room: senders
@@ -49,15 +48,18 @@ type giftLedger interface {
 	Close() error
 }
 
+// ledgerStore is a store that keeps the embedded ledger in its own database.
+type ledgerStore interface {
+	Ledger(opts ledger.Options) *ledger.Ledger
+}
+
 // openLedger starts the embedded ledger on repo's own database.
 func openLedger(repo store.Repository) (giftLedger, error) {
-	switch db := repo.(type) {
-	case *sqlite.DB:
-		return sqlite.NewLedger(db, sqlite.LedgerOptions{}), nil
-	case *mysql.DB:
-		return mysql.NewLedger(db, mysql.LedgerOptions{}), nil
+	s, ok := repo.(ledgerStore)
+	if !ok {
+		return nil, fmt.Errorf("no embedded ledger for %T", repo)
 	}
-	return nil, fmt.Errorf("no embedded ledger for %T", repo)
+	return s.Ledger(ledger.Options{}), nil
 }
 
 // giftEngine is a registry that pays gifts, on a fresh database.
@@ -89,7 +91,7 @@ func openGiftEngine(ctx context.Context, env Env, latency time.Duration) (*giftE
 		return nil, err
 	}
 	cfg := env.engineConfig()
-	cfg.Wallet = wallet.WithLatency(ledger, latency)
+	cfg.Wallet = withLatency(ledger, latency)
 	var settler *wallet.Settler
 	var sink cell.EventSink = nopSink{}
 	if latency == 0 {

@@ -11,9 +11,8 @@ import (
 	"hyapp/room-service/cell"
 	"hyapp/room-service/room"
 	"hyapp/room-service/store"
-	"hyapp/room-service/store/mysql"
-	"hyapp/room-service/store/sqlite"
 	"hyapp/room-service/wallet"
+	"hyapp/room-service/wallet/ledger"
 )
 
 // ledgerOf opens the embedded ledger in the repository's own database.
@@ -25,15 +24,13 @@ type testLedger interface {
 
 func ledgerOf(t testing.TB, repo store.Repository) testLedger {
 	t.Helper()
-	var l testLedger
-	switch db := repo.(type) {
-	case *sqlite.DB:
-		l = sqlite.NewLedger(db, sqlite.LedgerOptions{})
-	case *mysql.DB:
-		l = mysql.NewLedger(db, mysql.LedgerOptions{})
-	default:
+	db, ok := repo.(interface {
+		Ledger(ledger.Options) *ledger.Ledger
+	})
+	if !ok {
 		t.Fatalf("no ledger for %T", repo)
 	}
+	l := db.Ledger(ledger.Options{})
 	t.Cleanup(func() { _ = l.Close() })
 	return l
 }

@@ -29,6 +29,7 @@ import (
 	"hyapp/room-service/room"
 	"hyapp/room-service/rpc"
 	"hyapp/room-service/store/sqlite"
+	walletledger "hyapp/room-service/wallet/ledger"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -63,7 +64,7 @@ type stack struct {
 	rooms   roomv1connect.RoomServiceClient
 	ops     roomv1connect.OperatorServiceClient
 	wallets roomv1connect.WalletServiceClient
-	ledger  *sqlite.Ledger
+	ledger  *walletledger.Ledger
 }
 
 func start(t *testing.T) *stack {
@@ -73,7 +74,7 @@ func start(t *testing.T) *stack {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ledger := sqlite.NewLedger(db, sqlite.LedgerOptions{})
+	ledger := db.Ledger(walletledger.Options{})
 	reg := cell.New(cell.Config{Wallet: ledger}, db, lease.NewLocal(), nopSink{}, nil, quiet)
 	catalogue, err := gift.New(gift.DefaultGifts(), gift.Settings{Lucky: gift.DefaultLucky(), MaxPayoutBP: 9500, RegionalThreshold: 10_000})
 	if err != nil {

@@ -6,13 +6,25 @@ import (
 	"time"
 )
 
+// Pruner is what Retention needs of the storage: the two prunes of the
+// Repository, with the same contract.
+type Pruner interface {
+	// PruneCommands deletes up to limit command log rows no recovery
+	// needs and returns how many it deleted (see Repository).
+	PruneCommands(ctx context.Context, keepVersions int64, before time.Time, limit int) (int, error)
+	// PruneOutbox deletes up to limit outbox rows published before
+	// before and returns how many it deleted (see Repository).
+	PruneOutbox(ctx context.Context, before time.Time, limit int) (int, error)
+}
+
 // Retention keeps the command log and the outbox from growing without end:
 // every Interval it deletes, in batches of Batch rows, the command log rows
 // that no recovery needs (KeepVersions below the room's snapshot and older
 // than KeepCommandsFor) and the outbox rows published more than
 // KeepPublishedFor ago. Small batches keep every delete transaction short.
 type Retention struct {
-	Repo             Repository
+	// Repo is the storage retention prunes.
+	Repo             Pruner
 	Interval         time.Duration
 	Batch            int
 	KeepVersions     int64

@@ -13,6 +13,7 @@ import (
 	"hyapp/room-service/store"
 	"hyapp/room-service/store/sqlite"
 	"hyapp/room-service/wallet"
+	"hyapp/room-service/wallet/ledger"
 )
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -32,13 +33,13 @@ func logOf(db store.Repository) wallet.Committed {
 	}
 }
 
-func open(t *testing.T) (*sqlite.DB, *sqlite.Ledger) {
+func open(t *testing.T) (*sqlite.DB, *ledger.Ledger) {
 	t.Helper()
 	db, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "room.db"), sqlite.Options{Synchronous: "NORMAL"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	l := sqlite.NewLedger(db, sqlite.LedgerOptions{})
+	l := db.Ledger(ledger.Options{})
 	t.Cleanup(func() {
 		_ = l.Close()
 		_ = db.Close()

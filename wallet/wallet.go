@@ -1,7 +1,7 @@
 // Package wallet is the port through which rooms are paid: the COIN ledger a
 // gift debits. The embedded implementation is a ledger in the service's own
-// database (store/sqlite, store/mysql); a remote wallet service plugs in
-// behind the same interface.
+// database (wallet/ledger, handed out by the store); a remote wallet service
+// plugs in behind the same interface.
 //
 // A gift's payment is a try/confirm/cancel: Charge debits the sender (and
 // credits a lucky reward) once per key and leaves the charge pending; Settle

@@ -39,6 +39,7 @@ import (
 	"hyapp/room-service/store/mysql"
 	"hyapp/room-service/store/sqlite"
 	"hyapp/room-service/wallet"
+	walletledger "hyapp/room-service/wallet/ledger"
 )
 
 // The natsbus Bus is group control's event stream.
@@ -144,15 +145,18 @@ type ledger interface {
 	Close() error
 }
 
+// ledgerStore is a store that keeps the embedded ledger in its own database.
+type ledgerStore interface {
+	Ledger(opts walletledger.Options) *walletledger.Ledger
+}
+
 // openLedger opens the embedded ledger in the service's own database.
 func openLedger(db store.Repository) (ledger, error) {
-	switch db := db.(type) {
-	case *sqlite.DB:
-		return sqlite.NewLedger(db, sqlite.LedgerOptions{}), nil
-	case *mysql.DB:
-		return mysql.NewLedger(db, mysql.LedgerOptions{}), nil
+	s, ok := db.(ledgerStore)
+	if !ok {
+		return nil, fmt.Errorf("no embedded ledger for %T", db)
 	}
-	return nil, fmt.Errorf("no embedded ledger for %T", db)
+	return s.Ledger(walletledger.Options{}), nil
 }
 
 // committedGifts reads which gift command ids are in a room's log: the

@@ -41,6 +41,11 @@
 // a node holds at most about MaxOpenConns×25 server-side statements, which
 // counts against the server's max_prepared_stmt_count.
 //
+// The SQL itself is store/sqlstore's, shared with SQLite; this package holds
+// what only MySQL has: the connection settings, migrations under a server
+// lock, the dialect (row locks, index hints, READ COMMITTED, the bulk fence
+// of the group commit) and pruning in short chunks.
+//
 // MySQL errors stop here: a duplicate key becomes store.ErrConflict, and
 // everything else, lost connections and time-outs included, becomes
 // store.ErrUnavailable with the driver's text kept in the message for logs.
@@ -58,6 +63,8 @@ import (
 	"github.com/go-sql-driver/mysql"
 
 	"hyapp/room-service/store"
+	"hyapp/room-service/store/sqlstore"
+	"hyapp/room-service/wallet/ledger"
 )
 
 var _ store.Repository = (*DB)(nil)
@@ -122,37 +129,32 @@ func (o Options) withDefaults() (Options, error) {
 	return o, nil
 }
 
+// dialect is how MySQL's SQL differs from SQLite's (see sqlstore.Dialect).
+var dialect = sqlstore.Dialect{
+	Name:   "mysql",
+	MapErr: mapErr,
+	// See the package comment.
+	WriteTx:            &sql.TxOptions{Isolation: sql.LevelReadCommitted},
+	LockReads:          true,
+	IndexHints:         true,
+	UpsertDuplicateKey: true,
+	UpdateLimit:        true,
+	// 4 MiB keeps a statement far below max_allowed_packet (16 MiB on
+	// MariaDB, 64 MiB on MySQL 8.0 by default) and the server's memory for
+	// one statement modest. A single row larger than that goes alone.
+	MaxBulkBytes: 4 << 20,
+	// Each per-batch UPDATE is a round trip and a statement (about 130µs on
+	// loopback, several times that across a network); the bulk fence costs
+	// four round trips (two statements, each prepared for one use).
+	BulkFenceMinRooms: 4,
+}
+
 // DB is a store.Repository on one MySQL or MariaDB database. It is safe for
 // concurrent use, also by several processes on one database.
 type DB struct {
-	db *sql.DB
-
-	// Statements prepared once and on each pool connection as it needs them.
-	advanceHead      *sql.Stmt
-	advanceFenced    *sql.Stmt
-	updateSnapshot   *sql.Stmt
-	insertSnapshot   *sql.Stmt
-	updateMeta       *sql.Stmt
-	insertMeta       *sql.Stmt
-	claim            *sql.Stmt
-	readClaim        *sql.Stmt
-	getMeta          *sql.Stmt
-	getCommand       *sql.Stmt
-	listCommands     *sql.Stmt
-	getSnapshot      *sql.Stmt
-	listPending      *sql.Stmt
-	listRoomsStmt    *sql.Stmt
-	markPublished    *sql.Stmt
-	markFailed       *sql.Stmt
-	listPendingAfter *sql.Stmt
-	listRoomOutbox   *sql.Stmt
-	lockOutbox       *sql.Stmt
-	failOutbox       *sql.Stmt
-	headVersion      *sql.Stmt
-	selectPruneCmds  *sql.Stmt
-	selectPruneOut   *sql.Stmt
-	insertCommands   *bulkInsert
-	insertOutbox     *bulkInsert
+	*sqlstore.DB
+	db                              *sql.DB
+	selectPruneCmds, selectPruneOut *sql.Stmt
 }
 
 // Open connects to the database dsn names (a go-sql-driver DSN such as
@@ -183,7 +185,12 @@ func Open(ctx context.Context, dsn string, opts Options) (*DB, error) {
 	sqlDB.SetConnMaxIdleTime(opts.ConnMaxIdleTime)
 
 	db := &DB{db: sqlDB}
-	if err := db.prepare(ctx); err != nil {
+	if db.DB, err = sqlstore.New(ctx, sqlstore.Config{
+		Dialect: dialect, Write: sqlDB, Read: sqlDB, Settle: ledger.SettleInCommit,
+	}); err == nil {
+		err = db.preparePrune(ctx)
+	}
+	if err != nil {
 		_ = sqlDB.Close()
 		return nil, fmt.Errorf("open mysql db=%s: %w", cfg.DBName, err)
 	}
@@ -247,68 +254,15 @@ func hasParam(params map[string]string, name string) bool {
 	return false
 }
 
-func (db *DB) prepare(ctx context.Context) error {
-	var firstErr error
-	prep := func(query string) *sql.Stmt {
-		if firstErr != nil {
-			return nil
-		}
-		s, err := db.db.PrepareContext(ctx, query)
-		if err != nil {
-			firstErr = fmt.Errorf("prepare %q: %w", query, mapErr(err))
-		}
-		return s
-	}
-	db.advanceHead = prep(`UPDATE rooms SET room_version = ?, updated_at = ?
-		WHERE room_id = ? AND room_version = ?`)
-	db.advanceFenced = prep(`UPDATE rooms SET room_version = ?, updated_at = ?, status = COALESCE(NULLIF(?, ''), status)
-		WHERE room_id = ? AND room_version = ? AND owner_epoch = ?`)
-	db.headVersion = prep(`SELECT room_version FROM rooms WHERE room_id = ?`)
-	db.updateSnapshot = prep(`UPDATE room_snapshots SET room_version = ?, payload = ?, created_at = ?
-		WHERE room_id = ? AND room_version < ?`)
-	db.insertSnapshot = prep(`INSERT INTO room_snapshots (room_id, room_version, payload, created_at) VALUES (?, ?, ?, ?)`)
-	db.updateMeta = prep(`UPDATE rooms SET owner_user_id = ?, host_user_id = ?, seat_count = ?, mode = ?, status = ?, updated_at = ?
-		WHERE room_id = ? AND room_version = 0`)
-	db.insertMeta = prep(`INSERT INTO rooms (room_id, owner_user_id, host_user_id, seat_count, mode, status, created_at, updated_at)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?)`)
-	db.claim = prep(`UPDATE rooms SET owner_epoch = owner_epoch + 1, owner_node = ?, updated_at = ? WHERE room_id = ?`)
-	db.readClaim = prep(`SELECT owner_epoch, room_version, owner_user_id, host_user_id, seat_count, mode, status
-		FROM rooms WHERE room_id = ?`)
-	db.getMeta = prep(`SELECT owner_user_id, host_user_id, seat_count, mode, status FROM rooms WHERE room_id = ?`)
-	db.getCommand = prep(`SELECT ` + commandColumns + ` FROM room_command_log WHERE room_id = ? AND command_id = ?`)
-	db.listCommands = prep(`SELECT ` + commandColumns + ` FROM room_command_log
-		WHERE room_id = ? AND room_version > ? ORDER BY room_version`)
-	db.getSnapshot = prep(`SELECT room_version, payload, created_at FROM room_snapshots WHERE room_id = ?`)
-	db.listPending = prep(`SELECT ` + outboxColumns + ` FROM room_outbox
-		WHERE status = 'pending' AND next_attempt_at <= ? ORDER BY id LIMIT ?`)
-	db.listRoomsStmt = prep(`SELECT room_id, owner_user_id, host_user_id, seat_count, mode, status,
-		room_version, owner_epoch, owner_node, updated_at
-		FROM rooms WHERE room_id > ? ORDER BY room_id LIMIT ?`)
-	db.markPublished = prep(`UPDATE room_outbox SET status = 'published', published_at = COALESCE(published_at, ?)
-		WHERE event_id = ?`)
-	db.markFailed = prep(`UPDATE room_outbox SET attempts = attempts + 1, last_error = ? WHERE event_id = ?`)
-	db.listPendingAfter = prep(listPendingAfterQuery)
-	db.listRoomOutbox = prep(listRoomOutboxQuery)
-	db.lockOutbox = prep(`SELECT status, attempts FROM room_outbox WHERE event_id = ? FOR UPDATE`)
-	db.failOutbox = prep(`UPDATE room_outbox SET status = ?, attempts = ?, last_error = ?, next_attempt_at = ? WHERE event_id = ?`)
-	db.selectPruneCmds = prep(pruneCommandsQuery)
-	db.selectPruneOut = prep(`SELECT id FROM room_outbox
-		WHERE status = 'published' AND published_at < ? ORDER BY id LIMIT ?`)
-	if firstErr != nil {
-		return firstErr
-	}
-
+// preparePrune prepares the prune reads.
+func (db *DB) preparePrune(ctx context.Context) error {
 	var err error
-	if db.insertCommands, err = newBulkInsert(ctx, db.db,
-		`INSERT INTO room_command_log (`+commandColumns+`) VALUES `,
-		`(?, ?, ?, ?, ?, ?, ?)`); err != nil {
-		return err
+	if db.selectPruneCmds, err = db.db.PrepareContext(ctx, pruneCommandsQuery); err != nil {
+		return fmt.Errorf("prepare prune commands: %w", mapErr(err))
 	}
-	if db.insertOutbox, err = newBulkInsert(ctx, db.db,
-		`INSERT INTO room_outbox (event_id, room_id, room_version, seq, event_type, payload, owner_epoch,
-			next_attempt_at, created_at, status, last_error) VALUES `,
-		`(?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', '')`); err != nil {
-		return err
+	if db.selectPruneOut, err = db.db.PrepareContext(ctx, `SELECT id FROM room_outbox
+		WHERE status = 'published' AND published_at < ? ORDER BY id LIMIT ?`); err != nil {
+		return fmt.Errorf("prepare prune outbox: %w", mapErr(err))
 	}
 	return nil
 }

@@ -16,8 +16,8 @@ import (
 
 	"hyapp/room-service/outbox"
 	"hyapp/room-service/store"
-	"hyapp/room-service/store/internal/sqlrow"
 	"hyapp/room-service/store/mysql/mysqltest"
+	"hyapp/room-service/store/sqlstore"
 	"hyapp/room-service/store/storetest"
 )
 
@@ -262,7 +262,7 @@ func TestPendingScanUsesIndexInIDOrder(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, q := range []string{
-		`EXPLAIN SELECT ` + outboxColumns + ` FROM room_outbox WHERE status = 'pending' AND next_attempt_at <= 1 ORDER BY id LIMIT 10`,
+		`EXPLAIN ` + bind(sqlstore.OutboxQueries(&dialect).ListPending, "1", "10"),
 		`EXPLAIN SELECT id FROM room_outbox WHERE status = 'published' AND published_at < 1 ORDER BY id LIMIT 10`,
 	} {
 		key, extra := explain(t, raw, q)
@@ -301,12 +301,13 @@ func TestOutboxRelayReadsUseIndexes(t *testing.T) {
 	if _, err := raw.ExecContext(ctx, `ANALYZE TABLE room_outbox`); err != nil {
 		t.Fatal(err)
 	}
+	q := sqlstore.OutboxQueries(&dialect)
 	for _, tc := range []struct{ query, key string }{
-		{bind(listPendingAfterQuery, "5", "10"), "room_outbox_pending"},
-		{bind(listRoomOutboxQuery, "'r1'", "10"), "room_outbox_room_pending"},
-		{statsPendingQuery, "room_outbox_pending"},
-		{statsPublishedQuery, "room_outbox_pending"},
-		{statsDeadQuery, "room_outbox_pending"},
+		{bind(q.ListPendingAfter, "5", "10"), "room_outbox_pending"},
+		{bind(q.ListRoomOutbox, "'r1'", "10"), "room_outbox_room_pending"},
+		{q.StatsPending, "room_outbox_pending"},
+		{q.StatsPublished, "room_outbox_pending"},
+		{q.StatsDead, "room_outbox_pending"},
 	} {
 		key, extra := explain(t, raw, "EXPLAIN "+tc.query)
 		if key != tc.key || (strings.Contains(tc.query, "ORDER BY") && strings.Contains(extra, "filesort")) {
@@ -566,15 +567,12 @@ func TestDeadlockIsRetried(t *testing.T) {
 	defer func() { _ = other.Rollback() }()
 	// Weigh the other transaction down, so InnoDB rolls back the commit
 	// rather than it; then take room b's row.
-	var rows []outbox.Record
-	for i := range 200 {
-		rows = append(rows, outbox.Record{EventID: fmt.Sprintf("w/%d", i), RoomID: "w", EventType: "E"})
-	}
-	q := db.insertOutbox.query(len(rows))
 	var args []any
-	for i := range rows {
-		args = sqlrow.OutboxArgs(args, &rows[i], 1, 1)
+	for i := range 200 {
+		args = append(args, fmt.Sprintf("w/%d", i))
 	}
+	q := `INSERT INTO room_outbox (event_id, room_id, room_version, seq, event_type, owner_epoch,
+		next_attempt_at, created_at, status, last_error) VALUES ` + sqlstore.Values(`(?, 'w', 0, 0, 'E', 1, 1, 1, 'pending', '')`, len(args))
 	if _, err := other.ExecContext(ctx, q, args...); err != nil {
 		t.Fatal(err)
 	}
@@ -709,53 +707,4 @@ func benchCommit(b *testing.B, workers, nBatches, nCommands int, payload []byte)
 	secs := b.Elapsed().Seconds()
 	b.ReportMetric(float64(calls*nBatches*nCommands*2)/secs, "rows/s")
 	b.ReportMetric(float64(calls)/secs, "commits/s")
-}
-
-// TestBulkFence runs the merged path alone on enough rooms for the bulk
-// fence. Through CommitBatches a batch wrongly let through would mostly hit
-// the log's primary key and be caught by the isolated path; here it fails.
-func TestBulkFence(t *testing.T) {
-	ctx := t.Context()
-	db := openDSN(t, mysqltest.DSN(t), Options{})
-	ids := []string{"a", "b", "c", "d", "e"}
-	claims := map[string]store.Claim{}
-	for _, id := range ids {
-		_, claims[id] = claimedRoom(t, db, id)
-	}
-	if _, err := db.ClaimRoom(ctx, "b", "node-b"); err != nil {
-		t.Fatal(err)
-	}
-	behind := benchBatch("d", claims["d"].Epoch, 0, 1, nil)
-	behind.Commands[0].CommandID, behind.Outbox[0].EventID = "behind", "d/behind"
-	batches := []store.Batch{
-		benchBatch("e", claims["e"].Epoch, 0, 0, nil),
-		benchBatch("d", claims["d"].Epoch, 0, 1, nil),
-		benchBatch("a", claims["a"].Epoch, 0, 1, nil),
-		benchBatch("b", claims["b"].Epoch, 0, 1, nil),
-		behind,
-		benchBatch("c", claims["c"].Epoch, 2, 1, nil),
-		benchBatch("a", claims["a"].Epoch, 1, 1, nil),
-		benchBatch("zz", 1, 0, 1, nil),
-	}
-	batches[0].Status = "closed"
-	fenced := []bool{false, false, false, true, true, true, false, true}
-	order := []int{2, 6, 3, 5, 1, 4, 0, 7} // by room id, each room's batches in input order
-	results := make([]error, len(batches))
-	if err := db.inTx(ctx, func(tx *sql.Tx) error { return db.commitMerged(ctx, tx, batches, order, results) }); err != nil {
-		t.Fatalf("commitMerged: %v", err)
-	}
-	for i, r := range results {
-		if errors.Is(r, store.ErrFenced) != fenced[i] || (r != nil && !fenced[i]) {
-			t.Fatalf("batch %d (room %s): %v, want fenced %v", i, batches[i].RoomID, r, fenced[i])
-		}
-	}
-	for id, head := range map[string]int64{"a": 2, "b": 0, "c": 0, "d": 1, "e": 0} {
-		c, err := db.ClaimRoom(ctx, id, "node-c")
-		if err != nil || c.HeadVersion != head {
-			t.Fatalf("room %s: %+v, %v; want head %d", id, c, err, head)
-		}
-		if want := map[bool]string{true: "closed", false: "open"}[id == "e"]; c.Meta.Status != want {
-			t.Fatalf("room %s status %q, want %q", id, c.Meta.Status, want)
-		}
-	}
 }

@@ -2,10 +2,10 @@ package mysql
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
-	"strings"
 	"time"
+
+	"hyapp/room-service/store/sqlstore"
 )
 
 // pruneChunk caps the keys one prune statement selects and deletes, so each
@@ -120,15 +120,5 @@ func (db *DB) deleteKeys(ctx context.Context, prefix, key string, args []any, wi
 	if len(args) == 0 {
 		return 0, nil
 	}
-	q := prefix + key + strings.Repeat(", "+key, len(args)/width-1) + `)`
-	var n int64
-	err := db.inTx(ctx, func(tx *sql.Tx) error {
-		res, err := tx.ExecContext(ctx, q, args...)
-		if err != nil {
-			return mapErr(err)
-		}
-		n, err = res.RowsAffected()
-		return mapErr(err)
-	})
-	return int(n), err
+	return db.Exec(ctx, prefix+sqlstore.Values(key, len(args)/width)+`)`, args...)
 }

@@ -18,7 +18,7 @@ func (db *DB) PruneCommands(ctx context.Context, keepVersions int64, before time
 	if limit <= 0 {
 		return 0, nil
 	}
-	n, err := db.execCount(ctx, pruneCommandsQuery, max(keepVersions, 0), before.UnixMilli(), limit)
+	n, err := db.Exec(ctx, pruneCommandsQuery, max(keepVersions, 0), before.UnixMilli(), limit)
 	if err != nil {
 		return 0, fmt.Errorf("prune commands: %w", err)
 	}
@@ -38,24 +38,11 @@ func (db *DB) PruneOutbox(ctx context.Context, before time.Time, limit int) (int
 	if limit <= 0 {
 		return 0, nil
 	}
-	n, err := db.execCount(ctx, `DELETE FROM room_outbox WHERE id IN (
+	n, err := db.Exec(ctx, `DELETE FROM room_outbox WHERE id IN (
 		SELECT id FROM room_outbox WHERE status = 'published' AND published_at < ? ORDER BY id LIMIT ?)`,
 		before.UnixMilli(), limit)
 	if err != nil {
 		return 0, fmt.Errorf("prune outbox: %w", err)
 	}
 	return n, nil
-}
-
-// execCount runs a write statement on the writer and returns the rows it changed.
-func (db *DB) execCount(ctx context.Context, query string, args ...any) (int, error) {
-	res, err := db.write.ExecContext(ctx, query, args...)
-	if err != nil {
-		return 0, mapErr(err)
-	}
-	n, err := res.RowsAffected()
-	if err != nil {
-		return 0, mapErr(err)
-	}
-	return int(n), nil
 }

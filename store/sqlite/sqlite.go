@@ -7,6 +7,10 @@
 // separate pool of read-only connections, which WAL lets run alongside the
 // writer. The schema is embedded and migrated on Open.
 //
+// The SQL itself is store/sqlstore's, shared with MySQL; this package holds
+// what only SQLite has: opening the file, its pragmas and migrations, the
+// single writer, background checkpoints and pruning.
+//
 // SQLite errors stop here: constraint violations become store.ErrConflict and
 // everything else the driver or the file system reports becomes
 // store.ErrUnavailable, with the driver's text kept in the message for logs.
@@ -28,6 +32,8 @@ import (
 	_ "modernc.org/sqlite" // registers the "sqlite" database/sql driver
 
 	"hyapp/room-service/store"
+	"hyapp/room-service/store/sqlstore"
+	"hyapp/room-service/wallet/ledger"
 )
 
 var _ store.Repository = (*DB)(nil)
@@ -77,32 +83,22 @@ func (o Options) withDefaults() (Options, error) {
 	return o, nil
 }
 
+// dialect is how SQLite's SQL differs from MySQL's (see sqlstore.Dialect).
+var dialect = sqlstore.Dialect{
+	Name:           "sqlite",
+	MapErr:         mapErr,
+	SingleWriter:   true,
+	PartialIndexes: true,
+	KeepPrepared:   true,
+}
+
 // DB is a store.Repository on one SQLite file. It is safe for concurrent use;
 // concurrent writes queue for the single writer connection.
 type DB struct {
+	*sqlstore.DB
 	write *sql.DB // one connection; every transaction is BEGIN IMMEDIATE
 	read  *sql.DB // read-only pool
 	ckpt  *checkpointer
-
-	// Writer statements, prepared once on the writer connection.
-	advanceHead    *sql.Stmt
-	advanceFenced  *sql.Stmt
-	upsertSnapshot *sql.Stmt
-	savepoint      *sql.Stmt
-	release        *sql.Stmt
-	rollbackTo     *sql.Stmt
-	insertCommands *bulkInsert
-	insertOutbox   *bulkInsert
-
-	// Reader statements, prepared lazily on each read connection.
-	getMeta          *sql.Stmt
-	getCommand       *sql.Stmt
-	listCommands     *sql.Stmt
-	getSnapshot      *sql.Stmt
-	listPending      *sql.Stmt
-	listPendingAfter *sql.Stmt
-	listRoomOutbox   *sql.Stmt
-	listRoomsStmt    *sql.Stmt
 }
 
 // Open opens (creating if needed) the database at path, switches it to WAL
@@ -168,7 +164,9 @@ func Open(ctx context.Context, path string, opts Options) (*DB, error) {
 	ckpt.SetMaxOpenConns(1)
 	db.ckpt = startCheckpointer(ckpt)
 
-	if err := db.prepare(ctx); err != nil {
+	if db.DB, err = sqlstore.New(ctx, sqlstore.Config{
+		Dialect: dialect, Write: write, Read: read, Settle: ledger.SettleInCommit,
+	}); err != nil {
 		_ = db.Close()
 		return nil, fmt.Errorf("open sqlite path=%s: %w", path, err)
 	}
@@ -234,64 +232,4 @@ func (db *DB) applyMigration(ctx context.Context, version, body string) error {
 		return mapErr(err)
 	}
 	return mapErr(tx.Commit())
-}
-
-func (db *DB) prepare(ctx context.Context) error {
-	var firstErr error
-	prep := func(d *sql.DB, query string) *sql.Stmt {
-		if firstErr != nil {
-			return nil
-		}
-		s, err := d.PrepareContext(ctx, query)
-		if err != nil {
-			firstErr = fmt.Errorf("prepare %q: %w", query, mapErr(err))
-		}
-		return s
-	}
-
-	db.advanceHead = prep(db.write, `UPDATE rooms SET room_version = ?, updated_at = ?
-		WHERE room_id = ? AND room_version = ?`)
-	db.advanceFenced = prep(db.write, `UPDATE rooms SET room_version = ?, updated_at = ?, status = COALESCE(NULLIF(?, ''), status)
-		WHERE room_id = ? AND room_version = ? AND owner_epoch = ?`)
-	db.upsertSnapshot = prep(db.write, `INSERT INTO room_snapshots (room_id, room_version, payload, created_at)
-		VALUES (?, ?, ?, ?)
-		ON CONFLICT (room_id) DO UPDATE SET
-			room_version = excluded.room_version,
-			payload = excluded.payload,
-			created_at = excluded.created_at
-		WHERE excluded.room_version > room_snapshots.room_version`)
-	db.savepoint = prep(db.write, `SAVEPOINT batch`)
-	db.release = prep(db.write, `RELEASE batch`)
-	db.rollbackTo = prep(db.write, `ROLLBACK TO batch`)
-
-	db.getMeta = prep(db.read, `SELECT owner_user_id, host_user_id, seat_count, mode, status
-		FROM rooms WHERE room_id = ?`)
-	db.getCommand = prep(db.read, `SELECT `+commandColumns+` FROM room_command_log
-		WHERE room_id = ? AND command_id = ?`)
-	db.listCommands = prep(db.read, `SELECT `+commandColumns+` FROM room_command_log
-		WHERE room_id = ? AND room_version > ? ORDER BY room_version`)
-	db.getSnapshot = prep(db.read, `SELECT room_version, payload, created_at FROM room_snapshots WHERE room_id = ?`)
-	db.listPending = prep(db.read, `SELECT `+outboxColumns+` FROM room_outbox
-		WHERE status = 'pending' AND next_attempt_at <= ? ORDER BY id LIMIT ?`)
-	db.listPendingAfter = prep(db.read, listPendingAfterQuery)
-	db.listRoomOutbox = prep(db.read, listRoomOutboxQuery)
-	db.listRoomsStmt = prep(db.read, `SELECT room_id, owner_user_id, host_user_id, seat_count, mode, status,
-		room_version, owner_epoch, owner_node, updated_at
-		FROM rooms WHERE room_id > ? ORDER BY room_id LIMIT ?`)
-	if firstErr != nil {
-		return firstErr
-	}
-
-	var err error
-	if db.insertCommands, err = newBulkInsert(ctx, db.write,
-		`INSERT INTO room_command_log (room_id, room_version, command_id, command_type, payload, replayable, created_at) VALUES `,
-		`(?, ?, ?, ?, ?, ?, ?)`); err != nil {
-		return err
-	}
-	if db.insertOutbox, err = newBulkInsert(ctx, db.write,
-		`INSERT INTO room_outbox (event_id, room_id, room_version, seq, event_type, payload, owner_epoch, next_attempt_at, created_at, status) VALUES `,
-		`(?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending')`); err != nil {
-		return err
-	}
-	return nil
 }

@@ -16,6 +16,7 @@ import (
 
 	"hyapp/room-service/outbox"
 	"hyapp/room-service/store"
+	"hyapp/room-service/store/sqlstore"
 	"hyapp/room-service/store/storetest"
 )
 
@@ -166,8 +167,7 @@ func TestOpenRejectsBadInput(t *testing.T) {
 
 func TestPendingScanUsesPartialIndex(t *testing.T) {
 	db, _ := openTemp(t, Options{})
-	rows, err := db.read.QueryContext(t.Context(), `EXPLAIN QUERY PLAN SELECT `+outboxColumns+` FROM room_outbox
-		WHERE status = 'pending' AND next_attempt_at <= ? ORDER BY id LIMIT ?`, 0, 10)
+	rows, err := db.read.QueryContext(t.Context(), `EXPLAIN QUERY PLAN `+sqlstore.OutboxQueries(&dialect).ListPending, 0, 10)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -192,18 +192,19 @@ func TestPendingScanUsesPartialIndex(t *testing.T) {
 // partial ones, and need no sort.
 func TestOutboxRelayReadsUseIndexes(t *testing.T) {
 	db, _ := openTemp(t, Options{})
+	q := sqlstore.OutboxQueries(&dialect)
 	for _, tc := range []struct {
 		query string
 		args  []any
 		want  string
 	}{
-		{listPendingAfterQuery, []any{0, 10}, "USING INDEX room_outbox_pending"},
-		{listRoomOutboxQuery, []any{"r", 10}, "USING INDEX room_outbox_room_pending"},
-		{statsPendingQuery, nil, "USING INDEX room_outbox_pending"},
-		{statsDeadQuery, nil, "USING COVERING INDEX room_outbox_dead"},
-		{statsRowsQuery, nil, "USING COVERING INDEX"},
-		{requeueDeadQuery, []any{0, 10}, "USING COVERING INDEX room_outbox_dead"},
-		{requeueDeadTypeQuery, []any{0, "E", 10}, "USING COVERING INDEX room_outbox_dead (event_type=?)"},
+		{q.ListPendingAfter, []any{0, 10}, "USING INDEX room_outbox_pending"},
+		{q.ListRoomOutbox, []any{"r", 10}, "USING INDEX room_outbox_room_pending"},
+		{q.StatsPending, nil, "USING INDEX room_outbox_pending"},
+		{q.StatsDead, nil, "USING COVERING INDEX room_outbox_dead"},
+		{q.StatsPublished, nil, "USING COVERING INDEX"},
+		{q.RequeueDead, []any{0, 10}, "USING COVERING INDEX room_outbox_dead"},
+		{q.RequeueDeadType, []any{0, "E", 10}, "USING COVERING INDEX room_outbox_dead (event_type=?)"},
 	} {
 		plan := queryPlan(t, db, tc.query, tc.args...)
 		if !strings.Contains(plan, tc.want) || strings.Contains(plan, "TEMP B-TREE") {

@@ -1,5 +1,5 @@
 // Package wallettest is the one contract suite every embedded ledger runs
-// (store/sqlite, store/mysql): wallet.Wallet as its doc comments define it,
+// (wallet/ledger on SQLite and on MySQL): wallet.Wallet as its doc comments define it,
 // plus the journal and totals the ledgers expose. It asserts through the
 // interface and the wallet sentinels (errors.Is), never on message text,
 // and it gives every test users and keys of its own, so it can run on a

@@ -1,4 +1,4 @@
--- The embedded COIN ledger (package wallet; see store/internal/ledger):
+-- The embedded COIN ledger (package wallet; its SQL is wallet/ledger's):
 -- balances. Money is whole coins in BIGINT columns, never floating point.
 -- The ledger never writes a negative balance; the CHECK (enforced by
 -- MariaDB, and by MySQL from 8.0.16) makes a bug that would fail the write

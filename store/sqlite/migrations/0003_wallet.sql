@@ -1,4 +1,4 @@
--- The embedded COIN ledger (package wallet; see store/internal/ledger).
+-- The embedded COIN ledger (package wallet; its SQL is wallet/ledger's).
 -- Money is whole coins in INTEGER columns, never floating point.
 
 -- One row per user the ledger has seen. The ledger never writes a negative

@@ -14,12 +14,12 @@ import (
 // runs a handful of statements whose size follows the batch, so what
 // counts is the cost of each statement: parsing it, and its round trips.
 //
-// With DB.Prepare set (SQLite) statements are prepared once on that pool
-// and kept: IN lists are padded to a power of two (repeating the last
+// Where the dialect keeps statements prepared (SQLite) they are prepared
+// once on the writer and kept: IN lists are padded to a power of two (repeating the last
 // value) and multi-row INSERTs are split into power-of-two chunks, so a few
 // dozen statements serve every batch.
 //
-// Without it (MySQL) a statement is sent as text with its values inline,
+// Elsewhere (MySQL) a statement is sent as text with its values inline,
 // which the server runs in one round trip and without a prepared
 // statement. With placeholders the driver would prepare, execute and close
 // every statement (two round trips), and keeping prepared statements of
@@ -36,7 +36,7 @@ type stmt struct {
 }
 
 func (l *Ledger) newStmt(text string) *stmt {
-	s := &stmt{inline: l.db.Prepare == nil}
+	s := &stmt{inline: !l.db.Dialect().KeepPrepared}
 	s.b.WriteString(text)
 	return s
 }
@@ -95,7 +95,7 @@ func in[T string | int64](s *stmt, vals []T) *stmt {
 // maxRows, and a power of two when statements are prepared.
 func (l *Ledger) chunkRows(n int) int {
 	n = min(n, maxRows)
-	if l.db.Prepare != nil {
+	if l.db.Dialect().KeepPrepared {
 		n = 1 << (bits.Len(uint(n)) - 1)
 	}
 	return n

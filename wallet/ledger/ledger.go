@@ -1,7 +1,10 @@
-// Package ledger is the embedded COIN ledger, wallet.Wallet on the
-// service's own SQL database, shared by store/sqlite and store/mysql. The
-// adapters give it their connections, their error mapping and the few
-// clauses their SQL dialects spell differently; the algorithm lives here.
+// Package ledger is the embedded COIN ledger: wallet.Wallet on the
+// service's own SQL database (SQLite or MySQL, through store/sqlstore). It
+// owns the ledger's tables (wallet_accounts, wallet_entries,
+// wallet_charges) and every statement that touches them, the settle that
+// runs inside a room's commit transaction included (SettleInCommit). A
+// store hands out its ledger with a Ledger method (sqlite.DB.Ledger,
+// mysql.DB.Ledger); nothing else writes these tables.
 //
 // # Group commit
 //
@@ -23,7 +26,7 @@
 //
 // One commit, and one fsync, so covers hundreds of charges. When the
 // transaction fails every caller in it gets the error: the outcome is
-// unknown. The adapter's Write runs the transaction again after a deadlock
+// unknown. The transaction runs again (sqlstore.DB.Tx) after a deadlock
 // or a lock wait timeout, and after a duplicate key that a concurrent
 // transaction (another committer or another node) inserted first; each run
 // starts from what it reads.
@@ -48,39 +51,18 @@ import (
 	"time"
 
 	"hyapp/room-service/store"
+	"hyapp/room-service/store/sqlstore"
 	"hyapp/room-service/wallet"
 )
-
-// DB is what an adapter gives the ledger.
-type DB struct {
-	// Write runs fn in one write transaction and commits it, returning
-	// store sentinels (store.ErrUnavailable, store.ErrConflict). It may run
-	// fn again after a lock conflict or a duplicate key: fn keeps no state
-	// across runs.
-	Write func(ctx context.Context, fn func(tx *sql.Tx) error) error
-	// Read serves the reads made outside a write transaction.
-	Read *sql.DB
-	// MapErr maps a driver error to a store sentinel, keeping the driver's
-	// text in the message only.
-	MapErr func(error) error
-	// ForUpdate ends the reads of a write transaction: " FOR UPDATE" where
-	// rows must be locked (MySQL), "" where the transaction already holds
-	// the database (SQLite's BEGIN IMMEDIATE).
-	ForUpdate string
-	// UpsertAccounts ends the INSERT INTO wallet_accounts (user_id,
-	// balance, updated_at) VALUES ... of accounts that exist, making it
-	// overwrite their balance and updated_at.
-	UpsertAccounts string
-	// Prepare, when set, is the pool the write statements are prepared on
-	// and kept (SQLite's writer); when nil they are sent as text with
-	// their values inline (MySQL). See stmt.
-	Prepare *sql.DB
-}
 
 // Options tunes the group commit. Zero fields take the defaults.
 type Options struct {
 	// Workers is the number of committers, each running one transaction at
-	// a time. Default 1, which suits SQLite's single writer.
+	// a time. Default 1 on a single-writer database (SQLite), 2 elsewhere:
+	// one commits while the other reads and writes. More make smaller
+	// transactions, and committers that share a hot account wait for each
+	// other's locks; a single committer's batches grow with the load
+	// instead.
 	Workers int
 	// MaxBatch caps the operations (a charge, a credit, a refund, a key to
 	// settle) of one transaction. Default 1024.
@@ -100,7 +82,7 @@ const (
 // stops its committers; the database belongs to the caller, who closes it
 // after the Ledger.
 type Ledger struct {
-	db   DB
+	db   *sqlstore.DB
 	opts Options
 	in   chan *request
 
@@ -112,10 +94,14 @@ type Ledger struct {
 
 var _ wallet.Wallet = (*Ledger)(nil)
 
-// New starts a ledger's committers on db.
-func New(db DB, opts Options) *Ledger {
+// New starts a ledger's committers on db, the SQL layer of the service's
+// own database. Close the ledger before the database.
+func New(db *sqlstore.DB, opts Options) *Ledger {
 	if opts.Workers <= 0 {
-		opts.Workers = 1
+		opts.Workers = 2
+		if db.Dialect().SingleWriter {
+			opts.Workers = 1
+		}
 	}
 	if opts.MaxBatch <= 0 {
 		opts.MaxBatch = defaultMaxBatch
@@ -267,8 +253,16 @@ func (l *Ledger) commit(batch []*request) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), l.opts.TxTimeout)
 	defer cancel()
-	err := l.db.Write(ctx, func(tx *sql.Tx) error {
-		return l.apply(ctx, tx, live)
+	err := l.db.Tx(ctx, func(tx *sql.Tx) error {
+		err := l.apply(ctx, tx, live)
+		if errors.Is(err, store.ErrConflict) {
+			// A concurrent transaction (another committer, another node)
+			// created an account, a charge or a credit this one read as
+			// missing: nothing of this one is committed, so it runs again,
+			// as after a deadlock, and then reads the row.
+			return fmt.Errorf("%w (%w: %v)", store.ErrUnavailable, sqlstore.ErrRetry, err)
+		}
+		return err
 	})
 	if err != nil {
 		err = fmt.Errorf("wallet ledger transaction of %d requests: %w", len(live), unknown(err))
@@ -276,8 +270,8 @@ func (l *Ledger) commit(batch []*request) {
 	for _, r := range live {
 		r.done <- err
 	}
-	if l.db.Prepare != nil {
-		l.stmts.prepare(ctx, l.db.Prepare)
+	if l.db.Dialect().KeepPrepared {
+		l.stmts.prepare(ctx, l.db.Writer())
 	}
 }
 

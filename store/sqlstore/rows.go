@@ -1,6 +1,7 @@
-// Package sqlrow holds what the SQL adapters of store share: how rows map to
-// records and back, and the checks a batch passes before any SQL runs.
-package sqlrow
+package sqlstore
+
+// How rows map to records and back, and the checks a batch passes before
+// any SQL runs.
 
 import (
 	"cmp"
@@ -15,7 +16,9 @@ import (
 
 type scanner interface{ Scan(dest ...any) error }
 
-func ValidateBatch(b *store.Batch) error {
+// validateBatch checks a batch before any SQL runs: its commands follow its
+// base version and every row names its room. A failure is store.ErrConflict.
+func validateBatch(b *store.Batch) error {
 	for i := range b.Commands {
 		c := &b.Commands[i]
 		if c.RoomID != b.RoomID {
@@ -55,31 +58,34 @@ func ValidateBatch(b *store.Batch) error {
 	return nil
 }
 
-func ScanCommand(s scanner) (store.CommandRecord, error) {
+// scanCommand reads a row selected as commandColumns.
+func scanCommand(s scanner) (store.CommandRecord, error) {
 	var c store.CommandRecord
 	var created sql.NullInt64
 	err := s.Scan(&c.RoomID, &c.RoomVersion, &c.CommandID, &c.CommandType, &c.Payload, &c.Replayable, &created)
-	c.CreatedAt = FromMillis(created)
+	c.CreatedAt = fromMillis(created)
 	return c, err
 }
 
-// OutboxArgs appends one room_outbox row. A zero CreatedAt becomes now and a
+// outboxArgs appends one room_outbox row. A zero CreatedAt becomes now and a
 // zero NextAttemptAt becomes CreatedAt, so a new row is due at once.
-func OutboxArgs(dst []any, r *outbox.Record, epoch int64, now int64) []any {
-	created := Millis(r.CreatedAt, now)
+func outboxArgs(dst []any, r *outbox.Record, epoch int64, now int64) []any {
+	created := millis(r.CreatedAt, now)
 	return append(dst, r.EventID, r.RoomID, r.RoomVersion, r.Seq, r.EventType, r.Payload, epoch,
-		Millis(r.NextAttemptAt, created), created)
+		millis(r.NextAttemptAt, created), created)
 }
 
-// CommandArgs appends one room_command_log row; a zero CreatedAt becomes now.
-func CommandArgs(dst []any, c *store.CommandRecord, now int64) []any {
-	return append(dst, c.RoomID, c.RoomVersion, c.CommandID, c.CommandType, c.Payload, c.Replayable, Millis(c.CreatedAt, now))
+// commandArgs appends one room_command_log row; a zero CreatedAt becomes now.
+func commandArgs(dst []any, c *store.CommandRecord, now int64) []any {
+	return append(dst, c.RoomID, c.RoomVersion, c.CommandID, c.CommandType, c.Payload, c.Replayable, millis(c.CreatedAt, now))
 }
 
-func Collect(rows *sql.Rows, each func(store.CommandRecord)) error {
+// collectCommands calls each for every row selected as commandColumns and
+// closes rows. Errors are the driver's, unmapped.
+func collectCommands(rows *sql.Rows, each func(store.CommandRecord)) error {
 	defer rows.Close()
 	for rows.Next() {
-		c, err := ScanCommand(rows)
+		c, err := scanCommand(rows)
 		if err != nil {
 			return err
 		}
@@ -88,27 +94,27 @@ func Collect(rows *sql.Rows, each func(store.CommandRecord)) error {
 	return rows.Err()
 }
 
-// Millis converts t to the stored unix milliseconds; the zero time is def.
-func Millis(t time.Time, def int64) int64 {
+// millis converts t to the stored unix milliseconds; the zero time is def.
+func millis(t time.Time, def int64) int64 {
 	if t.IsZero() {
 		return def
 	}
 	return t.UnixMilli()
 }
 
-// FromMillis converts stored unix milliseconds back; 0 or NULL is the zero time.
-func FromMillis(ms sql.NullInt64) time.Time {
+// fromMillis converts stored unix milliseconds back; 0 or NULL is the zero time.
+func fromMillis(ms sql.NullInt64) time.Time {
 	if !ms.Valid || ms.Int64 == 0 {
 		return time.Time{}
 	}
 	return time.UnixMilli(ms.Int64).UTC()
 }
 
-// ScanOutbox reads room_outbox rows selected in the adapters' column order
+// scanOutbox reads room_outbox rows selected in outboxColumns order
 // (id, event_id, room_id, room_version, seq, event_type, payload,
 // owner_epoch, status, attempts, last_error, next_attempt_at, created_at,
 // published_at) and closes rows. Errors are the driver's, unmapped.
-func ScanOutbox(rows *sql.Rows) ([]outbox.Record, error) {
+func scanOutbox(rows *sql.Rows) ([]outbox.Record, error) {
 	defer rows.Close()
 	var out []outbox.Record
 	for rows.Next() {
@@ -118,23 +124,23 @@ func ScanOutbox(rows *sql.Rows) ([]outbox.Record, error) {
 			&r.OwnerEpoch, &r.Status, &r.Attempts, &r.LastError, &next, &created, &published); err != nil {
 			return nil, err
 		}
-		r.NextAttemptAt, r.CreatedAt, r.PublishedAt = FromMillis(next), FromMillis(created), FromMillis(published)
+		r.NextAttemptAt, r.CreatedAt, r.PublishedAt = fromMillis(next), fromMillis(created), fromMillis(published)
 		out = append(out, r)
 	}
 	return out, rows.Err()
 }
 
-// TimerColumns are the room_timers columns TimerArgs writes and ScanTimers reads, in order.
-const TimerColumns = `room_id, timer_id, kind, fire_at_ms, payload, created_at`
+// timerColumns are the room_timers columns timerArgs writes and scanTimers reads, in order.
+const timerColumns = `room_id, timer_id, kind, fire_at_ms, payload, created_at`
 
-// TimerArgs appends one room_timers row. A zero FireAt or CreatedAt becomes now.
-func TimerArgs(dst []any, t *store.Timer, now int64) []any {
-	return append(dst, t.RoomID, t.TimerID, t.Kind, Millis(t.FireAt, now), t.Payload, Millis(t.CreatedAt, now))
+// timerArgs appends one room_timers row. A zero FireAt or CreatedAt becomes now.
+func timerArgs(dst []any, t *store.Timer, now int64) []any {
+	return append(dst, t.RoomID, t.TimerID, t.Kind, millis(t.FireAt, now), t.Payload, millis(t.CreatedAt, now))
 }
 
-// ScanTimers reads room_timers rows selected as TimerColumns and closes
+// scanTimers reads room_timers rows selected as timerColumns and closes
 // rows. Errors are the driver's, unmapped.
-func ScanTimers(rows *sql.Rows) ([]store.Timer, error) {
+func scanTimers(rows *sql.Rows) ([]store.Timer, error) {
 	defer rows.Close()
 	var out []store.Timer
 	for rows.Next() {
@@ -143,25 +149,25 @@ func ScanTimers(rows *sql.Rows) ([]store.Timer, error) {
 		if err := rows.Scan(&t.RoomID, &t.TimerID, &t.Kind, &fire, &t.Payload, &created); err != nil {
 			return nil, err
 		}
-		t.FireAt, t.CreatedAt = FromMillis(fire), FromMillis(created)
+		t.FireAt, t.CreatedAt = fromMillis(fire), fromMillis(created)
 		out = append(out, t)
 	}
 	return out, rows.Err()
 }
 
-// TimerDeletes are the timer ids of one room to delete.
-type TimerDeletes struct {
+// timerDeletes are the timer ids of one room to delete.
+type timerDeletes struct {
 	RoomID   string
 	TimerIDs []string
 }
 
-// MergeTimers folds the timer changes of batches that commit together, in
+// mergeTimers folds the timer changes of batches that commit together, in
 // order, into their net effect: each batch deletes its DoneTimers, then sets
 // its Timers, and a later change of a (room, timer id) overrides an earlier
 // one. It returns the deletes by room and the timers to set (each replacing
 // a stored one of the same id), both in (room id, timer id) order, so that
 // writers touch rows in one order.
-func MergeTimers(batches []*store.Batch) (deletes []TimerDeletes, sets []*store.Timer) {
+func mergeTimers(batches []*store.Batch) (deletes []timerDeletes, sets []*store.Timer) {
 	type key struct{ room, id string }
 	var final map[key]*store.Timer // nil value: deleted
 	for _, b := range batches {
@@ -192,7 +198,7 @@ func MergeTimers(batches []*store.Batch) (deletes []TimerDeletes, sets []*store.
 			continue
 		}
 		if n := len(deletes); n == 0 || deletes[n-1].RoomID != k.room {
-			deletes = append(deletes, TimerDeletes{RoomID: k.room})
+			deletes = append(deletes, timerDeletes{RoomID: k.room})
 		}
 		d := &deletes[len(deletes)-1]
 		d.TimerIDs = append(d.TimerIDs, k.id)

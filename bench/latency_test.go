@@ -1,4 +1,4 @@
-package wallet_test
+package bench
 
 import (
 	"context"
@@ -50,7 +50,7 @@ func calls(ctx context.Context, w wallet.Wallet) []error {
 func TestWithLatency(t *testing.T) {
 	const d = 2 * time.Millisecond
 	inner := &counting{}
-	w := wallet.WithLatency(inner, d)
+	w := withLatency(inner, d)
 	start := time.Now()
 	for i, err := range calls(t.Context(), w) {
 		if err != nil {
@@ -67,7 +67,7 @@ func TestWithLatency(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
 	inner.calls = 0
-	for i, err := range calls(ctx, wallet.WithLatency(inner, time.Hour)) {
+	for i, err := range calls(ctx, withLatency(inner, time.Hour)) {
 		if !errors.Is(err, room.ErrUnavailable) || !errors.Is(err, context.Canceled) {
 			t.Fatalf("call %d with a canceled ctx: %v, want ErrUnavailable wrapping context.Canceled", i, err)
 		}
@@ -75,7 +75,7 @@ func TestWithLatency(t *testing.T) {
 	if inner.calls != 0 {
 		t.Fatalf("%d calls reached the wallet after the ctx ended", inner.calls)
 	}
-	if wallet.WithLatency(inner, 0) != wallet.Wallet(inner) {
+	if withLatency(inner, 0) != wallet.Wallet(inner) {
 		t.Fatal("WithLatency(w, 0) is not w")
 	}
 }

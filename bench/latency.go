@@ -1,4 +1,4 @@
-package wallet
+package bench
 
 import (
 	"context"
@@ -6,14 +6,15 @@ import (
 	"time"
 
 	"hyapp/room-service/room"
+	"hyapp/room-service/wallet"
 )
 
-// WithLatency returns w behind a delay: every method waits d before it
-// calls w, as a remote wallet whose every call takes d would. Benchmarks
-// use it to see how the gift path copes with a slow wallet. A ctx that ends
+// withLatency returns w behind a delay: every method waits d before it
+// calls w, as a remote wallet whose every call takes d would: a simulation
+// the gift scenarios use to see how the gift path copes with a slow wallet. A ctx that ends
 // during the wait returns room.ErrUnavailable (wrapping the context's
 // error) and w is not called. A d of zero or less returns w itself.
-func WithLatency(w Wallet, d time.Duration) Wallet {
+func withLatency(w wallet.Wallet, d time.Duration) wallet.Wallet {
 	if d <= 0 {
 		return w
 	}
@@ -21,7 +22,7 @@ func WithLatency(w Wallet, d time.Duration) Wallet {
 }
 
 type latency struct {
-	w Wallet
+	w wallet.Wallet
 	d time.Duration
 }
 
@@ -36,7 +37,7 @@ func (l *latency) wait(ctx context.Context) error {
 	}
 }
 
-func (l *latency) Charge(ctx context.Context, charges []Charge) ([]Result, error) {
+func (l *latency) Charge(ctx context.Context, charges []wallet.Charge) ([]wallet.Result, error) {
 	if err := l.wait(ctx); err != nil {
 		return nil, err
 	}
@@ -50,21 +51,21 @@ func (l *latency) Settle(ctx context.Context, keys []string) error {
 	return l.w.Settle(ctx, keys)
 }
 
-func (l *latency) Refund(ctx context.Context, key string) (Receipt, error) {
+func (l *latency) Refund(ctx context.Context, key string) (wallet.Receipt, error) {
 	if err := l.wait(ctx); err != nil {
-		return Receipt{}, err
+		return wallet.Receipt{}, err
 	}
 	return l.w.Refund(ctx, key)
 }
 
-func (l *latency) Receipt(ctx context.Context, key string) (Receipt, bool, error) {
+func (l *latency) Receipt(ctx context.Context, key string) (wallet.Receipt, bool, error) {
 	if err := l.wait(ctx); err != nil {
-		return Receipt{}, false, err
+		return wallet.Receipt{}, false, err
 	}
 	return l.w.Receipt(ctx, key)
 }
 
-func (l *latency) Pending(ctx context.Context, before time.Time, after Cursor, limit int) ([]Receipt, error) {
+func (l *latency) Pending(ctx context.Context, before time.Time, after wallet.Cursor, limit int) ([]wallet.Receipt, error) {
 	if err := l.wait(ctx); err != nil {
 		return nil, err
 	}

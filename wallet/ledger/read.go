@@ -20,7 +20,7 @@ func (l *Ledger) Receipt(ctx context.Context, key string) (wallet.Receipt, bool,
 	if !validKey(key) {
 		return wallet.Receipt{}, false, nil
 	}
-	c, err := scanCharge(l.db.Read.QueryRowContext(ctx,
+	c, err := scanCharge(l.db.Reader().QueryRowContext(ctx,
 		`SELECT `+chargeColumns+` FROM wallet_charges WHERE charge_key = ?`, key))
 	if errors.Is(err, sql.ErrNoRows) {
 		return wallet.Receipt{}, false, nil
@@ -46,7 +46,7 @@ func (l *Ledger) Pending(ctx context.Context, before time.Time, after wallet.Cur
 	if !after.At.IsZero() || after.Key != "" {
 		from = after.At.UnixMilli()
 	}
-	rows, err := l.db.Read.QueryContext(ctx, `SELECT `+chargeColumns+` FROM wallet_charges
+	rows, err := l.db.Reader().QueryContext(ctx, `SELECT `+chargeColumns+` FROM wallet_charges
 		WHERE status = 'pending' AND charged_at_ms < ? AND (charged_at_ms > ? OR (charged_at_ms = ? AND charge_key > ?))
 		ORDER BY charged_at_ms, charge_key LIMIT ?`, cut, from, from, after.Key, limit)
 	var out []wallet.Receipt
@@ -68,7 +68,7 @@ func (l *Ledger) Pending(ctx context.Context, before time.Time, after wallet.Cur
 // Balance returns the user's balance, 0 for a user the ledger never saw.
 func (l *Ledger) Balance(ctx context.Context, userID int64) (int64, error) {
 	var balance int64
-	err := l.db.Read.QueryRowContext(ctx, `SELECT balance FROM wallet_accounts WHERE user_id = ?`, userID).Scan(&balance)
+	err := l.db.Reader().QueryRowContext(ctx, `SELECT balance FROM wallet_accounts WHERE user_id = ?`, userID).Scan(&balance)
 	if errors.Is(err, sql.ErrNoRows) {
 		return 0, nil
 	}
@@ -85,7 +85,7 @@ func (l *Ledger) Entries(ctx context.Context, userID int64, afterEntryID int64, 
 	if limit <= 0 {
 		return nil, nil
 	}
-	rows, err := l.db.Read.QueryContext(ctx, `SELECT entry_id, user_id, kind, amount, balance_after, idem_key, created_at
+	rows, err := l.db.Reader().QueryContext(ctx, `SELECT entry_id, user_id, kind, amount, balance_after, idem_key, created_at
 		FROM wallet_entries WHERE user_id = ? AND entry_id > ? ORDER BY entry_id LIMIT ?`, userID, afterEntryID, limit)
 	var out []wallet.Entry
 	if err == nil {
@@ -111,7 +111,7 @@ func (l *Ledger) Entries(ctx context.Context, userID int64, afterEntryID int64, 
 // scans every charge, credit and account: it is for tests, crash checks
 // and operators, not for a request path.
 func (l *Ledger) Totals(ctx context.Context) (wallet.Totals, error) {
-	rows, err := l.db.Read.QueryContext(ctx, `
+	rows, err := l.db.Reader().QueryContext(ctx, `
 		SELECT status, COUNT(*), COALESCE(SUM(amount), 0), COALESCE(SUM(reward), 0)
 			FROM wallet_charges GROUP BY status
 		UNION ALL

@@ -229,7 +229,7 @@ func (t *txn) refund(key string) (wallet.Receipt, error) {
 func (l *Ledger) readCharges(ctx context.Context, tx *sql.Tx, t *txn, keys []string) error {
 	return inChunks(ctx, l, tx, keys, func(chunk []string) *stmt {
 		return in(l.newStmt(`SELECT `+chargeColumns+` FROM wallet_charges WHERE charge_key IN `), chunk).
-			sql(` ORDER BY charge_key` + l.db.ForUpdate)
+			sql(` ORDER BY charge_key` + l.db.Dialect().ForUpdate())
 	}, func(rows *sql.Rows) error {
 		c, err := scanCharge(rows)
 		if err != nil {
@@ -261,7 +261,7 @@ func (l *Ledger) readAccounts(ctx context.Context, tx *sql.Tx, t *txn, users []i
 	}
 	return inChunks(ctx, l, tx, users, func(chunk []int64) *stmt {
 		return in(l.newStmt(`SELECT user_id, balance FROM wallet_accounts WHERE user_id IN `), chunk).
-			sql(` ORDER BY user_id` + l.db.ForUpdate)
+			sql(` ORDER BY user_id` + l.db.Dialect().ForUpdate())
 	}, func(rows *sql.Rows) error {
 		var u, balance int64
 		if err := rows.Scan(&u, &balance); err != nil {
@@ -275,9 +275,7 @@ func (l *Ledger) readAccounts(ctx context.Context, tx *sql.Tx, t *txn, users []i
 // inChunks runs the query build makes for each chunk of ids, in order,
 // and calls each for every row.
 func inChunks[T string | int64](ctx context.Context, l *Ledger, tx *sql.Tx, ids []T, build func(chunk []T) *stmt, each func(*sql.Rows) error) error {
-	for len(ids) > 0 {
-		chunk := ids[:min(len(ids), maxInKeys)]
-		ids = ids[len(chunk):]
+	for chunk := range slices.Chunk(ids, maxInKeys) {
 		rows, err := l.query(ctx, tx, build(chunk))
 		if err != nil {
 			return l.db.MapErr(err)
@@ -311,7 +309,7 @@ func (l *Ledger) write(ctx context.Context, tx *sql.Tx, t *txn) error {
 	if err := l.insert(ctx, tx, accounts, "", len(fresh), account(fresh)); err != nil {
 		return fmt.Errorf("insert accounts: %w", err)
 	}
-	if err := l.insert(ctx, tx, accounts, l.db.UpsertAccounts, len(known), account(known)); err != nil {
+	if err := l.insert(ctx, tx, accounts, l.db.Dialect().Upsert("user_id", "balance", "updated_at"), len(known), account(known)); err != nil {
 		return fmt.Errorf("update accounts: %w", err)
 	}
 	if err := l.insert(ctx, tx, `INSERT INTO wallet_entries (user_id, kind, amount, balance_after, idem_key, created_at) VALUES `,
@@ -350,9 +348,7 @@ func (l *Ledger) write(ctx context.Context, tx *sql.Tx, t *txn) error {
 // row must still be pending: the transaction read them so (and locked
 // them, where rows are locked).
 func (l *Ledger) finish(ctx context.Context, tx *sql.Tx, status wallet.Status, keys []string, now int64) error {
-	for len(keys) > 0 {
-		chunk := keys[:min(len(keys), maxInKeys)]
-		keys = keys[len(chunk):]
+	for chunk := range slices.Chunk(keys, maxInKeys) {
 		s := l.newStmt(`UPDATE wallet_charges SET status = `).str(string(status)).sql(`, updated_at = `).int(now).
 			sql(` WHERE status = 'pending' AND charge_key IN `)
 		res, err := l.exec(ctx, tx, in(s, chunk))

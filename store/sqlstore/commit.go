@@ -1,0 +1,379 @@
+package sqlstore
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	"hyapp/room-service/outbox"
+	"hyapp/room-service/store"
+)
+
+// errDuplicate reports that the merged INSERTs of CommitBatches hit a
+// duplicate key: the batches are committed again one by one.
+var errDuplicate = errors.New("duplicate key in a merged insert")
+
+// CommitBatches commits the batches in one transaction, so one durable
+// commit covers them all. Each batch is fenced on its own:
+//   - a batch whose commands are not versions BaseVersion+1.. in order, or
+//     whose commands, outbox rows or snapshot name another room, or whose
+//     snapshot is beyond its head, is store.ErrConflict and writes nothing;
+//   - a batch whose room is missing or whose owner epoch or head differs from
+//     the batch's is store.ErrFenced and writes nothing;
+//   - a batch that hits a duplicate command id or event id, or whose gift
+//     charges are no longer pending, is store.ErrConflict and writes nothing;
+//   - otherwise it advances the head, sets the status when given, appends
+//     its commands and pending outbox rows (stamped with the batch's owner
+//     epoch), settles its gift charges, deletes its done timers, sets its
+//     timers and stores its snapshot unless one of the same or a higher
+//     version is stored.
+//
+// Later batches of a room see its earlier ones, so consecutive batches of
+// one room commit together. The fast path fences every batch (see fence)
+// and then writes all rows with a few multi-row INSERTs; a duplicate key
+// there rolls it back and commits the batches again one by one, each in a
+// savepoint behind a conditional UPDATE, so that only the batch holding
+// the duplicate is refused. Rooms are fenced in id order, whatever order
+// the caller used, so two commits sharing rooms lock them in one order.
+// A transaction the database rolled back whole runs again (see Tx).
+// A non-nil err means the transaction did not commit, or may not have: no
+// batch is known to be committed.
+func (db *DB) CommitBatches(ctx context.Context, batches []store.Batch) ([]error, error) {
+	if len(batches) == 0 {
+		return nil, nil
+	}
+	checked := make([]error, len(batches))
+	order := make([]int, 0, len(batches))
+	for i := range batches {
+		if err := validateBatch(&batches[i]); err != nil {
+			checked[i] = fmt.Errorf("commit batch room=%s base=%d: %w", batches[i].RoomID, batches[i].BaseVersion, err)
+			continue
+		}
+		order = append(order, i)
+	}
+	if len(order) == 0 {
+		return checked, nil
+	}
+	// The sort is stable: one room's batches keep their order.
+	sort.SliceStable(order, func(a, b int) bool { return batches[order[a]].RoomID < batches[order[b]].RoomID })
+
+	results := make([]error, len(batches))
+	err := db.Tx(ctx, func(tx *sql.Tx) error {
+		copy(results, checked)
+		return db.commitMerged(ctx, tx, batches, order, results)
+	})
+	if errors.Is(err, errDuplicate) {
+		err = db.Tx(ctx, func(tx *sql.Tx) error {
+			copy(results, checked)
+			return db.commitIsolated(ctx, tx, batches, order, results)
+		})
+	}
+	if err != nil {
+		return nil, fmt.Errorf("commit batches: %w", err)
+	}
+	return results, nil
+}
+
+// outboxRow is one outbox record of a batch, with the batch's owner epoch.
+type outboxRow struct {
+	r     *outbox.Record
+	epoch int64
+}
+
+// commitMerged is the fast path of CommitBatches: fence every batch (see
+// fence), then write all their rows with a few large multi-row INSERTs. It
+// returns errDuplicate when a duplicate key or a charge no longer pending
+// refuses the merged writes; the caller rolls back and isolates the batches.
+func (db *DB) commitMerged(ctx context.Context, tx *sql.Tx, batches []store.Batch, order []int, results []error) error {
+	now := time.Now().UnixMilli() // after the wait for the writer
+	pass, err := db.fence(ctx, tx, batches, order, results, now)
+	if err != nil {
+		return err
+	}
+	if len(pass) == 0 {
+		return nil
+	}
+	var commands []*store.CommandRecord
+	var events []outboxRow
+	for _, b := range pass {
+		for j := range b.Commands {
+			commands = append(commands, &b.Commands[j])
+		}
+		for j := range b.Outbox {
+			events = append(events, outboxRow{&b.Outbox[j], b.OwnerEpoch})
+		}
+	}
+	err = db.stmts.insertCommands.exec(ctx, tx, db.d.MapErr, len(commands),
+		func(i int) int { return commandSize(commands[i]) },
+		func(dst []any, i int) []any { return commandArgs(dst, commands[i], now) })
+	if err == nil {
+		err = db.stmts.insertOutbox.exec(ctx, tx, db.d.MapErr, len(events),
+			func(i int) int { return outboxSize(events[i].r) },
+			func(dst []any, i int) []any { return outboxArgs(dst, events[i].r, events[i].epoch, now) })
+	}
+	if err == nil {
+		err = db.writeTimersAndSettles(ctx, tx, pass, now)
+	}
+	if errors.Is(err, store.ErrConflict) {
+		return fmt.Errorf("%w: %w", errDuplicate, err) // isolate the batches: only the refused one fails
+	}
+	if err != nil {
+		return err
+	}
+	update, insert := tx.StmtContext(ctx, db.stmts.updateSnapshot), tx.StmtContext(ctx, db.stmts.insertSnapshot)
+	for _, b := range pass {
+		if err := db.saveBatchSnapshot(ctx, tx, update, insert, b, now); err != nil {
+			return fmt.Errorf("room=%s: %w", b.RoomID, err)
+		}
+	}
+	return nil
+}
+
+// commitIsolated commits each batch in its own savepoint.
+func (db *DB) commitIsolated(ctx context.Context, tx *sql.Tx, batches []store.Batch, order []int, results []error) error {
+	now := time.Now().UnixMilli()
+	fence := tx.StmtContext(ctx, db.stmts.advanceFenced)
+	update, insert := tx.StmtContext(ctx, db.stmts.updateSnapshot), tx.StmtContext(ctx, db.stmts.insertSnapshot)
+	for _, i := range order {
+		b := &batches[i]
+		if _, err := tx.ExecContext(ctx, `SAVEPOINT batch`); err != nil {
+			return db.d.MapErr(err)
+		}
+		err := db.advance(ctx, fence, b, now)
+		if err == nil {
+			err = db.writeRows(ctx, tx, update, insert, b, now)
+		}
+		switch {
+		case err == nil:
+		case errors.Is(err, store.ErrFenced) || errors.Is(err, store.ErrConflict):
+			// This batch alone is refused: undo what it wrote, keep the others.
+			results[i] = fmt.Errorf("commit batch room=%s epoch=%d base=%d: %w", b.RoomID, b.OwnerEpoch, b.BaseVersion, err)
+			if _, err := tx.ExecContext(ctx, `ROLLBACK TO SAVEPOINT batch`); err != nil {
+				return db.d.MapErr(err)
+			}
+		default:
+			return fmt.Errorf("room=%s: %w", b.RoomID, err)
+		}
+		if _, err := tx.ExecContext(ctx, `RELEASE SAVEPOINT batch`); err != nil {
+			return db.d.MapErr(err)
+		}
+	}
+	return nil
+}
+
+// writeRows writes a fenced batch's commands, outbox rows, settles, timers,
+// metadata and snapshot.
+func (db *DB) writeRows(ctx context.Context, tx *sql.Tx, update, insert *sql.Stmt, b *store.Batch, now int64) error {
+	err := db.stmts.insertCommands.exec(ctx, tx, db.d.MapErr, len(b.Commands),
+		func(i int) int { return commandSize(&b.Commands[i]) },
+		func(dst []any, i int) []any { return commandArgs(dst, &b.Commands[i], now) })
+	if err != nil {
+		return err
+	}
+	err = db.stmts.insertOutbox.exec(ctx, tx, db.d.MapErr, len(b.Outbox),
+		func(i int) int { return outboxSize(&b.Outbox[i]) },
+		func(dst []any, i int) []any { return outboxArgs(dst, &b.Outbox[i], b.OwnerEpoch, now) })
+	if err != nil {
+		return err
+	}
+	if err := db.writeTimersAndSettles(ctx, tx, []*store.Batch{b}, now); err != nil {
+		return err
+	}
+	return db.saveBatchSnapshot(ctx, tx, update, insert, b, now)
+}
+
+// saveBatchSnapshot writes the batch's room metadata when it carries some,
+// and its snapshot unless a newer one is stored.
+func (db *DB) saveBatchSnapshot(ctx context.Context, tx *sql.Tx, update, insert *sql.Stmt, b *store.Batch, now int64) error {
+	if m := b.Meta; m != nil {
+		if _, err := tx.ExecContext(ctx, `UPDATE rooms SET owner_user_id = ?, host_user_id = ?, seat_count = ?, mode = ? WHERE room_id = ?`,
+			m.OwnerUserID, m.HostUserID, m.SeatCount, m.Mode, b.RoomID); err != nil {
+			return db.d.MapErr(err)
+		}
+	}
+	if b.Snapshot != nil {
+		return db.saveSnapshot(ctx, update, insert, b.Snapshot, now)
+	}
+	return nil
+}
+
+// advance moves the room's head to the batch's, fenced on its owner epoch
+// and base version: store.ErrFenced, with nothing written, when either
+// differs or the room does not exist. The UPDATE locks the room's row until
+// the transaction ends.
+func (db *DB) advance(ctx context.Context, fence *sql.Stmt, b *store.Batch, now int64) error {
+	res, err := fence.ExecContext(ctx, b.HeadVersion(), now, b.Status, b.RoomID, b.BaseVersion, b.OwnerEpoch)
+	if err != nil {
+		return db.d.MapErr(err)
+	}
+	if n, err := res.RowsAffected(); err != nil {
+		return db.d.MapErr(err)
+	} else if n == 0 {
+		return store.ErrFenced
+	}
+	return nil
+}
+
+// maxFenceRooms caps the rooms of one bulk fence statement.
+const maxFenceRooms = 500
+
+// fence decides every batch of order, in order, and advances the heads of
+// the rooms whose batches pass. A batch that does not pass gets
+// store.ErrFenced in results and writes nothing. It returns the batches that
+// passed. From Dialect.BulkFenceMinRooms rooms it fences them all at once
+// (fenceRooms); below, one conditional UPDATE per batch.
+func (db *DB) fence(ctx context.Context, tx *sql.Tx, batches []store.Batch, order []int, results []error, now int64) ([]*store.Batch, error) {
+	pass := make([]*store.Batch, 0, len(order))
+	decide := func(i int, err error) error {
+		b := &batches[i]
+		switch {
+		case err == nil:
+			pass = append(pass, b)
+		case errors.Is(err, store.ErrFenced):
+			results[i] = fmt.Errorf("commit batch room=%s epoch=%d base=%d: %w", b.RoomID, b.OwnerEpoch, b.BaseVersion, err)
+		default:
+			return fmt.Errorf("room=%s: %w", b.RoomID, err)
+		}
+		return nil
+	}
+	if least := db.d.BulkFenceMinRooms; least > 0 {
+		if rooms := distinctRooms(batches, order); len(rooms) >= least {
+			return pass, db.fenceRooms(ctx, tx, batches, order, rooms, now, decide)
+		}
+	}
+	stmt := tx.StmtContext(ctx, db.stmts.advanceFenced)
+	for _, i := range order {
+		if err := decide(i, db.advance(ctx, stmt, &batches[i], now)); err != nil {
+			return nil, err
+		}
+	}
+	return pass, nil
+}
+
+// distinctRooms lists the rooms of order, which is sorted by room id.
+func distinctRooms(batches []store.Batch, order []int) []string {
+	var rooms []string
+	for _, i := range order {
+		if id := batches[i].RoomID; len(rooms) == 0 || rooms[len(rooms)-1] != id {
+			rooms = append(rooms, id)
+		}
+	}
+	return rooms
+}
+
+// roomHead is a room's row as a bulk fence sees it, advanced by the batches
+// that passed so far.
+type roomHead struct {
+	version, epoch int64
+	status         string // the last status a passing batch set
+	advanced       bool
+}
+
+// fenceRooms is the bulk fence: a locking read of every room's row (in id
+// order, so concurrent commits lock in one order), the fence decided here
+// batch by batch exactly as the conditional UPDATE decides it (owner epoch
+// and head must match; a room's later batch sees its earlier ones), then
+// one UPDATE of the rows that advanced. The rows stay locked from the read
+// to the commit, so what was read is what the UPDATE changes.
+func (db *DB) fenceRooms(ctx context.Context, tx *sql.Tx, batches []store.Batch, order []int, rooms []string, now int64, decide func(int, error) error) error {
+	heads := make(map[string]*roomHead, len(rooms))
+	for chunk := range slices.Chunk(rooms, maxFenceRooms) {
+		q := `SELECT room_id, room_version, owner_epoch FROM rooms WHERE room_id IN ` + In(len(chunk)) +
+			` ORDER BY room_id` + db.d.ForUpdate()
+		rows, err := tx.QueryContext(ctx, q, AppendStrings(nil, chunk)...)
+		if err != nil {
+			return db.d.MapErr(err)
+		}
+		for rows.Next() {
+			var id string
+			h := &roomHead{}
+			if err := rows.Scan(&id, &h.version, &h.epoch); err != nil {
+				_ = rows.Close()
+				return db.d.MapErr(err)
+			}
+			heads[id] = h
+		}
+		if err := rows.Err(); err != nil {
+			return db.d.MapErr(err)
+		}
+	}
+
+	for _, i := range order {
+		b := &batches[i]
+		h := heads[b.RoomID]
+		if h == nil || h.version != b.BaseVersion || h.epoch != b.OwnerEpoch {
+			if err := decide(i, store.ErrFenced); err != nil {
+				return err
+			}
+			continue
+		}
+		h.version, h.advanced = b.HeadVersion(), true
+		if b.Status != "" {
+			h.status = b.Status
+		}
+		if err := decide(i, nil); err != nil {
+			return err
+		}
+	}
+
+	var advanced []string
+	for _, id := range rooms {
+		if h := heads[id]; h != nil && h.advanced {
+			advanced = append(advanced, id)
+		}
+	}
+	for chunk := range slices.Chunk(advanced, maxFenceRooms) {
+		if err := db.advanceRooms(ctx, tx, chunk, heads, now); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// advanceRooms writes the new head (and status, when set) of the locked rows of rooms.
+func (db *DB) advanceRooms(ctx context.Context, tx *sql.Tx, rooms []string, heads map[string]*roomHead, now int64) error {
+	var q strings.Builder
+	args := make([]any, 0, 5*len(rooms)+1)
+	q.WriteString(`UPDATE rooms SET room_version = CASE room_id`)
+	for _, id := range rooms {
+		q.WriteString(` WHEN ? THEN ?`)
+		args = append(args, id, heads[id].version)
+	}
+	q.WriteString(` END`)
+	withStatus := false
+	for _, id := range rooms {
+		if s := heads[id].status; s != "" {
+			if !withStatus {
+				q.WriteString(`, status = CASE room_id`)
+				withStatus = true
+			}
+			q.WriteString(` WHEN ? THEN ?`)
+			args = append(args, id, s)
+		}
+	}
+	if withStatus {
+		q.WriteString(` ELSE status END`)
+	}
+	q.WriteString(`, updated_at = ? WHERE room_id IN ` + In(len(rooms)))
+	args = append(args, now)
+	args = AppendStrings(args, rooms)
+	res, err := tx.ExecContext(ctx, q.String(), args...)
+	if err != nil {
+		return db.d.MapErr(err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return db.d.MapErr(err)
+	}
+	if n != int64(len(rooms)) {
+		// The rows are locked and rooms are never deleted: this is a bug or
+		// a hand edit. Nothing is committed; the callers reload.
+		return fmt.Errorf("fence advanced %d of %d locked rooms: %w", n, len(rooms), store.ErrUnavailable)
+	}
+	return nil
+}

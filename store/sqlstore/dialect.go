@@ -1,0 +1,147 @@
+package sqlstore
+
+import (
+	"database/sql"
+	"strings"
+)
+
+// Dialect is what the SQL layer needs to know of a database: the few
+// clauses SQLite and MySQL spell differently and the shape of their writes.
+// Both take "?" placeholders, so the statements are otherwise the same text.
+// A Dialect is a plain value, built once by its adapter.
+type Dialect struct {
+	// Name names the database in errors ("sqlite", "mysql").
+	Name string
+	// MapErr turns a driver error into a store sentinel: a duplicate key is
+	// store.ErrConflict, a transaction the database rolled back whole (a
+	// deadlock, a lock wait timeout) is store.ErrUnavailable with ErrRetry
+	// in its chain, anything else store.ErrUnavailable. The driver's text
+	// stays in the message only. nil maps to nil.
+	MapErr func(error) error
+	// WriteTx are the options of every write transaction (nil: the
+	// driver's default).
+	WriteTx *sql.TxOptions
+	// SingleWriter says the database runs one write transaction at a time
+	// (SQLite): writers queue for it instead of racing for row locks.
+	SingleWriter bool
+	// LockReads says reads inside a write transaction must lock the rows
+	// they read (FOR UPDATE). SQLite's BEGIN IMMEDIATE holds the whole
+	// database already.
+	LockReads bool
+	// IndexHints says the planner takes FORCE INDEX where it would pick a
+	// worse index (MySQL). SQLite plans from its partial indexes and gets
+	// no hints.
+	IndexHints bool
+	// UpsertDuplicateKey spells an upsert ON DUPLICATE KEY UPDATE c =
+	// VALUES(c) (MySQL and MariaDB: VALUES() is MariaDB's only spelling and
+	// still works on MySQL 8.0) instead of ON CONFLICT (key) DO UPDATE SET
+	// c = excluded.c (SQLite).
+	UpsertDuplicateKey bool
+	// UpdateLimit says UPDATE takes ORDER BY and LIMIT (MySQL). Without it
+	// (SQLite) the rows are picked by a subquery, which MySQL in turn
+	// refuses (no LIMIT in an IN subquery).
+	UpdateLimit bool
+	// PartialIndexes says the outbox indexes only its pending and dead rows
+	// (SQLite): published rows are counted as the rest of the table, which
+	// SQLite counts from its smallest index. Without it (MySQL) an index on
+	// status counts them directly.
+	PartialIndexes bool
+	// KeepPrepared says a statement of every size is worth preparing once
+	// and keeping (SQLite, in process: parsing is the cost). Without it
+	// (MySQL) only the largest multi-row INSERT is kept prepared and other
+	// sizes go as text: a prepared statement of every size on every pooled
+	// connection would count against max_prepared_stmt_count.
+	KeepPrepared bool
+	// MaxBulkBytes caps the bytes of one multi-row INSERT (0: no cap), to
+	// stay below MySQL's max_allowed_packet.
+	MaxBulkBytes int
+	// BulkFenceMinRooms is the number of rooms from which a commit fences
+	// all its rooms with two statements (a locking read and one UPDATE)
+	// instead of one conditional UPDATE per batch (0: never). Each
+	// statement costs a round trip on MySQL; on SQLite a prepared UPDATE
+	// per batch is cheaper than building the bulk statements.
+	BulkFenceMinRooms int
+}
+
+// ForUpdate returns " FOR UPDATE" where reads in a write transaction lock
+// their rows, "" otherwise.
+func (d *Dialect) ForUpdate() string {
+	if d.LockReads {
+		return " FOR UPDATE"
+	}
+	return ""
+}
+
+// ForceIndex returns " FORCE INDEX (index)" where the planner takes hints,
+// "" otherwise.
+func (d *Dialect) ForceIndex(index string) string {
+	if d.IndexHints {
+		return " FORCE INDEX (" + index + ")"
+	}
+	return ""
+}
+
+// Upsert returns the tail of an INSERT that makes it overwrite cols of the
+// row that already holds its unique key (key is the key's columns, which
+// SQLite names and MySQL finds itself).
+func (d *Dialect) Upsert(key string, cols ...string) string {
+	var b strings.Builder
+	if d.UpsertDuplicateKey {
+		b.WriteString(" ON DUPLICATE KEY UPDATE ")
+		for i, c := range cols {
+			if i > 0 {
+				b.WriteString(", ")
+			}
+			b.WriteString(c + " = VALUES(" + c + ")")
+		}
+		return b.String()
+	}
+	b.WriteString(" ON CONFLICT (" + key + ") DO UPDATE SET ")
+	for i, c := range cols {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(c + " = excluded." + c)
+	}
+	return b.String()
+}
+
+// UpdateFirst returns an UPDATE of table that sets set on at most a limit
+// of the rows that match where, its last placeholder: the oldest ids first
+// where UPDATE takes ORDER BY, in the order of the index where picks the
+// rows from otherwise.
+func (d *Dialect) UpdateFirst(table, set, where string) string {
+	if d.UpdateLimit {
+		return `UPDATE ` + table + ` SET ` + set + ` WHERE ` + where + ` ORDER BY id LIMIT ?`
+	}
+	return `UPDATE ` + table + ` SET ` + set + ` WHERE id IN (SELECT id FROM ` + table + ` WHERE ` + where + ` LIMIT ?)`
+}
+
+// maxIn caps the values of one IN (...) list: far below SQLite's 32766
+// variables and MySQL's 65535 placeholders.
+const maxIn = 500
+
+// In returns "(?, ?, ...)" with n placeholders, n >= 1.
+func In(n int) string { return "(?" + strings.Repeat(", ?", n-1) + ")" }
+
+// Values returns n copies of row joined by ", ": the VALUES list of a
+// multi-row INSERT.
+func Values(row string, n int) string {
+	var b strings.Builder
+	b.Grow(n * (len(row) + 2))
+	for i := range n {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(row)
+	}
+	return b.String()
+}
+
+// AppendStrings appends each of s to dst as an argument.
+func AppendStrings(dst []any, s []string) []any {
+	for _, v := range s {
+		dst = append(dst, v)
+	}
+	return dst
+}

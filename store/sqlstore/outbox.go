@@ -1,0 +1,312 @@
+package sqlstore
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"hyapp/room-service/outbox"
+	"hyapp/room-service/store"
+)
+
+const outboxColumns = `id, event_id, room_id, room_version, seq, event_type, payload, owner_epoch,
+	status, attempts, last_error, next_attempt_at, created_at, published_at`
+
+// OutboxSQL is the outbox's SQL as a dialect spells it: the statements
+// whose plans the adapters' tests check.
+type OutboxSQL struct {
+	// ListPending reads due pending rows in id order.
+	ListPending string
+	// ListPendingAfter reads pending rows by id (room_outbox_pending).
+	ListPendingAfter string
+	// ListRoomOutbox reads one room's pending rows in order
+	// (room_outbox_room_pending). MySQL's optimiser prefers
+	// room_outbox_room, which gives the order too but walks the room's
+	// published rows: FORCE INDEX keeps it on the pending ones.
+	ListRoomOutbox string
+	// StatsPending counts the pending rows and finds the oldest.
+	// MIN(created_at) reads each pending row, which MySQL's optimiser would
+	// rather do by scanning the whole table, published history and all.
+	StatsPending string
+	// StatsDead counts the dead rows by event type.
+	StatsDead string
+	// StatsPublished counts the published rows (MySQL), or every row
+	// (SQLite, with Dialect.PartialIndexes: the published rows are the
+	// rest, and SQLite counts the table from its smallest index).
+	StatsPublished string
+	// RequeueDead and RequeueDeadType make a chunk of dead rows pending,
+	// all or those of one type, found through the dead rows' index.
+	RequeueDead, RequeueDeadType string
+}
+
+// OutboxQueries returns the outbox's SQL in d's spelling.
+func OutboxQueries(d *Dialect) OutboxSQL {
+	published := `SELECT COUNT(*) FROM room_outbox WHERE status = 'published'`
+	if d.PartialIndexes {
+		published = `SELECT COUNT(*) FROM room_outbox`
+	}
+	const requeue = `status = 'pending', attempts = 0, next_attempt_at = ?, published_at = NULL`
+	return OutboxSQL{
+		ListPending: `SELECT ` + outboxColumns + ` FROM room_outbox
+		WHERE status = 'pending' AND next_attempt_at <= ? ORDER BY id LIMIT ?`,
+		ListPendingAfter: `SELECT ` + outboxColumns + ` FROM room_outbox
+		WHERE status = 'pending' AND id > ? ORDER BY id LIMIT ?`,
+		ListRoomOutbox: `SELECT ` + outboxColumns + ` FROM room_outbox` + d.ForceIndex("room_outbox_room_pending") + `
+		WHERE room_id = ? AND status = 'pending' ORDER BY room_version, seq LIMIT ?`,
+		StatsPending:    `SELECT COUNT(*), MIN(created_at) FROM room_outbox` + d.ForceIndex("room_outbox_pending") + ` WHERE status = 'pending'`,
+		StatsDead:       `SELECT event_type, COUNT(*) FROM room_outbox WHERE status = 'dead' GROUP BY event_type`,
+		StatsPublished:  published,
+		RequeueDead:     d.UpdateFirst("room_outbox", requeue, `status = 'dead'`),
+		RequeueDeadType: d.UpdateFirst("room_outbox", requeue, `status = 'dead' AND event_type = ?`),
+	}
+}
+
+// maxLastError caps the stored delivery error (MySQL's TEXT holds 64 KiB).
+const maxLastError = 4096
+
+func outboxSize(r *outbox.Record) int {
+	return len(r.EventID) + len(r.RoomID) + len(r.EventType) + len(r.Payload) + rowOverhead
+}
+
+// SaveOutbox inserts the records as pending rows, all or none, keeping each
+// record's OwnerEpoch. A duplicate event id is store.ErrConflict.
+func (db *DB) SaveOutbox(ctx context.Context, records []outbox.Record) error {
+	if len(records) == 0 {
+		return nil
+	}
+	err := db.Tx(ctx, func(tx *sql.Tx) error {
+		now := time.Now().UnixMilli()
+		return db.stmts.insertOutbox.exec(ctx, tx, db.d.MapErr, len(records),
+			func(i int) int { return outboxSize(&records[i]) },
+			func(dst []any, i int) []any { return outboxArgs(dst, &records[i], records[i].OwnerEpoch, now) })
+	})
+	if err != nil {
+		return fmt.Errorf("save outbox room=%s: %w", records[0].RoomID, err)
+	}
+	return nil
+}
+
+// ListPendingOutbox returns up to limit pending rows that are due now, in id
+// order. A limit of zero or less lists nothing.
+func (db *DB) ListPendingOutbox(ctx context.Context, limit int) ([]outbox.Record, error) {
+	return db.listOutbox(ctx, "list pending outbox", db.stmts.listPending, time.Now().UnixMilli(), limit)
+}
+
+// ListPendingOutboxAfter returns up to limit pending rows with an id above
+// afterID, due or not, in id order (a range of room_outbox_pending). A limit
+// of zero or less lists nothing.
+func (db *DB) ListPendingOutboxAfter(ctx context.Context, afterID int64, limit int) ([]outbox.Record, error) {
+	return db.listOutbox(ctx, fmt.Sprintf("list pending outbox after=%d", afterID), db.stmts.listPendingAfter, afterID, limit)
+}
+
+// ListRoomOutbox returns up to limit pending rows of the room, due or not,
+// in (room_version, seq) order (a range of room_outbox_room_pending). A
+// limit of zero or less lists nothing.
+func (db *DB) ListRoomOutbox(ctx context.Context, roomID string, limit int) ([]outbox.Record, error) {
+	return db.listOutbox(ctx, "list room outbox room="+roomID, db.stmts.listRoomOutbox, roomID, limit)
+}
+
+// listOutbox runs stmt, a SELECT of outboxColumns taking arg and limit, and
+// returns its rows; errors are mapped and wrapped with what. A limit of zero
+// or less lists nothing.
+func (db *DB) listOutbox(ctx context.Context, what string, stmt *sql.Stmt, arg any, limit int) ([]outbox.Record, error) {
+	if limit <= 0 {
+		return nil, nil
+	}
+	rows, err := stmt.QueryContext(ctx, arg, limit)
+	var out []outbox.Record
+	if err == nil {
+		out, err = scanOutbox(rows)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", what, db.d.MapErr(err))
+	}
+	return out, nil
+}
+
+// MarkOutboxPublished marks the row published, a dead row too. A published
+// row keeps its first publish time, so marking it again is a no-op. An
+// unknown event id is store.ErrNotFound.
+func (db *DB) MarkOutboxPublished(ctx context.Context, eventID string) error {
+	if err := db.updateOne(ctx, db.stmts.markPublished, time.Now().UnixMilli(), eventID); err != nil {
+		return fmt.Errorf("mark outbox published event=%s: %w", eventID, err)
+	}
+	return nil
+}
+
+// MarkOutboxFailed counts one failed delivery and records lastErr (made
+// valid UTF-8 and cut to 4 KiB); the row keeps its status, so a pending row
+// stays pending and due. An unknown event id is store.ErrNotFound.
+func (db *DB) MarkOutboxFailed(ctx context.Context, eventID string, lastErr string) error {
+	if err := db.updateOne(ctx, db.stmts.markFailed, clip(lastErr, maxLastError), eventID); err != nil {
+		return fmt.Errorf("mark outbox failed event=%s: %w", eventID, err)
+	}
+	return nil
+}
+
+// MarkOutboxPublishedBatch marks the rows that are not published yet
+// published now, dead ones too, with one UPDATE by event id per chunk of
+// ids, all in one transaction: one durable commit for the whole call, as
+// the relay gathers the acknowledgements of many rooms into one call.
+// Unknown and published ids are ignored.
+func (db *DB) MarkOutboxPublishedBatch(ctx context.Context, eventIDs []string) error {
+	if len(eventIDs) == 0 {
+		return nil
+	}
+	err := db.Tx(ctx, func(tx *sql.Tx) error {
+		now := time.Now().UnixMilli()
+		for ids := range slices.Chunk(eventIDs, maxIn) {
+			q := `UPDATE room_outbox SET status = 'published', published_at = ?
+				WHERE status <> 'published' AND event_id IN ` + In(len(ids))
+			if _, err := tx.ExecContext(ctx, q, AppendStrings([]any{now}, ids)...); err != nil {
+				return db.d.MapErr(err)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("mark outbox published rows=%d: %w", len(eventIDs), err)
+	}
+	return nil
+}
+
+// FailOutbox counts one failed delivery of a pending row, records lastErr
+// (made valid UTF-8 and cut to 4 KiB) and next (the zero time is now), and
+// makes the row dead when its attempts reach maxAttempts (never when
+// maxAttempts is zero or less). A row that is not pending is left alone; an
+// unknown event id is store.ErrNotFound. The row is read and written in one
+// transaction, locked where rows are locked, so concurrent failures of one
+// row each count.
+func (db *DB) FailOutbox(ctx context.Context, eventID string, lastErr string, next time.Time, maxAttempts int32) (bool, error) {
+	lastErr = clip(lastErr, maxLastError)
+	var dead bool
+	err := db.Tx(ctx, func(tx *sql.Tx) error {
+		dead = false
+		var status string
+		var attempts int32
+		err := tx.StmtContext(ctx, db.stmts.lockOutbox).QueryRowContext(ctx, eventID).Scan(&status, &attempts)
+		if errors.Is(err, sql.ErrNoRows) {
+			return store.ErrNotFound
+		}
+		if err != nil {
+			return db.d.MapErr(err)
+		}
+		if status != outbox.StatusPending {
+			return nil
+		}
+		attempts++
+		if maxAttempts > 0 && attempts >= maxAttempts {
+			status, dead = outbox.StatusDead, true
+		}
+		_, err = tx.StmtContext(ctx, db.stmts.failOutbox).ExecContext(ctx, status, attempts, lastErr,
+			millis(next, time.Now().UnixMilli()), eventID)
+		return db.d.MapErr(err)
+	})
+	if err != nil {
+		return false, fmt.Errorf("fail outbox event=%s: %w", eventID, err)
+	}
+	return dead, nil
+}
+
+// statsTxOptions gives OutboxStats one consistent snapshot for its reads.
+var statsTxOptions = &sql.TxOptions{Isolation: sql.LevelRepeatableRead, ReadOnly: true}
+
+// OutboxStats reads the outbox summary from one snapshot. Pending and dead
+// rows are read through their indexes; the published ones are only counted.
+func (db *DB) OutboxStats(ctx context.Context) (store.OutboxStats, error) {
+	q := OutboxQueries(&db.d)
+	st := store.OutboxStats{Dead: map[string]int64{}}
+	var dead int64
+	err := db.readTx(ctx, func(tx *sql.Tx) error {
+		var oldest sql.NullInt64
+		if err := tx.QueryRowContext(ctx, q.StatsPending).Scan(&st.Pending, &oldest); err != nil {
+			return err
+		}
+		st.OldestPending = fromMillis(oldest)
+		if err := tx.QueryRowContext(ctx, q.StatsPublished).Scan(&st.Published); err != nil {
+			return err
+		}
+		rows, err := tx.QueryContext(ctx, q.StatsDead)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var eventType string
+			var n int64
+			if err := rows.Scan(&eventType, &n); err != nil {
+				return err
+			}
+			st.Dead[eventType] = n
+			dead += n
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return store.OutboxStats{}, fmt.Errorf("outbox stats: %w", db.d.MapErr(err))
+	}
+	if db.d.PartialIndexes {
+		st.Published -= st.Pending + dead // StatsPublished counted every row
+	}
+	return st, nil
+}
+
+// readTx runs fn in a read-only transaction on the read pool and ends it.
+// fn returns driver errors; the caller maps them.
+func (db *DB) readTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
+	tx, err := db.read.BeginTx(ctx, statsTxOptions)
+	if err != nil {
+		return err
+	}
+	if err := fn(tx); err != nil {
+		_ = tx.Rollback()
+		return err
+	}
+	return tx.Commit()
+}
+
+// requeueChunk caps the rows one RequeueDeadOutbox statement changes, so
+// each is a short transaction that locks few rows (or holds SQLite's writer
+// briefly).
+const requeueChunk = 500
+
+// RequeueDeadOutbox makes dead rows pending again, due now, with no attempts
+// and no publish time, all of them or those of eventType, oldest id first,
+// in chunks of requeueChunk rows that commit on their own. It returns the
+// rows requeued.
+func (db *DB) RequeueDeadOutbox(ctx context.Context, eventType string) (int, error) {
+	q := OutboxQueries(&db.d)
+	query, args := q.RequeueDead, []any{nil, requeueChunk}
+	if eventType != "" {
+		query, args = q.RequeueDeadType, []any{nil, eventType, requeueChunk}
+	}
+	requeued := 0
+	for {
+		args[0] = time.Now().UnixMilli()
+		n, err := db.Exec(ctx, query, args...)
+		requeued += n
+		if err != nil {
+			return requeued, fmt.Errorf("requeue dead outbox type=%q: %w", eventType, err)
+		}
+		if n < requeueChunk {
+			return requeued, nil
+		}
+	}
+}
+
+// clip returns s as valid UTF-8 of at most n bytes, cut at a rune boundary.
+func clip(s string, n int) string {
+	s = strings.ToValidUTF8(s, "\uFFFD")
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
+}

@@ -1,0 +1,234 @@
+// Package sqlstore is the one SQL layer behind store.Repository: the rooms,
+// the command log, snapshots, the outbox, timers and the fenced group commit,
+// written once for SQLite and MySQL. An adapter (store/sqlite, store/mysql)
+// opens the database, migrates it and hands this package its connections
+// and its Dialect, the small value that says how the two databases differ;
+// what truly differs beyond that (opening, migrations, SQLite's single writer
+// and checkpoints, pruning) stays in the adapter.
+//
+// Errors leave as store sentinels (mapped by Dialect.MapErr), wrapped with
+// the ids involved; driver errors stop here.
+package sqlstore
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"hyapp/room-service/store"
+)
+
+// SettleFunc settles, inside a commit transaction, the charges of the
+// gifts it commits (store.Batch.Settle): every key must be pending and
+// becomes settled, or the call is store.ErrConflict. The embedded ledger
+// (wallet/ledger) owns the statement; the adapter wires it in.
+type SettleFunc func(ctx context.Context, tx *sql.Tx, d *Dialect, keys []string, now int64) error
+
+// Config is what an adapter gives New.
+type Config struct {
+	// Dialect describes the database.
+	Dialect Dialect
+	// Write runs every write: SQLite's single writer connection, or the
+	// MySQL pool.
+	Write *sql.DB
+	// Read serves reads outside write transactions: SQLite's read-only
+	// pool, or the same MySQL pool.
+	Read *sql.DB
+	// Settle settles gift charges inside the commit (required when batches
+	// carry Settle keys).
+	Settle SettleFunc
+}
+
+// DB implements every store.Repository method but pruning and Close, which
+// the adapters add. It is safe for concurrent use. The connections belong
+// to the adapter, which closes them (and with them the prepared statements).
+type DB struct {
+	d      Dialect
+	write  *sql.DB
+	read   *sql.DB
+	settle SettleFunc
+	stmts  statements
+}
+
+// statements are prepared once: writes on the write pool, reads on the read pool.
+type statements struct {
+	advanceHead, advanceFenced, headVersion  *sql.Stmt
+	updateSnapshot, insertSnapshot           *sql.Stmt
+	updateMeta, insertMeta, claim, readClaim *sql.Stmt
+	markPublished, markFailed                *sql.Stmt
+	lockOutbox, failOutbox                   *sql.Stmt
+
+	getMeta, getCommand, listCommands, getSnapshot *sql.Stmt
+	listPending, listPendingAfter, listRoomOutbox  *sql.Stmt
+	listRooms                                      *sql.Stmt
+
+	insertCommands, insertOutbox *bulkInsert
+}
+
+// New prepares the statements of the SQL layer on cfg's connections.
+func New(ctx context.Context, cfg Config) (*DB, error) {
+	db := &DB{d: cfg.Dialect, write: cfg.Write, read: cfg.Read, settle: cfg.Settle}
+	if err := db.prepare(ctx); err != nil {
+		return nil, err
+	}
+	return db, nil
+}
+
+// Dialect returns the database's dialect.
+func (db *DB) Dialect() *Dialect { return &db.d }
+
+// Reader returns the pool for reads outside write transactions.
+func (db *DB) Reader() *sql.DB { return db.read }
+
+// Writer returns the pool write transactions run on.
+func (db *DB) Writer() *sql.DB { return db.write }
+
+// MapErr maps a driver error with the dialect's mapping.
+func (db *DB) MapErr(err error) error { return db.d.MapErr(err) }
+
+func (db *DB) prepare(ctx context.Context) error {
+	var firstErr error
+	prep := func(pool *sql.DB, query string) *sql.Stmt {
+		if firstErr != nil {
+			return nil
+		}
+		s, err := pool.PrepareContext(ctx, query)
+		if err != nil {
+			firstErr = fmt.Errorf("prepare %q: %w", query, db.d.MapErr(err))
+		}
+		return s
+	}
+	w, r, s := db.write, db.read, &db.stmts
+	o := OutboxQueries(&db.d)
+	s.advanceHead = prep(w, `UPDATE rooms SET room_version = ?, updated_at = ?
+		WHERE room_id = ? AND room_version = ?`)
+	s.advanceFenced = prep(w, `UPDATE rooms SET room_version = ?, updated_at = ?, status = COALESCE(NULLIF(?, ''), status)
+		WHERE room_id = ? AND room_version = ? AND owner_epoch = ?`)
+	s.headVersion = prep(w, `SELECT room_version FROM rooms WHERE room_id = ?`)
+	s.updateSnapshot = prep(w, `UPDATE room_snapshots SET room_version = ?, payload = ?, created_at = ?
+		WHERE room_id = ? AND room_version < ?`)
+	s.insertSnapshot = prep(w, `INSERT INTO room_snapshots (room_id, room_version, payload, created_at) VALUES (?, ?, ?, ?)`)
+	s.updateMeta = prep(w, `UPDATE rooms SET owner_user_id = ?, host_user_id = ?, seat_count = ?, mode = ?, status = ?, updated_at = ?
+		WHERE room_id = ? AND room_version = 0`)
+	s.insertMeta = prep(w, `INSERT INTO rooms (room_id, owner_user_id, host_user_id, seat_count, mode, status, created_at, updated_at)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?)`)
+	s.claim = prep(w, `UPDATE rooms SET owner_epoch = owner_epoch + 1, owner_node = ?, updated_at = ? WHERE room_id = ?`)
+	s.readClaim = prep(w, `SELECT owner_epoch, room_version, owner_user_id, host_user_id, seat_count, mode, status
+		FROM rooms WHERE room_id = ?`)
+	s.markPublished = prep(w, `UPDATE room_outbox SET status = 'published', published_at = COALESCE(published_at, ?)
+		WHERE event_id = ?`)
+	s.markFailed = prep(w, `UPDATE room_outbox SET attempts = attempts + 1, last_error = ? WHERE event_id = ?`)
+	s.lockOutbox = prep(w, `SELECT status, attempts FROM room_outbox WHERE event_id = ?`+db.d.ForUpdate())
+	s.failOutbox = prep(w, `UPDATE room_outbox SET status = ?, attempts = ?, last_error = ?, next_attempt_at = ? WHERE event_id = ?`)
+
+	s.getMeta = prep(r, `SELECT owner_user_id, host_user_id, seat_count, mode, status FROM rooms WHERE room_id = ?`)
+	s.getCommand = prep(r, `SELECT `+commandColumns+` FROM room_command_log WHERE room_id = ? AND command_id = ?`)
+	s.listCommands = prep(r, `SELECT `+commandColumns+` FROM room_command_log
+		WHERE room_id = ? AND room_version > ? ORDER BY room_version`)
+	s.getSnapshot = prep(r, `SELECT room_version, payload, created_at FROM room_snapshots WHERE room_id = ?`)
+	s.listPending = prep(r, o.ListPending)
+	s.listPendingAfter = prep(r, o.ListPendingAfter)
+	s.listRoomOutbox = prep(r, o.ListRoomOutbox)
+	s.listRooms = prep(r, `SELECT room_id, owner_user_id, host_user_id, seat_count, mode, status,
+		room_version, owner_epoch, owner_node, updated_at
+		FROM rooms WHERE room_id > ? ORDER BY room_id LIMIT ?`)
+	if firstErr != nil {
+		return firstErr
+	}
+
+	var err error
+	if s.insertCommands, err = db.newBulkInsert(ctx,
+		`INSERT INTO room_command_log (`+commandColumns+`) VALUES `,
+		`(?, ?, ?, ?, ?, ?, ?)`); err != nil {
+		return err
+	}
+	if s.insertOutbox, err = db.newBulkInsert(ctx,
+		`INSERT INTO room_outbox (event_id, room_id, room_version, seq, event_type, payload, owner_epoch,
+			next_attempt_at, created_at, status, last_error) VALUES `,
+		`(?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', '')`); err != nil {
+		return err
+	}
+	return nil
+}
+
+// ErrRetry in an error's chain says the database rolled the transaction
+// back whole (a deadlock, a lock wait timeout): nothing of it committed, so
+// Tx may run it again. Dialect.MapErr puts it there.
+var ErrRetry = errors.New("transaction lost a lock conflict")
+
+// Retries of a transaction that lost a lock conflict.
+const (
+	maxTxAttempts = 5
+	retryBase     = 2 * time.Millisecond
+)
+
+// Tx runs fn in a write transaction and commits it. When the transaction
+// fails with ErrRetry in its chain nothing of it has committed, so Tx runs
+// it again from the start (fn must keep no state across calls), up to 5
+// times with a short jittered backoff, and then returns the error. fn
+// returns mapped errors; any error from fn rolls the transaction back.
+// On SQLite every write transaction is BEGIN IMMEDIATE on the one writer.
+func (db *DB) Tx(ctx context.Context, fn func(tx *sql.Tx) error) error {
+	for attempt := 1; ; attempt++ {
+		err := db.tryTx(ctx, fn)
+		if err == nil || !errors.Is(err, ErrRetry) || attempt == maxTxAttempts {
+			return err
+		}
+		backoff := retryBase << attempt
+		backoff = backoff/2 + rand.N(backoff/2+1)
+		timer := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			return fmt.Errorf("%w (%w) (after %v)", store.ErrUnavailable, ctx.Err(), err)
+		case <-timer.C:
+		}
+	}
+}
+
+func (db *DB) tryTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
+	tx, err := db.write.BeginTx(ctx, db.d.WriteTx)
+	if err != nil {
+		return db.d.MapErr(err)
+	}
+	if err := fn(tx); err != nil {
+		_ = tx.Rollback()
+		return err
+	}
+	return db.d.MapErr(tx.Commit())
+}
+
+// Exec runs one write statement in its own transaction (see Tx) and
+// returns the rows it changed.
+func (db *DB) Exec(ctx context.Context, query string, args ...any) (int, error) {
+	var n int64
+	err := db.Tx(ctx, func(tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, query, args...)
+		if err != nil {
+			return db.d.MapErr(err)
+		}
+		n, err = res.RowsAffected()
+		return db.d.MapErr(err)
+	})
+	return int(n), err
+}
+
+// updateOne runs an UPDATE of one row by key: store.ErrNotFound when it
+// matched none (MySQL connections report matched, not changed, rows).
+func (db *DB) updateOne(ctx context.Context, stmt *sql.Stmt, args ...any) error {
+	res, err := stmt.ExecContext(ctx, args...)
+	if err != nil {
+		return db.d.MapErr(err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return db.d.MapErr(err)
+	}
+	if n == 0 {
+		return store.ErrNotFound
+	}
+	return nil
+}

@@ -1,0 +1,183 @@
+package ledger_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"go.uber.org/goleak"
+
+	"hyapp/room-service/store"
+	"hyapp/room-service/store/mysql"
+	"hyapp/room-service/store/mysql/mysqltest"
+	"hyapp/room-service/store/sqlite"
+	"hyapp/room-service/wallet"
+	"hyapp/room-service/wallet/ledger"
+	"hyapp/room-service/wallet/wallettest"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// ledgerStore is a store that hands out its ledger.
+type ledgerStore interface {
+	Ledger(opts ledger.Options) *ledger.Ledger
+	Close() error
+}
+
+// closeAtEnd closes db when t ends; register it before the ledger's
+// cleanup, which must run first.
+func closeAtEnd[T ledgerStore](t testing.TB, db T, err error) T {
+	t.Helper()
+	if err != nil {
+		t.Fatalf("open: %v", err)
+	}
+	t.Cleanup(func() { _ = db.Close() })
+	return db
+}
+
+func openSQLite(t testing.TB, opts sqlite.Options) *sqlite.DB {
+	db, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "room.db"), opts)
+	return closeAtEnd(t, db, err)
+}
+
+func openMySQL(t testing.TB, dsn string) *mysql.DB {
+	db, err := mysql.Open(context.Background(), dsn, mysql.Options{})
+	return closeAtEnd(t, db, err)
+}
+
+func openLedger(t testing.TB, db ledgerStore, opts ledger.Options) *ledger.Ledger {
+	t.Helper()
+	l := db.Ledger(opts)
+	t.Cleanup(func() { _ = l.Close() }) // before db's Close, registered earlier
+	return l
+}
+
+func TestLedgerSQLite(t *testing.T) {
+	wallettest.Run(t, func(t *testing.T) wallettest.Ledger {
+		return openLedger(t, openSQLite(t, sqlite.Options{}), ledger.Options{})
+	})
+}
+
+// TestLedgerSQLiteSharedDB runs the suite with every subtest on one ledger,
+// as the rooms of a node share it.
+func TestLedgerSQLiteSharedDB(t *testing.T) {
+	l := openLedger(t, openSQLite(t, sqlite.Options{}), ledger.Options{})
+	wallettest.Run(t, func(*testing.T) wallettest.Ledger { return l })
+}
+
+// TestLedgerMySQL runs the wallet contract suite with a fresh database per subtest.
+func TestLedgerMySQL(t *testing.T) {
+	wallettest.Run(t, func(t *testing.T) wallettest.Ledger {
+		return openLedger(t, openMySQL(t, mysqltest.DSN(t)), ledger.Options{})
+	})
+}
+
+// TestLedgerMySQLSharedDB runs the suite with every subtest on one database
+// and a ledger of its own, as nodes share one database in production.
+func TestLedgerMySQLSharedDB(t *testing.T) {
+	db := openMySQL(t, mysqltest.DSN(t))
+	wallettest.Run(t, func(t *testing.T) wallettest.Ledger { return openLedger(t, db, ledger.Options{}) })
+}
+
+func TestLedgerClose(t *testing.T) {
+	ctx := t.Context()
+	l := openSQLite(t, sqlite.Options{}).Ledger(ledger.Options{})
+	if _, _, err := l.Credit(ctx, 1, 10, "c1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Close(); err != nil {
+		t.Fatalf("second Close: %v", err)
+	}
+	if _, err := l.Charge(ctx, []wallet.Charge{{Key: "k", UserID: 1, Amount: 1}}); !errors.Is(err, store.ErrUnavailable) {
+		t.Fatalf("Charge after Close: %v, want ErrUnavailable", err)
+	}
+	if b, err := l.Balance(ctx, 1); err != nil || b != 10 {
+		t.Fatalf("Balance after Close = %d, %v; reads go on", b, err)
+	}
+}
+
+// TestLedgerTwoNodes has the ledgers of two nodes, two committers each,
+// race on one MySQL database: on new accounts, on one credit key, on one
+// charge key. Every race ends in exactly one write, through the duplicate
+// key that sends the loser's transaction round again.
+func TestLedgerTwoNodes(t *testing.T) {
+	ctx := t.Context()
+	dsn := mysqltest.DSN(t)
+	nodes := []*ledger.Ledger{
+		openLedger(t, openMySQL(t, dsn), ledger.Options{}),
+		openLedger(t, openMySQL(t, dsn), ledger.Options{}),
+	}
+	const (
+		users   = 40
+		callers = 8 // per node and user
+	)
+	var dups, replays atomic.Int64
+	var wg sync.WaitGroup
+	for u := int64(1); u <= users; u++ {
+		for _, l := range nodes {
+			for range callers {
+				wg.Go(func() {
+					credit := fmt.Sprintf("credit-%d", u)
+					if _, dup, err := l.Credit(ctx, u, 100, credit); err != nil {
+						t.Errorf("Credit user=%d: %v", u, err)
+						return
+					} else if dup {
+						dups.Add(1)
+					}
+					results, err := l.Charge(ctx, []wallet.Charge{{Key: fmt.Sprintf("gift-%d", u), UserID: u, Amount: 30, Reward: 5}})
+					if err == nil {
+						err = results[0].Err
+					}
+					if err != nil {
+						t.Errorf("Charge user=%d: %v", u, err)
+						return
+					}
+					if results[0].Receipt.Replayed {
+						replays.Add(1)
+					}
+				})
+			}
+		}
+	}
+	wg.Wait()
+	each := int64(users * (2*callers - 1))
+	if dups.Load() != each || replays.Load() != each {
+		t.Fatalf("%d duplicate credits and %d replayed charges, want %d each", dups.Load(), replays.Load(), each)
+	}
+	for u := int64(1); u <= users; u++ {
+		if b, err := nodes[0].Balance(ctx, u); err != nil || b != 75 {
+			t.Fatalf("Balance(%d) = %d, %v; want 75", u, b, err)
+		}
+	}
+	totals, err := nodes[1].Totals(ctx)
+	if err != nil || totals.Imbalance() != 0 || totals.Pending.Charges != users || totals.Credits != users {
+		t.Fatalf("Totals = %+v, %v", totals, err)
+	}
+}
+
+// BenchmarkChargeSQLite measures charges/s with 64 concurrent callers, each
+// charging one gift at a time, on a durable (synchronous=FULL) database.
+func BenchmarkChargeSQLite(b *testing.B) {
+	for _, mode := range []string{"FULL", "NORMAL"} {
+		b.Run(mode, func(b *testing.B) {
+			wallettest.Bench(b, openLedger(b, openSQLite(b, sqlite.Options{Synchronous: mode}), ledger.Options{}), 64)
+		})
+	}
+}
+
+// BenchmarkChargeMySQL measures charges/s with 64 concurrent callers, each
+// charging one gift at a time, by number of committers.
+func BenchmarkChargeMySQL(b *testing.B) {
+	for _, workers := range []int{1, 2, 4} {
+		b.Run(fmt.Sprintf("workers=%d", workers), func(b *testing.B) {
+			wallettest.Bench(b, openLedger(b, openMySQL(b, mysqltest.DSN(b)), ledger.Options{Workers: workers}), 64)
+		})
+	}
+}
