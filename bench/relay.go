@@ -14,6 +14,7 @@ import (
 	"hyapp/room-service/lease"
 	"hyapp/room-service/outbox"
 	"hyapp/room-service/outbox/natsbus"
+	"hyapp/room-service/outbox/relay"
 	"hyapp/room-service/store"
 )
 
@@ -160,8 +161,8 @@ func RelayScenarios(ctx context.Context, env Env, dir string, events, rate int, 
 
 	var mu sync.Mutex
 	var lags []time.Duration
-	relay := outbox.NewRelay(repo, bus, outbox.LeaseGate{Lease: lease.NewLocal()}, outbox.RelayConfig{PollInterval: 50 * time.Millisecond},
-		outbox.RelayMetrics{Lag: func(d time.Duration) { mu.Lock(); lags = append(lags, d); mu.Unlock() }}, log)
+	relay := relay.New(repo, bus, relay.LeaseGate{Lease: lease.NewLocal()}, relay.Config{PollInterval: 50 * time.Millisecond},
+		relay.Metrics{Lag: func(d time.Duration) { mu.Lock(); lags = append(lags, d); mu.Unlock() }}, log)
 	backlog, err := newProducer(ctx, repo, "tp", 1000)
 	if err != nil {
 		return nil, err
@@ -234,7 +235,7 @@ func RelayScenarios(ctx context.Context, env Env, dir string, events, rate int, 
 }
 
 // produce commits rate events per second for d, waking the relay like a cell does.
-func produce(ctx context.Context, p *producer, relay *outbox.Relay, rate int, d time.Duration) error {
+func produce(ctx context.Context, p *producer, relay *relay.Relay, rate int, d time.Duration) error {
 	const tick = 10 * time.Millisecond
 	per := max(rate*int(tick)/int(time.Second), 1)
 	t := time.NewTicker(tick)

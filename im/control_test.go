@@ -14,8 +14,8 @@ import (
 	"hyapp/room-service/im"
 	"hyapp/room-service/im/tencent"
 	"hyapp/room-service/lease"
-	"hyapp/room-service/outbox"
 	"hyapp/room-service/outbox/natsbus"
+	"hyapp/room-service/outbox/relay"
 	"hyapp/room-service/room"
 )
 
@@ -38,9 +38,9 @@ func newControlWorld(t *testing.T, mod func(*im.Control)) *controlWorld {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = bus.Close() })
-	var relay *outbox.Relay
-	w := &controlWorld{world: newWorld(t, cell.OutboxWaker{Wake: func() { relay.Wake() }}), bus: bus, terminated: map[string]int{}}
-	relay = outbox.NewRelay(w.db, bus, outbox.LeaseGate{Lease: lease.NewLocal()}, outbox.RelayConfig{PollInterval: 10 * time.Millisecond}, outbox.RelayMetrics{}, quiet)
+	var rel *relay.Relay
+	w := &controlWorld{world: newWorld(t, cell.OutboxWaker{Wake: func() { rel.Wake() }}), bus: bus, terminated: map[string]int{}}
+	rel = relay.New(w.db, bus, relay.LeaseGate{Lease: lease.NewLocal()}, relay.Config{PollInterval: 10 * time.Millisecond}, relay.Metrics{}, quiet)
 	control := &im.Control{Bus: bus, API: im.TencentGroups{Client: w.client}, MaxBackoff: 50 * time.Millisecond, Log: quiet,
 		Metrics: im.ControlMetrics{
 			Terminated: func(typ, reason string) { w.mu.Lock(); w.terminated[typ+" "+reason]++; w.mu.Unlock() },
@@ -52,7 +52,7 @@ func newControlWorld(t *testing.T, mod func(*im.Control)) *controlWorld {
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	wg.Add(2)
-	go func() { defer wg.Done(); relay.Run(ctx) }()
+	go func() { defer wg.Done(); rel.Run(ctx) }()
 	go func() { defer wg.Done(); _ = control.Run(ctx) }()
 	t.Cleanup(func() { cancel(); wg.Wait() })
 	return w

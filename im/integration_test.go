@@ -15,8 +15,8 @@ import (
 	"hyapp/room-service/im/tencent"
 	"hyapp/room-service/im/timlocal"
 	"hyapp/room-service/lease"
-	"hyapp/room-service/outbox"
 	"hyapp/room-service/outbox/natsbus"
+	"hyapp/room-service/outbox/relay"
 	"hyapp/room-service/room"
 	"hyapp/room-service/store/sqlite"
 )
@@ -165,13 +165,13 @@ func TestLostMuteIsRetriedFromTheOutbox(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = bus.Close() })
-	var relay *outbox.Relay
-	w := newWorld(t, cell.OutboxWaker{Wake: func() { relay.Wake() }})
-	relay = outbox.NewRelay(w.db, bus, outbox.LeaseGate{Lease: lease.NewLocal()}, outbox.RelayConfig{PollInterval: 10 * time.Millisecond}, outbox.RelayMetrics{}, quiet)
+	var rel *relay.Relay
+	w := newWorld(t, cell.OutboxWaker{Wake: func() { rel.Wake() }})
+	rel = relay.New(w.db, bus, relay.LeaseGate{Lease: lease.NewLocal()}, relay.Config{PollInterval: 10 * time.Millisecond}, relay.Metrics{}, quiet)
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	wg.Add(2)
-	go func() { defer wg.Done(); relay.Run(ctx) }()
+	go func() { defer wg.Done(); rel.Run(ctx) }()
 	control := &im.Control{Bus: bus, API: im.TencentGroups{Client: w.client}, MaxBackoff: 50 * time.Millisecond, Log: quiet}
 	go func() { defer wg.Done(); _ = control.Run(ctx) }()
 	t.Cleanup(func() { cancel(); wg.Wait() })

@@ -1,8 +1,17 @@
 // Package outbox holds the durable room facts that leave room-service through
-// the room_outbox table, and the relay that delivers them.
+// the room_outbox table: the row every storage implementation reads and
+// writes, and the words the relay (outbox/relay) and the brokers share.
 package outbox
 
-import "time"
+import (
+	"errors"
+	"time"
+)
+
+// ErrTransient marks a publish that failed because of the broker or the
+// connection, not the message. The relay then pauses as a whole and counts
+// no attempt against the row, so an outage of any length sends nothing dead.
+var ErrTransient = errors.New("broker unavailable")
 
 // Status of an outbox row.
 const (

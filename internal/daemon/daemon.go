@@ -32,8 +32,8 @@ import (
 	"hyapp/room-service/im/tencent"
 	"hyapp/room-service/im/timlocal"
 	"hyapp/room-service/lease"
-	"hyapp/room-service/outbox"
 	"hyapp/room-service/outbox/natsbus"
+	"hyapp/room-service/outbox/relay"
 	"hyapp/room-service/rpc"
 	"hyapp/room-service/store"
 	"hyapp/room-service/store/mysql"
@@ -303,8 +303,8 @@ func (m *Main) Run(ctx context.Context) error {
 	if m.bus, err = m.openBus(ctx); err != nil {
 		return fmt.Errorf("open message queue: %w", err)
 	}
-	relay := outbox.NewRelay(db, m.bus, outbox.LeaseGate{Lease: leases},
-		outbox.RelayConfig{MaxAttempts: int32(cfg.RelayAttempts)}, m.metrics.relay, m.Log.With("component", "relay"))
+	relay := relay.New(db, m.bus, relay.LeaseGate{Lease: leases},
+		relay.Config{MaxAttempts: int32(cfg.RelayAttempts)}, m.metrics.relay, m.Log.With("component", "relay"))
 	if err := m.workers.Go("relay", loop(relay.Run)); err != nil {
 		return err
 	}

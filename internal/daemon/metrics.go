@@ -8,7 +8,7 @@ import (
 
 	"hyapp/room-service/cell"
 	"hyapp/room-service/im"
-	"hyapp/room-service/outbox"
+	"hyapp/room-service/outbox/relay"
 	"hyapp/room-service/room"
 	"hyapp/room-service/wallet"
 )
@@ -19,7 +19,7 @@ type metrics struct {
 	registry *prometheus.Registry
 	cell     *cell.Metrics
 	wallet   *wallet.Metrics
-	relay    outbox.RelayMetrics
+	relay    relay.Metrics
 	lane     im.Metrics
 	control  im.ControlMetrics
 	// laneRecreated counts IM groups the lane created again (control's
@@ -80,13 +80,13 @@ func newLaneMetrics(reg prometheus.Registerer) im.Metrics {
 }
 
 // newRelayMetrics registers the outbox relay's instruments.
-func newRelayMetrics(reg prometheus.Registerer) outbox.RelayMetrics {
+func newRelayMetrics(reg prometheus.Registerer) relay.Metrics {
 	published := prometheus.NewCounter(prometheus.CounterOpts{Name: "room_outbox_published_total", Help: "Outbox rows the broker acknowledged."})
 	failed := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "room_outbox_publish_failures_total", Help: "Failed publishes, by kind (broker: outage; message: counts against the row)."}, []string{"kind"})
 	dead := prometheus.NewCounter(prometheus.CounterOpts{Name: "room_outbox_dead_total", Help: "Outbox rows that went dead."})
 	lag := prometheus.NewHistogram(prometheus.HistogramOpts{Name: "room_outbox_lag_seconds", Help: "Commit-to-acknowledge delay of published rows.", Buckets: prometheus.ExponentialBuckets(0.0005, 2, 18)})
 	reg.MustRegister(published, failed, dead, lag)
-	return outbox.RelayMetrics{
+	return relay.Metrics{
 		Published: func(n int) { published.Add(float64(n)) },
 		Failed: func(transient bool) {
 			kind := "message"

@@ -1,4 +1,4 @@
-package outbox_test
+package relay_test
 
 import (
 	"context"
@@ -21,6 +21,7 @@ import (
 	"hyapp/room-service/lease"
 	"hyapp/room-service/outbox"
 	"hyapp/room-service/outbox/natsbus"
+	"hyapp/room-service/outbox/relay"
 	"hyapp/room-service/store"
 	"hyapp/room-service/store/sqlite"
 )
@@ -114,11 +115,11 @@ func rooms(prefix string, n int) []string {
 }
 
 // fastConfig retries quickly so tests do not wait on production backoffs.
-func fastConfig() outbox.RelayConfig {
-	return outbox.RelayConfig{MaxAttempts: 1000, BackoffMin: time.Millisecond, BackoffMax: 5 * time.Millisecond, PollInterval: 5 * time.Millisecond, RoomBatch: 7}
+func fastConfig() relay.Config {
+	return relay.Config{MaxAttempts: 1000, BackoffMin: time.Millisecond, BackoffMax: 5 * time.Millisecond, PollInterval: 5 * time.Millisecond, RoomBatch: 7}
 }
 
-func runRelay(t testing.TB, r *outbox.Relay) (stop func()) {
+func runRelay(t testing.TB, r *relay.Relay) (stop func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
@@ -199,7 +200,7 @@ func consume(t testing.TB, b *natsbus.Bus, want int) {
 // flaky fails some publishes: before sending (a refused message), after
 // sending (a lost acknowledgement: the broker has it), or as an outage.
 type flaky struct {
-	next     outbox.Publisher
+	next     relay.Publisher
 	n        atomic.Int64
 	inFlight sync.Map // room -> *atomic.Int32
 	overlaps atomic.Int64
@@ -230,7 +231,7 @@ func testOrderUnderFailures(t *testing.T, bus *natsbus.Bus) {
 	ids := rooms("order", 12)
 	seed(t, repo, ids, 20)
 	pub := &flaky{next: bus}
-	runRelay(t, outbox.NewRelay(repo, pub, outbox.LeaseGate{Lease: lease.NewLocal()}, fastConfig(), outbox.RelayMetrics{}, quiet))
+	runRelay(t, relay.New(repo, pub, relay.LeaseGate{Lease: lease.NewLocal()}, fastConfig(), relay.Metrics{}, quiet))
 	seed(t, repo, ids, 10) // late commits while the relay runs
 	checkFor(t, 60*time.Second, "every row published", func() bool { return pending(t, repo) == 0 })
 	consume(t, bus, 12*30*2)
@@ -262,21 +263,21 @@ func TestRelayKilledBetweenAckAndMarkStoresNoDuplicate(t *testing.T) {
 	ids := rooms("kill", 5)
 	seed(t, repo, ids, 20)
 	var acked atomic.Int64
-	first := outbox.NewRelay(neverMarks{repo}, &countAcks{next: bus, n: &acked}, outbox.LeaseGate{Lease: lease.NewLocal()}, fastConfig(), outbox.RelayMetrics{}, quiet)
+	first := relay.New(neverMarks{repo}, &countAcks{next: bus, n: &acked}, relay.LeaseGate{Lease: lease.NewLocal()}, fastConfig(), relay.Metrics{}, quiet)
 	stop := runRelay(t, first)
 	checkFor(t, 30*time.Second, "every row acknowledged once", func() bool { return acked.Load() >= 200 })
 	stop()
 	if left := pending(t, repo); left != 200 {
 		t.Fatalf("%d rows pending; every acknowledged row should still be unmarked", left)
 	}
-	runRelay(t, outbox.NewRelay(repo, bus, outbox.LeaseGate{Lease: lease.NewLocal()}, fastConfig(), outbox.RelayMetrics{}, quiet))
+	runRelay(t, relay.New(repo, bus, relay.LeaseGate{Lease: lease.NewLocal()}, fastConfig(), relay.Metrics{}, quiet))
 	checkFor(t, 30*time.Second, "every row published", func() bool { return pending(t, repo) == 0 })
 	consume(t, bus, 200)
 }
 
 // countAcks counts acknowledged publishes.
 type countAcks struct {
-	next outbox.Publisher
+	next relay.Publisher
 	n    *atomic.Int64
 }
 
@@ -290,7 +291,7 @@ func (c *countAcks) Publish(ctx context.Context, r outbox.Record) error {
 
 // refuse fails every publish of one event.
 type refuse struct {
-	next outbox.Publisher
+	next relay.Publisher
 	bad  string
 }
 
@@ -309,8 +310,8 @@ func TestPoisonRowGoesDeadWithoutBlockingOthers(t *testing.T) {
 	cfg := fastConfig()
 	cfg.MaxAttempts = 3
 	var dead atomic.Int64
-	runRelay(t, outbox.NewRelay(repo, refuse{next: bus, bad: "poison-0/3/1"}, outbox.LeaseGate{Lease: lease.NewLocal()}, cfg,
-		outbox.RelayMetrics{Dead: func() { dead.Add(1) }}, quiet))
+	runRelay(t, relay.New(repo, refuse{next: bus, bad: "poison-0/3/1"}, relay.LeaseGate{Lease: lease.NewLocal()}, cfg,
+		relay.Metrics{Dead: func() { dead.Add(1) }}, quiet))
 	checkFor(t, 30*time.Second, "every other row published", func() bool { return pending(t, repo) == 0 })
 	consume(t, bus, 4*20-1)
 	st, err := repo.OutboxStats(context.Background())
@@ -331,10 +332,10 @@ func TestOwnerRelayAndSweeperNeverPublishOneRoomAtOnce(t *testing.T) {
 	bus := openBus(t, natsbus.Config{})
 	ids := rooms("sweep", 8)
 	seed(t, repo, ids, 25)
-	gate := outbox.LeaseGate{Lease: lease.NewLocal()} // one lease table, as nodes share one Redis
+	gate := relay.LeaseGate{Lease: lease.NewLocal()} // one lease table, as nodes share one Redis
 	pub := &watch{next: bus}
-	runRelay(t, outbox.NewRelay(repo, pub, gate, fastConfig(), outbox.RelayMetrics{}, quiet))
-	runRelay(t, outbox.NewRelay(repo, pub, gate, fastConfig(), outbox.RelayMetrics{}, quiet))
+	runRelay(t, relay.New(repo, pub, gate, fastConfig(), relay.Metrics{}, quiet))
+	runRelay(t, relay.New(repo, pub, gate, fastConfig(), relay.Metrics{}, quiet))
 	seed(t, repo, ids, 25)
 	checkFor(t, 30*time.Second, "every row published", func() bool { return pending(t, repo) == 0 })
 	consume(t, bus, 8*50*2)
@@ -345,7 +346,7 @@ func TestOwnerRelayAndSweeperNeverPublishOneRoomAtOnce(t *testing.T) {
 
 // watch counts publishes of one room that overlap.
 type watch struct {
-	next     outbox.Publisher
+	next     relay.Publisher
 	inFlight sync.Map
 	overlaps atomic.Int64
 }
@@ -383,8 +384,8 @@ func TestBrokerOutageLosesNothing(t *testing.T) {
 	ids := rooms("outage", 6)
 	seed(t, repo, ids, 20)
 	var broker atomic.Int64
-	runRelay(t, outbox.NewRelay(repo, bus, outbox.LeaseGate{Lease: lease.NewLocal()}, fastConfig(),
-		outbox.RelayMetrics{Failed: func(transient bool) {
+	runRelay(t, relay.New(repo, bus, relay.LeaseGate{Lease: lease.NewLocal()}, fastConfig(),
+		relay.Metrics{Failed: func(transient bool) {
 			if transient {
 				broker.Add(1)
 			}
@@ -423,7 +424,7 @@ type hold struct{ lost chan struct{} }
 func (h hold) Lost() <-chan struct{} { return h.lost }
 func (h hold) Release()              {}
 
-func (g *losingGate) Acquire(context.Context, string) (outbox.Held, bool) {
+func (g *losingGate) Acquire(context.Context, string) (relay.Held, bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.holds++
@@ -436,7 +437,7 @@ func (g *losingGate) Acquire(context.Context, string) (outbox.Held, bool) {
 // afterLoss records publishes made after the first hold was lost while that
 // hold's chain still ran.
 type afterLoss struct {
-	next outbox.Publisher
+	next relay.Publisher
 	gate *losingGate
 	n    atomic.Int64
 	late atomic.Int64
@@ -467,7 +468,7 @@ func TestRelayStopsPublishingARoomWhoseGateIsLost(t *testing.T) {
 	pub := &afterLoss{next: bus, gate: gate}
 	cfg := fastConfig()
 	cfg.RoomBatch = 100
-	runRelay(t, outbox.NewRelay(repo, pub, gate, cfg, outbox.RelayMetrics{}, quiet))
+	runRelay(t, relay.New(repo, pub, gate, cfg, relay.Metrics{}, quiet))
 	checkFor(t, 30*time.Second, "every row published", func() bool { return pending(t, repo) == 0 })
 	if pub.late.Load() != 0 {
 		t.Fatalf("%d publishes after the gate was lost", pub.late.Load())

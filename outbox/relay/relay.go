@@ -1,4 +1,7 @@
-package outbox
+// Package relay delivers the durable room facts of room_outbox to the
+// message queue: at least once, in per-room order, one room at a time per
+// relay lease.
+package relay
 
 import (
 	"context"
@@ -7,26 +10,23 @@ import (
 	"log/slog"
 	"sync"
 	"time"
-)
 
-// ErrTransient marks a publish that failed because of the broker or the
-// connection, not the message. The relay then pauses as a whole and counts
-// no attempt against the row, so an outage of any length sends nothing dead.
-var ErrTransient = errors.New("broker unavailable")
+	"hyapp/room-service/outbox"
+)
 
 // Source is what the relay needs from storage.
 type Source interface {
-	ListPendingOutboxAfter(ctx context.Context, afterID int64, limit int) ([]Record, error)
-	ListRoomOutbox(ctx context.Context, roomID string, limit int) ([]Record, error)
+	ListPendingOutboxAfter(ctx context.Context, afterID int64, limit int) ([]outbox.Record, error)
+	ListRoomOutbox(ctx context.Context, roomID string, limit int) ([]outbox.Record, error)
 	MarkOutboxPublishedBatch(ctx context.Context, eventIDs []string) error
 	FailOutbox(ctx context.Context, eventID string, lastErr string, next time.Time, maxAttempts int32) (dead bool, err error)
 }
 
 // Publisher delivers one record to the message queue and returns once the
-// broker acknowledged it. Errors wrapping ErrTransient are the broker's;
+// broker acknowledged it. Errors wrapping outbox.ErrTransient are the broker's;
 // others count as the message's fault. Safe for concurrent use.
 type Publisher interface {
-	Publish(ctx context.Context, r Record) error
+	Publish(ctx context.Context, r outbox.Record) error
 }
 
 // Gate decides who may publish a room's events right now: exactly one relay
@@ -43,8 +43,8 @@ type Held interface {
 	Release()
 }
 
-// RelayConfig tunes the relay. Zero values take the defaults.
-type RelayConfig struct {
+// Config tunes the relay. Zero values take the defaults.
+type Config struct {
 	// ScanLimit is the page size of the scan for rooms with pending rows.
 	ScanLimit int
 	// RoomBatch is the most rows one room chain publishes before yielding.
@@ -61,7 +61,7 @@ type RelayConfig struct {
 	MarkEvery time.Duration
 }
 
-func (c RelayConfig) withDefaults() RelayConfig {
+func (c Config) withDefaults() Config {
 	if c.ScanLimit <= 0 {
 		c.ScanLimit = 2000
 	}
@@ -93,8 +93,8 @@ func (c RelayConfig) withDefaults() RelayConfig {
 // backlog runs before it yields its slot to other rooms.
 const chainsPerTurn = 20
 
-// RelayMetrics are the relay's counters; any field may be nil.
-type RelayMetrics struct {
+// Metrics are the relay's counters; any field may be nil.
+type Metrics struct {
 	Published func(n int)
 	Failed    func(transient bool)
 	Dead      func()
@@ -113,9 +113,9 @@ type Relay struct {
 	src     Source
 	pub     Publisher
 	gate    Gate
-	cfg     RelayConfig
+	cfg     Config
 	log     *slog.Logger
-	metrics RelayMetrics
+	metrics Metrics
 	now     func() time.Time
 
 	wake  chan struct{}
@@ -134,7 +134,7 @@ type markReq struct {
 }
 
 // NewRelay returns a relay; Run starts it.
-func NewRelay(src Source, pub Publisher, gate Gate, cfg RelayConfig, m RelayMetrics, log *slog.Logger) *Relay {
+func New(src Source, pub Publisher, gate Gate, cfg Config, m Metrics, log *slog.Logger) *Relay {
 	return &Relay{
 		src: src, pub: pub, gate: gate, cfg: cfg.withDefaults(), log: log, metrics: m, now: time.Now,
 		wake: make(chan struct{}, 1), marks: make(chan markReq, 1024),
@@ -312,7 +312,7 @@ func (r *Relay) chain(ctx context.Context, roomID string) (more bool) {
 		if ctx.Err() != nil {
 			return false
 		}
-		if errors.Is(err, ErrTransient) {
+		if errors.Is(err, outbox.ErrTransient) {
 			r.brokerDown(err)
 			return false
 		}
@@ -325,7 +325,7 @@ func (r *Relay) chain(ctx context.Context, roomID string) (more bool) {
 
 // failed records a message failure; it reports whether the chain may go on
 // past the row (it went dead).
-func (r *Relay) failed(ctx context.Context, roomID string, row Record, err error) bool {
+func (r *Relay) failed(ctx context.Context, roomID string, row outbox.Record, err error) bool {
 	if r.metrics.Failed != nil {
 		r.metrics.Failed(false)
 	}
