@@ -1,7 +1,3 @@
-// Package cell runs rooms: one Cell (a single-writer actor) per loaded room,
-// and the Registry that loads, routes to, passivates and stops them. A cell
-// applies commands through the pure domain, commits them in batches fenced
-// by its owner epoch, answers, and only then hands events to the sink.
 package cell
 
 import (
