@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"hyapp/room-service/cell"
+	"hyapp/room-service/internal/poll"
 	"hyapp/room-service/room"
 	"hyapp/room-service/store"
 )
@@ -215,7 +216,7 @@ func TestPanicInCellIsIsolated(t *testing.T) {
 	createRoom(t, reg, "p2")
 	// The panic strikes after the commit, while the cell hands events over.
 	res := mustSubmit(t, reg, env("p1", "boom", 1, &room.ChangeBackground{BackgroundURL: "x"}))
-	checkFor(t, 5*time.Second, "the panicked cell to unload", func() bool { return reg.Loaded() == 1 })
+	poll.Until(t, 5*time.Second, "the panicked cell to unload", poll.Bool(func() bool { return reg.Loaded() == 1 }))
 	// The room rebuilds from storage and goes on; the other room never noticed.
 	next := mustSubmit(t, reg, env("p1", "after", 1, &room.SetChatEnabled{Enabled: false}))
 	if next.RoomVersion != res.RoomVersion+1 {
@@ -239,12 +240,12 @@ func TestIdleRoomPassivatesWithFinalSnapshot(t *testing.T) {
 	for i := range 5 {
 		head = mustSubmit(t, reg, env("idle", fmt.Sprintf("j%d", i), int64(10+i), &room.JoinRoom{})).RoomVersion
 	}
-	checkFor(t, 5*time.Second, "the idle room to unload", func() bool { return reg.Loaded() == 0 })
+	poll.Until(t, 5*time.Second, "the idle room to unload", poll.Bool(func() bool { return reg.Loaded() == 0 }))
 	// Unloading stores a final snapshot at the head.
-	checkFor(t, 5*time.Second, "the final snapshot", func() bool {
+	poll.Until(t, 5*time.Second, "the final snapshot", poll.Bool(func() bool {
 		snap, found, err := repo.GetLatestSnapshot(context.Background(), "idle")
 		return err == nil && found && snap.RoomVersion == head
-	})
+	}))
 	meta, _, err := repo.GetRoomMeta(context.Background(), "idle")
 	if err != nil {
 		t.Fatal(err)
@@ -334,7 +335,7 @@ func TestEventsReachSinkAfterCommitWithLanes(t *testing.T) {
 	mustSubmit(t, reg, env("ev", "t", 5, &room.TakeMic{SeatIndex: 1}))
 	mustSubmit(t, reg, env("ev", "l", 5, &room.LeaveRoom{}))
 	// The sink hears of a command right after its caller got the answer.
-	checkFor(t, 5*time.Second, "the sink to see 4 commands", func() bool { return len(sink.all()) == 4 })
+	poll.Until(t, 5*time.Second, "the sink to see 4 commands", poll.Bool(func() bool { return len(sink.all()) == 4 }))
 	got := sink.all()
 	// The outbox holds exactly the durable events, in order, with unique ids.
 	rows, err := repo.ListPendingOutbox(context.Background(), 100)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"hyapp/room-service/cell"
+	"hyapp/room-service/internal/poll"
 	"hyapp/room-service/room"
 	"hyapp/room-service/store"
 	"hyapp/room-service/wallet"
@@ -361,7 +362,7 @@ func TestRepeatedRetryOfALoggedGiftInOneRun(t *testing.T) {
 	for i := 1; i < 3; i++ {
 		wg.Go(func() { results[i], errs[i] = reg.Submit(context.Background(), retries[i]) })
 	}
-	checkFor(t, 10*time.Second, "both retries queued", func() bool { return cell.Queued(reg, "g") == 2 })
+	poll.Until(t, 10*time.Second, "both retries queued", poll.Bool(func() bool { return cell.Queued(reg, "g") == 2 }))
 	close(g.gate)
 	wg.Wait()
 	for i := 1; i < 3; i++ {

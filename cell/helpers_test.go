@@ -112,18 +112,6 @@ func createRoom(t testing.TB, reg *cell.Registry, roomID string) {
 	mustSubmit(t, reg, env(roomID, "create", 1, &room.CreateRoom{OwnerUserID: 1, HostUserID: 2, SeatCount: 10, Title: "t"}))
 }
 
-// checkFor polls cond until it holds or the deadline passes.
-func checkFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
-}
-
 // randomCommand makes a command that is valid in shape and often refused by
 // the room's rules: a mix that exercises every path of the state machine.
 func randomCommand(rng *rand.Rand) (int64, room.Command) {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"hyapp/room-service/cell"
+	"hyapp/room-service/internal/poll"
 	"hyapp/room-service/lease"
 	"hyapp/room-service/room"
 	"hyapp/room-service/store"
@@ -30,7 +31,7 @@ func testRocketsDueTogetherLaunchInIDOrder(t *testing.T, open func(testing.TB) s
 	reg := newTimerRegistry(t, repo, cfg, lease.NewLocal(), sink, nil)
 	igniteRockets(t, reg, sink, "together", 8)
 
-	checkFor(t, 10*time.Second, "eight launches", func() bool { return len(launches(sink, "together")) == 8 })
+	poll.Until(t, 10*time.Second, "eight launches", poll.Bool(func() bool { return len(launches(sink, "together")) == 8 }))
 	assertLaunchOrder(t, repo, "together", 1, 2, 3, 4, 5, 6, 7, 8)
 }
 
@@ -61,11 +62,11 @@ func testOverdueRocketsLaunchInOrderAfterRestart(t *testing.T, open func(testing
 	next := newTimerRegistry(t, repo, cfg, lease.NewLocal(), sink, nil)
 	runScanner(t, next)
 
-	checkFor(t, 10*time.Second, "eight launches on the next node", func() bool { return len(launches(sink, "overdue")) == 8 })
+	poll.Until(t, 10*time.Second, "eight launches on the next node", poll.Bool(func() bool { return len(launches(sink, "overdue")) == 8 }))
 	// Launch times: level 0 (rockets 1, 5) +40m, level 1 (2, 6) +10m,
 	// level 2 (3, 7) +30m, level 3 (4, 8) +20m.
 	assertLaunchOrder(t, repo, "overdue", 2, 6, 4, 8, 3, 7, 1, 5)
-	checkFor(t, 10*time.Second, "the timer rows to go", func() bool { return len(dueTimers(t, repo, "overdue")) == 0 })
+	poll.Until(t, 10*time.Second, "the timer rows to go", poll.Bool(func() bool { return len(dueTimers(t, repo, "overdue")) == 0 }))
 }
 
 // levelsConfig is rocketConfig with one level of 100 fuel per countdown.
@@ -89,9 +90,9 @@ func igniteRockets(t testing.TB, reg *cell.Registry, sink *recordSink, roomID st
 		ReceiverUserIDs: []int64{11}, GiftID: "rose", Count: n,
 		Outcome: room.GiftOutcome{Name: "rose", Price: 100, Kind: room.GiftNormal},
 	}))
-	checkFor(t, 5*time.Second, "the ignitions", func() bool {
+	poll.Until(t, 5*time.Second, "the ignitions", poll.Bool(func() bool {
 		return len(eventsOf[*room.RoomRocketIgnitedEvent](sink, roomID, room.EventRoomRocketIgnited)) == int(n)
-	})
+	}))
 }
 
 // assertLaunchOrder checks the room's log holds exactly the launches of

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"hyapp/room-service/cell"
+	"hyapp/room-service/internal/poll"
 	"hyapp/room-service/lease"
 	"hyapp/room-service/room"
 	"hyapp/room-service/snapshot"
@@ -74,7 +75,7 @@ func testRulesChangeAcrossCrash(t *testing.T, open func(testing.TB) store.Reposi
 			if _, err := next.Snapshot(context.Background(), roomID); err != nil {
 				t.Fatalf("the room does not load under the new rules: %v", err)
 			}
-			checkFor(t, 10*time.Second, "the launch", func() bool { return len(launches(sink, roomID)) > 0 })
+			poll.Until(t, 10*time.Second, "the launch", poll.Bool(func() bool { return len(launches(sink, roomID)) > 0 }))
 			got := launches(sink, roomID)
 			if got[0].RocketID != l.RocketID || got[0].Level != l.Level || got[0].LaunchAt != l.LaunchAt {
 				t.Fatalf("launch %+v, want rocket %d level %d at its recorded %d", got[0], l.RocketID, l.Level, l.LaunchAt)

@@ -14,6 +14,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"hyapp/room-service/cell"
+	"hyapp/room-service/internal/poll"
 	"hyapp/room-service/lease"
 	"hyapp/room-service/room"
 	"hyapp/room-service/store"
@@ -34,7 +35,7 @@ func testRocketLaunchesOnceAtItsTime(t *testing.T, open func(testing.TB) store.R
 	reg := newTimerRegistry(t, repo, rocketConfig(200*time.Millisecond, nil), lease.NewLocal(), sink, m)
 	l := igniteRocket(t, reg, sink, "rk")
 
-	checkFor(t, 10*time.Second, "the launch", func() bool { return len(launches(sink, "rk")) > 0 })
+	poll.Until(t, 10*time.Second, "the launch", poll.Bool(func() bool { return len(launches(sink, "rk")) > 0 }))
 	got := launches(sink, "rk")
 	if len(got) != 1 || got[0].RocketID != l.RocketID || got[0].Level != l.Level || got[0].LaunchAt != l.LaunchAt || got[0].LaunchedAt < l.LaunchAt {
 		t.Fatalf("launches %+v, want rocket %d launched once at or after %d", got, l.RocketID, l.LaunchAt)
@@ -84,7 +85,7 @@ func testRocketDuplicateWakeupIsNoop(t *testing.T, open func(testing.TB) store.R
 	if got := cell.WakeLaunch(reg, "dup", l); got != "duplicate" {
 		t.Fatalf("wakeup after the launch: %s, want duplicate", got)
 	}
-	checkFor(t, 5*time.Second, "the launch to reach the sink", func() bool { return len(launches(sink, "dup")) > 0 })
+	poll.Until(t, 5*time.Second, "the launch to reach the sink", poll.Bool(func() bool { return len(launches(sink, "dup")) > 0 }))
 	if got := launches(sink, "dup"); len(got) != 1 {
 		t.Fatalf("launches %+v, want one", got)
 	}
@@ -117,7 +118,7 @@ func testRocketEarlyWakeupRearms(t *testing.T, open func(testing.TB) store.Repos
 	if got := dueTimers(t, repo, "early"); len(got) != 1 {
 		t.Fatalf("timer rows after an early wakeup: %+v, want the launch's", got)
 	}
-	checkFor(t, 10*time.Second, "the re-armed launch", func() bool { return len(launches(sink, "early")) > 0 })
+	poll.Until(t, 10*time.Second, "the re-armed launch", poll.Bool(func() bool { return len(launches(sink, "early")) > 0 }))
 	if got := launches(sink, "early"); len(got) != 1 || got[0].LaunchedAt < l.LaunchAt {
 		t.Fatalf("launches %+v, want one at or after %d", got, l.LaunchAt)
 	}
@@ -177,7 +178,7 @@ func testRocketForeignOwnerIsNoop(t *testing.T, open func(testing.TB) store.Repo
 	if got := cell.WakeLaunch(other, "foreign", l); got != "foreign" {
 		t.Fatalf("wakeup on a node that does not hold the room: %s, want foreign", got)
 	}
-	checkFor(t, 10*time.Second, "the scanner to find the row", func() bool { return wakeups(t, m, "foreign") >= 3 })
+	poll.Until(t, 10*time.Second, "the scanner to find the row", poll.Bool(func() bool { return wakeups(t, m, "foreign") >= 3 }))
 	if got := dueTimers(t, repo, "foreign"); len(got) != 1 {
 		t.Fatalf("timer rows after foreign wakeups: %+v, want the launch's", got)
 	}
@@ -224,8 +225,8 @@ func testRocketLaunchSurvivesCrash(t *testing.T, open func(testing.TB) store.Rep
 	next := newTimerRegistry(t, repo, cfg, lease.NewLocal(), sink, m)
 	runScanner(t, next)
 
-	checkFor(t, 10*time.Second, "the launch on the next node", func() bool { return len(launches(sink, "crash")) > 0 })
-	checkFor(t, 10*time.Second, "the timer row to go", func() bool { return len(dueTimers(t, repo, "crash")) == 0 })
+	poll.Until(t, 10*time.Second, "the launch on the next node", poll.Bool(func() bool { return len(launches(sink, "crash")) > 0 }))
+	poll.Until(t, 10*time.Second, "the timer row to go", poll.Bool(func() bool { return len(dueTimers(t, repo, "crash")) == 0 }))
 	got := launches(sink, "crash")
 	if len(got) != 1 || got[0].RocketID != l.RocketID || got[0].LaunchedAt < l.LaunchAt {
 		t.Fatalf("launches %+v, want rocket %d once, at or after %d", got, l.RocketID, l.LaunchAt)
@@ -256,17 +257,17 @@ func testRocketRearmedOnLoad(t *testing.T, open func(testing.TB) store.Repositor
 	sink, m := &recordSink{}, cell.NewMetrics(nil)
 	reg := newTimerRegistry(t, repo, cfg, lease.NewLocal(), sink, m)
 	l := igniteRocket(t, reg, sink, "idle-rk")
-	checkFor(t, 5*time.Second, "the room to passivate", func() bool { return reg.Loaded() == 0 })
-	checkFor(t, 5*time.Second, "the final snapshot", func() bool {
+	poll.Until(t, 5*time.Second, "the room to passivate", poll.Bool(func() bool { return reg.Loaded() == 0 }))
+	poll.Until(t, 5*time.Second, "the final snapshot", poll.Bool(func() bool {
 		snap, found, err := repo.GetLatestSnapshot(context.Background(), "idle-rk")
 		return err == nil && found && snap.RoomVersion == 5 // create, the switch to the configured rules, two joins, the gift
-	})
+	}))
 
 	clock.jump(time.Hour + time.Second)
 	if _, err := reg.Snapshot(context.Background(), "idle-rk"); err != nil {
 		t.Fatal(err)
 	}
-	checkFor(t, 10*time.Second, "the launch after the load", func() bool { return len(launches(sink, "idle-rk")) > 0 })
+	poll.Until(t, 10*time.Second, "the launch after the load", poll.Bool(func() bool { return len(launches(sink, "idle-rk")) > 0 }))
 	if got := launches(sink, "idle-rk"); len(got) != 1 || got[0].RocketID != l.RocketID {
 		t.Fatalf("launches %+v, want rocket %d once", got, l.RocketID)
 	}
@@ -326,10 +327,10 @@ func igniteRocket(t testing.TB, reg *cell.Registry, sink *recordSink, roomID str
 		Outcome: room.GiftOutcome{Name: "rose", Price: 100, Kind: room.GiftNormal},
 	}))
 	var ignited []*room.RoomRocketIgnitedEvent
-	checkFor(t, 5*time.Second, "the ignition", func() bool {
+	poll.Until(t, 5*time.Second, "the ignition", poll.Bool(func() bool {
 		ignited = eventsOf[*room.RoomRocketIgnitedEvent](sink, roomID, room.EventRoomRocketIgnited)
 		return len(ignited) > 0
-	})
+	}))
 	if len(ignited) != 1 || ignited[0].RocketID != 1 {
 		t.Fatalf("ignitions %+v, want rocket 1", ignited)
 	}
@@ -408,7 +409,7 @@ func wakeups(t testing.TB, m *cell.Metrics, result string) float64 {
 // may be after the sink saw the launch.
 func awaitWakeups(t testing.TB, m *cell.Metrics, result string, n float64) {
 	t.Helper()
-	checkFor(t, 10*time.Second, fmt.Sprintf("%v %s wakeups", n, result), func() bool { return wakeups(t, m, result) >= n })
+	poll.Until(t, 10*time.Second, fmt.Sprintf("%v %s wakeups", n, result), poll.Bool(func() bool { return wakeups(t, m, result) >= n }))
 	if got := wakeups(t, m, result); got != n {
 		t.Fatalf("%v %s wakeups, want %v", got, result, n)
 	}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"hyapp/room-service/im"
+	"hyapp/room-service/internal/poll"
 	"hyapp/room-service/room"
 )
 
@@ -313,10 +314,10 @@ func TestClientRepairRuleAfterLosses(t *testing.T) {
 	}
 	// The last High event always arrives; Normal and Low may be lost.
 	mic := b.last[string(room.EventRoomMicChanged)]
-	checkFor(t, 60*time.Second, "the last mic change and a lost event", func() bool {
+	poll.Until(t, 60*time.Second, "the last mic change and a lost event", poll.Bool(func() bool {
 		return delivered(t, &f.recorder)[eventKey{string(room.EventRoomMicChanged), mic.version, mic.seq}] > 0 &&
 			shed.get("Normal/send_failed")+shed.get("Low/send_failed") > 0
-	})
+	}))
 	msgs := f.all()
 	r := rand.New(rand.NewPCG(5, 6))
 	for round := range 10 {
@@ -346,7 +347,7 @@ func waitForLast(t *testing.T, rec *recorder, b burst) {
 			t.Log("missing", missing)
 		}
 	}()
-	checkFor(t, 20*time.Second, "every gift and the newest event of each type", func() bool {
+	poll.Until(t, 20*time.Second, "every gift and the newest event of each type", poll.Bool(func() bool {
 		got := delivered(t, rec)
 		for _, g := range b.gifts {
 			if got[eventKey{string(room.EventRoomGiftSent), g.version, g.seq}] == 0 {
@@ -361,7 +362,7 @@ func waitForLast(t *testing.T, rec *recorder, b burst) {
 			}
 		}
 		return true
-	})
+	}))
 }
 
 func checkClient(t *testing.T, round int, c *client, b burst, everyGift bool) {

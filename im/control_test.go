@@ -13,6 +13,7 @@ import (
 	"hyapp/room-service/cell"
 	"hyapp/room-service/im"
 	"hyapp/room-service/im/tencent"
+	"hyapp/room-service/internal/poll"
 	"hyapp/room-service/lease"
 	"hyapp/room-service/outbox/natsbus"
 	"hyapp/room-service/outbox/relay"
@@ -75,33 +76,33 @@ func (w *controlWorld) banned(group string, user int64) bool {
 func TestGroupFollowsTheRoom(t *testing.T) {
 	w := newControlWorld(t, nil)
 	w.submit(t, "follow", "create", 1, &room.CreateRoom{OwnerUserID: 1, SeatCount: 8, Title: "first"})
-	checkFor(t, 30*time.Second, "the group", func() bool { return w.hasGroup("follow") })
+	poll.Until(t, 30*time.Second, "the group", poll.Bool(func() bool { return w.hasGroup("follow") }))
 	w.submit(t, "follow", "join", 5, &room.JoinRoom{})
 
 	title := "ab" + strings.Repeat("夜", 10) // 32 bytes: byte 30 is inside the 10th character
 	w.submit(t, "follow", "title", 1, &room.UpdateProfile{Title: &title})
-	checkFor(t, 30*time.Second, "the group to be renamed", func() bool {
+	poll.Until(t, 30*time.Second, "the group to be renamed", poll.Bool(func() bool {
 		g, _ := w.local.Group("follow")
 		return g.Name != "first"
-	})
+	}))
 	if g, _ := w.local.Group("follow"); g.Name != "ab"+strings.Repeat("夜", 9) || !utf8.ValidString(g.Name) {
 		t.Fatalf("group name %q (%d bytes), want the title cut to 29 bytes", g.Name, len(g.Name))
 	}
 
 	w.submit(t, "follow", "chat-off", 1, &room.SetChatEnabled{Enabled: false})
-	checkFor(t, 30*time.Second, "every member to be muted", func() bool {
+	poll.Until(t, 30*time.Second, "every member to be muted", poll.Bool(func() bool {
 		g, _ := w.local.Group("follow")
 		return g.ShutUpAll
-	})
+	}))
 	_, err := w.client.SendGroupMsg(context.Background(), tencent.Msg{GroupID: "follow", FromAccount: "5", Data: []byte(`{}`)})
 	if apiCode(err) != 10017 {
 		t.Fatalf("a member's message with chat disabled: %v, want 10017", err)
 	}
 	w.submit(t, "follow", "chat-on", 1, &room.SetChatEnabled{Enabled: true})
-	checkFor(t, 30*time.Second, "members to be unmuted", func() bool {
+	poll.Until(t, 30*time.Second, "members to be unmuted", poll.Bool(func() bool {
 		g, _ := w.local.Group("follow")
 		return !g.ShutUpAll
-	})
+	}))
 
 	// The group disappears (dissolved in the console, a local endpoint
 	// restarted): the kick creates it again and bans.
@@ -109,7 +110,7 @@ func TestGroupFollowsTheRoom(t *testing.T) {
 		t.Fatal(err)
 	}
 	w.submit(t, "follow", "kick", 1, &room.KickUser{TargetUserID: 5})
-	checkFor(t, 30*time.Second, "the group to be created again with the ban", func() bool { return w.banned("follow", 5) })
+	poll.Until(t, 30*time.Second, "the group to be created again with the ban", poll.Bool(func() bool { return w.banned("follow", 5) }))
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.recreated != 1 {
@@ -135,12 +136,12 @@ func TestLongRoomIDsGetValidGroups(t *testing.T) {
 		w.submit(t, id, "create", 1, &room.CreateRoom{OwnerUserID: 1, SeatCount: 8})
 		w.submit(t, id, "join", 5, &room.JoinRoom{})
 		w.submit(t, id, "kick", 1, &room.KickUser{TargetUserID: 5})
-		checkFor(t, 30*time.Second, "the ban in the derived group of "+id, func() bool { return w.banned(group, 5) })
+		poll.Until(t, 30*time.Second, "the ban in the derived group of "+id, poll.Bool(func() bool { return w.banned(group, 5) }))
 		// Sent after the group exists: this lane has no recreating sender.
 		w.submit(t, id, "join-6", 6, &room.JoinRoom{})
-		checkFor(t, 30*time.Second, "the lane's messages in the derived group of "+id, func() bool {
+		poll.Until(t, 30*time.Second, "the lane's messages in the derived group of "+id, poll.Bool(func() bool {
 			return len(w.local.Messages(group)) > 0
-		})
+		}))
 	}
 }
 
@@ -161,12 +162,12 @@ func TestPermanentFailuresAreTerminated(t *testing.T) {
 	w.submit(t, "good", "create", 1, &room.CreateRoom{OwnerUserID: 1, SeatCount: 8})
 	w.submit(t, "good", "join", 5, &room.JoinRoom{})
 	w.submit(t, "good", "kick", 1, &room.KickUser{TargetUserID: 5})
-	checkFor(t, 30*time.Second, "the good room's ban", func() bool { return w.banned("good", 5) })
-	checkFor(t, 30*time.Second, "every bad room's create and kick to be terminated", func() bool {
+	poll.Until(t, 30*time.Second, "the good room's ban", poll.Bool(func() bool { return w.banned("good", 5) }))
+	poll.Until(t, 30*time.Second, "every bad room's create and kick to be terminated", poll.Bool(func() bool {
 		w.mu.Lock()
 		defer w.mu.Unlock()
 		return w.terminated["RoomCreated invalid_request"] == bad && w.terminated["RoomUserKicked invalid_request"] == bad
-	})
+	}))
 	js := w.bus.JetStream()
 	cons, err := js.Consumer(context.Background(), w.bus.Stream(), im.DefaultControlDurable)
 	if err != nil {
@@ -179,10 +180,10 @@ func TestPermanentFailuresAreTerminated(t *testing.T) {
 	if info.Config.MaxAckPending != im.DefaultControlMaxAckPending {
 		t.Fatalf("MaxAckPending %d, want %d", info.Config.MaxAckPending, im.DefaultControlMaxAckPending)
 	}
-	checkFor(t, 30*time.Second, "nothing left in flight", func() bool {
+	poll.Until(t, 30*time.Second, "nothing left in flight", poll.Bool(func() bool {
 		info, err := cons.Info(context.Background())
 		return err == nil && info.NumAckPending == 0 && info.NumPending == 0
-	})
+	}))
 	dead, err := js.Stream(context.Background(), im.DefaultControlDeadStream)
 	if err != nil {
 		t.Fatal(err)
@@ -239,20 +240,20 @@ func TestFailingRoomHoldsBackOnlyItself(t *testing.T) {
 	for _, id := range []string{"stuck", "free"} {
 		w.submit(t, id, "create", 1, &room.CreateRoom{OwnerUserID: 1, SeatCount: 8})
 		w.submit(t, id, "join", 5, &room.JoinRoom{})
-		checkFor(t, 30*time.Second, "group "+id, func() bool { return w.hasGroup(id) })
+		poll.Until(t, 30*time.Second, "group "+id, poll.Bool(func() bool { return w.hasGroup(id) }))
 	}
 	w.submit(t, "stuck", "mute", 1, &room.MuteUser{TargetUserID: 5, DurationSeconds: 600})
 	w.submit(t, "stuck", "unmute", 1, &room.MuteUser{TargetUserID: 5, DurationSeconds: 0})
 	w.submit(t, "stuck", "kick", 1, &room.KickUser{TargetUserID: 5})
 	w.submit(t, "free", "kick", 1, &room.KickUser{TargetUserID: 5})
-	checkFor(t, 30*time.Second, "the other room's ban", func() bool { return w.banned("free", 5) })
+	poll.Until(t, 30*time.Second, "the other room's ban", poll.Bool(func() bool { return w.banned("free", 5) }))
 	if w.banned("stuck", 5) {
 		t.Fatal("the failing room's kick went before its mutes")
 	}
 	f.mu.Lock()
 	f.released = true
 	f.mu.Unlock()
-	checkFor(t, 30*time.Second, "the failing room's ban", func() bool { return w.banned("stuck", 5) })
+	poll.Until(t, 30*time.Second, "the failing room's ban", poll.Bool(func() bool { return w.banned("stuck", 5) }))
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	var stuck []string

@@ -14,6 +14,7 @@ import (
 	"hyapp/room-service/im"
 	"hyapp/room-service/im/tencent"
 	"hyapp/room-service/im/timlocal"
+	"hyapp/room-service/internal/poll"
 	"hyapp/room-service/lease"
 	"hyapp/room-service/outbox/natsbus"
 	"hyapp/room-service/outbox/relay"
@@ -94,14 +95,14 @@ func TestCommandBurstKeepsTheGroupInBudget(t *testing.T) {
 		}
 		return countType(t, data, room.EventRoomMicChanged)
 	}
-	deadline := time.Now().Add(60 * time.Second)
-	for seen() != mic {
-		if time.Now().After(deadline) {
+	poll.Until(t, 60*time.Second, "every mic change in the group", func() error {
+		if n := seen(); n != mic {
 			w.mu.Lock()
-			t.Fatalf("%d of %d mic changes reached the group; shed %v; stats %+v", seen(), mic, w.shed, w.local.Stats("burst"))
+			defer w.mu.Unlock()
+			return fmt.Errorf("%d of %d mic changes reached the group; shed %v; stats %+v", n, mic, w.shed, w.local.Stats("burst"))
 		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return nil
+	})
 	// Every mic message carries the whole mic row after the change.
 	for _, m := range w.local.Messages("burst") {
 		var env struct {
@@ -177,31 +178,31 @@ func TestLostMuteIsRetriedFromTheOutbox(t *testing.T) {
 	t.Cleanup(func() { cancel(); wg.Wait() })
 
 	w.submit(t, "ctl", "create", 1, &room.CreateRoom{OwnerUserID: 1, SeatCount: 10})
-	checkFor(t, 30*time.Second, "the group to be created from RoomCreated", func() bool {
+	poll.Until(t, 30*time.Second, "the group to be created from RoomCreated", poll.Bool(func() bool {
 		for _, g := range w.local.Groups() {
 			if g == "ctl" {
 				return true
 			}
 		}
 		return false
-	})
+	}))
 	w.submit(t, "ctl", "join", 5, &room.JoinRoom{})
 	w.local.SetFaults(timlocal.Faults{FailNext: 10}) // more failures than one call retries
 	w.submit(t, "ctl", "mute", 1, &room.MuteUser{TargetUserID: 5, DurationSeconds: 600})
-	checkFor(t, 30*time.Second, "the mute to reach the group", func() bool {
+	poll.Until(t, 30*time.Second, "the mute to reach the group", poll.Bool(func() bool {
 		_, muted := w.local.Muted("ctl")["5"]
 		return muted
-	})
+	}))
 	w.submit(t, "ctl", "kick", 1, &room.KickUser{TargetUserID: 5, DurationSeconds: 0})
-	checkFor(t, 30*time.Second, "the ban to reach the group", func() bool {
+	poll.Until(t, 30*time.Second, "the ban to reach the group", poll.Bool(func() bool {
 		_, banned := w.local.Banned("ctl")["5"]
 		return banned
-	})
+	}))
 	w.submit(t, "ctl", "unban", 1, &room.UnbanUser{TargetUserID: 5})
-	checkFor(t, 30*time.Second, "the ban to be lifted", func() bool {
+	poll.Until(t, 30*time.Second, "the ban to be lifted", poll.Bool(func() bool {
 		_, banned := w.local.Banned("ctl")["5"]
 		return !banned
-	})
+	}))
 }
 
 // TestLaneRecreatesMissingGroup: with no group on the IM side (never
@@ -220,7 +221,7 @@ func TestLaneRecreatesMissingGroup(t *testing.T) {
 	lane.Publish([]room.Committed{{RoomID: "lost", RoomVersion: 2, At: 1, Events: []room.Event{
 		{Type: room.EventRoomMicChanged, Data: map[string]any{"user_id": 7}},
 	}}})
-	checkFor(t, 30*time.Second, "the message in a recreated group", func() bool { return len(w.local.Messages("lost")) == 1 })
+	poll.Until(t, 30*time.Second, "the message in a recreated group", poll.Bool(func() bool { return len(w.local.Messages("lost")) == 1 }))
 	if g, _ := w.local.Group("lost"); g.Type != "AVChatRoom" || g.Name != "lost" {
 		t.Fatalf("recreated group %+v, want an AVChatRoom named after the room", g)
 	}
@@ -231,8 +232,8 @@ func TestLaneRecreatesMissingGroup(t *testing.T) {
 	lane.Publish([]room.Committed{{RoomID: "lost", RoomVersion: 3, At: 1, Events: []room.Event{
 		{Type: room.EventRoomMicChanged, Data: map[string]any{"user_id": 8}},
 	}}})
-	checkFor(t, 30*time.Second, "the next message", func() bool { return len(w.local.Messages("lost")) == 2 })
-	checkFor(t, 30*time.Second, "the RoomClosed send to be given up", func() bool { return w.local.Calls("send_group_msg") >= 4 })
+	poll.Until(t, 30*time.Second, "the next message", poll.Bool(func() bool { return len(w.local.Messages("lost")) == 2 }))
+	poll.Until(t, 30*time.Second, "the RoomClosed send to be given up", poll.Bool(func() bool { return w.local.Calls("send_group_msg") >= 4 }))
 	if _, ok := w.local.Group("gone"); ok {
 		t.Fatal("a RoomClosed message created its dissolved group again")
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"hyapp/room-service/im"
+	"hyapp/room-service/internal/poll"
 	"hyapp/room-service/room"
 )
 
@@ -123,7 +124,7 @@ func TestFailedHighIsSentAgain(t *testing.T) {
 	for v := int64(1); v <= n; v++ {
 		lane.Publish(micChange("r1", v, 100+v))
 	}
-	checkFor(t, 30*time.Second, "every mic change", func() bool { return len(delivered(t, &f.recorder)) == n })
+	poll.Until(t, 30*time.Second, "every mic change", poll.Bool(func() bool { return len(delivered(t, &f.recorder)) == n }))
 	for k, got := range delivered(t, &f.recorder) {
 		if got != 1 || k.typ != string(room.EventRoomMicChanged) || k.seq != 0 {
 			t.Fatalf("event %+v delivered %d times", k, got)
@@ -171,15 +172,15 @@ func TestHighSurvivesAnOutageBounded(t *testing.T) {
 		}
 		lane.Publish(micChange("r1", v, 100+v))
 	}
-	checkFor(t, 30*time.Second, "failed attempts", func() bool {
+	poll.Until(t, 30*time.Second, "failed attempts", poll.Bool(func() bool {
 		f.mu.Lock()
 		defer f.mu.Unlock()
 		return len(f.attempts) > 3
-	})
+	}))
 	down.Lock()
 	up = true
 	down.Unlock()
-	checkFor(t, 30*time.Second, "the newest mic row and every ignition", func() bool {
+	poll.Until(t, 30*time.Second, "the newest mic row and every ignition", poll.Bool(func() bool {
 		got := delivered(t, &f.recorder)
 		ignitions := 0
 		for k := range got {
@@ -188,7 +189,7 @@ func TestHighSurvivesAnOutageBounded(t *testing.T) {
 			}
 		}
 		return got[eventKey{string(room.EventRoomMicChanged), n - 1, 0}] == 1 && ignitions == n/20
-	})
+	}))
 	for k, v := range c.shed {
 		if k[:4] == "High" {
 			t.Fatalf("%d High events shed (%s)", v, k)
@@ -213,7 +214,7 @@ func TestHighOfAClosedRoomEnds(t *testing.T) {
 		{Type: room.EventRoomMicChanged, Data: &room.RoomMicChangedEvent{Action: room.MicRoomClose, UserID: 7}},
 		{Type: room.EventRoomClosed, Data: &room.RoomClosedEvent{}},
 	}}})
-	checkFor(t, 30*time.Second, "the closed room's messages to end", func() bool { return c.get("High/room_closed") > 0 })
+	poll.Until(t, 30*time.Second, "the closed room's messages to end", poll.Bool(func() bool { return c.get("High/room_closed") > 0 }))
 	if n := c.get("High/send_failed"); n != 0 {
 		t.Fatalf("%d High events counted as send_failed", n)
 	}
@@ -232,10 +233,10 @@ func TestLostEventsRaiseLostThrough(t *testing.T) {
 	}
 	lane.Publish(micChange("r1", 101, 7))
 	gift := string(room.EventRoomGiftSent)
-	checkFor(t, 30*time.Second, "the mic change and the last gift", func() bool {
+	poll.Until(t, 30*time.Second, "the mic change and the last gift", poll.Bool(func() bool {
 		got := delivered(t, rec)
 		return got[eventKey{string(room.EventRoomMicChanged), 101, 0}] == 1 && got[eventKey{gift, 100, 0}] == 1
-	})
+	}))
 	got := delivered(t, rec)
 	var missing []int64
 	for v := int64(1); v <= 100; v++ {

@@ -13,6 +13,7 @@ import (
 	"go.uber.org/goleak"
 
 	"hyapp/room-service/im"
+	"hyapp/room-service/internal/poll"
 	"hyapp/room-service/room"
 )
 
@@ -106,17 +107,6 @@ func committed(roomID string, version int64, typ room.EventType, data any) []roo
 	return []room.Committed{{RoomID: roomID, RoomVersion: version, At: time.Now().UnixMilli(), Events: []room.Event{{Type: typ, Data: data}}}}
 }
 
-func checkFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 // TestBurstStaysInBudgetAndKeepsHigh pushes a 1,000-event burst into one room:
 // the group gets no more than its budget in any second, every High event
 // arrives, Low and Normal are merged or shed, and the heat display arrives at
@@ -142,7 +132,7 @@ func TestBurstStaysInBudgetAndKeepsHigh(t *testing.T) {
 		}
 	}
 	lastHeat := fmt.Sprint(int64(n - 5))
-	checkFor(t, 30*time.Second, "every High event and the last heat", func() bool {
+	poll.Until(t, 30*time.Second, "every High event and the last heat", poll.Bool(func() bool {
 		gotHigh, heat := 0, ""
 		for _, s := range rec.all() {
 			gotHigh += countType(t, [][]byte{s.msg.Data}, room.EventRoomMicChanged)
@@ -156,7 +146,7 @@ func TestBurstStaysInBudgetAndKeepsHigh(t *testing.T) {
 			}
 		}
 		return gotHigh == high && heat == lastHeat
-	})
+	}))
 	all := rec.all()
 	slices.SortFunc(all, func(a, b sent) int { return a.at.Compare(b.at) })
 	for i := range all {
@@ -209,11 +199,11 @@ func TestHangingEndpointNeverBlocksPublish(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("Publish blocked behind a hanging endpoint")
 	}
-	checkFor(t, 10*time.Second, "the lane to shed", func() bool {
+	poll.Until(t, 10*time.Second, "the lane to shed", poll.Bool(func() bool {
 		c.mu.Lock()
 		defer c.mu.Unlock()
 		return c.shed["Normal"] > 0
-	})
+	}))
 }
 
 type bigGift struct{ Value int64 }
@@ -227,13 +217,13 @@ func TestBigEventsAlsoGoToTheRegionalGroup(t *testing.T) {
 	lane.Publish(committed("r1", 1, room.EventRoomMicChanged, bigGift{Value: 10}))
 	lane.Publish(committed("r1", 2, room.EventRoomMicChanged, bigGift{Value: 5000}))
 	groups := map[string]int{}
-	checkFor(t, 10*time.Second, "three events", func() bool {
+	poll.Until(t, 10*time.Second, "three events", poll.Bool(func() bool {
 		clear(groups)
 		for _, s := range rec.all() {
 			groups[s.msg.GroupID] += len(typesIn(t, s.msg.Data))
 		}
 		return groups["r1"]+groups["region-sg"] == 3
-	})
+	}))
 	if groups["r1"] != 2 || groups["region-sg"] != 1 {
 		t.Fatalf("messages by group: %v", groups)
 	}

@@ -19,6 +19,7 @@ import (
 	"go.uber.org/goleak"
 
 	"hyapp/room-service/im/timlocal"
+	"hyapp/room-service/internal/poll"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -86,18 +87,6 @@ func newClient(t *testing.T, endpoint string, mod func(*Config)) *Client {
 }
 
 func (e *env) client(t *testing.T, mod func(*Config)) *Client { return newClient(t, e.url, mod) }
-
-// checkFor polls cond until it holds or a generous deadline passes.
-func checkFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
 
 func apiCode(t *testing.T, err error) int {
 	t.Helper()
@@ -413,9 +402,9 @@ func TestHangTimesOut(t *testing.T) {
 		t.Fatalf("transport error leaks the UserSig: %v", err)
 	}
 	// Both attempts reached the endpoint, and it saw each abandoned request end.
-	checkFor(t, "two calls, none left hanging", func() bool {
+	poll.Until(t, 5*time.Second, "two calls, none left hanging", poll.Bool(func() bool {
 		return e.srv.Calls("send_group_msg") == 2 && e.srv.Hanging() == 0
-	})
+	}))
 }
 
 func TestContextEndsRetries(t *testing.T) {

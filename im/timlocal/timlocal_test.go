@@ -22,6 +22,7 @@ import (
 	"go.uber.org/goleak"
 
 	"hyapp/room-service/im/timlocal"
+	"hyapp/room-service/internal/poll"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -548,18 +549,6 @@ func TestFaults(t *testing.T) {
 	e.mustOK(t, "destroy_group", `{"GroupId":"room-1"}`)
 }
 
-// checkFor polls cond until it holds or a generous deadline passes.
-func checkFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
-
 func TestHangEndsWithTheRequest(t *testing.T) {
 	e := newEnv(t, nil)
 	e.srv.SetFaults(timlocal.Faults{Hang: true})
@@ -576,7 +565,7 @@ func TestHangEndsWithTheRequest(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go post(ctx, `{"Type":"AVChatRoom","Name":"n"}`, done)
-	checkFor(t, "the request to hang", func() bool { return e.srv.Hanging() == 1 })
+	poll.Until(t, 5*time.Second, "the request to hang", poll.Bool(func() bool { return e.srv.Hanging() == 1 }))
 	select {
 	case err := <-done:
 		t.Fatalf("hung request answered: %v", err)
@@ -586,11 +575,11 @@ func TestHangEndsWithTheRequest(t *testing.T) {
 	if err := <-done; !errors.Is(err, context.Canceled) {
 		t.Fatalf("err = %v, want context.Canceled", err)
 	}
-	checkFor(t, "the hung handler to end", func() bool { return e.srv.Hanging() == 0 })
+	poll.Until(t, 5*time.Second, "the hung handler to end", poll.Bool(func() bool { return e.srv.Hanging() == 0 }))
 
 	// Setting the faults again frees a hung request, which is then answered normally.
 	go post(context.Background(), `{"Type":"AVChatRoom","GroupId":"room-1","Name":"n"}`, done)
-	checkFor(t, "the request to hang", func() bool { return e.srv.Hanging() == 1 })
+	poll.Until(t, 5*time.Second, "the request to hang", poll.Bool(func() bool { return e.srv.Hanging() == 1 }))
 	e.srv.SetFaults(timlocal.Faults{})
 	if err := <-done; err != nil {
 		t.Fatal(err)

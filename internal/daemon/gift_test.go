@@ -20,6 +20,7 @@ import (
 	"hyapp/room-service/cell"
 	roomv1 "hyapp/room-service/gen/room/v1"
 	"hyapp/room-service/gen/room/v1/roomv1connect"
+	"hyapp/room-service/internal/poll"
 	"hyapp/room-service/room"
 	"hyapp/room-service/rpc"
 	"hyapp/room-service/store/mysql/mysqltest"
@@ -97,23 +98,6 @@ func startChildWith(t *testing.T, dir string, args ...string) (*exec.Cmd, string
 		t.Fatal("the child did not start serving")
 	}
 	return nil, ""
-}
-
-// eventually polls cond until it returns nil, failing the test with its
-// last error once the deadline passes.
-func eventually(t *testing.T, within time.Duration, what string, cond func() error) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for {
-		err := cond()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: still not so after %v: %v", what, within, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }
 
 // giftRoom creates roomID (owner 1), seats the receivers on seats 0.. and
@@ -367,7 +351,7 @@ func TestGiftStormSurvivesSIGKILL(t *testing.T) {
 
 	// The reconciler settles what committed and refunds what did not; no
 	// new charge is made after the restart, so nothing stays pending.
-	eventually(t, 90*time.Second, "pending charges after the restart", func() error {
+	poll.Until(t, 90*time.Second, "pending charges after the restart", func() error {
 		if p := totals(t, l).Pending; p.Charges != 0 {
 			return fmt.Errorf("%d charges pending", p.Charges)
 		}
@@ -573,7 +557,7 @@ func TestRocketLaunchesOnceAfterCrash(t *testing.T) {
 	m, _ := runMain(t, dir, "-config", cfg, "-rocket-scan-interval", "100ms")
 	c = clientsAt(m.Addr)
 	var launched []logRow
-	eventually(t, 60*time.Second, "the rocket launch after the restart", func() error {
+	poll.Until(t, 60*time.Second, "the rocket launch after the restart", func() error {
 		launched = launched[:0]
 		for _, r := range readLog(t, c, roomID) {
 			if r.entry.GetCommandType() == string(room.CmdLaunchRocket) {
@@ -739,7 +723,7 @@ func TestGiftFailureBetweenDebitAndCommit(t *testing.T) {
 	}
 
 	// (b) The reconciler refunds the gift nobody retried.
-	eventually(t, 60*time.Second, "the refund of the abandoned gift", func() error {
+	poll.Until(t, 60*time.Second, "the refund of the abandoned gift", func() error {
 		rc, _, err := l.Receipt(ctx, wallet.ChargeKey(roomID, "abandoned"))
 		if err != nil || rc.Status != wallet.StatusRefunded {
 			return fmt.Errorf("charge %+v err %v", rc, err)
@@ -763,7 +747,7 @@ func TestGiftFailureBetweenDebitAndCommit(t *testing.T) {
 	if sums.gifts != 1 || sums.costBy[retried] != cost || sums.costBy[abandoned] != 0 {
 		t.Fatalf("the log's gifts: %+v, want only the retried one", sums)
 	}
-	eventually(t, 60*time.Second, "the retried gift's charge settles", func() error {
+	poll.Until(t, 60*time.Second, "the retried gift's charge settles", func() error {
 		rc, _, err := l.Receipt(ctx, wallet.ChargeKey(roomID, "retried"))
 		if err != nil || rc.Status != wallet.StatusSettled {
 			return fmt.Errorf("charge %+v err %v", rc, err)

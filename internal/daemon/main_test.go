@@ -21,6 +21,7 @@ import (
 
 	roomv1 "hyapp/room-service/gen/room/v1"
 	"hyapp/room-service/gen/room/v1/roomv1connect"
+	"hyapp/room-service/internal/poll"
 	"hyapp/room-service/rpc"
 	"hyapp/room-service/store/mysql/mysqltest"
 	"hyapp/room-service/store/sqlite"
@@ -69,20 +70,16 @@ func TestServiceRestartsWithItsRoomsAndChecksTheToken(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The durable facts reach the embedded JetStream through the relay.
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	poll.Until(t, 30*time.Second, "RoomCreated and RoomUserJoined in the stream", func() error {
 		info, err := m.bus.JetStream().Stream(ctx, m.bus.Stream())
 		if err != nil {
-			t.Fatal(err)
+			return err
 		}
-		if info.CachedInfo().State.Msgs == 2 { // RoomCreated, RoomUserJoined
-			break
+		if n := info.CachedInfo().State.Msgs; n != 2 {
+			return fmt.Errorf("the stream holds %d messages, want 2", n)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the stream holds %d messages, want 2", info.CachedInfo().State.Msgs)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return nil
+	})
 	if err := m.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -301,15 +298,10 @@ func TestMySQLOutageFailsFastAndHeals(t *testing.T) {
 
 	proxy.Restore()
 	// The service heals by itself: a retry of a failed command now commits.
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+	poll.Until(t, 30*time.Second, "the service to heal after the database came back", func() error {
 		_, err := join("down-0", 10)
-		if err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the service did not heal after the database came back: %v", err)
-		}
-	}
+		return err
+	})
 	if _, err := join("c3", 3); err != nil {
 		t.Fatal(err)
 	}
@@ -389,19 +381,15 @@ func TestZeroConfigShowsRoomMessagesOnTheLocalIMEndpoint(t *testing.T) {
 		return string(b)
 	}
 	// The group exists once group control created it; only then do messages land.
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	poll.Until(t, 30*time.Second, "a join shown in the local group", func() error {
 		if _, err := client.JoinRoom(ctx, connect.NewRequest(&roomv1.JoinRoomRequest{RoomId: "im1", CommandId: fmt.Sprint("j", time.Now().UnixNano()), OperatorUserId: 5})); err != nil {
 			t.Fatal(err)
 		}
-		if strings.Contains(messages(), "RoomUserJoined") {
-			break
+		if got := messages(); !strings.Contains(got, "RoomUserJoined") {
+			return fmt.Errorf("the group shows %s", got)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no message reached the local group: %s", messages())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
 	if _, err := client.PublishRobotDisplay(ctx, connect.NewRequest(&roomv1.PublishRobotDisplayRequest{RoomId: "im1", EventType: "RoomGiftSent", PayloadJson: `{"gift_id":"rose"}`})); err != nil {
 		t.Fatal(err)
 	}
@@ -409,12 +397,12 @@ func TestZeroConfigShowsRoomMessagesOnTheLocalIMEndpoint(t *testing.T) {
 	if rpc.Reason(err) != "invalid_argument" {
 		t.Fatalf("bad robot event type: %v", err)
 	}
-	for deadline := time.Now().Add(30 * time.Second); !strings.Contains(messages(), "rose"); {
-		if time.Now().After(deadline) {
-			t.Fatalf("the robot event did not show: %s", messages())
+	poll.Until(t, 30*time.Second, "the robot event in the local group", func() error {
+		if got := messages(); !strings.Contains(got, "rose") {
+			return fmt.Errorf("the group shows %s", got)
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
 	res, err := http.Get("http://" + m.Addr + "/local/")
 	if err != nil || res.StatusCode != http.StatusOK {
 		t.Fatalf("/local/: %v %v", res, err)

@@ -15,6 +15,7 @@ import (
 
 	"hyapp/room-service/cell"
 	roomv1 "hyapp/room-service/gen/room/v1"
+	"hyapp/room-service/internal/poll"
 	"hyapp/room-service/room"
 	"hyapp/room-service/snapshot"
 	"hyapp/room-service/store"
@@ -157,7 +158,7 @@ func liveSnapshot(t *testing.T, c clients, roomID string) *roomv1.RoomSnapshot {
 func awaitLaunches(t *testing.T, c clients, roomID string, want []*roomv1.RocketLaunch) {
 	t.Helper()
 	var got map[int64][]logRow
-	eventually(t, 60*time.Second, "the launches of "+roomID, func() error {
+	poll.Until(t, 60*time.Second, "the launches of "+roomID, func() error {
 		got = map[int64][]logRow{}
 		for _, r := range readLog(t, c, roomID) {
 			if l, ok := r.env.Command.(*room.LaunchRocket); ok {

@@ -18,6 +18,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/goleak"
 
+	"hyapp/room-service/internal/poll"
 	"hyapp/room-service/lease"
 	"hyapp/room-service/outbox"
 	"hyapp/room-service/outbox/natsbus"
@@ -138,17 +139,6 @@ func runRelay(t testing.TB, r *relay.Relay) (stop func()) {
 	return stop
 }
 
-func checkFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 func pending(t testing.TB, repo store.Repository) int {
 	rows, err := repo.ListPendingOutboxAfter(context.Background(), 0, 100_000)
 	if err != nil {
@@ -233,7 +223,7 @@ func testOrderUnderFailures(t *testing.T, bus *natsbus.Bus) {
 	pub := &flaky{next: bus}
 	runRelay(t, relay.New(repo, pub, relay.LeaseGate{Lease: lease.NewLocal()}, fastConfig(), relay.Metrics{}, quiet))
 	seed(t, repo, ids, 10) // late commits while the relay runs
-	checkFor(t, 60*time.Second, "every row published", func() bool { return pending(t, repo) == 0 })
+	poll.Until(t, 60*time.Second, "every row published", poll.Bool(func() bool { return pending(t, repo) == 0 }))
 	consume(t, bus, 12*30*2)
 	if pub.overlaps.Load() != 0 {
 		t.Fatalf("%d publishes overlapped another of the same room", pub.overlaps.Load())
@@ -265,13 +255,13 @@ func TestRelayKilledBetweenAckAndMarkStoresNoDuplicate(t *testing.T) {
 	var acked atomic.Int64
 	first := relay.New(neverMarks{repo}, &countAcks{next: bus, n: &acked}, relay.LeaseGate{Lease: lease.NewLocal()}, fastConfig(), relay.Metrics{}, quiet)
 	stop := runRelay(t, first)
-	checkFor(t, 30*time.Second, "every row acknowledged once", func() bool { return acked.Load() >= 200 })
+	poll.Until(t, 30*time.Second, "every row acknowledged once", poll.Bool(func() bool { return acked.Load() >= 200 }))
 	stop()
 	if left := pending(t, repo); left != 200 {
 		t.Fatalf("%d rows pending; every acknowledged row should still be unmarked", left)
 	}
 	runRelay(t, relay.New(repo, bus, relay.LeaseGate{Lease: lease.NewLocal()}, fastConfig(), relay.Metrics{}, quiet))
-	checkFor(t, 30*time.Second, "every row published", func() bool { return pending(t, repo) == 0 })
+	poll.Until(t, 30*time.Second, "every row published", poll.Bool(func() bool { return pending(t, repo) == 0 }))
 	consume(t, bus, 200)
 }
 
@@ -312,7 +302,7 @@ func TestPoisonRowGoesDeadWithoutBlockingOthers(t *testing.T) {
 	var dead atomic.Int64
 	runRelay(t, relay.New(repo, refuse{next: bus, bad: "poison-0/3/1"}, relay.LeaseGate{Lease: lease.NewLocal()}, cfg,
 		relay.Metrics{Dead: func() { dead.Add(1) }}, quiet))
-	checkFor(t, 30*time.Second, "every other row published", func() bool { return pending(t, repo) == 0 })
+	poll.Until(t, 30*time.Second, "every other row published", poll.Bool(func() bool { return pending(t, repo) == 0 }))
 	consume(t, bus, 4*20-1)
 	st, err := repo.OutboxStats(context.Background())
 	if err != nil {
@@ -337,7 +327,7 @@ func TestOwnerRelayAndSweeperNeverPublishOneRoomAtOnce(t *testing.T) {
 	runRelay(t, relay.New(repo, pub, gate, fastConfig(), relay.Metrics{}, quiet))
 	runRelay(t, relay.New(repo, pub, gate, fastConfig(), relay.Metrics{}, quiet))
 	seed(t, repo, ids, 25)
-	checkFor(t, 30*time.Second, "every row published", func() bool { return pending(t, repo) == 0 })
+	poll.Until(t, 30*time.Second, "every row published", poll.Bool(func() bool { return pending(t, repo) == 0 }))
 	consume(t, bus, 8*50*2)
 	if pub.overlaps.Load() != 0 {
 		t.Fatalf("two relays published one room at once %d times", pub.overlaps.Load())
@@ -390,17 +380,17 @@ func TestBrokerOutageLosesNothing(t *testing.T) {
 				broker.Add(1)
 			}
 		}}, quiet))
-	checkFor(t, 30*time.Second, "some rows published", func() bool { return pending(t, repo) < 240 })
+	poll.Until(t, 30*time.Second, "some rows published", poll.Bool(func() bool { return pending(t, repo) < 240 }))
 
 	srv.Shutdown()
 	srv.WaitForShutdown()
 	seed(t, repo, ids, 20) // the room goes on committing while the broker is away
-	checkFor(t, 30*time.Second, "the relay to notice the outage", func() bool { return broker.Load() > 0 })
+	poll.Until(t, 30*time.Second, "the relay to notice the outage", poll.Bool(func() bool { return broker.Load() > 0 }))
 	if left := pending(t, repo); left == 0 {
 		t.Fatal("everything was published during the outage")
 	}
 	srv = start(port)
-	checkFor(t, 60*time.Second, "the backlog to drain", func() bool { return pending(t, repo) == 0 })
+	poll.Until(t, 60*time.Second, "the backlog to drain", poll.Bool(func() bool { return pending(t, repo) == 0 }))
 	consume(t, bus, 6*40*2)
 	st, err := repo.OutboxStats(context.Background())
 	if err != nil {
@@ -469,7 +459,7 @@ func TestRelayStopsPublishingARoomWhoseGateIsLost(t *testing.T) {
 	cfg := fastConfig()
 	cfg.RoomBatch = 100
 	runRelay(t, relay.New(repo, pub, gate, cfg, relay.Metrics{}, quiet))
-	checkFor(t, 30*time.Second, "every row published", func() bool { return pending(t, repo) == 0 })
+	poll.Until(t, 30*time.Second, "every row published", poll.Bool(func() bool { return pending(t, repo) == 0 }))
 	if pub.late.Load() != 0 {
 		t.Fatalf("%d publishes after the gate was lost", pub.late.Load())
 	}

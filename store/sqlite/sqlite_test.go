@@ -14,6 +14,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"hyapp/room-service/internal/poll"
 	"hyapp/room-service/outbox"
 	"hyapp/room-service/store"
 	"hyapp/room-service/store/sqlstore"
@@ -427,11 +428,10 @@ func TestCheckpointsRunOffTheWriter(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for size() < before+100*4096 {
-		if time.Now().After(deadline) {
-			t.Fatalf("database file stayed at %d bytes (was %d): nothing was checkpointed", size(), before)
+	poll.Until(t, 10*time.Second, "a checkpoint", func() error {
+		if n := size(); n < before+100*4096 {
+			return fmt.Errorf("the database file is at %d bytes (was %d): nothing was checkpointed", n, before)
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return nil
+	})
 }
