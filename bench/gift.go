@@ -48,20 +48,6 @@ type giftLedger interface {
 	Close() error
 }
 
-// ledgerStore is a store that keeps the embedded ledger in its own database.
-type ledgerStore interface {
-	Ledger(opts ledger.Options) *ledger.Ledger
-}
-
-// openLedger starts the embedded ledger on repo's own database.
-func openLedger(repo store.Repository) (giftLedger, error) {
-	s, ok := repo.(ledgerStore)
-	if !ok {
-		return nil, fmt.Errorf("no embedded ledger for %T", repo)
-	}
-	return s.Ledger(ledger.Options{}), nil
-}
-
 // giftEngine is a registry that pays gifts, on a fresh database.
 type giftEngine struct {
 	repo    store.Repository
@@ -85,7 +71,7 @@ func openGiftEngine(ctx context.Context, env Env, latency time.Duration) (*giftE
 	if err != nil {
 		return nil, err
 	}
-	ledger, err := openLedger(repo)
+	ledger, err := ledger.Of(repo, ledger.Options{})
 	if err != nil {
 		_ = repo.Close()
 		return nil, err

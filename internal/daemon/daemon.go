@@ -145,20 +145,6 @@ type ledger interface {
 	Close() error
 }
 
-// ledgerStore is a store that keeps the embedded ledger in its own database.
-type ledgerStore interface {
-	Ledger(opts walletledger.Options) *walletledger.Ledger
-}
-
-// openLedger opens the embedded ledger in the service's own database.
-func openLedger(db store.Repository) (ledger, error) {
-	s, ok := db.(ledgerStore)
-	if !ok {
-		return nil, fmt.Errorf("no embedded ledger for %T", db)
-	}
-	return s.Ledger(walletledger.Options{}), nil
-}
-
 // committedGifts reads which gift command ids are in a room's log: the
 // reconciler settles those charges and refunds the others.
 func committedGifts(db store.Repository) wallet.Committed {
@@ -287,7 +273,7 @@ func (m *Main) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if m.ledger, err = openLedger(db); err != nil {
+	if m.ledger, err = walletledger.Of(db, walletledger.Options{}); err != nil {
 		return fmt.Errorf("open ledger: %w", err)
 	}
 	reconciler := &wallet.Reconciler{

@@ -119,6 +119,23 @@ func New(db *sqlstore.DB, opts Options) *Ledger {
 // Close stops the committers once they have applied every request already
 // queued, and waits for them. Later writes return store.ErrUnavailable;
 // reads go on working until the database is closed. Calls after the first
+
+// Host is a store that keeps the embedded ledger in its own database and
+// hands it out (sqlite.DB and mysql.DB do).
+type Host interface {
+	Ledger(opts Options) *Ledger
+}
+
+// Of opens the embedded ledger of db, a store that is a Host. The caller
+// closes the ledger before the store.
+func Of(db any, opts Options) (*Ledger, error) {
+	h, ok := db.(Host)
+	if !ok {
+		return nil, fmt.Errorf("no embedded ledger in a %T", db)
+	}
+	return h.Ledger(opts), nil
+}
+
 // return nil.
 func (l *Ledger) Close() error {
 	l.mu.Lock()
