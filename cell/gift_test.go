@@ -3,6 +3,7 @@ package cell_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -25,13 +26,10 @@ type testLedger interface {
 
 func ledgerOf(t testing.TB, repo store.Repository) testLedger {
 	t.Helper()
-	db, ok := repo.(interface {
-		Ledger(ledger.Options) *ledger.Ledger
-	})
-	if !ok {
-		t.Fatalf("no ledger for %T", repo)
+	l, err := ledger.Of(repo, ledger.Options{})
+	if err != nil {
+		t.Fatal(err)
 	}
-	l := db.Ledger(ledger.Options{})
 	t.Cleanup(func() { _ = l.Close() })
 	return l
 }
@@ -401,4 +399,40 @@ func TestSettledChargeWithoutLogRowIsNotAppliedAgain(t *testing.T) {
 	if h := snap.GetEconomy().GetHeat(); h != 0 || balance(t, l, 10) != 930 {
 		t.Fatalf("heat %d balance %d: the gift counted again or was charged again", h, balance(t, l, 10))
 	}
+}
+
+// TestGiftSettledAfterCommit runs the path of a wallet that is not the
+// room store's own database: SettleInCommit off, so the commit settles
+// nothing, and GiftSettler hands the committed gifts' keys to a
+// wallet.Settler, which settles them once the gift committed. A gift the
+// room refuses is never charged, so nothing is left to settle for it.
+func TestGiftSettledAfterCommit(t *testing.T) {
+	stores(t, func(t *testing.T, open func(testing.TB) store.Repository) {
+		repo := open(t)
+		l := ledgerOf(t, repo)
+		settler := wallet.NewSettler(l, nil, quiet)
+		t.Cleanup(settler.Close)
+		reg := newRegistry(t, repo, cell.Config{Wallet: l}, cell.GiftSettler{Settle: settler.Add})
+		giftRoom(t, reg, l, "remote", 1000)
+		sent := heart("remote", "gift-1", 7)
+		mustSubmit(t, reg, sent)
+		key := wallet.ChargeKey("remote", "gift-1")
+		poll.Until(t, 10*time.Second, "the settler to settle the committed gift", func() error {
+			r, found, err := l.Receipt(context.Background(), key)
+			if err != nil || !found || r.Status != wallet.StatusSettled {
+				return fmt.Errorf("charge %+v found=%v err=%v", r, found, err)
+			}
+			return nil
+		})
+		if o := paid(sent); o.BalanceAfter != 930 || balance(t, l, 10) != 930 {
+			t.Fatalf("balance after %d, now %d; want 930", o.BalanceAfter, balance(t, l, 10))
+		}
+		if _, err := reg.Submit(context.Background(), env("remote", "gift-2", 10, &room.SendGift{ReceiverUserIDs: []int64{12}, GiftID: "heart", Count: 1,
+			Outcome: room.GiftOutcome{Name: "Heart", Price: 10, Kind: room.GiftNormal}})); !errors.Is(err, room.ErrReceiverNotInRoom) {
+			t.Fatalf("gift to a user not in the room: %v", err)
+		}
+		if _, found, err := l.Receipt(context.Background(), wallet.ChargeKey("remote", "gift-2")); err != nil || found {
+			t.Fatalf("the refused gift was charged: found=%v err=%v", found, err)
+		}
+	})
 }
