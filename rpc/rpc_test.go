@@ -74,7 +74,7 @@ func start(t *testing.T) *stack {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ledger := db.Ledger(walletledger.Options{})
+	ledger := walletledger.New(db.SQLStore(), walletledger.Options{})
 	reg := cell.New(cell.Config{Wallet: ledger}, db, lease.NewLocal(), nopSink{}, nil, quiet)
 	catalogue, err := gift.New(gift.DefaultGifts(), gift.Settings{Lucky: gift.DefaultLucky(), MaxPayoutBP: 9500, RegionalThreshold: 10_000})
 	if err != nil {

@@ -39,7 +39,7 @@ func open(t *testing.T) (*sqlite.DB, *ledger.Ledger) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l := db.Ledger(ledger.Options{})
+	l := ledger.New(db.SQLStore(), ledger.Options{})
 	t.Cleanup(func() {
 		_ = l.Close()
 		_ = db.Close()

@@ -46,6 +46,10 @@ var rules = []rule{
 	// outbox holds the row the seed's Repository speaks (outbox.Record); the
 	// relay that delivers the rows is outbox/relay.
 	{name: "store does not import the relay", from: []string{"store/..."}, deny: under("outbox/relay/...")},
+	// The embedded ledger (wallet/ledger) is built on the SQL layer and
+	// installs its settle statement in the room commit: the stores never
+	// know it.
+	{name: "store does not import the wallet", from: []string{"store/..."}, deny: under("wallet/...")},
 }
 
 // trees is every package at or below the given ones.

@@ -64,7 +64,6 @@ import (
 
 	"hyapp/room-service/store"
 	"hyapp/room-service/store/sqlstore"
-	"hyapp/room-service/wallet/ledger"
 )
 
 var _ store.Repository = (*DB)(nil)
@@ -186,7 +185,7 @@ func Open(ctx context.Context, dsn string, opts Options) (*DB, error) {
 
 	db := &DB{db: sqlDB}
 	if db.DB, err = sqlstore.New(ctx, sqlstore.Config{
-		Dialect: dialect, Write: sqlDB, Read: sqlDB, Settle: ledger.SettleInCommit,
+		Dialect: dialect, Write: sqlDB, Read: sqlDB,
 	}); err == nil {
 		err = db.preparePrune(ctx)
 	}

@@ -33,7 +33,6 @@ import (
 
 	"hyapp/room-service/store"
 	"hyapp/room-service/store/sqlstore"
-	"hyapp/room-service/wallet/ledger"
 )
 
 var _ store.Repository = (*DB)(nil)
@@ -165,7 +164,7 @@ func Open(ctx context.Context, path string, opts Options) (*DB, error) {
 	db.ckpt = startCheckpointer(ckpt)
 
 	if db.DB, err = sqlstore.New(ctx, sqlstore.Config{
-		Dialect: dialect, Write: write, Read: read, Settle: ledger.SettleInCommit,
+		Dialect: dialect, Write: write, Read: read,
 	}); err != nil {
 		_ = db.Close()
 		return nil, fmt.Errorf("open sqlite path=%s: %w", path, err)

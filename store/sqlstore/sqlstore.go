@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"sync/atomic"
 	"time"
 
 	"hyapp/room-service/store"
@@ -24,7 +25,8 @@ import (
 // SettleFunc settles, inside a commit transaction, the charges of the
 // gifts it commits (store.Batch.Settle): every key must be pending and
 // becomes settled, or the call is store.ErrConflict. The embedded ledger
-// (wallet/ledger) owns the statement; the adapter wires it in.
+// (wallet/ledger) owns the statement and installs it (SetSettle) when it
+// starts on the database.
 type SettleFunc func(ctx context.Context, tx *sql.Tx, d *Dialect, keys []string, now int64) error
 
 // Config is what an adapter gives New.
@@ -37,9 +39,6 @@ type Config struct {
 	// Read serves reads outside write transactions: SQLite's read-only
 	// pool, or the same MySQL pool.
 	Read *sql.DB
-	// Settle settles gift charges inside the commit (required when batches
-	// carry Settle keys).
-	Settle SettleFunc
 }
 
 // DB implements every store.Repository method but pruning and Close, which
@@ -49,7 +48,7 @@ type DB struct {
 	d      Dialect
 	write  *sql.DB
 	read   *sql.DB
-	settle SettleFunc
+	settle atomic.Pointer[SettleFunc]
 	stmts  statements
 }
 
@@ -70,12 +69,22 @@ type statements struct {
 
 // New prepares the statements of the SQL layer on cfg's connections.
 func New(ctx context.Context, cfg Config) (*DB, error) {
-	db := &DB{d: cfg.Dialect, write: cfg.Write, read: cfg.Read, settle: cfg.Settle}
+	db := &DB{d: cfg.Dialect, write: cfg.Write, read: cfg.Read}
 	if err := db.prepare(ctx); err != nil {
 		return nil, err
 	}
 	return db, nil
 }
+
+// SetSettle installs the statement that settles gift charges inside a
+// commit (store.Batch.Settle). The embedded ledger calls it when it starts:
+// without a ledger on the database, a batch that settles is refused.
+func (db *DB) SetSettle(f SettleFunc) { db.settle.Store(&f) }
+
+// SQLStore returns db itself; an adapter that embeds the SQL layer passes it
+// on through this method, so that the embedded ledger can start on any of
+// them without knowing their types.
+func (db *DB) SQLStore() *DB { return db }
 
 // Dialect returns the database's dialect.
 func (db *DB) Dialect() *Dialect { return &db.d }

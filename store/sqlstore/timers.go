@@ -24,10 +24,11 @@ func (db *DB) writeTimersAndSettles(ctx context.Context, tx *sql.Tx, batches []*
 		keys = append(keys, b.Settle...)
 	}
 	if len(keys) > 0 {
-		if db.settle == nil {
+		settle := db.settle.Load()
+		if settle == nil {
 			return fmt.Errorf("%d gift charges to settle and no ledger: %w", len(keys), store.ErrConflict)
 		}
-		if err := db.settle(ctx, tx, &db.d, keys, now); err != nil {
+		if err := (*settle)(ctx, tx, &db.d, keys, now); err != nil {
 			return err
 		}
 	}

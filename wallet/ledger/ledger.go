@@ -95,8 +95,17 @@ type Ledger struct {
 var _ wallet.Wallet = (*Ledger)(nil)
 
 // New starts a ledger's committers on db, the SQL layer of the service's
-// own database. Close the ledger before the database.
+// own database, and installs in db's commit the statement that settles the
+// charges of the gifts a room commit commits (SettleInCommit). Close the
+// ledger before the database.
+//
+// On SQLite its writes share the one writer connection with the room
+// commits (one committer unless opts.Workers says); on MySQL a few
+// committers each merge concurrent calls into one READ COMMITTED
+// transaction that locks the charges and then the accounts it touches, so
+// nodes sharing the database serialise on those rows.
 func New(db *sqlstore.DB, opts Options) *Ledger {
+	db.SetSettle(SettleInCommit)
 	if opts.Workers <= 0 {
 		opts.Workers = 2
 		if db.Dialect().SingleWriter {
@@ -120,20 +129,20 @@ func New(db *sqlstore.DB, opts Options) *Ledger {
 // queued, and waits for them. Later writes return store.ErrUnavailable;
 // reads go on working until the database is closed. Calls after the first
 
-// Host is a store that keeps the embedded ledger in its own database and
-// hands it out (sqlite.DB and mysql.DB do).
+// Host is a store built on the SQL layer (sqlite.DB and mysql.DB are): the
+// ledger keeps its tables in the same database.
 type Host interface {
-	Ledger(opts Options) *Ledger
+	SQLStore() *sqlstore.DB
 }
 
-// Of opens the embedded ledger of db, a store that is a Host. The caller
-// closes the ledger before the store.
+// Of starts the embedded ledger (New) on db's own database; db must be a
+// Host. The caller closes the ledger before the store.
 func Of(db any, opts Options) (*Ledger, error) {
 	h, ok := db.(Host)
 	if !ok {
 		return nil, fmt.Errorf("no embedded ledger in a %T", db)
 	}
-	return h.Ledger(opts), nil
+	return New(h.SQLStore(), opts), nil
 }
 
 // return nil.

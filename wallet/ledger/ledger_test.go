@@ -22,9 +22,9 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// ledgerStore is a store that hands out its ledger.
+// ledgerStore is a store the ledger can start on.
 type ledgerStore interface {
-	Ledger(opts ledger.Options) *ledger.Ledger
+	ledger.Host
 	Close() error
 }
 
@@ -51,7 +51,7 @@ func openMySQL(t testing.TB, dsn string) *mysql.DB {
 
 func openLedger(t testing.TB, db ledgerStore, opts ledger.Options) *ledger.Ledger {
 	t.Helper()
-	l := db.Ledger(opts)
+	l := ledger.New(db.SQLStore(), opts)
 	t.Cleanup(func() { _ = l.Close() }) // before db's Close, registered earlier
 	return l
 }
@@ -85,7 +85,7 @@ func TestLedgerMySQLSharedDB(t *testing.T) {
 
 func TestLedgerClose(t *testing.T) {
 	ctx := t.Context()
-	l := openSQLite(t, sqlite.Options{}).Ledger(ledger.Options{})
+	l := ledger.New(openSQLite(t, sqlite.Options{}).SQLStore(), ledger.Options{})
 	if _, _, err := l.Credit(ctx, 1, 10, "c1"); err != nil {
 		t.Fatal(err)
 	}
