@@ -268,58 +268,24 @@ func TestGiftStormSurvivesSIGKILL(t *testing.T) {
 		req *roomv1.SendGiftRequest
 		res *roomv1.SendGiftResponse
 	}
-	var (
-		mu      sync.Mutex
-		acked   []ack
-		wg      sync.WaitGroup
-		killed  = make(chan struct{})
-		enough  = make(chan struct{})
-		enoughO sync.Once
-	)
-	for w := range len(rooms) * len(senders) { // each sender into every room at once
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			sender, roomID := senders[w%len(senders)], rooms[w/len(senders)]
-			for i := 0; ; i++ {
-				select {
-				case <-killed:
-					return
-				default:
-				}
-				g := stormGifts[(w+i)%len(stormGifts)]
-				to := []int64{receivers[i%len(receivers)]}
-				if i%4 == 0 {
-					to = append(to, receivers[(i+1)%len(receivers)])
-				}
-				req := &roomv1.SendGiftRequest{
-					RoomId: roomID, CommandId: fmt.Sprintf("g%d-%d", w, i), OperatorUserId: sender,
-					ReceiverUserIds: to, GiftId: g.id, Count: g.count,
-				}
-				res, err := c.room.SendGift(ctx, connect.NewRequest(req))
-				if err != nil {
-					return // the child died under us: this gift's fate is unknown
-				}
-				mu.Lock()
-				acked = append(acked, ack{req: req, res: res.Msg})
-				if len(acked) >= 1500 {
-					enoughO.Do(func() { close(enough) })
-				}
-				mu.Unlock()
-			}
-		}()
-	}
-	select {
-	case <-enough:
-	case <-time.After(90 * time.Second):
-		t.Fatal("the gift storm made no progress")
-	}
-	if err := child.Process.Signal(syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	close(killed)
-	wg.Wait()
-	_ = child.Wait()
+	// Each sender into every room at once.
+	acked := loadThenKill(t, child, len(rooms)*len(senders), 1500, 90*time.Second, func(w, i int) (ack, error) {
+		sender, roomID := senders[w%len(senders)], rooms[w/len(senders)]
+		g := stormGifts[(w+i)%len(stormGifts)]
+		to := []int64{receivers[i%len(receivers)]}
+		if i%4 == 0 {
+			to = append(to, receivers[(i+1)%len(receivers)])
+		}
+		req := &roomv1.SendGiftRequest{
+			RoomId: roomID, CommandId: fmt.Sprintf("g%d-%d", w, i), OperatorUserId: sender,
+			ReceiverUserIds: to, GiftId: g.id, Count: g.count,
+		}
+		res, err := c.room.SendGift(ctx, connect.NewRequest(req))
+		if err != nil {
+			return ack{}, err
+		}
+		return ack{req: req, res: res.Msg}, nil
+	})
 
 	m, _ := runMain(t, dir, shortGiftWindows...)
 	c = clientsAt(m.Addr)

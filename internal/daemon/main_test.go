@@ -152,6 +152,59 @@ type acked struct {
 // TestCrashLosesNothingAcknowledged kills the service with SIGKILL under
 // load; after a restart every acknowledged command is in the log at its
 // version, nothing is applied twice and versions are gap-free.
+// loadThenKill runs workers goroutines that each call do(worker, i) for
+// i = 0, 1, … until a call fails (the child died under it: that call's
+// fate is unknown). Once enough calls were acknowledged it kills child
+// with SIGKILL, waits for the workers and the child, and returns the
+// acknowledged results; no progress within patience fails the test.
+func loadThenKill[T any](t *testing.T, child *exec.Cmd, workers, enough int, patience time.Duration, do func(worker, i int) (T, error)) []T {
+	t.Helper()
+	var (
+		mu      sync.Mutex
+		acked   []T
+		wg      sync.WaitGroup
+		killed  = make(chan struct{})
+		reached = make(chan struct{})
+		once    sync.Once
+	)
+	for w := range workers {
+		wg.Go(func() {
+			for i := 0; ; i++ {
+				select {
+				case <-killed:
+					return
+				default:
+				}
+				res, err := do(w, i)
+				if err != nil {
+					return
+				}
+				mu.Lock()
+				acked = append(acked, res)
+				if len(acked) >= enough {
+					once.Do(func() { close(reached) })
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	select {
+	case <-reached:
+	case <-time.After(patience):
+		mu.Lock()
+		n := len(acked)
+		mu.Unlock()
+		t.Fatalf("the load made no progress: %d of %d calls acknowledged", n, enough)
+	}
+	if err := child.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	close(killed)
+	wg.Wait()
+	_ = child.Wait()
+	return acked
+}
+
 func TestCrashLosesNothingAcknowledged(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts child processes")
@@ -168,51 +221,16 @@ func TestCrashLosesNothingAcknowledged(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	var (
-		mu      sync.Mutex
-		done    []acked
-		wg      sync.WaitGroup
-		killed  = make(chan struct{})
-		enough  = make(chan struct{})
-		enoughO sync.Once
-	)
-	for w := range 16 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			roomID := fmt.Sprintf("crash-%d", w%rooms)
-			for i := 0; ; i++ {
-				select {
-				case <-killed:
-					return
-				default:
-				}
-				user := int64(100 + w*100000 + i)
-				id := fmt.Sprintf("w%d-%d", w, i)
-				res, err := client.JoinRoom(ctx, connect.NewRequest(&roomv1.JoinRoomRequest{RoomId: roomID, CommandId: id, OperatorUserId: user}))
-				if err != nil {
-					return // the child died under us: this one is unknown
-				}
-				mu.Lock()
-				done = append(done, acked{room: roomID, command: id, version: res.Msg.GetRoomVersion(), user: user})
-				if len(done) >= 1500 {
-					enoughO.Do(func() { close(enough) })
-				}
-				mu.Unlock()
-			}
-		}()
-	}
-	select {
-	case <-enough:
-	case <-time.After(60 * time.Second):
-		t.Fatal("the load made no progress")
-	}
-	if err := child.Process.Signal(syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	close(killed)
-	wg.Wait()
-	_ = child.Wait()
+	done := loadThenKill(t, child, 16, 1500, 60*time.Second, func(w, i int) (acked, error) {
+		roomID := fmt.Sprintf("crash-%d", w%rooms)
+		user := int64(100 + w*100000 + i)
+		id := fmt.Sprintf("w%d-%d", w, i)
+		res, err := client.JoinRoom(ctx, connect.NewRequest(&roomv1.JoinRoomRequest{RoomId: roomID, CommandId: id, OperatorUserId: user}))
+		if err != nil {
+			return acked{}, err
+		}
+		return acked{room: roomID, command: id, version: res.Msg.GetRoomVersion(), user: user}, nil
+	})
 
 	_, addr = startChild(t, dir)
 	client = roomv1connect.NewRoomServiceClient(http.DefaultClient, "http://"+addr)
