@@ -2,9 +2,9 @@
 // service's own SQL database (SQLite or MySQL, through store/sqlstore). It
 // owns the ledger's tables (wallet_accounts, wallet_entries,
 // wallet_charges) and every statement that touches them, the settle that
-// runs inside a room's commit transaction included (SettleInCommit). A
-// store hands out its ledger with a Ledger method (sqlite.DB.Ledger,
-// mysql.DB.Ledger); nothing else writes these tables.
+// runs inside a room's commit transaction included (SettleInCommit). Of
+// starts it on a store built on that layer (sqlite.DB, mysql.DB); nothing
+// else writes these tables.
 //
 // # Group commit
 //
@@ -125,10 +125,6 @@ func New(db *sqlstore.DB, opts Options) *Ledger {
 	return l
 }
 
-// Close stops the committers once they have applied every request already
-// queued, and waits for them. Later writes return store.ErrUnavailable;
-// reads go on working until the database is closed. Calls after the first
-
 // Host is a store built on the SQL layer (sqlite.DB and mysql.DB are): the
 // ledger keeps its tables in the same database.
 type Host interface {
@@ -145,6 +141,9 @@ func Of(db any, opts Options) (*Ledger, error) {
 	return New(h.SQLStore(), opts), nil
 }
 
+// Close stops the committers once they have applied every request already
+// queued, and waits for them. Later writes return store.ErrUnavailable;
+// reads go on working until the database is closed. Calls after the first
 // return nil.
 func (l *Ledger) Close() error {
 	l.mu.Lock()
