@@ -436,3 +436,53 @@ func TestGiftSettledAfterCommit(t *testing.T) {
 		}
 	})
 }
+
+// TestGiftInABatchThatConflicts: a gift charged in a batch whose commit
+// hits a command id the room had forgotten (a rejoin retried after a
+// restart) is charged once: the room reloads, answers the retry from the
+// log, and commits the gift with its replayed charge, settled.
+func TestGiftInABatchThatConflicts(t *testing.T) {
+	stores(t, func(t *testing.T, open func(testing.TB) store.Repository) {
+		repo := open(t)
+		l := ledgerOf(t, repo)
+		first := newRegistry(t, repo, cell.Config{Wallet: l, SettleInCommit: true}, nil)
+		giftRoom(t, first, l, "g", 1000)
+		joined, found, err := repo.GetCommand(context.Background(), "g", "j10")
+		if err != nil || !found {
+			t.Fatalf("the join's log row: found=%v err=%v", found, err)
+		}
+		if err := first.Close(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		g := &gatedWallet{Wallet: l, entered: make(chan struct{}), gate: make(chan struct{})}
+		reg := newRegistry(t, repo, cell.Config{Wallet: g, SettleInCommit: true}, nil)
+		var wg sync.WaitGroup
+		var errs [3]error
+		var results [3]cell.Result
+		sent := heart("g", "gift-2", 7)
+		wg.Go(func() { results[0], errs[0] = reg.Submit(context.Background(), heart("g", "blocker", 1)) })
+		<-g.entered // the cell waits on the blocker's charge: what comes now queues
+		wg.Go(func() { results[1], errs[1] = reg.Submit(context.Background(), env("g", "j10", 10, &room.JoinRoom{})) })
+		poll.Until(t, 10*time.Second, "the rejoin queued", poll.Bool(func() bool { return cell.Queued(reg, "g") == 1 }))
+		wg.Go(func() { results[2], errs[2] = reg.Submit(context.Background(), sent) })
+		poll.Until(t, 10*time.Second, "the gift queued", poll.Bool(func() bool { return cell.Queued(reg, "g") == 2 }))
+		close(g.gate)
+		wg.Wait()
+		if errs[0] != nil || errs[1] != nil || errs[2] != nil {
+			t.Fatalf("errors %v", errs)
+		}
+		if r := results[1]; !r.Duplicate || r.RoomVersion != joined.RoomVersion {
+			t.Fatalf("rejoin retry: %+v, want a duplicate at %d", r, joined.RoomVersion)
+		}
+		if r, o := results[2], paid(sent); r.Duplicate || o.ChargedAt == 0 || o.BalanceAfter != 920 {
+			t.Fatalf("gift: %+v %+v, want committed with balance 920", r, o)
+		}
+		if b := balance(t, l, 10); b != 920 {
+			t.Fatalf("balance %d, want 920 (the blocker once, the gift once)", b)
+		}
+		if r, found, err := l.Receipt(context.Background(), wallet.ChargeKey("g", "gift-2")); err != nil || !found || r.Status != wallet.StatusSettled {
+			t.Fatalf("gift charge %+v found=%v err=%v, want settled", r, found, err)
+		}
+		checkLog(t, repo, "g", results[2].RoomVersion)
+	})
+}
