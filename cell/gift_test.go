@@ -486,3 +486,40 @@ func TestGiftInABatchThatConflicts(t *testing.T) {
 		checkLog(t, repo, "g", results[2].RoomVersion)
 	})
 }
+
+// TestTwoCopiesOfAGiftInOneRun: two copies of a new gift's command id in
+// one run are charged once and applied once; the second copy is answered
+// as the first's duplicate, with what the first paid.
+func TestTwoCopiesOfAGiftInOneRun(t *testing.T) {
+	stores(t, func(t *testing.T, open func(testing.TB) store.Repository) {
+		repo := open(t)
+		l := ledgerOf(t, repo)
+		g := &gatedWallet{Wallet: l, entered: make(chan struct{}), gate: make(chan struct{})}
+		reg := newRegistry(t, repo, cell.Config{Wallet: g, SettleInCommit: true}, nil)
+		giftRoom(t, reg, l, "g", 1000)
+		var wg sync.WaitGroup
+		var errs [3]error
+		var results [3]cell.Result
+		copies := []*room.Envelope{heart("g", "blocker", 1), heart("g", "gift-1", 7), heart("g", "gift-1", 7)}
+		wg.Go(func() { results[0], errs[0] = reg.Submit(context.Background(), copies[0]) })
+		<-g.entered
+		for i := 1; i < 3; i++ {
+			wg.Go(func() { results[i], errs[i] = reg.Submit(context.Background(), copies[i]) })
+		}
+		poll.Until(t, 10*time.Second, "both copies queued", poll.Bool(func() bool { return cell.Queued(reg, "g") == 2 }))
+		close(g.gate)
+		wg.Wait()
+		if errs[1] != nil || errs[2] != nil || results[1].RoomVersion != results[2].RoomVersion || results[1].Duplicate == results[2].Duplicate {
+			t.Fatalf("copies: %+v, errors %v", results[1:], errs[1:])
+		}
+		for i := 1; i < 3; i++ {
+			if o := paid(copies[i]); o.ChargedAt == 0 || o.BalanceAfter != 920 {
+				t.Fatalf("copy %d paid %+v, want balance 920", i, o)
+			}
+		}
+		if b := balance(t, l, 10); b != 920 {
+			t.Fatalf("balance %d, want 920", b)
+		}
+		checkLog(t, repo, "g", results[1].RoomVersion)
+	})
+}
