@@ -150,7 +150,7 @@ func (rt *router) serve(ctx context.Context, req connect.AnyRequest, next connec
 	for try := 1; ; try++ {
 		var res connect.AnyResponse
 		var again bool
-		res, again, err = rt.attempt(ctx, req, next, rte, roomID, header)
+		res, again, err = rt.attempt(ctx, req, next, rte, roomID, header, try == rt.tries)
 		if !again {
 			return res, err
 		}
@@ -173,11 +173,12 @@ func (rt *router) serve(ctx context.Context, req connect.AnyRequest, next connec
 }
 
 // attempt serves the call once, here or on the owner, and says whether to
-// try again.
-func (rt *router) attempt(ctx context.Context, req connect.AnyRequest, next connect.UnaryFunc, rte route, roomID string, header map[string]string) (res connect.AnyResponse, again bool, err error) {
+// try again; last says no try follows.
+func (rt *router) attempt(ctx context.Context, req connect.AnyRequest, next connect.UnaryFunc, rte route, roomID string, header map[string]string, last bool) (res connect.AnyResponse, again bool, err error) {
 	addr, remote, oerr := rt.owners.Owner(ctx, roomID)
 	if oerr != nil {
-		rt.log.WarnContext(ctx, "room owner unknown; serving here", "room_id", roomID, "err", oerr)
+		// Debug: while the lease service is down, every call would log it.
+		rt.log.DebugContext(ctx, "room owner unknown; serving here", "room_id", roomID, "err", oerr)
 	}
 	if oerr != nil || !remote {
 		res, err = next(ctx, req)
@@ -194,7 +195,11 @@ func (rt *router) attempt(ctx context.Context, req connect.AnyRequest, next conn
 		rt.metrics.Forward(ForwardFailed)
 		return nil, false, toConnect(ctx, rt.log, room.Errorf(room.ErrUnavailable, "room %s: %v; the command may still commit, retry with the same command_id", roomID, ctx.Err()))
 	case connect.IsWireError(err) || rte.idempotent || unsent(err):
-		rt.metrics.Forward(ForwardRetried)
+		if last {
+			rt.metrics.Forward(ForwardFailed)
+		} else {
+			rt.metrics.Forward(ForwardRetried)
+		}
 		return nil, true, err
 	default:
 		rt.metrics.Forward(ForwardFailed)
