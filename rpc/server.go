@@ -30,6 +30,14 @@ type Options struct {
 	Metrics prometheus.Gatherer
 	// Health reports serving status; nil serves SERVING for every service.
 	Health grpchealth.Checker
+	// Owners, when set, sends each call that names a room to the node that
+	// owns the room (see routes for which calls); nil: a single node,
+	// serving every call itself.
+	Owners Owners
+	// NodeID names this node in the loop-guard header of the calls it forwards.
+	NodeID string
+	// Routing tunes forwarding; used only with Owners.
+	Routing Routing
 }
 
 // NewMux mounts the API, gRPC health, gRPC reflection and /metrics on one mux.
@@ -43,6 +51,11 @@ func NewMux(rooms *RoomHandler, ops *OperatorHandler, wallets *WalletHandler, op
 			return toConnect(ctx, log, room.Errorf(room.ErrInternal, "panic in %s", spec.Procedure))
 		}),
 	)
+	if opts.Owners != nil {
+		// Inside the recovery, after the malformed requests were refused.
+		handlerOpts = connect.WithHandlerOptions(handlerOpts,
+			connect.WithInterceptors(connect.UnaryInterceptorFunc(newRouter(opts.Owners, opts.NodeID, opts.Routing, log).intercept)))
+	}
 	refuse := unknownProcedure(connect.NewErrorWriter(handlerOpts), log)
 	mux := http.NewServeMux()
 	mux.Handle(knownOnly(refuse)(roomv1connect.NewRoomServiceHandler(rooms, handlerOpts)))

@@ -326,7 +326,7 @@ func (m *Main) Run(ctx context.Context) error {
 	}
 	rooms := rpc.NewRoomHandler(m.registry, db, catalogue, lane, func(id int64) bool { return platform[id] }, m.Log)
 	mux := rpc.NewMux(rooms, rpc.NewOperatorHandler(db, relay.Wake, m.Log), rpc.NewWalletHandler(m.ledger, m.Log),
-		rpc.Options{Token: cfg.Token, Metrics: m.metrics.registry}, m.Log)
+		rpc.Options{Token: cfg.Token, Metrics: m.metrics.registry, NodeID: nodeID, Routing: rpc.Routing{Metrics: m.metrics.routing}}, m.Log)
 	if local != nil {
 		// The zero-configuration Tencent IM: the REST API the lane calls, and
 		// /local/ to watch what each room's group would show.

@@ -10,6 +10,7 @@ import (
 	"hyapp/room-service/im"
 	"hyapp/room-service/outbox/relay"
 	"hyapp/room-service/room"
+	"hyapp/room-service/rpc"
 	"hyapp/room-service/wallet"
 )
 
@@ -22,6 +23,7 @@ type metrics struct {
 	relay    relay.Metrics
 	lane     im.Metrics
 	control  im.ControlMetrics
+	routing  rpc.RoutingMetrics
 	// laneRecreated counts IM groups the lane created again (control's
 	// count is control.Recreated, the same metric under another label).
 	laneRecreated func()
@@ -42,7 +44,23 @@ func newMetrics() *metrics {
 		relay:         newRelayMetrics(reg),
 		lane:          newLaneMetrics(reg),
 		control:       newControlMetrics(reg, recreated),
+		routing:       newRoutingMetrics(reg),
 		laneRecreated: recreated.WithLabelValues("lane").Inc,
+	}
+}
+
+// newRoutingMetrics registers the instruments of calls forwarded to their
+// room's owner.
+func newRoutingMetrics(reg prometheus.Registerer) rpc.RoutingMetrics {
+	forwards := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "room_forwards_total", Help: "Calls forwarded to their room's owner, by result (ok, retried, failed, loop_guard)."}, []string{"result"})
+	hop := prometheus.NewHistogram(prometheus.HistogramOpts{Name: "room_forward_hop_seconds", Help: "Latency of one hop to a room's owner.", Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14)})
+	reg.MustRegister(forwards, hop)
+	for _, r := range []string{rpc.ForwardOK, rpc.ForwardRetried, rpc.ForwardFailed, rpc.ForwardLoopGuard} {
+		forwards.WithLabelValues(r)
+	}
+	return rpc.RoutingMetrics{
+		Forward: func(r string) { forwards.WithLabelValues(r).Inc() },
+		Hop:     func(d time.Duration) { hop.Observe(d.Seconds()) },
 	}
 }
 

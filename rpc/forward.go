@@ -1,0 +1,225 @@
+package rpc
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"hyapp/room-service/lease"
+	"hyapp/room-service/room"
+)
+
+// Owners says which node serves a room. The daemon adapts the fleet's
+// lease and membership to it.
+type Owners interface {
+	// Owner returns the API address (host:port) of the live node other
+	// than this one that holds the room; ok is false when this node holds
+	// it or no live node does (then this node serves the call, claiming
+	// the room). A node that is draining should name another live node
+	// for a room nobody holds, so the call is not claimed by a node that
+	// is leaving. An error (the lease service is down) makes this node
+	// serve the call: a room it holds keeps working, and the database's
+	// owner epoch fences any other. Safe for concurrent use.
+	Owner(ctx context.Context, roomID string) (addr string, ok bool, err error)
+}
+
+// ForwardedBy is the loop-guard header of a forwarded call: it names the
+// node that forwarded it. A call that carries it is served where it
+// arrives and never forwarded again.
+const ForwardedBy = "Room-Forwarded-By"
+
+// forwardHeaders are the caller's headers a hop passes on: its credential.
+// The deadline travels as the protocol's timeout header, from ctx.
+var forwardHeaders = []string{"Authorization"}
+
+// Routing tunes how calls reach the node that owns their room. Zero values
+// take the defaults.
+type Routing struct {
+	// Client sends hops to other nodes (nil: http.DefaultClient). NewHopClient
+	// makes one that multiplexes over HTTP/2 without TLS; its owner closes
+	// its idle connections at shutdown.
+	Client connect.HTTPClient
+	// Attempts bounds the tries of one call: the first and its retries
+	// after a room moved or a hop failed (default 5).
+	Attempts int
+	// Backoff is the wait before the first retry; it doubles before each
+	// next one (default 50ms). The call's deadline bounds every wait.
+	Backoff time.Duration
+	// Metrics observes forwarding; nil funcs observe nothing.
+	Metrics RoutingMetrics
+}
+
+// RoutingMetrics observe forwarding.
+type RoutingMetrics struct {
+	// Forward counts hops by result: ok (the owner answered), retried (the
+	// room moved or the hop failed; the call tries again), failed (the hop
+	// failed and the call gave up), and loop_guard (a forwarded call
+	// arrived and was served here).
+	Forward func(result string)
+	// Hop observes the latency of one hop.
+	Hop func(time.Duration)
+}
+
+// Results of RoutingMetrics.Forward.
+const (
+	ForwardOK        = "ok"
+	ForwardRetried   = "retried"
+	ForwardFailed    = "failed"
+	ForwardLoopGuard = "loop_guard"
+)
+
+// NewHopClient returns an HTTP client for hops between nodes: HTTP/2
+// without TLS, so all calls to one node share a connection. Close its idle
+// connections (CloseIdleConnections) at shutdown.
+func NewHopClient() *http.Client {
+	p := new(http.Protocols)
+	p.SetUnencryptedHTTP2(true)
+	return &http.Client{Transport: &http.Transport{Protocols: p}}
+}
+
+// router sends each call that names a room to the node that owns it.
+type router struct {
+	owners  Owners
+	node    string
+	client  connect.HTTPClient
+	tries   int
+	backoff time.Duration
+	metrics RoutingMetrics
+	log     *slog.Logger
+}
+
+func newRouter(owners Owners, node string, r Routing, log *slog.Logger) *router {
+	rt := &router{owners: owners, node: node, client: r.Client, tries: r.Attempts, backoff: r.Backoff, metrics: r.Metrics, log: log}
+	if rt.client == nil {
+		rt.client = http.DefaultClient
+	}
+	if rt.tries <= 0 {
+		rt.tries = 5
+	}
+	if rt.backoff <= 0 {
+		rt.backoff = 50 * time.Millisecond
+	}
+	if rt.metrics.Forward == nil {
+		rt.metrics.Forward = func(string) {}
+	}
+	if rt.metrics.Hop == nil {
+		rt.metrics.Hop = func(time.Duration) {}
+	}
+	return rt
+}
+
+// roomed is what every request that names a room has.
+type roomed interface{ GetRoomId() string }
+
+// intercept serves a call here or on its room's owner (see Owners). A
+// call forwarded to this node (ForwardedBy) is served here. A call that
+// meets a moving room (room_moved, room_leased_elsewhere, shutting_down),
+// here or on the owner, or whose hop fails, is tried again on the owner
+// found then, with the same request and so the same command_id, within
+// the call's deadline and Routing.Attempts.
+func (rt *router) intercept(next connect.UnaryFunc) connect.UnaryFunc {
+	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+		if req.Header().Get(ForwardedBy) != "" {
+			rt.metrics.Forward(ForwardLoopGuard)
+			return next(ctx, req)
+		}
+		rte := routes[req.Spec().Procedure]
+		m, ok := req.Any().(roomed)
+		if rte.hop == nil || !ok || room.CheckRoomID(m.GetRoomId()) != nil {
+			return next(ctx, req) // the handler refuses a bad room id
+		}
+		return rt.serve(ctx, req, next, rte, m.GetRoomId())
+	}
+}
+
+// serve runs the call's attempts.
+func (rt *router) serve(ctx context.Context, req connect.AnyRequest, next connect.UnaryFunc, rte route, roomID string) (connect.AnyResponse, error) {
+	header := map[string]string{ForwardedBy: rt.node}
+	for _, k := range forwardHeaders {
+		if v := req.Header().Get(k); v != "" {
+			header[k] = v
+		}
+	}
+	wait := rt.backoff
+	var err error
+	for try := 1; ; try++ {
+		var res connect.AnyResponse
+		var again bool
+		res, again, err = rt.attempt(ctx, req, next, rte, roomID, header, try == rt.tries)
+		if !again {
+			return res, err
+		}
+		if try == rt.tries {
+			break
+		}
+		timer := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			return nil, toConnect(ctx, rt.log, room.Errorf(room.ErrUnavailable, "room %s is moving: %v; retry with the same command_id", roomID, ctx.Err()))
+		case <-timer.C:
+		}
+		wait *= 2
+	}
+	if connect.IsWireError(err) || Reason(err) != "" {
+		return nil, err // the owner's or this node's last answer, unchanged
+	}
+	return nil, toConnect(ctx, rt.log, room.Errorf(room.ErrUnavailable, "room %s: its owner did not answer: %v; retry with the same command_id", roomID, err))
+}
+
+// attempt serves the call once, here or on the owner, and says whether to
+// try again; last says no try follows.
+func (rt *router) attempt(ctx context.Context, req connect.AnyRequest, next connect.UnaryFunc, rte route, roomID string, header map[string]string, last bool) (res connect.AnyResponse, again bool, err error) {
+	addr, remote, oerr := rt.owners.Owner(ctx, roomID)
+	if oerr != nil {
+		// Debug: while the lease service is down, every call would log it.
+		rt.log.DebugContext(ctx, "room owner unknown; serving here", "room_id", roomID, "err", oerr)
+	}
+	if oerr != nil || !remote {
+		res, err = next(ctx, req)
+		return res, moving(err) && ctx.Err() == nil, err
+	}
+	start := time.Now()
+	res, err = rte.hop(ctx, rt.client, addr, req, header)
+	rt.metrics.Hop(time.Since(start))
+	switch {
+	case err == nil || connect.IsWireError(err) && !moving(err):
+		rt.metrics.Forward(ForwardOK)
+		return res, false, err
+	case ctx.Err() != nil:
+		rt.metrics.Forward(ForwardFailed)
+		return nil, false, toConnect(ctx, rt.log, room.Errorf(room.ErrUnavailable, "room %s: %v; the command may still commit, retry with the same command_id", roomID, ctx.Err()))
+	case connect.IsWireError(err) || rte.idempotent || unsent(err):
+		if last {
+			rt.metrics.Forward(ForwardFailed)
+		} else {
+			rt.metrics.Forward(ForwardRetried)
+		}
+		return nil, true, err
+	default:
+		rt.metrics.Forward(ForwardFailed)
+		return nil, false, toConnect(ctx, rt.log, room.Errorf(room.ErrUnavailable, "room %s: the hop to its owner failed after it was sent: %v", roomID, err))
+	}
+}
+
+// moving reports whether err says the room is changing owner, so the call
+// may succeed on the owner found next.
+func moving(err error) bool {
+	switch Reason(err) {
+	case room.ErrFenced.Reason, room.ErrShutdown.Reason, lease.ErrHeld.Reason:
+		return true
+	}
+	return false
+}
+
+// unsent reports whether a hop failed before its request left this node
+// (the connection could not be made), so it cannot have been applied.
+func unsent(err error) bool {
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "dial"
+}
