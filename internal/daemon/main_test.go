@@ -149,9 +149,6 @@ type acked struct {
 	user          int64
 }
 
-// TestCrashLosesNothingAcknowledged kills the service with SIGKILL under
-// load; after a restart every acknowledged command is in the log at its
-// version, nothing is applied twice and versions are gap-free.
 // loadThenKill runs workers goroutines that each call do(worker, i) for
 // i = 0, 1, … until a call fails (the child died under it: that call's
 // fate is unknown). Once enough calls were acknowledged it kills child
@@ -205,6 +202,9 @@ func loadThenKill[T any](t *testing.T, child *exec.Cmd, workers, enough int, pat
 	return acked
 }
 
+// TestCrashLosesNothingAcknowledged kills the service with SIGKILL under
+// load; after a restart every acknowledged command is in the log at its
+// version, nothing is applied twice and versions are gap-free.
 func TestCrashLosesNothingAcknowledged(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts child processes")
