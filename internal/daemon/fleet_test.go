@@ -44,14 +44,21 @@ func TestFleetNodesShareRoomsThroughTheRedisLease(t *testing.T) {
 	dsn := mysqltest.DSN(t)
 	id := rand.Text()[:8]
 	redisURL := "redis://127.0.0.1:6379/7"
-	t.Cleanup(func() { // after both nodes closed
-		if nc, err := nats.Connect("nats://127.0.0.1:4222"); err == nil {
-			defer nc.Close()
-			if js, err := jetstream.New(nc); err == nil {
-				_ = js.DeleteStream(context.Background(), "rs_fleet_"+id)
-			}
-		}
-	})
+	// The nodes' stream takes the service's subjects, which another stream
+	// on the shared server may hold already.
+	nc, err := nats.Connect("nats://127.0.0.1:4222")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close) // runs after the stream's deletion below
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if name, err := js.StreamNameBySubject(context.Background(), "room.events.>"); err == nil {
+		t.Skipf("stream %s on the NATS server holds the service's subjects", name)
+	}
+	t.Cleanup(func() { _ = js.DeleteStream(context.Background(), "rs_fleet_"+id) }) // after both nodes closed
 	fleet := func(node string) []string {
 		return []string{"-mysql-dsn", dsn, "-nats-url", "nats://127.0.0.1:4222", "-nats-stream", "rs_fleet_" + id,
 			"-redis-url", redisURL, "-node-id", node + "-" + id, "-advertise-addr", "127.0.0.1:1", "-lease-ttl", "1s"}
