@@ -82,13 +82,15 @@ func Run(t *testing.T, open func(t *testing.T) (a, b lease.Lease, roomID string)
 		wg.Wait()
 		close(handles)
 		close(errs)
-		won := 0
+		var won []lease.Handle
 		for h := range handles {
-			won++
-			defer release(t, h)
+			won = append(won, h)
 		}
-		if won != 1 {
-			t.Errorf("%d acquirers won, want 1", won)
+		for _, h := range won {
+			release(t, h)
+		}
+		if len(won) != 1 {
+			t.Errorf("%d acquirers won, want 1", len(won))
 		}
 		for err := range errs {
 			if !errors.Is(err, lease.ErrHeld) {
