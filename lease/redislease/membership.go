@@ -165,3 +165,38 @@ func Members(ctx context.Context, client *redis.Client, keys Keys) ([]Member, er
 	slices.SortFunc(out, func(a, b Member) int { return strings.Compare(a.NodeID, b.NodeID) })
 	return out, nil
 }
+
+// Leases lists every held lease under keys: the id it was acquired for (a
+// room id, or another lease name such as the relay's) and its holder. It
+// scans the key space: for operators, not for every call.
+func Leases(ctx context.Context, client *redis.Client, keys Keys) (map[string]Owner, error) {
+	var names []string
+	iter := client.Scan(ctx, 0, globEscape(keys.Prefix)+"room:{*}:lease", 1000).Iterator()
+	for iter.Next(ctx) {
+		names = append(names, iter.Val())
+	}
+	if err := iter.Err(); err != nil {
+		return nil, fmt.Errorf("list leases: %w", err)
+	}
+	out := make(map[string]Owner, len(names))
+	for lo := 0; lo < len(names); lo += renewBatch {
+		batch := names[lo:min(lo+renewBatch, len(names))]
+		pipe := client.Pipeline()
+		cmds := make([]*redis.StringCmd, len(batch))
+		for i, k := range batch {
+			cmds[i] = pipe.Get(ctx, k)
+		}
+		if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+			return nil, fmt.Errorf("read leases: %w", err)
+		}
+		for i, c := range cmds {
+			o, ok := parseToken(c.Val())
+			if !ok {
+				continue // released or expired between the scan and the read
+			}
+			id := strings.TrimSuffix(strings.TrimPrefix(batch[i], keys.Prefix+"room:{"), "}:lease")
+			out[id] = o
+		}
+	}
+	return out, nil
+}

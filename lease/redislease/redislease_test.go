@@ -328,6 +328,10 @@ func TestOwnerAndHeld(t *testing.T) {
 	if _, found, err := b.Owner(context.Background(), "free"); found || err != nil {
 		t.Fatalf("owner of a free room: found %v err %v", found, err)
 	}
+	all, err := Leases(context.Background(), b.client, keys)
+	if err != nil || len(all) != 1 || all["r1"].NodeID != "a" {
+		t.Fatalf("leases: %+v %v", all, err)
+	}
 	if err := h.Release(context.Background()); err != nil {
 		t.Fatal(err)
 	}
