@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/url"
 	"os"
 	"reflect"
 	"strconv"
@@ -30,7 +31,10 @@ type Config struct {
 	DataDir         string        `yaml:"data_dir" help:"directory for the embedded SQLite database"`
 	MySQLDSN        string        `yaml:"mysql_dsn" help:"MySQL/MariaDB DSN (user:pass@tcp(host:3306)/db); when set, rooms are stored there instead of SQLite" secret:"true"`
 	Token           string        `yaml:"token" help:"service token callers send as 'Authorization: Bearer <token>'" secret:"true"`
-	NodeID          string        `yaml:"node_id" help:"this node's name in room ownership records (default: host name)"`
+	NodeID          string        `yaml:"node_id" help:"this node's name in room ownership records and the fleet (default: host name)"`
+	RedisURL        string        `yaml:"redis_url" help:"Redis for room leases and fleet membership (redis://host:6379/0); when set, this node is one of a fleet sharing mysql_dsn and nats_url" secret:"true"`
+	AdvertiseAddr   string        `yaml:"advertise_addr" help:"fleet mode: host:port the other nodes reach this node's API on"`
+	LeaseTTL        time.Duration `yaml:"lease_ttl" help:"fleet mode: time to live of a room's lease in Redis; a crashed node's rooms move after about this long"`
 	LogLevel        string        `yaml:"log_level" help:"debug, info, warn or error"`
 	LogFormat       string        `yaml:"log_format" help:"text or json"`
 	SQLiteSync      string        `yaml:"sqlite_synchronous" help:"FULL (every commit durable) or NORMAL"`
@@ -87,6 +91,7 @@ func Default() Config {
 	return Config{
 		Listen: "127.0.0.1:8080", DataDir: "./data", LogLevel: "info", LogFormat: "text", SQLiteSync: "FULL",
 		SnapshotEvery: 500, MailboxSize: 4096, MaxBatch: 256,
+		LeaseTTL:    5 * time.Second,
 		IdleTimeout: 10 * time.Minute, CommitTimeout: 5 * time.Second, ShutdownTimeout: 30 * time.Second,
 		NATSStream: "ROOM_EVENTS", RelayAttempts: 10, IMBudget: 20, IMRegionalMin: 10_000,
 		RetainVersions: 10_000, RetainCommands: 7 * 24 * time.Hour, RetainPublished: 3 * 24 * time.Hour, RetainEvery: time.Minute,
@@ -223,6 +228,7 @@ func (c Config) Validate() error {
 	if c.NATSURL != "" && c.NATSListen != "" {
 		p = append(p, errors.New("nats_listen is for the embedded server; it cannot go with nats_url"))
 	}
+	p = append(p, c.validateFleet()...)
 	if _, err := c.RegionalGroups(); err != nil {
 		p = append(p, err)
 	}
@@ -295,6 +301,49 @@ func (c Config) Validate() error {
 		}
 	}
 	return errors.Join(p...)
+}
+
+// Bounds of lease_ttl: below a second a Redis hiccup or a GC pause loses
+// rooms; above a minute a crashed node's rooms wait too long.
+const (
+	minLeaseTTL = time.Second
+	maxLeaseTTL = time.Minute
+)
+
+// validateFleet checks the settings of fleet mode (redis_url set): the
+// nodes must share the database and the message queue, and reach each other.
+func (c Config) validateFleet() []error {
+	var p []error
+	if c.LeaseTTL < minLeaseTTL || c.LeaseTTL > maxLeaseTTL {
+		p = append(p, fmt.Errorf("lease_ttl %v is outside %v..%v", c.LeaseTTL, minLeaseTTL, maxLeaseTTL))
+	}
+	if c.RedisURL == "" {
+		return p
+	}
+	if u, err := url.Parse(c.RedisURL); err != nil || (u.Scheme != "redis" && u.Scheme != "rediss") || u.Host == "" {
+		p = append(p, errors.New("redis_url is not a redis:// or rediss:// URL with a host, such as redis://127.0.0.1:6379/0"))
+	}
+	if c.MySQLDSN == "" {
+		p = append(p, errors.New("fleet mode (redis_url) needs a MySQL database shared by the nodes: set mysql_dsn (SQLite belongs to one node)"))
+	}
+	if c.NATSURL == "" {
+		p = append(p, errors.New("fleet mode (redis_url) needs a NATS server shared by the nodes: set nats_url (the embedded server belongs to one node)"))
+	}
+	if strings.Contains(c.NodeID, "|") {
+		p = append(p, fmt.Errorf("node_id %q holds '|', which lease tokens use as separator", c.NodeID))
+	}
+	host, port, err := net.SplitHostPort(c.AdvertiseAddr)
+	switch {
+	case c.AdvertiseAddr == "":
+		p = append(p, errors.New("fleet mode (redis_url) needs advertise_addr: the host:port other nodes reach this node's API on"))
+	case err != nil:
+		p = append(p, fmt.Errorf("advertise_addr %q: %v", c.AdvertiseAddr, err))
+	case host == "" || net.ParseIP(host) != nil && net.ParseIP(host).IsUnspecified():
+		p = append(p, fmt.Errorf("advertise_addr %q names no host other nodes can reach (not 0.0.0.0 or ::)", c.AdvertiseAddr))
+	case port == "" || port == "0":
+		p = append(p, fmt.Errorf("advertise_addr %q needs a port", c.AdvertiseAddr))
+	}
+	return p
 }
 
 // RegionalGroups parses im_regional_groups ("sg=group-sg,us=group-us").

@@ -342,3 +342,45 @@ wallet_reconcile_after: 1m
 	_, err := config.Load([]string{"-config", path}, env(nil))
 	mustMention(t, err, "business_timezone", "business_day_start", "expected payout 15000 bp", "rocket_levels[0]", "wallet_reconcile_after")
 }
+
+// TestFleetModeNeedsSharedServices: redis_url alone is refused, with every
+// missing piece named at once.
+func TestFleetModeNeedsSharedServices(t *testing.T) {
+	_, err := config.Load(nil, env(map[string]string{"ROOM_REDIS_URL": "redis://127.0.0.1:6379/0"}))
+	mustMention(t, err, "mysql_dsn", "nats_url", "advertise_addr")
+}
+
+func TestFleetModeSettings(t *testing.T) {
+	fleet := func() config.Config {
+		c := config.Default()
+		c.RedisURL, c.MySQLDSN, c.NATSURL = "redis://127.0.0.1:6379/0", "root@tcp(db:3306)/rooms", "nats://nats:4222"
+		c.NodeID, c.AdvertiseAddr = "node-1", "10.0.0.7:8080"
+		return c
+	}
+	if err := fleet().Validate(); err != nil {
+		t.Fatalf("a complete fleet configuration: %v", err)
+	}
+	for _, tc := range []struct {
+		name   string
+		change func(*config.Config)
+		key    string
+	}{
+		{"unspecified advertise host", func(c *config.Config) { c.AdvertiseAddr = "0.0.0.0:8080" }, "advertise_addr"},
+		{"advertise without port", func(c *config.Config) { c.AdvertiseAddr = "10.0.0.7" }, "advertise_addr"},
+		{"short ttl", func(c *config.Config) { c.LeaseTTL = 300 * time.Millisecond }, "lease_ttl"},
+		{"not a redis url", func(c *config.Config) { c.RedisURL = "http://cache:6379" }, "redis_url"},
+		{"separator in node id", func(c *config.Config) { c.NodeID = "a|b" }, "node_id"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := fleet()
+			tc.change(&c)
+			mustMention(t, c.Validate(), tc.key)
+		})
+	}
+	// Without redis_url none of this is asked for: one node, the in-process lease.
+	c := config.Default()
+	c.AdvertiseAddr = ""
+	if err := c.Validate(); err != nil {
+		t.Fatalf("zero configuration: %v", err)
+	}
+}

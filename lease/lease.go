@@ -10,8 +10,18 @@ import (
 	"hyapp/room-service/room"
 )
 
-// ErrHeld is returned by Acquire when another holder has the room.
-var ErrHeld = &room.Error{Code: room.CodeUnavailable, Reason: "room_leased_elsewhere", Message: "another owner holds the room's lease"}
+// Errors of the lease, declared together. Each is retryable (unavailable).
+var (
+	// ErrHeld is returned by Acquire when another holder has the room.
+	ErrHeld = &room.Error{Code: room.CodeUnavailable, Reason: "room_leased_elsewhere", Message: "another owner holds the room's lease"}
+	// ErrLost is returned by Handle.Check once the lease is no longer this
+	// handle's: another holder took it, or the handle was released.
+	ErrLost = &room.Error{Code: room.CodeUnavailable, Reason: "room_lease_lost", Message: "this node no longer holds the room's lease"}
+	// ErrUnavailable is returned by Acquire when the shared lease store
+	// cannot be reached: no new room is taken while nobody can tell who
+	// holds it.
+	ErrUnavailable = &room.Error{Code: room.CodeUnavailable, Reason: "lease_unavailable", Message: "the lease store is unreachable; retry"}
+)
 
 // Handle is one held lease.
 type Handle interface {
@@ -20,11 +30,20 @@ type Handle interface {
 	Lost() <-chan struct{}
 	// Release gives the lease up if it is still this handle's. It is idempotent.
 	Release(ctx context.Context) error
+	// Check tells whether the handle may still act for the room; the holder
+	// calls it before each commit. It is cheap while the lease is known to
+	// be valid and otherwise asks the lease store at once. It returns
+	// ErrLost only when the lease is known to be someone else's (or was
+	// released); an unreachable store is not an error, because the
+	// database's owner epoch fences any overlap. Safe for concurrent use.
+	Check(ctx context.Context) error
 }
 
 // Lease hands out per-room leases.
 type Lease interface {
-	// Acquire takes the room's lease or returns ErrHeld. Safe for concurrent use.
+	// Acquire takes the room's lease or returns ErrHeld (another holder has
+	// it) or ErrUnavailable (a shared lease store cannot be reached). Safe
+	// for concurrent use.
 	Acquire(ctx context.Context, roomID string) (Handle, error)
 }
 
@@ -59,6 +78,17 @@ type localHandle struct {
 }
 
 func (h *localHandle) Lost() <-chan struct{} { return h.lost }
+
+// Check implements Handle: a local lease is never taken away, so it only
+// tells a released handle apart.
+func (h *localHandle) Check(context.Context) error {
+	h.owner.mu.Lock()
+	defer h.owner.mu.Unlock()
+	if h.owner.held[h.roomID] != h {
+		return ErrLost
+	}
+	return nil
+}
 
 func (h *localHandle) Release(context.Context) error {
 	h.owner.mu.Lock()

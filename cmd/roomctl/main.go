@@ -132,6 +132,11 @@ var subcommands = []subcommand{
 		setup:   setupWallet,
 	},
 	{
+		name: "cluster", args: "[-redis-url URL] [-rooms]", minArgs: 0, maxArgs: 0,
+		summary: "list the fleet's nodes (address, rooms held, draining, heartbeat age) from its Redis; -rooms names the rooms",
+		setup:   setupCluster,
+	},
+	{
 		name: "gifts", args: "", minArgs: 0, maxArgs: 0,
 		summary: "print the gift catalogue (ListGifts)",
 		setup:   setupGifts,

@@ -26,12 +26,15 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"hyapp/room-service/cell"
 	"hyapp/room-service/config"
 	"hyapp/room-service/im"
 	"hyapp/room-service/im/tencent"
 	"hyapp/room-service/im/timlocal"
 	"hyapp/room-service/lease"
+	"hyapp/room-service/lease/redislease"
 	"hyapp/room-service/outbox/natsbus"
 	"hyapp/room-service/outbox/relay"
 	"hyapp/room-service/rpc"
@@ -89,13 +92,15 @@ type Main struct {
 	Addr string
 
 	// workers owns every goroutine Main starts: retention, reconciler,
-	// relay, im-control and http.
+	// relay, im-control, http and in fleet mode lease-renew and membership.
 	workers workers
 	metrics *metrics
 
 	repo      store.Repository
 	ledger    ledger
 	bus       *natsbus.Bus
+	redis     *redis.Client          // fleet mode only
+	members   *redislease.Membership // fleet mode only
 	timClient *tencent.Client
 	lane      *im.Lane
 	registry  *cell.Registry
@@ -137,6 +142,47 @@ func (m *Main) openStore(ctx context.Context) (store.Repository, cell.Config, er
 		}
 		wait = min(2*wait, 10*time.Second)
 	}
+}
+
+// openLeases returns the room leases: in fleet mode (redis_url) the Redis
+// lease of this node, renewed by the lease-renew worker, and the node's
+// membership record, kept by the membership worker; otherwise the
+// in-process lease. Redis down at start is not fatal: the node starts, logs
+// it, and takes no room until Redis answers (Acquire reports
+// lease_unavailable), since the lease and the membership retry on their own.
+func (m *Main) openLeases(ctx context.Context, nodeID string) (lease.Lease, error) {
+	cfg := m.Config
+	if cfg.RedisURL == "" {
+		return lease.NewLocal(), nil
+	}
+	opt, err := redislease.ClientOptions(cfg.RedisURL, cfg.LeaseTTL)
+	if err != nil {
+		return nil, err
+	}
+	m.redis = redis.NewClient(opt)
+	pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	err = m.redis.Ping(pctx).Err()
+	cancel()
+	if err != nil {
+		m.Log.Error("Redis is unreachable; rooms are taken once it answers", "err", err)
+	}
+	rc := redislease.Config{Self: redislease.Node{ID: nodeID, Addr: cfg.AdvertiseAddr}, TTL: cfg.LeaseTTL}
+	log := m.Log.With("component", "lease")
+	leases, err := redislease.New(m.redis, rc, log, m.metrics.lease)
+	if err != nil {
+		return nil, err
+	}
+	if m.members, err = redislease.NewMembership(m.redis, rc, leases.Held, log); err != nil {
+		return nil, err
+	}
+	if err := m.workers.Go("lease-renew", leases.Run); err != nil {
+		return nil, err
+	}
+	if err := m.workers.Go("membership", m.members.Run); err != nil {
+		return nil, err
+	}
+	m.Log.Info("fleet mode", "node_id", nodeID, "advertise_addr", cfg.AdvertiseAddr, "lease_ttl", cfg.LeaseTTL)
+	return leases, nil
 }
 
 // ledger is the embedded COIN ledger: the wallet port over the service database.
@@ -284,7 +330,14 @@ func (m *Main) Run(ctx context.Context) error {
 	if err := m.workers.Go("reconciler", loop(func(ctx context.Context) { reconciler.Run(ctx, reconcileEvery) })); err != nil {
 		return err
 	}
-	leases := lease.NewLocal()
+	nodeID := cfg.NodeID
+	if nodeID == "" {
+		nodeID, _ = os.Hostname()
+	}
+	leases, err := m.openLeases(ctx, nodeID)
+	if err != nil {
+		return fmt.Errorf("open leases: %w", err)
+	}
 
 	if m.bus, err = m.openBus(ctx); err != nil {
 		return fmt.Errorf("open message queue: %w", err)
@@ -293,10 +346,6 @@ func (m *Main) Run(ctx context.Context) error {
 		relay.Config{MaxAttempts: int32(cfg.RelayAttempts)}, m.metrics.relay, m.Log.With("component", "relay"))
 	if err := m.workers.Go("relay", loop(relay.Run)); err != nil {
 		return err
-	}
-	nodeID := cfg.NodeID
-	if nodeID == "" {
-		nodeID, _ = os.Hostname()
 	}
 	// Listen before serving: a bad address fails Run, not a goroutine. The
 	// address is known from here on (the local IM endpoint is served on it).
@@ -363,12 +412,14 @@ func loop(run func(ctx context.Context)) func(ctx context.Context) error {
 	}
 }
 
-// Close shuts down once, in a fixed order: refuse new workers; stop intake
+// Close shuts down once, in a fixed order: refuse new workers; in fleet
+// mode mark the node draining; stop intake
 // (the HTTP server finishes in-flight calls); drain the cells, which store
 // their final snapshots; stop the IM lane and group control; stop the relay
-// (rows not yet published stay pending for the next start); close the
-// message queue; stop retention and the reconciler; close the IM client,
-// the ledger and storage. It closes whatever Run opened, also after Run
+// (rows not yet published stay pending for the next start); with every
+// lease released, stop renewing and leave the fleet; close the message
+// queue; stop retention and the reconciler; close the IM client,
+// the ledger, Redis and storage. It closes whatever Run opened, also after Run
 // failed. It is bounded by ctx; calls after the first return the first's
 // result.
 func (m *Main) Close(ctx context.Context) error {
@@ -379,6 +430,14 @@ func (m *Main) Close(ctx context.Context) error {
 func (m *Main) close(ctx context.Context) error {
 	m.workers.Shutdown()
 	var errs []error
+	if m.members != nil {
+		// Best effort: routers see the node draining before it stops taking calls.
+		dctx, cancel := context.WithTimeout(ctx, time.Second)
+		if err := m.members.SetDraining(dctx, true); err != nil {
+			m.Log.Warn("mark the node draining", "err", err)
+		}
+		cancel()
+	}
 	if m.server != nil {
 		// In-flight calls get a third of the time at most, so draining the
 		// rooms and their final snapshots always has the rest.
@@ -403,7 +462,9 @@ func (m *Main) close(ctx context.Context) error {
 	if m.lane != nil {
 		m.lane.Close() // best effort: what is still queued is not sent
 	}
-	for _, name := range []string{"im-control", "relay"} {
+	// The cells and the relay released their leases: renewal and the
+	// membership record can go.
+	for _, name := range []string{"im-control", "relay", "lease-renew", "membership"} {
 		if err := m.workers.Stop(ctx, name); err != nil {
 			errs = append(errs, err)
 		}
@@ -424,6 +485,11 @@ func (m *Main) close(ctx context.Context) error {
 	if m.ledger != nil {
 		if err := m.ledger.Close(); err != nil {
 			errs = append(errs, fmt.Errorf("close ledger: %w", err))
+		}
+	}
+	if m.redis != nil {
+		if err := m.redis.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("close redis: %w", err))
 		}
 	}
 	if m.repo != nil {

@@ -8,6 +8,7 @@ import (
 
 	"hyapp/room-service/cell"
 	"hyapp/room-service/im"
+	"hyapp/room-service/lease/redislease"
 	"hyapp/room-service/outbox/relay"
 	"hyapp/room-service/room"
 	"hyapp/room-service/rpc"
@@ -24,14 +25,15 @@ type metrics struct {
 	lane     im.Metrics
 	control  im.ControlMetrics
 	routing  rpc.RoutingMetrics
+	lease    redislease.Metrics
 	// laneRecreated counts IM groups the lane created again (control's
 	// count is control.Recreated, the same metric under another label).
 	laneRecreated func()
 }
 
 // newMetrics builds and registers every metric set: the Go runtime and the
-// process, the cells, the wallet, the outbox relay, the IM lane and group
-// control.
+// process, the cells, the wallet, the outbox relay, the IM lane, group
+// control and the fleet's room leases.
 func newMetrics() *metrics {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -46,6 +48,25 @@ func newMetrics() *metrics {
 		control:       newControlMetrics(reg, recreated),
 		routing:       newRoutingMetrics(reg),
 		laneRecreated: recreated.WithLabelValues("lane").Inc,
+		lease:         newLeaseMetrics(reg),
+	}
+}
+
+// newLeaseMetrics registers the Redis lease's instruments (fleet mode; they
+// stay at zero on a single node).
+func newLeaseMetrics(reg prometheus.Registerer) redislease.Metrics {
+	held := prometheus.NewGauge(prometheus.GaugeOpts{Name: "room_leases_held", Help: "Room and relay leases this node holds in Redis."})
+	acquired := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "room_lease_acquisitions_total", Help: "Lease acquisitions, by result (ok, held, unavailable)."}, []string{"result"})
+	renewFailed := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "room_lease_renew_failures_total", Help: "Failed lease renewals, by kind (not_ours: another holder; unreachable: Redis did not answer)."}, []string{"kind"})
+	degraded := prometheus.NewGauge(prometheus.GaugeOpts{Name: "room_leases_degraded", Help: "Held leases Redis could not renew lately; their rooms are served on, fenced by the owner epoch."})
+	lost := prometheus.NewCounter(prometheus.CounterOpts{Name: "room_leases_lost_total", Help: "Leases another holder took; the room stopped here."})
+	reg.MustRegister(held, acquired, renewFailed, degraded, lost)
+	return redislease.Metrics{
+		Held:        func(n int) { held.Set(float64(n)) },
+		Acquired:    func(r string) { acquired.WithLabelValues(r).Inc() },
+		RenewFailed: func(k string) { renewFailed.WithLabelValues(k).Inc() },
+		Degraded:    func(n int) { degraded.Set(float64(n)) },
+		Lost:        lost.Inc,
 	}
 }
 

@@ -1,0 +1,397 @@
+package redislease
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/goleak"
+
+	"hyapp/room-service/internal/poll"
+	"hyapp/room-service/lease"
+	"hyapp/room-service/lease/leasetest"
+	"hyapp/room-service/store/mysql/mysqltest"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// server is the Redis the tests use: ROOM_TEST_REDIS_ADDR, by default
+// 127.0.0.1:6379 as .ci/run starts it. Without it tests skip, unless CI is
+// set: then they fail.
+func server(t *testing.T) string {
+	t.Helper()
+	addr := os.Getenv("ROOM_TEST_REDIS_ADDR")
+	if addr == "" {
+		addr = "127.0.0.1:6379"
+	}
+	c := redis.NewClient(&redis.Options{Addr: addr, DialTimeout: time.Second, MaxRetries: -1})
+	defer c.Close()
+	if err := c.Ping(context.Background()).Err(); err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("Redis on %s is required in CI: %v", addr, err)
+		}
+		t.Skipf("no Redis on %s: %v", addr, err)
+	}
+	return addr
+}
+
+// testKeys is a key prefix of the test's own; its keys are deleted when the
+// test ends.
+func testKeys(t *testing.T, addr string) Keys {
+	k := Keys{Prefix: "roomtest:" + rand.Text()[:12] + ":"}
+	t.Cleanup(func() {
+		c := redis.NewClient(&redis.Options{Addr: addr})
+		defer c.Close()
+		ctx := context.Background()
+		iter := c.Scan(ctx, 0, globEscape(k.Prefix)+"*", 1000).Iterator()
+		for iter.Next(ctx) {
+			c.Del(ctx, iter.Val())
+		}
+	})
+	return k
+}
+
+func client(t *testing.T, addr string, ttl time.Duration) *redis.Client {
+	t.Helper()
+	opt, err := ClientOptions("redis://"+addr+"/0", ttl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := redis.NewClient(opt)
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// counts records what a lease reports through Metrics.
+type counts struct {
+	mu                    sync.Mutex
+	held, degraded, lost  int
+	acquired, renewFailed map[string]int
+}
+
+func (c *counts) metrics() Metrics {
+	c.acquired, c.renewFailed = map[string]int{}, map[string]int{}
+	set := func(p *int) func(int) {
+		return func(n int) { c.mu.Lock(); *p = n; c.mu.Unlock() }
+	}
+	inc := func(m map[string]int) func(string) {
+		return func(k string) { c.mu.Lock(); m[k]++; c.mu.Unlock() }
+	}
+	return Metrics{Held: set(&c.held), Degraded: set(&c.degraded), Acquired: inc(c.acquired), RenewFailed: inc(c.renewFailed),
+		Lost: func() { c.mu.Lock(); c.lost++; c.mu.Unlock() }}
+}
+
+func (c *counts) get(p *int) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return *p
+}
+
+// node is one node's lease on its own client, renewing until the test ends.
+type node struct {
+	*Lease
+	client *redis.Client
+	counts *counts
+}
+
+func newNode(t *testing.T, addr string, keys Keys, id string, ttl time.Duration, run bool) node {
+	t.Helper()
+	c := client(t, addr, ttl)
+	n := node{client: c, counts: &counts{}}
+	var err error
+	n.Lease, err = New(c, Config{Self: Node{ID: id, Addr: id + ".test:9000"}, TTL: ttl, Keys: keys}, slog.New(slog.DiscardHandler), n.counts.metrics())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if run {
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { defer close(done); _ = n.Run(ctx) }()
+		t.Cleanup(func() { cancel(); <-done })
+	}
+	return n
+}
+
+func mustAcquire(t *testing.T, l lease.Lease, roomID string) *handle {
+	t.Helper()
+	h, err := l.Acquire(context.Background(), roomID)
+	if err != nil {
+		t.Fatalf("acquire room=%s: %v", roomID, err)
+	}
+	return h.(*handle)
+}
+
+func isClosed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}
+
+// holder is the node id the room's key names, or "" when it is missing.
+func holder(t *testing.T, n node, roomID string) string {
+	t.Helper()
+	o, found, err := n.Owner(context.Background(), roomID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !found {
+		return ""
+	}
+	return o.NodeID
+}
+
+func TestContract(t *testing.T) {
+	addr := server(t)
+	leasetest.Run(t, func(t *testing.T) (lease.Lease, lease.Lease, string) {
+		keys := testKeys(t, addr)
+		return newNode(t, addr, keys, "a", time.Second, true), newNode(t, addr, keys, "b", time.Second, true), "r1"
+	})
+}
+
+func TestRenewalKeepsTheLeasePastSeveralTTLs(t *testing.T) {
+	addr := server(t)
+	const ttl = 300 * time.Millisecond
+	a := newNode(t, addr, testKeys(t, addr), "a", ttl, true)
+	h := mustAcquire(t, a, "r1")
+	start := time.Now()
+	poll.Until(t, 10*ttl, "5 TTLs with the lease held", func() error {
+		if isClosed(h.Lost()) || holder(t, a, "r1") != "a" {
+			t.Fatalf("lease gone after %v", time.Since(start))
+		}
+		if time.Since(start) < 5*ttl {
+			return fmt.Errorf("held for %v", time.Since(start))
+		}
+		return nil
+	})
+	if err := h.Check(context.Background()); err != nil {
+		t.Fatalf("check: %v", err)
+	}
+	if got := a.counts.get(&a.counts.held); got != 1 {
+		t.Errorf("held gauge %d, want 1", got)
+	}
+}
+
+func TestVanishedKeyIsTakenAgain(t *testing.T) {
+	addr := server(t)
+	const ttl = 300 * time.Millisecond
+	keys := testKeys(t, addr)
+	a := newNode(t, addr, keys, "a", ttl, true)
+	h := mustAcquire(t, a, "r1")
+	a.client.Del(context.Background(), keys.Lease("r1")) // as a Redis restart would
+	poll.Until(t, ttl, "the key taken again", func() error {
+		if got := holder(t, a, "r1"); got != "a" {
+			return fmt.Errorf("holder %q", got)
+		}
+		return nil
+	})
+	if isClosed(h.Lost()) {
+		t.Fatal("lease lost")
+	}
+}
+
+func TestVanishedKeyTakenByAnotherNodeIsLost(t *testing.T) {
+	addr := server(t)
+	keys := testKeys(t, addr)
+	a := newNode(t, addr, keys, "a", time.Second, true)
+	b := newNode(t, addr, keys, "b", time.Second, true)
+	ha := mustAcquire(t, a, "r1")
+	a.client.Del(context.Background(), keys.Lease("r1"))
+	hb := mustAcquire(t, b, "r1")
+	poll.Until(t, time.Second, "a's lease lost", poll.Bool(func() bool { return isClosed(ha.Lost()) }))
+	if isClosed(hb.Lost()) || holder(t, a, "r1") != "b" {
+		t.Fatal("b lost the lease")
+	}
+	if err := ha.Check(context.Background()); !errors.Is(err, lease.ErrLost) {
+		t.Errorf("lost handle's check: got %v, want ErrLost", err)
+	}
+	if a.counts.get(&a.counts.lost) != 1 || a.counts.get(&a.counts.held) != 0 {
+		t.Errorf("metrics: lost %d held %d, want 1 and 0", a.counts.lost, a.counts.held)
+	}
+}
+
+func TestOverwrittenKeyIsLostWithinARenewal(t *testing.T) {
+	addr := server(t)
+	const ttl = 300 * time.Millisecond
+	keys := testKeys(t, addr)
+	a := newNode(t, addr, keys, "a", ttl, true)
+	h := mustAcquire(t, a, "r1")
+	a.client.Set(context.Background(), keys.Lease("r1"), "b|b.test:9000|x", time.Minute)
+	poll.Until(t, ttl/3+100*time.Millisecond, "the lease lost", poll.Bool(func() bool { return isClosed(h.Lost()) }))
+	if err := h.Release(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if got := holder(t, a, "r1"); got != "b" {
+		t.Fatalf("a lost handle's release deleted the new holder's key: holder %q", got)
+	}
+}
+
+func TestUnreachableRedisKeepsTheLeaseDegraded(t *testing.T) {
+	addr := server(t)
+	const ttl = 300 * time.Millisecond
+	keys := testKeys(t, addr)
+	proxy := mysqltest.NewProxy(t, addr)
+	a := newNode(t, proxy.Addr(), keys, "a", ttl, true)
+	direct := newNode(t, addr, keys, "direct", ttl, false)
+	h1 := mustAcquire(t, a, "r1")
+	h2 := mustAcquire(t, a, "r2")
+
+	proxy.Cut()
+	poll.Until(t, 2*ttl, "both handles degraded", func() error {
+		if n := a.counts.get(&a.counts.degraded); n != 2 {
+			return fmt.Errorf("%d degraded", n)
+		}
+		return nil
+	})
+	if err := h1.Check(context.Background()); err != nil {
+		t.Errorf("check while Redis is down: %v", err)
+	}
+	if _, err := a.Acquire(context.Background(), "r3"); !errors.Is(err, lease.ErrUnavailable) {
+		t.Errorf("acquire while Redis is down: got %v, want ErrUnavailable", err)
+	}
+	// Meanwhile r2's key expires and another node takes it.
+	direct.client.Del(context.Background(), keys.Lease("r2"))
+	hb := mustAcquire(t, direct, "r2")
+	defer hb.Release(context.Background())
+	if isClosed(h1.Lost()) || isClosed(h2.Lost()) {
+		t.Fatal("a lease was lost while Redis was unreachable")
+	}
+
+	proxy.Restore()
+	poll.Until(t, 2*time.Second, "r1 renewed and r2 lost", func() error {
+		if n := a.counts.get(&a.counts.degraded); n != 0 {
+			return fmt.Errorf("%d degraded", n)
+		}
+		if !isClosed(h2.Lost()) {
+			return errors.New("r2 not lost")
+		}
+		return nil
+	})
+	if isClosed(h1.Lost()) || holder(t, direct, "r1") != "a" {
+		t.Fatal("r1 not held by a after Redis came back")
+	}
+	if _, err := a.Acquire(context.Background(), "r3"); err != nil {
+		t.Errorf("acquire after Redis came back: %v", err)
+	}
+}
+
+func TestCheckPastTheDeadlineAsksRedis(t *testing.T) {
+	addr := server(t)
+	const ttl = 200 * time.Millisecond
+	keys := testKeys(t, addr)
+	a := newNode(t, addr, keys, "a", ttl, false) // no renewal loop: as a paused process
+	h := mustAcquire(t, a, "r1")
+	pastDeadline := func() {
+		poll.Until(t, ttl, "the validity deadline", poll.Bool(func() bool { return a.now() > time.Duration(h.validUntil.Load()) }))
+	}
+	pastDeadline()
+	if err := h.Check(context.Background()); err != nil {
+		t.Fatalf("check past the deadline, key still ours: %v", err)
+	}
+	if a.now() > time.Duration(h.validUntil.Load()) {
+		t.Fatal("check did not renew")
+	}
+	pastDeadline()
+	a.client.Set(context.Background(), keys.Lease("r1"), "b|b.test:9000|x", time.Minute)
+	if err := h.Check(context.Background()); !errors.Is(err, lease.ErrLost) {
+		t.Fatalf("check past the deadline, key taken: got %v, want ErrLost", err)
+	}
+	if !isClosed(h.Lost()) {
+		t.Fatal("Lost not closed")
+	}
+}
+
+func TestOwnerAndHeld(t *testing.T) {
+	addr := server(t)
+	keys := testKeys(t, addr)
+	a := newNode(t, addr, keys, "a", time.Second, false)
+	b := newNode(t, addr, keys, "b", time.Second, false)
+	h := mustAcquire(t, a, "r1")
+	o, found, err := b.Owner(context.Background(), "r1")
+	if err != nil || !found || o != (Owner{NodeID: "a", Addr: "a.test:9000"}) {
+		t.Fatalf("owner: %+v %v %v", o, found, err)
+	}
+	_, err = b.Acquire(context.Background(), "r1")
+	if !errors.Is(err, lease.ErrHeld) || !strings.Contains(err.Error(), "node a") {
+		t.Fatalf("acquire of a held room: %v", err)
+	}
+	if _, found, err := b.Owner(context.Background(), "free"); found || err != nil {
+		t.Fatalf("owner of a free room: found %v err %v", found, err)
+	}
+	all, err := Leases(context.Background(), b.client, keys)
+	if err != nil || len(all) != 1 || all["r1"].NodeID != "a" {
+		t.Fatalf("leases: %+v %v", all, err)
+	}
+	if err := h.Release(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if _, found, _ := b.Owner(context.Background(), "r1"); found || a.Held() != 0 {
+		t.Fatalf("after release: found %v held %d", found, a.Held())
+	}
+}
+
+func TestMembership(t *testing.T) {
+	addr := server(t)
+	const ttl = 300 * time.Millisecond
+	keys := testKeys(t, addr)
+	proxy := mysqltest.NewProxy(t, addr)
+	join := func(c *redis.Client, id string, rooms int) (*Membership, func()) {
+		m, err := NewMembership(c, Config{Self: Node{ID: id, Addr: id + ".test:9000"}, TTL: ttl, Keys: keys},
+			func() int { return rooms }, slog.New(slog.DiscardHandler))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { defer close(done); _ = m.Run(ctx) }()
+		stop := func() { cancel(); <-done }
+		t.Cleanup(stop)
+		return m, stop
+	}
+	ma, stopA := join(client(t, addr, ttl), "a", 3)
+	mb, _ := join(client(t, proxy.Addr(), ttl), "b", 1)
+	ctx := context.Background()
+	poll.Until(t, time.Second, "both nodes listed", func() error {
+		got, err := ma.Members(ctx)
+		if err != nil {
+			return err
+		}
+		if len(got) != 2 || got[0].NodeID != "a" || got[0].Addr != "a.test:9000" || got[0].Rooms != 3 || got[1].NodeID != "b" {
+			return fmt.Errorf("members %+v", got)
+		}
+		return nil
+	})
+	if err := ma.SetDraining(ctx, true); err != nil {
+		t.Fatal(err)
+	}
+	got, err := mb.Members(ctx)
+	if err != nil || !got[0].Draining || got[1].Draining {
+		t.Fatalf("draining flag: %+v %v", got, err)
+	}
+
+	proxy.Cut() // b stops heartbeating, as a crashed node
+	poll.Until(t, 5*ttl, "b gone after its TTL", func() error {
+		alive, err := ma.Alive(ctx, "b")
+		if err != nil || alive {
+			return fmt.Errorf("alive %v err %v", alive, err)
+		}
+		return nil
+	})
+	stopA() // a leaves cleanly: its record goes at once
+	if alive, err := ma.Alive(ctx, "a"); alive || err != nil {
+		t.Fatalf("a still alive after stopping: %v %v", alive, err)
+	}
+	if got, err := Members(ctx, client(t, addr, ttl), keys); err != nil || len(got) != 0 {
+		t.Fatalf("members after both left: %+v %v", got, err)
+	}
+}
