@@ -155,8 +155,17 @@ func replyAll(batch []*request, r response) {
 	}
 }
 
-// handle decides, commits and answers one batch.
+// handle decides, commits and answers one batch. It first checks that the
+// room's lease is still this node's (free while the lease is fresh; a
+// renewal otherwise), so that an owner that was paused past its lease and
+// wakes up stops before it writes instead of relying on the database fence
+// alone.
 func (c *Cell) handle(batch []*request) (stop string) {
+	if err := c.lease.Check(c.reg.ctx); err != nil {
+		c.log.Warn("room lease lost; stopping before the batch", "err", err)
+		replyAll(batch, response{err: room.Errorf(room.ErrFenced, "room %s: %v", c.roomID, err)})
+		return stopLease
+	}
 	cmds, out, err := c.attempt(batch, nil)
 	if errors.Is(err, store.ErrConflict) {
 		// A command id committed before this cell knew of it: reload and

@@ -23,6 +23,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -101,6 +102,9 @@ type Main struct {
 	bus       *natsbus.Bus
 	redis     *redis.Client          // fleet mode only
 	members   *redislease.Membership // fleet mode only
+	owners    rpc.Owners             // fleet mode only: routes a room's calls to its owner
+	hops      *http.Client           // fleet mode only: calls to other nodes
+	draining  atomic.Bool            // set when Close starts: rooms nobody holds go to other nodes
 	timClient *tencent.Client
 	lane      *im.Lane
 	registry  *cell.Registry
@@ -181,8 +185,20 @@ func (m *Main) openLeases(ctx context.Context, nodeID string) (lease.Lease, erro
 	if err := m.workers.Go("membership", m.members.Run); err != nil {
 		return nil, err
 	}
+	m.owners = fleetOwners{leases: leases, members: m.members, self: nodeID, draining: &m.draining}
+	m.hops = rpc.NewHopClient()
 	m.Log.Info("fleet mode", "node_id", nodeID, "advertise_addr", cfg.AdvertiseAddr, "lease_ttl", cfg.LeaseTTL)
 	return leases, nil
+}
+
+// routing is how calls reach other nodes: over the hop client in fleet
+// mode; a single node forwards nothing.
+func (m *Main) routing() rpc.Routing {
+	r := rpc.Routing{Metrics: m.metrics.routing}
+	if m.hops != nil {
+		r.Client = m.hops
+	}
+	return r
 }
 
 // ledger is the embedded COIN ledger: the wallet port over the service database.
@@ -375,7 +391,7 @@ func (m *Main) Run(ctx context.Context) error {
 	}
 	rooms := rpc.NewRoomHandler(m.registry, db, catalogue, lane, func(id int64) bool { return platform[id] }, m.Log)
 	mux := rpc.NewMux(rooms, rpc.NewOperatorHandler(db, relay.Wake, m.Log), rpc.NewWalletHandler(m.ledger, m.Log),
-		rpc.Options{Token: cfg.Token, Metrics: m.metrics.registry, NodeID: nodeID, Routing: rpc.Routing{Metrics: m.metrics.routing}}, m.Log)
+		rpc.Options{Token: cfg.Token, Metrics: m.metrics.registry, NodeID: nodeID, Owners: m.owners, Routing: m.routing()}, m.Log)
 	if local != nil {
 		// The zero-configuration Tencent IM: the REST API the lane calls, and
 		// /local/ to watch what each room's group would show.
@@ -429,6 +445,7 @@ func (m *Main) Close(ctx context.Context) error {
 
 func (m *Main) close(ctx context.Context) error {
 	m.workers.Shutdown()
+	m.draining.Store(true)
 	var errs []error
 	if m.members != nil {
 		// Best effort: routers see the node draining before it stops taking calls.
@@ -437,6 +454,20 @@ func (m *Main) close(ctx context.Context) error {
 			m.Log.Warn("mark the node draining", "err", err)
 		}
 		cancel()
+	}
+	if m.owners != nil && m.registry != nil {
+		// Hand-off: the rooms go first, while this node still takes calls.
+		// Each cell answers what is queued, stores a final snapshot and
+		// releases its lease; a call that arrives meanwhile meets
+		// shutting_down and is sent to the room's next owner (a live node
+		// that is not draining claims it), so the next owner replays nothing
+		// and callers see only a short pause.
+		if err := m.registry.Close(ctx); err != nil {
+			errs = append(errs, err)
+		}
+		if m.hops != nil {
+			m.hops.CloseIdleConnections()
+		}
 	}
 	if m.server != nil {
 		// In-flight calls get a third of the time at most, so draining the
