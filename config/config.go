@@ -49,6 +49,7 @@ type Config struct {
 	NATSURL         string        `yaml:"nats_url" help:"NATS server or cluster for durable room events (nats://host:4222,...); empty: an embedded server storing under data_dir/nats" secret:"true"`
 	NATSListen      string        `yaml:"nats_listen" help:"embedded NATS: also listen on this address (such as 127.0.0.1:4333) so consumers can attach"`
 	NATSStream      string        `yaml:"nats_stream" help:"JetStream stream of durable room events"`
+	NATSSubjects    string        `yaml:"nats_subject_prefix" help:"subject prefix of durable room events: the stream captures <prefix>.> (two streams on one server need different prefixes)"`
 	RelayAttempts   int           `yaml:"relay_max_attempts" help:"failed deliveries after which an outbox row is dead (broker outages do not count)"`
 	TIMSDKAppID     string        `yaml:"tim_sdkappid" help:"Tencent IM SDKAppID; empty: a local Tencent-compatible endpoint on the API port (/local/ shows what rooms would display)"`
 	TIMSecretKey    string        `yaml:"tim_secret_key" help:"Tencent IM secret key for UserSig" secret:"true"`
@@ -93,7 +94,7 @@ func Default() Config {
 		SnapshotEvery: 500, MailboxSize: 4096, MaxBatch: 256,
 		LeaseTTL:    5 * time.Second,
 		IdleTimeout: 10 * time.Minute, CommitTimeout: 5 * time.Second, ShutdownTimeout: 30 * time.Second,
-		NATSStream: "ROOM_EVENTS", RelayAttempts: 10, IMBudget: 20, IMRegionalMin: 10_000,
+		NATSStream: "ROOM_EVENTS", NATSSubjects: "room.events", RelayAttempts: 10, IMBudget: 20, IMRegionalMin: 10_000,
 		RetainVersions: 10_000, RetainCommands: 7 * 24 * time.Hour, RetainPublished: 3 * 24 * time.Hour, RetainEvery: time.Minute,
 		BusinessTZ: "UTC", RankSize: 10, LuckyMaxPayout: 9_500, LuckyRegionalMin: 10_000,
 		WalletTimeout: 3 * time.Second, GiftApplyWindow: 30 * time.Second, ReconcileAfter: 2 * time.Minute, RocketScan: time.Second,

@@ -228,7 +228,7 @@ func committedGifts(db store.Repository) wallet.Committed {
 // ctx ends.
 func (m *Main) openBus(ctx context.Context) (*natsbus.Bus, error) {
 	cfg := m.Config
-	nc := natsbus.Config{URL: cfg.NATSURL, Stream: cfg.NATSStream, Name: "room-service"}
+	nc := natsbus.Config{URL: cfg.NATSURL, Stream: cfg.NATSStream, SubjectPrefix: cfg.NATSSubjects, Name: "room-service"}
 	if cfg.NATSURL == "" {
 		nc.StoreDir, nc.Listen = filepath.Join(cfg.DataDir, "nats"), cfg.NATSListen
 	}
