@@ -24,7 +24,7 @@ import (
 // fleetBench turns on TestFleetFigures, which measures the fleet with
 // service processes for a few minutes and prints a table:
 //
-//	go test ./internal/daemon -run TestFleetFigures -fleet-bench -v
+//	go test ./internal/daemon -run TestFleetFigures -v -args -fleet-bench
 var fleetBench = flag.Bool("fleet-bench", false, "measure the fleet (TestFleetFigures)")
 
 // TestFleetFigures measures, with three service processes on MariaDB,
