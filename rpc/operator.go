@@ -151,6 +151,8 @@ type Node struct {
 // Fleet is this node's view and control of the fleet. The daemon adapts
 // the fleet's membership and this node's rooms to it.
 type Fleet interface {
+	// InFleet tells whether the service runs as a fleet, not a single node.
+	InFleet() bool
 	// Nodes lists the nodes ordered by id, with their room ids if
 	// roomIDs; a single node lists itself.
 	Nodes(ctx context.Context, roomIDs bool) ([]Node, error)
@@ -206,6 +208,7 @@ func (h *OperatorHandler) ListNodes(ctx context.Context, r *connect.Request[room
 	if h.fleet == nil {
 		return connect.NewResponse(out), nil
 	}
+	out.Fleet = h.fleet.InFleet()
 	nodes, err := h.fleet.Nodes(ctx, r.Msg.GetRoomIds())
 	if err != nil {
 		return nil, toConnect(ctx, h.log, err)

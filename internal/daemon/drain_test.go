@@ -97,8 +97,8 @@ func TestFleetDrainHandsOffThroughAnyNode(t *testing.T) {
 	}
 	node := func(ops roomv1connect.OperatorServiceClient, id string) *roomv1.FleetNode {
 		res, err := ops.ListNodes(ctx, connect.NewRequest(&roomv1.ListNodesRequest{RoomIds: true}))
-		if err != nil {
-			t.Fatal(err)
+		if err != nil || !res.Msg.GetFleet() {
+			t.Fatalf("list nodes: %v, fleet %v", err, res.Msg.GetFleet())
 		}
 		for _, n := range res.Msg.GetNodes() {
 			if n.GetNodeId() == id {
@@ -202,7 +202,7 @@ func TestDrainOfASingleNodeIsRefused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ns := res.Msg.GetNodes(); len(ns) != 1 || ns[0].GetNodeId() != "solo" || ns[0].GetAddr() != m.Addr || ns[0].GetRooms() != 1 || ns[0].GetDraining() {
+	if ns := res.Msg.GetNodes(); res.Msg.GetFleet() || len(ns) != 1 || ns[0].GetNodeId() != "solo" || ns[0].GetAddr() != m.Addr || ns[0].GetRooms() != 1 || ns[0].GetDraining() {
 		t.Fatalf("nodes of a single node: %v", ns)
 	}
 	if m.registry.Loaded() != 1 {

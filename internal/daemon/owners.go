@@ -75,12 +75,15 @@ type nodeFleet struct {
 
 var _ rpc.Fleet = nodeFleet{}
 
+// InFleet implements rpc.Fleet.
+func (f nodeFleet) InFleet() bool { return f.m.members != nil }
+
 // Drain implements rpc.Fleet. The hand-off is bounded by the shutdown
 // timeout, not by the caller: a caller that gives up does not cut a room's
 // final snapshot short.
 func (f nodeFleet) Drain(ctx context.Context, nodeID string) (int, error) {
 	switch {
-	case f.m.members == nil:
+	case !f.InFleet():
 		return 0, rpc.ErrNotInFleet
 	case nodeID != f.self:
 		return 0, room.Errorf(rpc.ErrNodeNotFound, "node %q: this is node %q", nodeID, f.self)
@@ -94,7 +97,7 @@ func (f nodeFleet) Drain(ctx context.Context, nodeID string) (int, error) {
 // leases it holds (not the relay's); a node that holds leases but left the
 // membership is listed as gone.
 func (f nodeFleet) Nodes(ctx context.Context, roomIDs bool) ([]rpc.Node, error) {
-	if f.m.members == nil {
+	if !f.InFleet() {
 		return []rpc.Node{{ID: f.self, Addr: f.m.Addr, Rooms: f.m.registry.Loaded(), Heartbeat: time.Now()}}, nil
 	}
 	members, err := f.m.members.Members(ctx)

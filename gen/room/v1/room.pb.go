@@ -854,8 +854,11 @@ func (x *ListNodesRequest) GetRoomIds() bool {
 
 // ListNodesResponse lists the fleet's nodes, ordered by id.
 type ListNodesResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Nodes         []*FleetNode           `protobuf:"bytes,1,rep,name=nodes,proto3" json:"nodes,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Nodes []*FleetNode           `protobuf:"bytes,1,rep,name=nodes,proto3" json:"nodes,omitempty"`
+	// The service runs as a fleet (redis_url); false: a single node, which
+	// lists itself without room ids.
+	Fleet         bool `protobuf:"varint,2,opt,name=fleet,proto3" json:"fleet,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -895,6 +898,13 @@ func (x *ListNodesResponse) GetNodes() []*FleetNode {
 		return x.Nodes
 	}
 	return nil
+}
+
+func (x *ListNodesResponse) GetFleet() bool {
+	if x != nil {
+		return x.Fleet
+	}
+	return false
 }
 
 // FleetNode is one node of the fleet.
@@ -5199,9 +5209,10 @@ const file_room_v1_room_proto_rawDesc = "" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12(\n" +
 	"\x10rooms_handed_off\x18\x02 \x01(\x03R\x0eroomsHandedOff\"-\n" +
 	"\x10ListNodesRequest\x12\x19\n" +
-	"\broom_ids\x18\x01 \x01(\bR\aroomIds\"=\n" +
+	"\broom_ids\x18\x01 \x01(\bR\aroomIds\"S\n" +
 	"\x11ListNodesResponse\x12(\n" +
-	"\x05nodes\x18\x01 \x03(\v2\x12.room.v1.FleetNodeR\x05nodes\"\xbc\x01\n" +
+	"\x05nodes\x18\x01 \x03(\v2\x12.room.v1.FleetNodeR\x05nodes\x12\x14\n" +
+	"\x05fleet\x18\x02 \x01(\bR\x05fleet\"\xbc\x01\n" +
 	"\tFleetNode\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x12\n" +
 	"\x04addr\x18\x02 \x01(\tR\x04addr\x12\x14\n" +
