@@ -82,7 +82,8 @@ func NewHopClient() *http.Client {
 	return &http.Client{Transport: &http.Transport{Protocols: p}}
 }
 
-// router sends each call that names a room to the node that owns it.
+// router sends each call that names a room to the node that owns it, and
+// each call that names a node (Drain) to that node.
 type router struct {
 	owners  Owners
 	fleet   Fleet // finds the node a Drain names; nil: every node serves it
