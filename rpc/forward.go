@@ -155,17 +155,11 @@ func (rt *router) toNode(ctx context.Context, req connect.AnyRequest, next conne
 		return next(ctx, req)
 	}
 	id := m.GetNodeId()
-	nodes, err := rt.fleet.Nodes(ctx, false)
-	if err != nil {
+	addr, found, err := rt.fleet.Addr(ctx, id)
+	switch {
+	case err != nil:
 		return nil, toConnect(ctx, rt.log, err)
-	}
-	addr := ""
-	for _, n := range nodes {
-		if n.ID == id && !n.Gone {
-			addr = n.Addr
-		}
-	}
-	if addr == "" {
+	case !found:
 		return nil, toConnect(ctx, rt.log, room.Errorf(ErrNodeNotFound, "no live node has id %q", id))
 	}
 	header := rt.header(req)

@@ -156,6 +156,9 @@ type Fleet interface {
 	// Nodes lists the nodes ordered by id, with their room ids if
 	// roomIDs; a single node lists itself.
 	Nodes(ctx context.Context, roomIDs bool) ([]Node, error)
+	// Addr returns the API address of the live node nodeID; found is false
+	// when no live node has that id.
+	Addr(ctx context.Context, nodeID string) (addr string, found bool, err error)
 	// Drain drains this node, nodeID: it marks the node draining and
 	// hands off every room it holds, keeping the node up as a router, and
 	// returns the rooms handed off, 0 when the node was drained already.

@@ -76,11 +76,14 @@ func TestFleetDrainHandsOffThroughAnyNode(t *testing.T) {
 	dsn := mysqltest.DSN(t)
 	id := rand.Text()[:8]
 	const token = "drain-token"
+	// Its own Redis database: a node another fleet test killed stays a
+	// member for 3×TTL, and the drained node could send the room to it.
+	const redisURL = "redis://127.0.0.1:6379/9"
 	ownStream(t, "rs_drain_"+id)
 	start := func(node string) (*Main, roomv1connect.RoomServiceClient, roomv1connect.OperatorServiceClient) {
 		addr := freeAddr(t)
 		m, _ := runMain(t, t.TempDir(), "-listen", addr, "-mysql-dsn", dsn, "-nats-url", fleetNATS, "-nats-stream", "rs_drain_"+id,
-			"-redis-url", fleetRedis, "-node-id", node+"-"+id, "-advertise-addr", addr, "-lease-ttl", "1s", "-token", token)
+			"-redis-url", redisURL, "-node-id", node+"-"+id, "-advertise-addr", addr, "-lease-ttl", "1s", "-token", token)
 		base := "http://" + m.Addr
 		return m, roomv1connect.NewRoomServiceClient(http.DefaultClient, base, bearer(token)),
 			roomv1connect.NewOperatorServiceClient(http.DefaultClient, base, bearer(token))
@@ -130,7 +133,7 @@ func TestFleetDrainHandsOffThroughAnyNode(t *testing.T) {
 	if got := counter(t, a, "room_handoffs_total"); got != 1 {
 		t.Fatalf("a's room_handoffs_total %v, want 1", got)
 	}
-	opt, _ := redis.ParseURL(fleetRedis)
+	opt, _ := redis.ParseURL(redisURL)
 	rc := redis.NewClient(opt)
 	defer rc.Close()
 	if n, err := rc.Exists(ctx, redislease.Keys{}.Lease(roomID)).Result(); err != nil || n != 0 {

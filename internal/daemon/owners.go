@@ -93,6 +93,23 @@ func (f nodeFleet) Drain(ctx context.Context, nodeID string) (int, error) {
 	return f.m.drain(ctx)
 }
 
+// Addr implements rpc.Fleet: from the membership, without reading leases.
+func (f nodeFleet) Addr(ctx context.Context, nodeID string) (string, bool, error) {
+	if !f.InFleet() {
+		return f.m.Addr, nodeID == f.self, nil
+	}
+	members, err := f.m.members.Members(ctx)
+	if err != nil {
+		return "", false, room.Errorf(room.ErrUnavailable, "read the fleet's membership: %v", err)
+	}
+	for _, mb := range members {
+		if mb.NodeID == nodeID && mb.Addr != "" {
+			return mb.Addr, true, nil
+		}
+	}
+	return "", false, nil
+}
+
 // Nodes implements rpc.Fleet. In fleet mode a node's rooms are the room
 // leases it holds (not the relay's); a node that holds leases but left the
 // membership is listed as gone.
