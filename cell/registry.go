@@ -415,12 +415,20 @@ func (r *Registry) Loaded() int {
 // final snapshot, releases the leases and stops the group committer. It
 // returns when all of that is done or ctx ends.
 func (r *Registry) Close(ctx context.Context) error {
+	_, err := r.Drain(ctx)
+	return err
+}
+
+// Drain is Close that also returns how many cells were loaded when intake
+// stopped: the rooms handed off (0 when the registry was closed already).
+func (r *Registry) Drain(ctx context.Context) (int, error) {
 	r.mu.Lock()
 	if r.closed {
 		r.mu.Unlock()
-		return nil
+		return 0, nil
 	}
 	r.closed = true
+	rooms := len(r.cells)
 	close(r.stopping)
 	r.mu.Unlock()
 	r.wakes.stop() // and with it the scanner: a wakeup after Close could only be refused
@@ -441,5 +449,5 @@ func (r *Registry) Close(ctx context.Context) error {
 	}
 	r.committer.close()
 	r.cancel()
-	return err
+	return rooms, err
 }

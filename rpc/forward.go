@@ -82,9 +82,11 @@ func NewHopClient() *http.Client {
 	return &http.Client{Transport: &http.Transport{Protocols: p}}
 }
 
-// router sends each call that names a room to the node that owns it.
+// router sends each call that names a room to the node that owns it, and
+// each call that names a node (Drain) to that node.
 type router struct {
 	owners  Owners
+	fleet   Fleet // finds the node a Drain names; nil: every node serves it
 	node    string
 	client  connect.HTTPClient
 	tries   int
@@ -93,8 +95,8 @@ type router struct {
 	log     *slog.Logger
 }
 
-func newRouter(owners Owners, node string, r Routing, log *slog.Logger) *router {
-	rt := &router{owners: owners, node: node, client: r.Client, tries: r.Attempts, backoff: r.Backoff, metrics: r.Metrics, log: log}
+func newRouter(owners Owners, fleet Fleet, node string, r Routing, log *slog.Logger) *router {
+	rt := &router{owners: owners, fleet: fleet, node: node, client: r.Client, tries: r.Attempts, backoff: r.Backoff, metrics: r.Metrics, log: log}
 	if rt.client == nil {
 		rt.client = http.DefaultClient
 	}
@@ -129,6 +131,9 @@ func (rt *router) intercept(next connect.UnaryFunc) connect.UnaryFunc {
 			return next(ctx, req)
 		}
 		rte := routes[req.Spec().Procedure]
+		if rte.node {
+			return rt.toNode(ctx, req, next, rte)
+		}
 		m, ok := req.Any().(roomed)
 		if rte.hop == nil || !ok || room.CheckRoomID(m.GetRoomId()) != nil {
 			return next(ctx, req) // the handler refuses a bad room id
@@ -137,14 +142,55 @@ func (rt *router) intercept(next connect.UnaryFunc) connect.UnaryFunc {
 	}
 }
 
-// serve runs the call's attempts.
-func (rt *router) serve(ctx context.Context, req connect.AnyRequest, next connect.UnaryFunc, rte route, roomID string) (connect.AnyResponse, error) {
+// noded is what every request that names a node has.
+type noded interface{ GetNodeId() string }
+
+// toNode serves a call that names a node (route.node) on that node: here
+// when it names this one, else on the live node with that id, found in
+// the fleet's membership, with one hop; no live node has the id:
+// node_not_found. A bad id is refused by the handler here.
+func (rt *router) toNode(ctx context.Context, req connect.AnyRequest, next connect.UnaryFunc, rte route) (connect.AnyResponse, error) {
+	m, ok := req.Any().(noded)
+	if !ok || rt.fleet == nil || m.GetNodeId() == rt.node || checkNodeID(m.GetNodeId()) != nil {
+		return next(ctx, req)
+	}
+	id := m.GetNodeId()
+	addr, found, err := rt.fleet.Addr(ctx, id)
+	switch {
+	case err != nil:
+		return nil, toConnect(ctx, rt.log, err)
+	case !found:
+		return nil, toConnect(ctx, rt.log, room.Errorf(ErrNodeNotFound, "no live node has id %q", id))
+	}
+	header := rt.header(req)
+	start := time.Now()
+	res, err := rte.hop(ctx, rt.client, addr, req, header)
+	rt.metrics.Hop(time.Since(start))
+	switch {
+	case err == nil || connect.IsWireError(err):
+		rt.metrics.Forward(ForwardOK)
+		return res, err
+	default:
+		rt.metrics.Forward(ForwardFailed)
+		return nil, toConnect(ctx, rt.log, room.Errorf(room.ErrUnavailable, "node %s at %s did not answer: %v", id, addr, err))
+	}
+}
+
+// header is what a hop of req carries: the loop guard and the caller's
+// credential.
+func (rt *router) header(req connect.AnyRequest) map[string]string {
 	header := map[string]string{ForwardedBy: rt.node}
 	for _, k := range forwardHeaders {
 		if v := req.Header().Get(k); v != "" {
 			header[k] = v
 		}
 	}
+	return header
+}
+
+// serve runs the call's attempts.
+func (rt *router) serve(ctx context.Context, req connect.AnyRequest, next connect.UnaryFunc, rte route, roomID string) (connect.AnyResponse, error) {
+	header := rt.header(req)
 	wait := rt.backoff
 	var err error
 	for try := 1; ; try++ {

@@ -30,11 +30,13 @@ type OperatorStore interface {
 }
 
 // OperatorHandler implements room.v1.OperatorService: read-only views of a
-// room's durable history, and requeueing dead outbox rows.
+// room's durable history, requeueing dead outbox rows, and the fleet's
+// nodes (list, drain).
 type OperatorHandler struct {
-	repo OperatorStore
-	log  *slog.Logger
-	wake func() // tells the outbox relay that rows are due; may be nil
+	repo  OperatorStore
+	log   *slog.Logger
+	wake  func() // tells the outbox relay that rows are due; may be nil
+	fleet Fleet  // set by NewMux from Options.Fleet; nil: Drain answers not_in_fleet, ListNodes lists nothing
 }
 
 var _ roomv1connect.OperatorServiceHandler = (*OperatorHandler)(nil)
@@ -133,4 +135,93 @@ func (h *OperatorHandler) RequeueDeadOutbox(ctx context.Context, r *connect.Requ
 		h.wake()
 	}
 	return connect.NewResponse(&roomv1.RequeueDeadOutboxResponse{Requeued: int64(n)}), nil
+}
+
+// Node is one node of the fleet, as the fleet's membership shows it.
+type Node struct {
+	ID        string
+	Addr      string // host:port; "" for a node that is gone
+	Rooms     int    // rooms whose lease it holds
+	Draining  bool
+	Heartbeat time.Time // its last heartbeat, by its clock
+	Gone      bool      // it holds leases but left the membership
+	RoomIDs   []string  // the rooms it holds, when asked for
+}
+
+// Fleet is this node's view and control of the fleet. The daemon adapts
+// the fleet's membership and this node's rooms to it.
+type Fleet interface {
+	// InFleet tells whether the service runs as a fleet, not a single node.
+	InFleet() bool
+	// Nodes lists the nodes ordered by id, with their room ids if
+	// roomIDs; a single node lists itself.
+	Nodes(ctx context.Context, roomIDs bool) ([]Node, error)
+	// Addr returns the API address of the live node nodeID; found is false
+	// when no live node has that id.
+	Addr(ctx context.Context, nodeID string) (addr string, found bool, err error)
+	// Drain drains this node, nodeID: it marks the node draining and
+	// hands off every room it holds, keeping the node up as a router, and
+	// returns the rooms handed off, 0 when the node was drained already.
+	// A single node answers ErrNotInFleet, another id ErrNodeNotFound
+	// (the router sends a call to the node it names), and both change
+	// nothing.
+	Drain(ctx context.Context, nodeID string) (int, error)
+}
+
+// Errors of the fleet's operator calls.
+var (
+	// ErrNodeNotFound: no live node has the id.
+	ErrNodeNotFound = &room.Error{Code: room.CodeNotFound, Reason: "node_not_found", Message: "no live node has this id"}
+	// ErrNotInFleet: the service runs as a single node (no redis_url).
+	ErrNotInFleet = &room.Error{Code: room.CodeRejected, Reason: "not_in_fleet", Message: "the service runs as a single node"}
+)
+
+// maxNodeID bounds a node id.
+const maxNodeID = 128
+
+// checkNodeID refuses an empty or oversized node id.
+func checkNodeID(id string) error {
+	if id == "" || len(id) > maxNodeID {
+		return room.Errorf(room.ErrInvalidArgument, "node_id must be 1..%d bytes", maxNodeID)
+	}
+	return nil
+}
+
+// Drain implements OperatorService. The router sends the call to the node
+// it names, which drains itself.
+func (h *OperatorHandler) Drain(ctx context.Context, r *connect.Request[roomv1.DrainRequest]) (*connect.Response[roomv1.DrainResponse], error) {
+	id := r.Msg.GetNodeId()
+	if err := checkNodeID(id); err != nil {
+		return nil, toConnect(ctx, h.log, err)
+	}
+	if h.fleet == nil {
+		return nil, toConnect(ctx, h.log, ErrNotInFleet)
+	}
+	n, err := h.fleet.Drain(ctx, id)
+	if err != nil {
+		return nil, toConnect(ctx, h.log, err)
+	}
+	h.log.InfoContext(ctx, "node drained", "node_id", id, "rooms_handed_off", n)
+	return connect.NewResponse(&roomv1.DrainResponse{NodeId: id, RoomsHandedOff: int64(n)}), nil
+}
+
+// ListNodes implements OperatorService.
+func (h *OperatorHandler) ListNodes(ctx context.Context, r *connect.Request[roomv1.ListNodesRequest]) (*connect.Response[roomv1.ListNodesResponse], error) {
+	out := &roomv1.ListNodesResponse{}
+	if h.fleet == nil {
+		return connect.NewResponse(out), nil
+	}
+	out.Fleet = h.fleet.InFleet()
+	nodes, err := h.fleet.Nodes(ctx, r.Msg.GetRoomIds())
+	if err != nil {
+		return nil, toConnect(ctx, h.log, err)
+	}
+	for _, n := range nodes {
+		fn := &roomv1.FleetNode{NodeId: n.ID, Addr: n.Addr, Rooms: int64(n.Rooms), Draining: n.Draining, Gone: n.Gone, RoomIds: n.RoomIDs}
+		if !n.Heartbeat.IsZero() {
+			fn.HeartbeatMs = n.Heartbeat.UnixMilli()
+		}
+		out.Nodes = append(out.Nodes, fn)
+	}
+	return connect.NewResponse(out), nil
 }

@@ -16,6 +16,9 @@ type route struct {
 	// the procedure itself (it names no room, or reads only durable state
 	// that every node sees alike).
 	hop hopFunc
+	// node: the call names a node (node_id) and that node serves it, not
+	// its room's owner.
+	node bool
 	// idempotent: a hop whose outcome is unknown may be sent again. Every
 	// room command carries a command_id, and reads are safe; a call that is
 	// not idempotent is sent again only when the hop was never sent.
@@ -68,6 +71,12 @@ var routes = map[string]route{
 	roomv1connect.OperatorServiceGetStoredSnapshotProcedure: {},
 	roomv1connect.OperatorServiceGetOutboxStatusProcedure:   {},
 	roomv1connect.OperatorServiceRequeueDeadOutboxProcedure: {},
+	// The fleet's membership is read from Redis by any node; a drain is
+	// served by the node it names.
+	roomv1connect.OperatorServiceListNodesProcedure: {},
+	roomv1connect.OperatorServiceDrainProcedure: {
+		hop: hop[roomv1.DrainRequest, roomv1.DrainResponse](roomv1connect.OperatorServiceDrainProcedure), node: true,
+	},
 }
 
 // owned is the route of an idempotent procedure its room's owner serves.

@@ -10,7 +10,8 @@ import (
 )
 
 // TestEveryMethodIsRouted reads every method of every service from the
-// descriptors: each has a route, a route to the owner names its room, and
+// descriptors: each has a route, a route to the owner names its room, a
+// route to a node names the node, and
 // one sent again after an unknown outcome is a command with a command_id
 // or a read without side effects.
 func TestEveryMethodIsRouted(t *testing.T) {
@@ -28,8 +29,13 @@ func TestEveryMethodIsRouted(t *testing.T) {
 				continue
 			}
 			in := md.Input().Fields()
-			if rte.hop != nil && in.ByName("room_id") == nil {
+			switch {
+			case rte.hop != nil && rte.node && in.ByName("node_id") == nil:
+				t.Errorf("%s goes to the node it names, but %s has no node_id", procedure, md.Input().FullName())
+			case rte.hop != nil && !rte.node && in.ByName("room_id") == nil:
 				t.Errorf("%s goes to its room's owner, but %s has no room_id", procedure, md.Input().FullName())
+			case rte.node && rte.hop == nil:
+				t.Errorf("%s goes to the node it names, but has no hop", procedure)
 			}
 			if rte.idempotent && in.ByName("command_id") == nil && !readOnly(md) {
 				t.Errorf("%s is retried after an unknown outcome, but it has no command_id and may have side effects", procedure)

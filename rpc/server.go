@@ -38,10 +38,16 @@ type Options struct {
 	NodeID string
 	// Routing tunes forwarding; used only with Owners.
 	Routing Routing
+	// Fleet serves Drain and ListNodes, and with Owners sends a Drain to
+	// the node it names; nil: Drain answers not_in_fleet and ListNodes
+	// lists nothing.
+	Fleet Fleet
 }
 
-// NewMux mounts the API, gRPC health, gRPC reflection and /metrics on one mux.
+// NewMux mounts the API, gRPC health, gRPC reflection and /metrics on one
+// mux. ops serves the fleet's calls with opts.Fleet.
 func NewMux(rooms *RoomHandler, ops *OperatorHandler, wallets *WalletHandler, opts Options, log *slog.Logger) *http.ServeMux {
+	ops.fleet = opts.Fleet
 	handlerOpts := connect.WithHandlerOptions(
 		strictCodecs(),
 		connect.WithRequestGate(authGate(opts.Token)),
@@ -54,7 +60,7 @@ func NewMux(rooms *RoomHandler, ops *OperatorHandler, wallets *WalletHandler, op
 	if opts.Owners != nil {
 		// Inside the recovery, after the malformed requests were refused.
 		handlerOpts = connect.WithHandlerOptions(handlerOpts,
-			connect.WithInterceptors(connect.UnaryInterceptorFunc(newRouter(opts.Owners, opts.NodeID, opts.Routing, log).intercept)))
+			connect.WithInterceptors(connect.UnaryInterceptorFunc(newRouter(opts.Owners, opts.Fleet, opts.NodeID, opts.Routing, log).intercept)))
 	}
 	refuse := unknownProcedure(connect.NewErrorWriter(handlerOpts), log)
 	mux := http.NewServeMux()

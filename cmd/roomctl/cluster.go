@@ -5,65 +5,73 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"slices"
 	"strings"
 	"time"
 
-	"github.com/redis/go-redis/v9"
+	"connectrpc.com/connect"
 
-	"hyapp/room-service/lease/redislease"
+	roomv1 "hyapp/room-service/gen/room/v1"
 )
 
 // setupCluster registers "roomctl cluster": the fleet's nodes and the rooms
-// each holds, read from the Redis the nodes share (not through a node, so
-// it works while nodes are down).
-func setupCluster(fs *flag.FlagSet) func(ctx context.Context, _ *client, args []string, out io.Writer) error {
-	url := fs.String("redis-url", envOr("ROOM_REDIS_URL", "redis://127.0.0.1:6379/0"), "Redis of the fleet (env ROOM_REDIS_URL)")
+// each holds, as the node at -addr reads them from the fleet's Redis
+// (ListNodes).
+func setupCluster(fs *flag.FlagSet) func(ctx context.Context, c *client, args []string, out io.Writer) error {
 	rooms := fs.Bool("rooms", false, "also list the room ids each node holds")
-	return func(ctx context.Context, _ *client, _ []string, out io.Writer) error {
-		opt, err := redis.ParseURL(*url)
+	return func(ctx context.Context, c *client, _ []string, out io.Writer) error {
+		res, err := c.ops.ListNodes(ctx, connect.NewRequest(&roomv1.ListNodesRequest{RoomIds: *rooms}))
 		if err != nil {
-			return usagef("-redis-url: %v", err)
+			return fmt.Errorf("ListNodes: %w", err)
 		}
-		rc := redis.NewClient(opt)
-		defer rc.Close()
-		members, err := redislease.Members(ctx, rc, redislease.Keys{})
-		if err != nil {
-			return err
-		}
-		leases, err := redislease.Leases(ctx, rc, redislease.Keys{})
-		if err != nil {
-			return err
-		}
-		held := map[string][]string{} // node id → room ids
-		for id, o := range leases {
-			if !strings.HasPrefix(id, "relay ") { // the relay's lease of a room
-				held[o.NodeID] = append(held[o.NodeID], id)
-			}
+		if !res.Msg.GetFleet() {
+			fmt.Fprintln(out, "single node (no redis_url): it holds every room")
 		}
 		fmt.Fprintln(out, "node\taddr\trooms\tdraining\theartbeat age")
-		listed := map[string]bool{}
-		for _, m := range members {
-			listed[m.NodeID] = true
-			fmt.Fprintf(out, "%s\t%s\t%d\t%v\t%s\n", m.NodeID, m.Addr, len(held[m.NodeID]), m.Draining,
-				time.Since(m.Heartbeat).Round(time.Millisecond))
-		}
-		nodes := make([]string, 0, len(held))
-		for n := range held {
-			nodes = append(nodes, n)
-		}
-		slices.Sort(nodes)
+		nodes := res.Msg.GetNodes()
 		for _, n := range nodes {
-			if !listed[n] { // its leases outlive its membership until they expire
-				fmt.Fprintf(out, "%s\t(gone)\t%d\t\t\n", n, len(held[n]))
+			if n.GetGone() { // its leases outlive its membership until they expire
+				fmt.Fprintf(out, "%s\t(gone)\t%d\t\t\n", n.GetNodeId(), n.GetRooms())
+				continue
 			}
+			age := time.Since(time.UnixMilli(n.GetHeartbeatMs())).Round(time.Millisecond)
+			fmt.Fprintf(out, "%s\t%s\t%d\t%v\t%s\n", n.GetNodeId(), n.GetAddr(), n.GetRooms(), n.GetDraining(), max(age, 0))
 		}
-		if *rooms {
+		if *rooms && res.Msg.GetFleet() {
 			for _, n := range nodes {
-				slices.Sort(held[n])
-				fmt.Fprintf(out, "%s:\t%s\n", n, strings.Join(held[n], " "))
+				if len(n.GetRoomIds()) > 0 {
+					fmt.Fprintf(out, "%s:\t%s\n", n.GetNodeId(), strings.Join(n.GetRoomIds(), " "))
+				}
 			}
 		}
 		return nil
 	}
+}
+
+// setupDrain registers "roomctl drain": the named node hands off its rooms
+// and stays up as a router (Drain, sent through the node at -addr).
+func setupDrain(*flag.FlagSet) func(ctx context.Context, c *client, args []string, out io.Writer) error {
+	return func(ctx context.Context, c *client, args []string, out io.Writer) error {
+		res, err := c.ops.Drain(ctx, connect.NewRequest(&roomv1.DrainRequest{NodeId: args[0]}))
+		if err != nil {
+			return fmt.Errorf("drain %s: %w", args[0], err)
+		}
+		_, err = fmt.Fprintf(out, "node %s is draining: %d rooms handed off\n", res.Msg.GetNodeId(), res.Msg.GetRoomsHandedOff())
+		return err
+	}
+}
+
+// holders returns the node holding each room's lease now, read with
+// ListNodes; nil on a single node, which holds every room it serves.
+func holders(ctx context.Context, c *client) (map[string]string, error) {
+	res, err := c.ops.ListNodes(ctx, connect.NewRequest(&roomv1.ListNodesRequest{RoomIds: true}))
+	if err != nil || !res.Msg.GetFleet() {
+		return nil, err
+	}
+	held := map[string]string{}
+	for _, n := range res.Msg.GetNodes() {
+		for _, id := range n.GetRoomIds() {
+			held[id] = n.GetNodeId()
+		}
+	}
+	return held, nil
 }

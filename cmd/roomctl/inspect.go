@@ -124,14 +124,25 @@ func setupRooms(fs *flag.FlagSet) func(context.Context, *client, []string, io.Wr
 		if *pageSize < 0 {
 			return usagef("-page-size must not be negative")
 		}
+		held, err := holders(ctx, c)
+		if err != nil {
+			return fmt.Errorf("ListNodes: %w", err)
+		}
 		return eachRoom(ctx, c, want, int32(*pageSize), func(r *roomv1.RoomSummary) (bool, error) {
 			st, ok := statusName[r.GetStatus()]
 			if !ok {
 				st = r.GetStatus().String()
 			}
-			_, err := fmt.Fprintf(out, "%s\tstatus=%s version=%d owner=%d host=%d seats=%d mode=%q epoch=%d node=%q\n",
+			// node is the node that last claimed the room (it took epoch);
+			// held, in a fleet, the node holding its lease now: none once
+			// that node handed it off, until a call brings it up again.
+			line := fmt.Sprintf("%s\tstatus=%s version=%d owner=%d host=%d seats=%d mode=%q epoch=%d node=%q",
 				r.GetRoomId(), st, r.GetRoomVersion(), r.GetOwnerUserId(), r.GetHostUserId(), r.GetSeatCount(),
 				r.GetMode(), r.GetOwnerEpoch(), r.GetOwnerNode())
+			if held != nil {
+				line += fmt.Sprintf(" held=%q", held[r.GetRoomId()])
+			}
+			_, err := fmt.Fprintln(out, line)
 			return true, err
 		})
 	}

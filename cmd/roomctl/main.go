@@ -132,9 +132,14 @@ var subcommands = []subcommand{
 		setup:   setupWallet,
 	},
 	{
-		name: "cluster", args: "[-redis-url URL] [-rooms]", minArgs: 0, maxArgs: 0,
-		summary: "list the fleet's nodes (address, rooms held, draining, heartbeat age) from its Redis; -rooms names the rooms",
+		name: "cluster", args: "[-rooms]", minArgs: 0, maxArgs: 0,
+		summary: "list the fleet's nodes (address, rooms held, draining, heartbeat age) with ListNodes; -rooms names the rooms",
 		setup:   setupCluster,
+	},
+	{
+		name: "drain", args: "<node_id>", minArgs: 1, maxArgs: 1,
+		summary: "drain a node through any node (Drain): it hands off every room it holds and stays up as a router",
+		setup:   setupDrain,
 	},
 	{
 		name: "gifts", args: "", minArgs: 0, maxArgs: 0,

@@ -104,7 +104,8 @@ type Main struct {
 	members   *redislease.Membership // fleet mode only
 	owners    rpc.Owners             // fleet mode only: routes a room's calls to its owner
 	hops      *http.Client           // fleet mode only: calls to other nodes
-	draining  atomic.Bool            // set when Close starts: rooms nobody holds go to other nodes
+	draining  atomic.Bool            // set by drain: rooms nobody holds go to other nodes
+	drainMu   sync.Mutex             // one drain at a time; a second waits for the first
 	timClient *tencent.Client
 	lane      *im.Lane
 	registry  *cell.Registry
@@ -391,7 +392,8 @@ func (m *Main) Run(ctx context.Context) error {
 	}
 	rooms := rpc.NewRoomHandler(m.registry, db, catalogue, lane, func(id int64) bool { return platform[id] }, m.Log)
 	mux := rpc.NewMux(rooms, rpc.NewOperatorHandler(db, relay.Wake, m.Log), rpc.NewWalletHandler(m.ledger, m.Log),
-		rpc.Options{Token: cfg.Token, Metrics: m.metrics.registry, NodeID: nodeID, Owners: m.owners, Routing: m.routing()}, m.Log)
+		rpc.Options{Token: cfg.Token, Metrics: m.metrics.registry, NodeID: nodeID, Owners: m.owners, Routing: m.routing(),
+			Fleet: nodeFleet{m: m, self: nodeID}}, m.Log)
 	if local != nil {
 		// The zero-configuration Tencent IM: the REST API the lane calls, and
 		// /local/ to watch what each room's group would show.
@@ -445,29 +447,13 @@ func (m *Main) Close(ctx context.Context) error {
 
 func (m *Main) close(ctx context.Context) error {
 	m.workers.Shutdown()
-	m.draining.Store(true)
 	var errs []error
-	if m.members != nil {
-		// Best effort: routers see the node draining before it stops taking calls.
-		dctx, cancel := context.WithTimeout(ctx, time.Second)
-		if err := m.members.SetDraining(dctx, true); err != nil {
-			m.Log.Warn("mark the node draining", "err", err)
-		}
-		cancel()
-	}
 	if m.owners != nil && m.registry != nil {
 		// Hand-off: the rooms go first, while this node still takes calls.
-		// Each cell answers what is queued, stores a final snapshot and
-		// releases its lease; a call that arrives meanwhile meets
-		// shutting_down and is sent to the room's next owner (a live node
-		// that is not draining claims it), so the next owner replays nothing
-		// and callers see only a short pause.
-		if err := m.registry.Close(ctx); err != nil {
+		if _, err := m.drain(ctx); err != nil {
 			errs = append(errs, err)
 		}
-		if m.hops != nil {
-			m.hops.CloseIdleConnections()
-		}
+		m.hops.CloseIdleConnections()
 	}
 	if m.server != nil {
 		// In-flight calls get a third of the time at most, so draining the
@@ -529,6 +515,32 @@ func (m *Main) close(ctx context.Context) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// drain hands off every room this node holds, in fleet mode, and keeps
+// the node serving as a router; Close and the Drain RPC use it. It marks
+// the node draining (in the membership, best effort, so routers see it
+// before the rooms go) and closes the registry: each cell answers what is
+// queued, stores a final snapshot and releases its lease. A call that
+// arrives meanwhile meets shutting_down and is sent to the room's next
+// owner (a live node that is not draining claims it), so the next owner
+// replays nothing and callers see only a short pause. It returns the rooms
+// handed off: 0 once the node is drained.
+func (m *Main) drain(ctx context.Context) (int, error) {
+	m.drainMu.Lock()
+	defer m.drainMu.Unlock()
+	if m.draining.Swap(true) {
+		return 0, nil
+	}
+	dctx, cancel := context.WithTimeout(ctx, time.Second)
+	if err := m.members.SetDraining(dctx, true); err != nil {
+		m.Log.Warn("mark the node draining", "err", err)
+	}
+	cancel()
+	n, err := m.registry.Drain(ctx)
+	m.metrics.handoffs.Add(float64(n))
+	m.Log.Info("rooms handed off", "rooms", n)
+	return n, err
 }
 
 func newLogger(cfg config.Config) *slog.Logger {

@@ -26,6 +26,8 @@ type metrics struct {
 	control  im.ControlMetrics
 	routing  rpc.RoutingMetrics
 	lease    redislease.Metrics
+	// handoffs counts rooms this node handed off when it drained.
+	handoffs prometheus.Counter
 	// laneRecreated counts IM groups the lane created again (control's
 	// count is control.Recreated, the same metric under another label).
 	laneRecreated func()
@@ -39,7 +41,10 @@ func newMetrics() *metrics {
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	recreated := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "room_im_groups_recreated_total", Help: "IM groups created again because a call found them missing, by path (lane, control)."}, []string{"path"})
 	reg.MustRegister(recreated)
+	handoffs := prometheus.NewCounter(prometheus.CounterOpts{Name: "room_handoffs_total", Help: "Rooms this node handed off when it drained (a final snapshot stored, the lease released)."})
+	reg.MustRegister(handoffs)
 	return &metrics{
+		handoffs:      handoffs,
 		registry:      reg,
 		cell:          cell.NewMetrics(reg),
 		wallet:        wallet.NewMetrics(reg),

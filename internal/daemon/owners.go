@@ -3,9 +3,13 @@ package daemon
 import (
 	"context"
 	"hash/fnv"
+	"slices"
+	"strings"
 	"sync/atomic"
+	"time"
 
 	"hyapp/room-service/lease/redislease"
+	"hyapp/room-service/room"
 	"hyapp/room-service/rpc"
 )
 
@@ -59,4 +63,91 @@ func rendezvous(nodeID, roomID string) uint64 {
 	_, _ = h.Write([]byte{0})
 	_, _ = h.Write([]byte(roomID))
 	return h.Sum64()
+}
+
+// nodeFleet is rpc.Fleet for this node: in fleet mode the membership and
+// the room leases in Redis, and the node's drain; on a single node, the
+// node itself from local facts.
+type nodeFleet struct {
+	m    *Main
+	self string
+}
+
+var _ rpc.Fleet = nodeFleet{}
+
+// InFleet implements rpc.Fleet.
+func (f nodeFleet) InFleet() bool { return f.m.members != nil }
+
+// Drain implements rpc.Fleet. The hand-off is bounded by the shutdown
+// timeout, not by the caller: a caller that gives up does not cut a room's
+// final snapshot short.
+func (f nodeFleet) Drain(ctx context.Context, nodeID string) (int, error) {
+	switch {
+	case !f.InFleet():
+		return 0, rpc.ErrNotInFleet
+	case nodeID != f.self:
+		return 0, room.Errorf(rpc.ErrNodeNotFound, "node %q: this is node %q", nodeID, f.self)
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), f.m.Config.ShutdownTimeout)
+	defer cancel()
+	return f.m.drain(ctx)
+}
+
+// Addr implements rpc.Fleet: from the membership, without reading leases.
+func (f nodeFleet) Addr(ctx context.Context, nodeID string) (string, bool, error) {
+	if !f.InFleet() {
+		return f.m.Addr, nodeID == f.self, nil
+	}
+	members, err := f.m.members.Members(ctx)
+	if err != nil {
+		return "", false, room.Errorf(room.ErrUnavailable, "read the fleet's membership: %v", err)
+	}
+	for _, mb := range members {
+		if mb.NodeID == nodeID && mb.Addr != "" {
+			return mb.Addr, true, nil
+		}
+	}
+	return "", false, nil
+}
+
+// Nodes implements rpc.Fleet. In fleet mode a node's rooms are the room
+// leases it holds (not the relay's); a node that holds leases but left the
+// membership is listed as gone.
+func (f nodeFleet) Nodes(ctx context.Context, roomIDs bool) ([]rpc.Node, error) {
+	if !f.InFleet() {
+		return []rpc.Node{{ID: f.self, Addr: f.m.Addr, Rooms: f.m.registry.Loaded(), Heartbeat: time.Now()}}, nil
+	}
+	members, err := f.m.members.Members(ctx)
+	if err != nil {
+		return nil, room.Errorf(room.ErrUnavailable, "read the fleet's membership: %v", err)
+	}
+	leases, err := redislease.Leases(ctx, f.m.redis, redislease.Keys{})
+	if err != nil {
+		return nil, room.Errorf(room.ErrUnavailable, "read the fleet's leases: %v", err)
+	}
+	held := map[string][]string{} // node id → room ids
+	for id, o := range leases {
+		if !strings.HasPrefix(id, "relay ") { // the relay's lease of a room
+			held[o.NodeID] = append(held[o.NodeID], id)
+		}
+	}
+	nodes := make([]rpc.Node, 0, len(members))
+	for _, mb := range members {
+		nodes = append(nodes, rpc.Node{ID: mb.NodeID, Addr: mb.Addr, Draining: mb.Draining, Heartbeat: mb.Heartbeat})
+	}
+	for id := range held {
+		if !slices.ContainsFunc(nodes, func(n rpc.Node) bool { return n.ID == id }) {
+			nodes = append(nodes, rpc.Node{ID: id, Gone: true}) // its leases outlive its membership until they expire
+		}
+	}
+	slices.SortFunc(nodes, func(a, b rpc.Node) int { return strings.Compare(a.ID, b.ID) })
+	for i := range nodes {
+		rooms := held[nodes[i].ID]
+		nodes[i].Rooms = len(rooms)
+		if roomIDs {
+			slices.Sort(rooms)
+			nodes[i].RoomIDs = rooms
+		}
+	}
+	return nodes, nil
 }

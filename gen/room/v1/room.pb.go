@@ -707,6 +707,306 @@ func (x *GetBalanceResponse) GetBalance() int64 {
 	return 0
 }
 
+// DrainRequest names the node to drain.
+type DrainRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	NodeId        string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DrainRequest) Reset() {
+	*x = DrainRequest{}
+	mi := &file_room_v1_room_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DrainRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DrainRequest) ProtoMessage() {}
+
+func (x *DrainRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_room_v1_room_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DrainRequest.ProtoReflect.Descriptor instead.
+func (*DrainRequest) Descriptor() ([]byte, []int) {
+	return file_room_v1_room_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *DrainRequest) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+// DrainResponse tells how many rooms the node handed off.
+type DrainResponse struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	NodeId string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	// Rooms the node held when the drain began; 0 when it was drained already.
+	RoomsHandedOff int64 `protobuf:"varint,2,opt,name=rooms_handed_off,json=roomsHandedOff,proto3" json:"rooms_handed_off,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *DrainResponse) Reset() {
+	*x = DrainResponse{}
+	mi := &file_room_v1_room_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DrainResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DrainResponse) ProtoMessage() {}
+
+func (x *DrainResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_room_v1_room_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DrainResponse.ProtoReflect.Descriptor instead.
+func (*DrainResponse) Descriptor() ([]byte, []int) {
+	return file_room_v1_room_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *DrainResponse) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *DrainResponse) GetRoomsHandedOff() int64 {
+	if x != nil {
+		return x.RoomsHandedOff
+	}
+	return 0
+}
+
+// ListNodesRequest asks for the fleet's nodes.
+type ListNodesRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Also list the id of every room each node holds.
+	RoomIds       bool `protobuf:"varint,1,opt,name=room_ids,json=roomIds,proto3" json:"room_ids,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListNodesRequest) Reset() {
+	*x = ListNodesRequest{}
+	mi := &file_room_v1_room_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListNodesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListNodesRequest) ProtoMessage() {}
+
+func (x *ListNodesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_room_v1_room_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListNodesRequest.ProtoReflect.Descriptor instead.
+func (*ListNodesRequest) Descriptor() ([]byte, []int) {
+	return file_room_v1_room_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *ListNodesRequest) GetRoomIds() bool {
+	if x != nil {
+		return x.RoomIds
+	}
+	return false
+}
+
+// ListNodesResponse lists the fleet's nodes, ordered by id.
+type ListNodesResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Nodes []*FleetNode           `protobuf:"bytes,1,rep,name=nodes,proto3" json:"nodes,omitempty"`
+	// The service runs as a fleet (redis_url); false: a single node, which
+	// lists itself without room ids.
+	Fleet         bool `protobuf:"varint,2,opt,name=fleet,proto3" json:"fleet,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListNodesResponse) Reset() {
+	*x = ListNodesResponse{}
+	mi := &file_room_v1_room_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListNodesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListNodesResponse) ProtoMessage() {}
+
+func (x *ListNodesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_room_v1_room_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListNodesResponse.ProtoReflect.Descriptor instead.
+func (*ListNodesResponse) Descriptor() ([]byte, []int) {
+	return file_room_v1_room_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *ListNodesResponse) GetNodes() []*FleetNode {
+	if x != nil {
+		return x.Nodes
+	}
+	return nil
+}
+
+func (x *ListNodesResponse) GetFleet() bool {
+	if x != nil {
+		return x.Fleet
+	}
+	return false
+}
+
+// FleetNode is one node of the fleet.
+type FleetNode struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	NodeId string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	// The address other nodes and clients call it on (host:port).
+	Addr string `protobuf:"bytes,2,opt,name=addr,proto3" json:"addr,omitempty"`
+	// Rooms whose lease the node holds.
+	Rooms int64 `protobuf:"varint,3,opt,name=rooms,proto3" json:"rooms,omitempty"`
+	// The node takes no new rooms.
+	Draining bool `protobuf:"varint,4,opt,name=draining,proto3" json:"draining,omitempty"`
+	// The node's last heartbeat, by its own clock (Unix milliseconds).
+	HeartbeatMs int64 `protobuf:"varint,5,opt,name=heartbeat_ms,json=heartbeatMs,proto3" json:"heartbeat_ms,omitempty"`
+	// The node holds leases but left the membership (it stopped or lost
+	// Redis); its leases expire by themselves.
+	Gone bool `protobuf:"varint,6,opt,name=gone,proto3" json:"gone,omitempty"`
+	// The rooms it holds, by id, when asked for.
+	RoomIds       []string `protobuf:"bytes,7,rep,name=room_ids,json=roomIds,proto3" json:"room_ids,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FleetNode) Reset() {
+	*x = FleetNode{}
+	mi := &file_room_v1_room_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FleetNode) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FleetNode) ProtoMessage() {}
+
+func (x *FleetNode) ProtoReflect() protoreflect.Message {
+	mi := &file_room_v1_room_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FleetNode.ProtoReflect.Descriptor instead.
+func (*FleetNode) Descriptor() ([]byte, []int) {
+	return file_room_v1_room_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *FleetNode) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *FleetNode) GetAddr() string {
+	if x != nil {
+		return x.Addr
+	}
+	return ""
+}
+
+func (x *FleetNode) GetRooms() int64 {
+	if x != nil {
+		return x.Rooms
+	}
+	return 0
+}
+
+func (x *FleetNode) GetDraining() bool {
+	if x != nil {
+		return x.Draining
+	}
+	return false
+}
+
+func (x *FleetNode) GetHeartbeatMs() int64 {
+	if x != nil {
+		return x.HeartbeatMs
+	}
+	return 0
+}
+
+func (x *FleetNode) GetGone() bool {
+	if x != nil {
+		return x.Gone
+	}
+	return false
+}
+
+func (x *FleetNode) GetRoomIds() []string {
+	if x != nil {
+		return x.RoomIds
+	}
+	return nil
+}
+
 // GetOutboxStatusRequest asks for the outbox summary.
 type GetOutboxStatusRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -716,7 +1016,7 @@ type GetOutboxStatusRequest struct {
 
 func (x *GetOutboxStatusRequest) Reset() {
 	*x = GetOutboxStatusRequest{}
-	mi := &file_room_v1_room_proto_msgTypes[9]
+	mi := &file_room_v1_room_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -728,7 +1028,7 @@ func (x *GetOutboxStatusRequest) String() string {
 func (*GetOutboxStatusRequest) ProtoMessage() {}
 
 func (x *GetOutboxStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[9]
+	mi := &file_room_v1_room_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -741,7 +1041,7 @@ func (x *GetOutboxStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetOutboxStatusRequest.ProtoReflect.Descriptor instead.
 func (*GetOutboxStatusRequest) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{9}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{14}
 }
 
 // GetOutboxStatusResponse is the outbox summary.
@@ -760,7 +1060,7 @@ type GetOutboxStatusResponse struct {
 
 func (x *GetOutboxStatusResponse) Reset() {
 	*x = GetOutboxStatusResponse{}
-	mi := &file_room_v1_room_proto_msgTypes[10]
+	mi := &file_room_v1_room_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -772,7 +1072,7 @@ func (x *GetOutboxStatusResponse) String() string {
 func (*GetOutboxStatusResponse) ProtoMessage() {}
 
 func (x *GetOutboxStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[10]
+	mi := &file_room_v1_room_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -785,7 +1085,7 @@ func (x *GetOutboxStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetOutboxStatusResponse.ProtoReflect.Descriptor instead.
 func (*GetOutboxStatusResponse) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{10}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *GetOutboxStatusResponse) GetPending() int64 {
@@ -827,7 +1127,7 @@ type RequeueDeadOutboxRequest struct {
 
 func (x *RequeueDeadOutboxRequest) Reset() {
 	*x = RequeueDeadOutboxRequest{}
-	mi := &file_room_v1_room_proto_msgTypes[11]
+	mi := &file_room_v1_room_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -839,7 +1139,7 @@ func (x *RequeueDeadOutboxRequest) String() string {
 func (*RequeueDeadOutboxRequest) ProtoMessage() {}
 
 func (x *RequeueDeadOutboxRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[11]
+	mi := &file_room_v1_room_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -852,7 +1152,7 @@ func (x *RequeueDeadOutboxRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequeueDeadOutboxRequest.ProtoReflect.Descriptor instead.
 func (*RequeueDeadOutboxRequest) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{11}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *RequeueDeadOutboxRequest) GetEventType() string {
@@ -872,7 +1172,7 @@ type RequeueDeadOutboxResponse struct {
 
 func (x *RequeueDeadOutboxResponse) Reset() {
 	*x = RequeueDeadOutboxResponse{}
-	mi := &file_room_v1_room_proto_msgTypes[12]
+	mi := &file_room_v1_room_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -884,7 +1184,7 @@ func (x *RequeueDeadOutboxResponse) String() string {
 func (*RequeueDeadOutboxResponse) ProtoMessage() {}
 
 func (x *RequeueDeadOutboxResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[12]
+	mi := &file_room_v1_room_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -897,7 +1197,7 @@ func (x *RequeueDeadOutboxResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequeueDeadOutboxResponse.ProtoReflect.Descriptor instead.
 func (*RequeueDeadOutboxResponse) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{12}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *RequeueDeadOutboxResponse) GetRequeued() int64 {
@@ -925,7 +1225,7 @@ type CreateRoomRequest struct {
 
 func (x *CreateRoomRequest) Reset() {
 	*x = CreateRoomRequest{}
-	mi := &file_room_v1_room_proto_msgTypes[13]
+	mi := &file_room_v1_room_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -937,7 +1237,7 @@ func (x *CreateRoomRequest) String() string {
 func (*CreateRoomRequest) ProtoMessage() {}
 
 func (x *CreateRoomRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[13]
+	mi := &file_room_v1_room_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -950,7 +1250,7 @@ func (x *CreateRoomRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateRoomRequest.ProtoReflect.Descriptor instead.
 func (*CreateRoomRequest) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{13}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *CreateRoomRequest) GetRoomId() string {
@@ -1026,7 +1326,7 @@ type CreateRoomResponse struct {
 
 func (x *CreateRoomResponse) Reset() {
 	*x = CreateRoomResponse{}
-	mi := &file_room_v1_room_proto_msgTypes[14]
+	mi := &file_room_v1_room_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1038,7 +1338,7 @@ func (x *CreateRoomResponse) String() string {
 func (*CreateRoomResponse) ProtoMessage() {}
 
 func (x *CreateRoomResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[14]
+	mi := &file_room_v1_room_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1051,7 +1351,7 @@ func (x *CreateRoomResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateRoomResponse.ProtoReflect.Descriptor instead.
 func (*CreateRoomResponse) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{14}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *CreateRoomResponse) GetRoomVersion() int64 {
@@ -1073,7 +1373,7 @@ type CloseRoomRequest struct {
 
 func (x *CloseRoomRequest) Reset() {
 	*x = CloseRoomRequest{}
-	mi := &file_room_v1_room_proto_msgTypes[15]
+	mi := &file_room_v1_room_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1085,7 +1385,7 @@ func (x *CloseRoomRequest) String() string {
 func (*CloseRoomRequest) ProtoMessage() {}
 
 func (x *CloseRoomRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[15]
+	mi := &file_room_v1_room_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1098,7 +1398,7 @@ func (x *CloseRoomRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseRoomRequest.ProtoReflect.Descriptor instead.
 func (*CloseRoomRequest) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{15}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *CloseRoomRequest) GetRoomId() string {
@@ -1132,7 +1432,7 @@ type CloseRoomResponse struct {
 
 func (x *CloseRoomResponse) Reset() {
 	*x = CloseRoomResponse{}
-	mi := &file_room_v1_room_proto_msgTypes[16]
+	mi := &file_room_v1_room_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1144,7 +1444,7 @@ func (x *CloseRoomResponse) String() string {
 func (*CloseRoomResponse) ProtoMessage() {}
 
 func (x *CloseRoomResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[16]
+	mi := &file_room_v1_room_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1157,7 +1457,7 @@ func (x *CloseRoomResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseRoomResponse.ProtoReflect.Descriptor instead.
 func (*CloseRoomResponse) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{16}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *CloseRoomResponse) GetRoomVersion() int64 {
@@ -1183,7 +1483,7 @@ type JoinRoomRequest struct {
 
 func (x *JoinRoomRequest) Reset() {
 	*x = JoinRoomRequest{}
-	mi := &file_room_v1_room_proto_msgTypes[17]
+	mi := &file_room_v1_room_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1195,7 +1495,7 @@ func (x *JoinRoomRequest) String() string {
 func (*JoinRoomRequest) ProtoMessage() {}
 
 func (x *JoinRoomRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[17]
+	mi := &file_room_v1_room_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1208,7 +1508,7 @@ func (x *JoinRoomRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinRoomRequest.ProtoReflect.Descriptor instead.
 func (*JoinRoomRequest) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{17}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *JoinRoomRequest) GetRoomId() string {
@@ -1270,7 +1570,7 @@ type JoinRoomResponse struct {
 
 func (x *JoinRoomResponse) Reset() {
 	*x = JoinRoomResponse{}
-	mi := &file_room_v1_room_proto_msgTypes[18]
+	mi := &file_room_v1_room_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1282,7 +1582,7 @@ func (x *JoinRoomResponse) String() string {
 func (*JoinRoomResponse) ProtoMessage() {}
 
 func (x *JoinRoomResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[18]
+	mi := &file_room_v1_room_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1295,7 +1595,7 @@ func (x *JoinRoomResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinRoomResponse.ProtoReflect.Descriptor instead.
 func (*JoinRoomResponse) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{18}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *JoinRoomResponse) GetRoomVersion() int64 {
@@ -1317,7 +1617,7 @@ type LeaveRoomRequest struct {
 
 func (x *LeaveRoomRequest) Reset() {
 	*x = LeaveRoomRequest{}
-	mi := &file_room_v1_room_proto_msgTypes[19]
+	mi := &file_room_v1_room_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1329,7 +1629,7 @@ func (x *LeaveRoomRequest) String() string {
 func (*LeaveRoomRequest) ProtoMessage() {}
 
 func (x *LeaveRoomRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[19]
+	mi := &file_room_v1_room_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1342,7 +1642,7 @@ func (x *LeaveRoomRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaveRoomRequest.ProtoReflect.Descriptor instead.
 func (*LeaveRoomRequest) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{19}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *LeaveRoomRequest) GetRoomId() string {
@@ -1376,7 +1676,7 @@ type LeaveRoomResponse struct {
 
 func (x *LeaveRoomResponse) Reset() {
 	*x = LeaveRoomResponse{}
-	mi := &file_room_v1_room_proto_msgTypes[20]
+	mi := &file_room_v1_room_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1388,7 +1688,7 @@ func (x *LeaveRoomResponse) String() string {
 func (*LeaveRoomResponse) ProtoMessage() {}
 
 func (x *LeaveRoomResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[20]
+	mi := &file_room_v1_room_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1401,7 +1701,7 @@ func (x *LeaveRoomResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaveRoomResponse.ProtoReflect.Descriptor instead.
 func (*LeaveRoomResponse) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{20}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *LeaveRoomResponse) GetRoomVersion() int64 {
@@ -1424,7 +1724,7 @@ type TakeMicRequest struct {
 
 func (x *TakeMicRequest) Reset() {
 	*x = TakeMicRequest{}
-	mi := &file_room_v1_room_proto_msgTypes[21]
+	mi := &file_room_v1_room_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1436,7 +1736,7 @@ func (x *TakeMicRequest) String() string {
 func (*TakeMicRequest) ProtoMessage() {}
 
 func (x *TakeMicRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[21]
+	mi := &file_room_v1_room_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1449,7 +1749,7 @@ func (x *TakeMicRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TakeMicRequest.ProtoReflect.Descriptor instead.
 func (*TakeMicRequest) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{21}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *TakeMicRequest) GetRoomId() string {
@@ -1490,7 +1790,7 @@ type TakeMicResponse struct {
 
 func (x *TakeMicResponse) Reset() {
 	*x = TakeMicResponse{}
-	mi := &file_room_v1_room_proto_msgTypes[22]
+	mi := &file_room_v1_room_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1502,7 +1802,7 @@ func (x *TakeMicResponse) String() string {
 func (*TakeMicResponse) ProtoMessage() {}
 
 func (x *TakeMicResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[22]
+	mi := &file_room_v1_room_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1515,7 +1815,7 @@ func (x *TakeMicResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TakeMicResponse.ProtoReflect.Descriptor instead.
 func (*TakeMicResponse) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{22}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *TakeMicResponse) GetRoomVersion() int64 {
@@ -1537,7 +1837,7 @@ type LeaveMicRequest struct {
 
 func (x *LeaveMicRequest) Reset() {
 	*x = LeaveMicRequest{}
-	mi := &file_room_v1_room_proto_msgTypes[23]
+	mi := &file_room_v1_room_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1549,7 +1849,7 @@ func (x *LeaveMicRequest) String() string {
 func (*LeaveMicRequest) ProtoMessage() {}
 
 func (x *LeaveMicRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[23]
+	mi := &file_room_v1_room_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1562,7 +1862,7 @@ func (x *LeaveMicRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaveMicRequest.ProtoReflect.Descriptor instead.
 func (*LeaveMicRequest) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{23}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *LeaveMicRequest) GetRoomId() string {
@@ -1596,7 +1896,7 @@ type LeaveMicResponse struct {
 
 func (x *LeaveMicResponse) Reset() {
 	*x = LeaveMicResponse{}
-	mi := &file_room_v1_room_proto_msgTypes[24]
+	mi := &file_room_v1_room_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1608,7 +1908,7 @@ func (x *LeaveMicResponse) String() string {
 func (*LeaveMicResponse) ProtoMessage() {}
 
 func (x *LeaveMicResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[24]
+	mi := &file_room_v1_room_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1621,7 +1921,7 @@ func (x *LeaveMicResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaveMicResponse.ProtoReflect.Descriptor instead.
 func (*LeaveMicResponse) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{24}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *LeaveMicResponse) GetRoomVersion() int64 {
@@ -1644,7 +1944,7 @@ type MoveMicRequest struct {
 
 func (x *MoveMicRequest) Reset() {
 	*x = MoveMicRequest{}
-	mi := &file_room_v1_room_proto_msgTypes[25]
+	mi := &file_room_v1_room_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1656,7 +1956,7 @@ func (x *MoveMicRequest) String() string {
 func (*MoveMicRequest) ProtoMessage() {}
 
 func (x *MoveMicRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[25]
+	mi := &file_room_v1_room_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1669,7 +1969,7 @@ func (x *MoveMicRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MoveMicRequest.ProtoReflect.Descriptor instead.
 func (*MoveMicRequest) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{25}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *MoveMicRequest) GetRoomId() string {
@@ -1710,7 +2010,7 @@ type MoveMicResponse struct {
 
 func (x *MoveMicResponse) Reset() {
 	*x = MoveMicResponse{}
-	mi := &file_room_v1_room_proto_msgTypes[26]
+	mi := &file_room_v1_room_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1722,7 +2022,7 @@ func (x *MoveMicResponse) String() string {
 func (*MoveMicResponse) ProtoMessage() {}
 
 func (x *MoveMicResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[26]
+	mi := &file_room_v1_room_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1735,7 +2035,7 @@ func (x *MoveMicResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MoveMicResponse.ProtoReflect.Descriptor instead.
 func (*MoveMicResponse) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{26}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *MoveMicResponse) GetRoomVersion() int64 {
@@ -1758,7 +2058,7 @@ type KickFromMicRequest struct {
 
 func (x *KickFromMicRequest) Reset() {
 	*x = KickFromMicRequest{}
-	mi := &file_room_v1_room_proto_msgTypes[27]
+	mi := &file_room_v1_room_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1770,7 +2070,7 @@ func (x *KickFromMicRequest) String() string {
 func (*KickFromMicRequest) ProtoMessage() {}
 
 func (x *KickFromMicRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[27]
+	mi := &file_room_v1_room_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1783,7 +2083,7 @@ func (x *KickFromMicRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KickFromMicRequest.ProtoReflect.Descriptor instead.
 func (*KickFromMicRequest) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{27}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *KickFromMicRequest) GetRoomId() string {
@@ -1824,7 +2124,7 @@ type KickFromMicResponse struct {
 
 func (x *KickFromMicResponse) Reset() {
 	*x = KickFromMicResponse{}
-	mi := &file_room_v1_room_proto_msgTypes[28]
+	mi := &file_room_v1_room_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1836,7 +2136,7 @@ func (x *KickFromMicResponse) String() string {
 func (*KickFromMicResponse) ProtoMessage() {}
 
 func (x *KickFromMicResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[28]
+	mi := &file_room_v1_room_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1849,7 +2149,7 @@ func (x *KickFromMicResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KickFromMicResponse.ProtoReflect.Descriptor instead.
 func (*KickFromMicResponse) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{28}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *KickFromMicResponse) GetRoomVersion() int64 {
@@ -1873,7 +2173,7 @@ type LockMicSeatRequest struct {
 
 func (x *LockMicSeatRequest) Reset() {
 	*x = LockMicSeatRequest{}
-	mi := &file_room_v1_room_proto_msgTypes[29]
+	mi := &file_room_v1_room_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1885,7 +2185,7 @@ func (x *LockMicSeatRequest) String() string {
 func (*LockMicSeatRequest) ProtoMessage() {}
 
 func (x *LockMicSeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[29]
+	mi := &file_room_v1_room_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1898,7 +2198,7 @@ func (x *LockMicSeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LockMicSeatRequest.ProtoReflect.Descriptor instead.
 func (*LockMicSeatRequest) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{29}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *LockMicSeatRequest) GetRoomId() string {
@@ -1946,7 +2246,7 @@ type LockMicSeatResponse struct {
 
 func (x *LockMicSeatResponse) Reset() {
 	*x = LockMicSeatResponse{}
-	mi := &file_room_v1_room_proto_msgTypes[30]
+	mi := &file_room_v1_room_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1958,7 +2258,7 @@ func (x *LockMicSeatResponse) String() string {
 func (*LockMicSeatResponse) ProtoMessage() {}
 
 func (x *LockMicSeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[30]
+	mi := &file_room_v1_room_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1971,7 +2271,7 @@ func (x *LockMicSeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LockMicSeatResponse.ProtoReflect.Descriptor instead.
 func (*LockMicSeatResponse) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{30}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *LockMicSeatResponse) GetRoomVersion() int64 {
@@ -1995,7 +2295,7 @@ type MuteMicSeatRequest struct {
 
 func (x *MuteMicSeatRequest) Reset() {
 	*x = MuteMicSeatRequest{}
-	mi := &file_room_v1_room_proto_msgTypes[31]
+	mi := &file_room_v1_room_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2007,7 +2307,7 @@ func (x *MuteMicSeatRequest) String() string {
 func (*MuteMicSeatRequest) ProtoMessage() {}
 
 func (x *MuteMicSeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[31]
+	mi := &file_room_v1_room_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2020,7 +2320,7 @@ func (x *MuteMicSeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MuteMicSeatRequest.ProtoReflect.Descriptor instead.
 func (*MuteMicSeatRequest) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{31}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *MuteMicSeatRequest) GetRoomId() string {
@@ -2068,7 +2368,7 @@ type MuteMicSeatResponse struct {
 
 func (x *MuteMicSeatResponse) Reset() {
 	*x = MuteMicSeatResponse{}
-	mi := &file_room_v1_room_proto_msgTypes[32]
+	mi := &file_room_v1_room_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2080,7 +2380,7 @@ func (x *MuteMicSeatResponse) String() string {
 func (*MuteMicSeatResponse) ProtoMessage() {}
 
 func (x *MuteMicSeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[32]
+	mi := &file_room_v1_room_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2093,7 +2393,7 @@ func (x *MuteMicSeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MuteMicSeatResponse.ProtoReflect.Descriptor instead.
 func (*MuteMicSeatResponse) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{32}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *MuteMicSeatResponse) GetRoomVersion() int64 {
@@ -2116,7 +2416,7 @@ type SetMyMicRequest struct {
 
 func (x *SetMyMicRequest) Reset() {
 	*x = SetMyMicRequest{}
-	mi := &file_room_v1_room_proto_msgTypes[33]
+	mi := &file_room_v1_room_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2128,7 +2428,7 @@ func (x *SetMyMicRequest) String() string {
 func (*SetMyMicRequest) ProtoMessage() {}
 
 func (x *SetMyMicRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[33]
+	mi := &file_room_v1_room_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2141,7 +2441,7 @@ func (x *SetMyMicRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetMyMicRequest.ProtoReflect.Descriptor instead.
 func (*SetMyMicRequest) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{33}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *SetMyMicRequest) GetRoomId() string {
@@ -2182,7 +2482,7 @@ type SetMyMicResponse struct {
 
 func (x *SetMyMicResponse) Reset() {
 	*x = SetMyMicResponse{}
-	mi := &file_room_v1_room_proto_msgTypes[34]
+	mi := &file_room_v1_room_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2194,7 +2494,7 @@ func (x *SetMyMicResponse) String() string {
 func (*SetMyMicResponse) ProtoMessage() {}
 
 func (x *SetMyMicResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[34]
+	mi := &file_room_v1_room_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2207,7 +2507,7 @@ func (x *SetMyMicResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetMyMicResponse.ProtoReflect.Descriptor instead.
 func (*SetMyMicResponse) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{34}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *SetMyMicResponse) GetRoomVersion() int64 {
@@ -2231,7 +2531,7 @@ type KickUserRequest struct {
 
 func (x *KickUserRequest) Reset() {
 	*x = KickUserRequest{}
-	mi := &file_room_v1_room_proto_msgTypes[35]
+	mi := &file_room_v1_room_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2243,7 +2543,7 @@ func (x *KickUserRequest) String() string {
 func (*KickUserRequest) ProtoMessage() {}
 
 func (x *KickUserRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[35]
+	mi := &file_room_v1_room_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2256,7 +2556,7 @@ func (x *KickUserRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KickUserRequest.ProtoReflect.Descriptor instead.
 func (*KickUserRequest) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{35}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *KickUserRequest) GetRoomId() string {
@@ -2304,7 +2604,7 @@ type KickUserResponse struct {
 
 func (x *KickUserResponse) Reset() {
 	*x = KickUserResponse{}
-	mi := &file_room_v1_room_proto_msgTypes[36]
+	mi := &file_room_v1_room_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2316,7 +2616,7 @@ func (x *KickUserResponse) String() string {
 func (*KickUserResponse) ProtoMessage() {}
 
 func (x *KickUserResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[36]
+	mi := &file_room_v1_room_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2329,7 +2629,7 @@ func (x *KickUserResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KickUserResponse.ProtoReflect.Descriptor instead.
 func (*KickUserResponse) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{36}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *KickUserResponse) GetRoomVersion() int64 {
@@ -2353,7 +2653,7 @@ type MuteUserRequest struct {
 
 func (x *MuteUserRequest) Reset() {
 	*x = MuteUserRequest{}
-	mi := &file_room_v1_room_proto_msgTypes[37]
+	mi := &file_room_v1_room_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2365,7 +2665,7 @@ func (x *MuteUserRequest) String() string {
 func (*MuteUserRequest) ProtoMessage() {}
 
 func (x *MuteUserRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[37]
+	mi := &file_room_v1_room_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2378,7 +2678,7 @@ func (x *MuteUserRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MuteUserRequest.ProtoReflect.Descriptor instead.
 func (*MuteUserRequest) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{37}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *MuteUserRequest) GetRoomId() string {
@@ -2426,7 +2726,7 @@ type MuteUserResponse struct {
 
 func (x *MuteUserResponse) Reset() {
 	*x = MuteUserResponse{}
-	mi := &file_room_v1_room_proto_msgTypes[38]
+	mi := &file_room_v1_room_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2438,7 +2738,7 @@ func (x *MuteUserResponse) String() string {
 func (*MuteUserResponse) ProtoMessage() {}
 
 func (x *MuteUserResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[38]
+	mi := &file_room_v1_room_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2451,7 +2751,7 @@ func (x *MuteUserResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MuteUserResponse.ProtoReflect.Descriptor instead.
 func (*MuteUserResponse) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{38}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *MuteUserResponse) GetRoomVersion() int64 {
@@ -2474,7 +2774,7 @@ type UnbanUserRequest struct {
 
 func (x *UnbanUserRequest) Reset() {
 	*x = UnbanUserRequest{}
-	mi := &file_room_v1_room_proto_msgTypes[39]
+	mi := &file_room_v1_room_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2486,7 +2786,7 @@ func (x *UnbanUserRequest) String() string {
 func (*UnbanUserRequest) ProtoMessage() {}
 
 func (x *UnbanUserRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[39]
+	mi := &file_room_v1_room_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2499,7 +2799,7 @@ func (x *UnbanUserRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnbanUserRequest.ProtoReflect.Descriptor instead.
 func (*UnbanUserRequest) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{39}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *UnbanUserRequest) GetRoomId() string {
@@ -2540,7 +2840,7 @@ type UnbanUserResponse struct {
 
 func (x *UnbanUserResponse) Reset() {
 	*x = UnbanUserResponse{}
-	mi := &file_room_v1_room_proto_msgTypes[40]
+	mi := &file_room_v1_room_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2552,7 +2852,7 @@ func (x *UnbanUserResponse) String() string {
 func (*UnbanUserResponse) ProtoMessage() {}
 
 func (x *UnbanUserResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[40]
+	mi := &file_room_v1_room_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2565,7 +2865,7 @@ func (x *UnbanUserResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnbanUserResponse.ProtoReflect.Descriptor instead.
 func (*UnbanUserResponse) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{40}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *UnbanUserResponse) GetRoomVersion() int64 {
@@ -2589,7 +2889,7 @@ type SetAdminRequest struct {
 
 func (x *SetAdminRequest) Reset() {
 	*x = SetAdminRequest{}
-	mi := &file_room_v1_room_proto_msgTypes[41]
+	mi := &file_room_v1_room_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2601,7 +2901,7 @@ func (x *SetAdminRequest) String() string {
 func (*SetAdminRequest) ProtoMessage() {}
 
 func (x *SetAdminRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[41]
+	mi := &file_room_v1_room_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2614,7 +2914,7 @@ func (x *SetAdminRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetAdminRequest.ProtoReflect.Descriptor instead.
 func (*SetAdminRequest) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{41}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *SetAdminRequest) GetRoomId() string {
@@ -2662,7 +2962,7 @@ type SetAdminResponse struct {
 
 func (x *SetAdminResponse) Reset() {
 	*x = SetAdminResponse{}
-	mi := &file_room_v1_room_proto_msgTypes[42]
+	mi := &file_room_v1_room_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2674,7 +2974,7 @@ func (x *SetAdminResponse) String() string {
 func (*SetAdminResponse) ProtoMessage() {}
 
 func (x *SetAdminResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[42]
+	mi := &file_room_v1_room_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2687,7 +2987,7 @@ func (x *SetAdminResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetAdminResponse.ProtoReflect.Descriptor instead.
 func (*SetAdminResponse) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{42}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *SetAdminResponse) GetRoomVersion() int64 {
@@ -2712,7 +3012,7 @@ type UpdateProfileRequest struct {
 
 func (x *UpdateProfileRequest) Reset() {
 	*x = UpdateProfileRequest{}
-	mi := &file_room_v1_room_proto_msgTypes[43]
+	mi := &file_room_v1_room_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2724,7 +3024,7 @@ func (x *UpdateProfileRequest) String() string {
 func (*UpdateProfileRequest) ProtoMessage() {}
 
 func (x *UpdateProfileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[43]
+	mi := &file_room_v1_room_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2737,7 +3037,7 @@ func (x *UpdateProfileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateProfileRequest.ProtoReflect.Descriptor instead.
 func (*UpdateProfileRequest) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{43}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *UpdateProfileRequest) GetRoomId() string {
@@ -2792,7 +3092,7 @@ type UpdateProfileResponse struct {
 
 func (x *UpdateProfileResponse) Reset() {
 	*x = UpdateProfileResponse{}
-	mi := &file_room_v1_room_proto_msgTypes[44]
+	mi := &file_room_v1_room_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2804,7 +3104,7 @@ func (x *UpdateProfileResponse) String() string {
 func (*UpdateProfileResponse) ProtoMessage() {}
 
 func (x *UpdateProfileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[44]
+	mi := &file_room_v1_room_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2817,7 +3117,7 @@ func (x *UpdateProfileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateProfileResponse.ProtoReflect.Descriptor instead.
 func (*UpdateProfileResponse) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{44}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *UpdateProfileResponse) GetRoomVersion() int64 {
@@ -2840,7 +3140,7 @@ type ChangeBackgroundRequest struct {
 
 func (x *ChangeBackgroundRequest) Reset() {
 	*x = ChangeBackgroundRequest{}
-	mi := &file_room_v1_room_proto_msgTypes[45]
+	mi := &file_room_v1_room_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2852,7 +3152,7 @@ func (x *ChangeBackgroundRequest) String() string {
 func (*ChangeBackgroundRequest) ProtoMessage() {}
 
 func (x *ChangeBackgroundRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[45]
+	mi := &file_room_v1_room_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2865,7 +3165,7 @@ func (x *ChangeBackgroundRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChangeBackgroundRequest.ProtoReflect.Descriptor instead.
 func (*ChangeBackgroundRequest) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{45}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *ChangeBackgroundRequest) GetRoomId() string {
@@ -2906,7 +3206,7 @@ type ChangeBackgroundResponse struct {
 
 func (x *ChangeBackgroundResponse) Reset() {
 	*x = ChangeBackgroundResponse{}
-	mi := &file_room_v1_room_proto_msgTypes[46]
+	mi := &file_room_v1_room_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2918,7 +3218,7 @@ func (x *ChangeBackgroundResponse) String() string {
 func (*ChangeBackgroundResponse) ProtoMessage() {}
 
 func (x *ChangeBackgroundResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[46]
+	mi := &file_room_v1_room_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2931,7 +3231,7 @@ func (x *ChangeBackgroundResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChangeBackgroundResponse.ProtoReflect.Descriptor instead.
 func (*ChangeBackgroundResponse) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{46}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *ChangeBackgroundResponse) GetRoomVersion() int64 {
@@ -2954,7 +3254,7 @@ type SetChatEnabledRequest struct {
 
 func (x *SetChatEnabledRequest) Reset() {
 	*x = SetChatEnabledRequest{}
-	mi := &file_room_v1_room_proto_msgTypes[47]
+	mi := &file_room_v1_room_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2966,7 +3266,7 @@ func (x *SetChatEnabledRequest) String() string {
 func (*SetChatEnabledRequest) ProtoMessage() {}
 
 func (x *SetChatEnabledRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[47]
+	mi := &file_room_v1_room_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2979,7 +3279,7 @@ func (x *SetChatEnabledRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetChatEnabledRequest.ProtoReflect.Descriptor instead.
 func (*SetChatEnabledRequest) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{47}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *SetChatEnabledRequest) GetRoomId() string {
@@ -3020,7 +3320,7 @@ type SetChatEnabledResponse struct {
 
 func (x *SetChatEnabledResponse) Reset() {
 	*x = SetChatEnabledResponse{}
-	mi := &file_room_v1_room_proto_msgTypes[48]
+	mi := &file_room_v1_room_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3032,7 +3332,7 @@ func (x *SetChatEnabledResponse) String() string {
 func (*SetChatEnabledResponse) ProtoMessage() {}
 
 func (x *SetChatEnabledResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[48]
+	mi := &file_room_v1_room_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3045,7 +3345,7 @@ func (x *SetChatEnabledResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetChatEnabledResponse.ProtoReflect.Descriptor instead.
 func (*SetChatEnabledResponse) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{48}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *SetChatEnabledResponse) GetRoomVersion() int64 {
@@ -3069,7 +3369,7 @@ type PublishRobotDisplayRequest struct {
 
 func (x *PublishRobotDisplayRequest) Reset() {
 	*x = PublishRobotDisplayRequest{}
-	mi := &file_room_v1_room_proto_msgTypes[49]
+	mi := &file_room_v1_room_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3081,7 +3381,7 @@ func (x *PublishRobotDisplayRequest) String() string {
 func (*PublishRobotDisplayRequest) ProtoMessage() {}
 
 func (x *PublishRobotDisplayRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[49]
+	mi := &file_room_v1_room_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3094,7 +3394,7 @@ func (x *PublishRobotDisplayRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PublishRobotDisplayRequest.ProtoReflect.Descriptor instead.
 func (*PublishRobotDisplayRequest) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{49}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *PublishRobotDisplayRequest) GetRoomId() string {
@@ -3127,7 +3427,7 @@ type PublishRobotDisplayResponse struct {
 
 func (x *PublishRobotDisplayResponse) Reset() {
 	*x = PublishRobotDisplayResponse{}
-	mi := &file_room_v1_room_proto_msgTypes[50]
+	mi := &file_room_v1_room_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3139,7 +3439,7 @@ func (x *PublishRobotDisplayResponse) String() string {
 func (*PublishRobotDisplayResponse) ProtoMessage() {}
 
 func (x *PublishRobotDisplayResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[50]
+	mi := &file_room_v1_room_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3152,7 +3452,7 @@ func (x *PublishRobotDisplayResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PublishRobotDisplayResponse.ProtoReflect.Descriptor instead.
 func (*PublishRobotDisplayResponse) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{50}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{55}
 }
 
 // GetRoomSnapshotRequest asks for a room's live state.
@@ -3169,7 +3469,7 @@ type GetRoomSnapshotRequest struct {
 
 func (x *GetRoomSnapshotRequest) Reset() {
 	*x = GetRoomSnapshotRequest{}
-	mi := &file_room_v1_room_proto_msgTypes[51]
+	mi := &file_room_v1_room_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3181,7 +3481,7 @@ func (x *GetRoomSnapshotRequest) String() string {
 func (*GetRoomSnapshotRequest) ProtoMessage() {}
 
 func (x *GetRoomSnapshotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[51]
+	mi := &file_room_v1_room_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3194,7 +3494,7 @@ func (x *GetRoomSnapshotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRoomSnapshotRequest.ProtoReflect.Descriptor instead.
 func (*GetRoomSnapshotRequest) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{51}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *GetRoomSnapshotRequest) GetRoomId() string {
@@ -3230,7 +3530,7 @@ type GetRoomSnapshotResponse struct {
 
 func (x *GetRoomSnapshotResponse) Reset() {
 	*x = GetRoomSnapshotResponse{}
-	mi := &file_room_v1_room_proto_msgTypes[52]
+	mi := &file_room_v1_room_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3242,7 +3542,7 @@ func (x *GetRoomSnapshotResponse) String() string {
 func (*GetRoomSnapshotResponse) ProtoMessage() {}
 
 func (x *GetRoomSnapshotResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[52]
+	mi := &file_room_v1_room_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3255,7 +3555,7 @@ func (x *GetRoomSnapshotResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRoomSnapshotResponse.ProtoReflect.Descriptor instead.
 func (*GetRoomSnapshotResponse) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{52}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *GetRoomSnapshotResponse) GetNotModified() bool {
@@ -3294,7 +3594,7 @@ type ListRoomsRequest struct {
 
 func (x *ListRoomsRequest) Reset() {
 	*x = ListRoomsRequest{}
-	mi := &file_room_v1_room_proto_msgTypes[53]
+	mi := &file_room_v1_room_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3306,7 +3606,7 @@ func (x *ListRoomsRequest) String() string {
 func (*ListRoomsRequest) ProtoMessage() {}
 
 func (x *ListRoomsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[53]
+	mi := &file_room_v1_room_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3319,7 +3619,7 @@ func (x *ListRoomsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRoomsRequest.ProtoReflect.Descriptor instead.
 func (*ListRoomsRequest) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{53}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *ListRoomsRequest) GetPageSize() int32 {
@@ -3355,7 +3655,7 @@ type ListRoomsResponse struct {
 
 func (x *ListRoomsResponse) Reset() {
 	*x = ListRoomsResponse{}
-	mi := &file_room_v1_room_proto_msgTypes[54]
+	mi := &file_room_v1_room_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3367,7 +3667,7 @@ func (x *ListRoomsResponse) String() string {
 func (*ListRoomsResponse) ProtoMessage() {}
 
 func (x *ListRoomsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[54]
+	mi := &file_room_v1_room_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3380,7 +3680,7 @@ func (x *ListRoomsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRoomsResponse.ProtoReflect.Descriptor instead.
 func (*ListRoomsResponse) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{54}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *ListRoomsResponse) GetRooms() []*RoomSummary {
@@ -3415,7 +3715,7 @@ type RoomSummary struct {
 
 func (x *RoomSummary) Reset() {
 	*x = RoomSummary{}
-	mi := &file_room_v1_room_proto_msgTypes[55]
+	mi := &file_room_v1_room_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3427,7 +3727,7 @@ func (x *RoomSummary) String() string {
 func (*RoomSummary) ProtoMessage() {}
 
 func (x *RoomSummary) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[55]
+	mi := &file_room_v1_room_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3440,7 +3740,7 @@ func (x *RoomSummary) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RoomSummary.ProtoReflect.Descriptor instead.
 func (*RoomSummary) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{55}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *RoomSummary) GetRoomId() string {
@@ -3519,7 +3819,7 @@ type ListCommandsRequest struct {
 
 func (x *ListCommandsRequest) Reset() {
 	*x = ListCommandsRequest{}
-	mi := &file_room_v1_room_proto_msgTypes[56]
+	mi := &file_room_v1_room_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3531,7 +3831,7 @@ func (x *ListCommandsRequest) String() string {
 func (*ListCommandsRequest) ProtoMessage() {}
 
 func (x *ListCommandsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[56]
+	mi := &file_room_v1_room_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3544,7 +3844,7 @@ func (x *ListCommandsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCommandsRequest.ProtoReflect.Descriptor instead.
 func (*ListCommandsRequest) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{56}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *ListCommandsRequest) GetRoomId() string {
@@ -3580,7 +3880,7 @@ type ListCommandsResponse struct {
 
 func (x *ListCommandsResponse) Reset() {
 	*x = ListCommandsResponse{}
-	mi := &file_room_v1_room_proto_msgTypes[57]
+	mi := &file_room_v1_room_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3592,7 +3892,7 @@ func (x *ListCommandsResponse) String() string {
 func (*ListCommandsResponse) ProtoMessage() {}
 
 func (x *ListCommandsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[57]
+	mi := &file_room_v1_room_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3605,7 +3905,7 @@ func (x *ListCommandsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCommandsResponse.ProtoReflect.Descriptor instead.
 func (*ListCommandsResponse) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{57}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *ListCommandsResponse) GetCommands() []*CommandLogEntry {
@@ -3638,7 +3938,7 @@ type CommandLogEntry struct {
 
 func (x *CommandLogEntry) Reset() {
 	*x = CommandLogEntry{}
-	mi := &file_room_v1_room_proto_msgTypes[58]
+	mi := &file_room_v1_room_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3650,7 +3950,7 @@ func (x *CommandLogEntry) String() string {
 func (*CommandLogEntry) ProtoMessage() {}
 
 func (x *CommandLogEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[58]
+	mi := &file_room_v1_room_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3663,7 +3963,7 @@ func (x *CommandLogEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandLogEntry.ProtoReflect.Descriptor instead.
 func (*CommandLogEntry) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{58}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *CommandLogEntry) GetRoomVersion() int64 {
@@ -3718,7 +4018,7 @@ type GetStoredSnapshotRequest struct {
 
 func (x *GetStoredSnapshotRequest) Reset() {
 	*x = GetStoredSnapshotRequest{}
-	mi := &file_room_v1_room_proto_msgTypes[59]
+	mi := &file_room_v1_room_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3730,7 +4030,7 @@ func (x *GetStoredSnapshotRequest) String() string {
 func (*GetStoredSnapshotRequest) ProtoMessage() {}
 
 func (x *GetStoredSnapshotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[59]
+	mi := &file_room_v1_room_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3743,7 +4043,7 @@ func (x *GetStoredSnapshotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetStoredSnapshotRequest.ProtoReflect.Descriptor instead.
 func (*GetStoredSnapshotRequest) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{59}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *GetStoredSnapshotRequest) GetRoomId() string {
@@ -3764,7 +4064,7 @@ type GetStoredSnapshotResponse struct {
 
 func (x *GetStoredSnapshotResponse) Reset() {
 	*x = GetStoredSnapshotResponse{}
-	mi := &file_room_v1_room_proto_msgTypes[60]
+	mi := &file_room_v1_room_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3776,7 +4076,7 @@ func (x *GetStoredSnapshotResponse) String() string {
 func (*GetStoredSnapshotResponse) ProtoMessage() {}
 
 func (x *GetStoredSnapshotResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[60]
+	mi := &file_room_v1_room_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3789,7 +4089,7 @@ func (x *GetStoredSnapshotResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetStoredSnapshotResponse.ProtoReflect.Descriptor instead.
 func (*GetStoredSnapshotResponse) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{60}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *GetStoredSnapshotResponse) GetFound() bool {
@@ -3837,7 +4137,7 @@ type RoomSnapshot struct {
 
 func (x *RoomSnapshot) Reset() {
 	*x = RoomSnapshot{}
-	mi := &file_room_v1_room_proto_msgTypes[61]
+	mi := &file_room_v1_room_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3849,7 +4149,7 @@ func (x *RoomSnapshot) String() string {
 func (*RoomSnapshot) ProtoMessage() {}
 
 func (x *RoomSnapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[61]
+	mi := &file_room_v1_room_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3862,7 +4162,7 @@ func (x *RoomSnapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RoomSnapshot.ProtoReflect.Descriptor instead.
 func (*RoomSnapshot) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{61}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *RoomSnapshot) GetRoomId() string {
@@ -4010,7 +4310,7 @@ type RoomEconomy struct {
 
 func (x *RoomEconomy) Reset() {
 	*x = RoomEconomy{}
-	mi := &file_room_v1_room_proto_msgTypes[62]
+	mi := &file_room_v1_room_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4022,7 +4322,7 @@ func (x *RoomEconomy) String() string {
 func (*RoomEconomy) ProtoMessage() {}
 
 func (x *RoomEconomy) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[62]
+	mi := &file_room_v1_room_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4035,7 +4335,7 @@ func (x *RoomEconomy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RoomEconomy.ProtoReflect.Descriptor instead.
 func (*RoomEconomy) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{62}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *RoomEconomy) GetBusinessDay() int64 {
@@ -4099,7 +4399,7 @@ type EconomyRules struct {
 
 func (x *EconomyRules) Reset() {
 	*x = EconomyRules{}
-	mi := &file_room_v1_room_proto_msgTypes[63]
+	mi := &file_room_v1_room_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4111,7 +4411,7 @@ func (x *EconomyRules) String() string {
 func (*EconomyRules) ProtoMessage() {}
 
 func (x *EconomyRules) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[63]
+	mi := &file_room_v1_room_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4124,7 +4424,7 @@ func (x *EconomyRules) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EconomyRules.ProtoReflect.Descriptor instead.
 func (*EconomyRules) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{63}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *EconomyRules) GetTimeZone() string {
@@ -4173,7 +4473,7 @@ type RocketLevelRule struct {
 
 func (x *RocketLevelRule) Reset() {
 	*x = RocketLevelRule{}
-	mi := &file_room_v1_room_proto_msgTypes[64]
+	mi := &file_room_v1_room_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4185,7 +4485,7 @@ func (x *RocketLevelRule) String() string {
 func (*RocketLevelRule) ProtoMessage() {}
 
 func (x *RocketLevelRule) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[64]
+	mi := &file_room_v1_room_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4198,7 +4498,7 @@ func (x *RocketLevelRule) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RocketLevelRule.ProtoReflect.Descriptor instead.
 func (*RocketLevelRule) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{64}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *RocketLevelRule) GetFuel() int64 {
@@ -4226,7 +4526,7 @@ type RankEntry struct {
 
 func (x *RankEntry) Reset() {
 	*x = RankEntry{}
-	mi := &file_room_v1_room_proto_msgTypes[65]
+	mi := &file_room_v1_room_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4238,7 +4538,7 @@ func (x *RankEntry) String() string {
 func (*RankEntry) ProtoMessage() {}
 
 func (x *RankEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[65]
+	mi := &file_room_v1_room_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4251,7 +4551,7 @@ func (x *RankEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RankEntry.ProtoReflect.Descriptor instead.
 func (*RankEntry) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{65}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *RankEntry) GetUserId() int64 {
@@ -4289,7 +4589,7 @@ type RoomRocket struct {
 
 func (x *RoomRocket) Reset() {
 	*x = RoomRocket{}
-	mi := &file_room_v1_room_proto_msgTypes[66]
+	mi := &file_room_v1_room_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4301,7 +4601,7 @@ func (x *RoomRocket) String() string {
 func (*RoomRocket) ProtoMessage() {}
 
 func (x *RoomRocket) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[66]
+	mi := &file_room_v1_room_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4314,7 +4614,7 @@ func (x *RoomRocket) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RoomRocket.ProtoReflect.Descriptor instead.
 func (*RoomRocket) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{66}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *RoomRocket) GetLevel() int32 {
@@ -4376,7 +4676,7 @@ type RocketLaunch struct {
 
 func (x *RocketLaunch) Reset() {
 	*x = RocketLaunch{}
-	mi := &file_room_v1_room_proto_msgTypes[67]
+	mi := &file_room_v1_room_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4388,7 +4688,7 @@ func (x *RocketLaunch) String() string {
 func (*RocketLaunch) ProtoMessage() {}
 
 func (x *RocketLaunch) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[67]
+	mi := &file_room_v1_room_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4401,7 +4701,7 @@ func (x *RocketLaunch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RocketLaunch.ProtoReflect.Descriptor instead.
 func (*RocketLaunch) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{67}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *RocketLaunch) GetRocketId() int64 {
@@ -4460,7 +4760,7 @@ type RoomProfile struct {
 
 func (x *RoomProfile) Reset() {
 	*x = RoomProfile{}
-	mi := &file_room_v1_room_proto_msgTypes[68]
+	mi := &file_room_v1_room_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4472,7 +4772,7 @@ func (x *RoomProfile) String() string {
 func (*RoomProfile) ProtoMessage() {}
 
 func (x *RoomProfile) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[68]
+	mi := &file_room_v1_room_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4485,7 +4785,7 @@ func (x *RoomProfile) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RoomProfile.ProtoReflect.Descriptor instead.
 func (*RoomProfile) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{68}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *RoomProfile) GetTitle() string {
@@ -4538,7 +4838,7 @@ type Member struct {
 
 func (x *Member) Reset() {
 	*x = Member{}
-	mi := &file_room_v1_room_proto_msgTypes[69]
+	mi := &file_room_v1_room_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4550,7 +4850,7 @@ func (x *Member) String() string {
 func (*Member) ProtoMessage() {}
 
 func (x *Member) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[69]
+	mi := &file_room_v1_room_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4563,7 +4863,7 @@ func (x *Member) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Member.ProtoReflect.Descriptor instead.
 func (*Member) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{69}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *Member) GetUserId() int64 {
@@ -4627,7 +4927,7 @@ type MicSeat struct {
 
 func (x *MicSeat) Reset() {
 	*x = MicSeat{}
-	mi := &file_room_v1_room_proto_msgTypes[70]
+	mi := &file_room_v1_room_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4639,7 +4939,7 @@ func (x *MicSeat) String() string {
 func (*MicSeat) ProtoMessage() {}
 
 func (x *MicSeat) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[70]
+	mi := &file_room_v1_room_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4652,7 +4952,7 @@ func (x *MicSeat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MicSeat.ProtoReflect.Descriptor instead.
 func (*MicSeat) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{70}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *MicSeat) GetIndex() int32 {
@@ -4715,7 +5015,7 @@ type Restriction struct {
 
 func (x *Restriction) Reset() {
 	*x = Restriction{}
-	mi := &file_room_v1_room_proto_msgTypes[71]
+	mi := &file_room_v1_room_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4727,7 +5027,7 @@ func (x *Restriction) String() string {
 func (*Restriction) ProtoMessage() {}
 
 func (x *Restriction) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[71]
+	mi := &file_room_v1_room_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4740,7 +5040,7 @@ func (x *Restriction) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Restriction.ProtoReflect.Descriptor instead.
 func (*Restriction) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{71}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *Restriction) GetUserId() int64 {
@@ -4783,7 +5083,7 @@ type RoomEvent struct {
 
 func (x *RoomEvent) Reset() {
 	*x = RoomEvent{}
-	mi := &file_room_v1_room_proto_msgTypes[72]
+	mi := &file_room_v1_room_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4795,7 +5095,7 @@ func (x *RoomEvent) String() string {
 func (*RoomEvent) ProtoMessage() {}
 
 func (x *RoomEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[72]
+	mi := &file_room_v1_room_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4808,7 +5108,7 @@ func (x *RoomEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RoomEvent.ProtoReflect.Descriptor instead.
 func (*RoomEvent) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{72}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *RoomEvent) GetEventId() string {
@@ -4902,7 +5202,25 @@ const file_room_v1_room_proto_rawDesc = "" +
 	"\x11GetBalanceRequest\x12\x17\n" +
 	"\auser_id\x18\x01 \x01(\x03R\x06userId\".\n" +
 	"\x12GetBalanceResponse\x12\x18\n" +
-	"\abalance\x18\x01 \x01(\x03R\abalance\"\x18\n" +
+	"\abalance\x18\x01 \x01(\x03R\abalance\"'\n" +
+	"\fDrainRequest\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\"R\n" +
+	"\rDrainResponse\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12(\n" +
+	"\x10rooms_handed_off\x18\x02 \x01(\x03R\x0eroomsHandedOff\"-\n" +
+	"\x10ListNodesRequest\x12\x19\n" +
+	"\broom_ids\x18\x01 \x01(\bR\aroomIds\"S\n" +
+	"\x11ListNodesResponse\x12(\n" +
+	"\x05nodes\x18\x01 \x03(\v2\x12.room.v1.FleetNodeR\x05nodes\x12\x14\n" +
+	"\x05fleet\x18\x02 \x01(\bR\x05fleet\"\xbc\x01\n" +
+	"\tFleetNode\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x12\n" +
+	"\x04addr\x18\x02 \x01(\tR\x04addr\x12\x14\n" +
+	"\x05rooms\x18\x03 \x01(\x03R\x05rooms\x12\x1a\n" +
+	"\bdraining\x18\x04 \x01(\bR\bdraining\x12!\n" +
+	"\fheartbeat_ms\x18\x05 \x01(\x03R\vheartbeatMs\x12\x12\n" +
+	"\x04gone\x18\x06 \x01(\bR\x04gone\x12\x19\n" +
+	"\broom_ids\x18\a \x03(\tR\aroomIds\"\x18\n" +
 	"\x16GetOutboxStatusRequest\"\xfd\x01\n" +
 	"\x17GetOutboxStatusResponse\x12\x18\n" +
 	"\apending\x18\x01 \x01(\x03R\apending\x121\n" +
@@ -5271,12 +5589,14 @@ const file_room_v1_room_proto_rawDesc = "" +
 	"\rWalletService\x12H\n" +
 	"\vCreditCoins\x12\x1b.room.v1.CreditCoinsRequest\x1a\x1c.room.v1.CreditCoinsResponse\x12J\n" +
 	"\n" +
-	"GetBalance\x12\x1a.room.v1.GetBalanceRequest\x1a\x1b.room.v1.GetBalanceResponse\"\x03\x90\x02\x012\xfb\x02\n" +
+	"GetBalance\x12\x1a.room.v1.GetBalanceRequest\x1a\x1b.room.v1.GetBalanceResponse\"\x03\x90\x02\x012\xfc\x03\n" +
 	"\x0fOperatorService\x12P\n" +
 	"\fListCommands\x12\x1c.room.v1.ListCommandsRequest\x1a\x1d.room.v1.ListCommandsResponse\"\x03\x90\x02\x01\x12_\n" +
 	"\x11GetStoredSnapshot\x12!.room.v1.GetStoredSnapshotRequest\x1a\".room.v1.GetStoredSnapshotResponse\"\x03\x90\x02\x01\x12Y\n" +
 	"\x0fGetOutboxStatus\x12\x1f.room.v1.GetOutboxStatusRequest\x1a .room.v1.GetOutboxStatusResponse\"\x03\x90\x02\x01\x12Z\n" +
-	"\x11RequeueDeadOutbox\x12!.room.v1.RequeueDeadOutboxRequest\x1a\".room.v1.RequeueDeadOutboxResponseB'Z%hyapp/room-service/gen/room/v1;roomv1b\x06proto3"
+	"\x11RequeueDeadOutbox\x12!.room.v1.RequeueDeadOutboxRequest\x1a\".room.v1.RequeueDeadOutboxResponse\x126\n" +
+	"\x05Drain\x12\x15.room.v1.DrainRequest\x1a\x16.room.v1.DrainResponse\x12G\n" +
+	"\tListNodes\x12\x19.room.v1.ListNodesRequest\x1a\x1a.room.v1.ListNodesResponse\"\x03\x90\x02\x01B'Z%hyapp/room-service/gen/room/v1;roomv1b\x06proto3"
 
 var (
 	file_room_v1_room_proto_rawDescOnce sync.Once
@@ -5291,7 +5611,7 @@ func file_room_v1_room_proto_rawDescGZIP() []byte {
 }
 
 var file_room_v1_room_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_room_v1_room_proto_msgTypes = make([]protoimpl.MessageInfo, 74)
+var file_room_v1_room_proto_msgTypes = make([]protoimpl.MessageInfo, 79)
 var file_room_v1_room_proto_goTypes = []any{
 	(GiftKind)(0),                       // 0: room.v1.GiftKind
 	(RoomStatus)(0),                     // 1: room.v1.RoomStatus
@@ -5304,160 +5624,170 @@ var file_room_v1_room_proto_goTypes = []any{
 	(*CreditCoinsResponse)(nil),         // 8: room.v1.CreditCoinsResponse
 	(*GetBalanceRequest)(nil),           // 9: room.v1.GetBalanceRequest
 	(*GetBalanceResponse)(nil),          // 10: room.v1.GetBalanceResponse
-	(*GetOutboxStatusRequest)(nil),      // 11: room.v1.GetOutboxStatusRequest
-	(*GetOutboxStatusResponse)(nil),     // 12: room.v1.GetOutboxStatusResponse
-	(*RequeueDeadOutboxRequest)(nil),    // 13: room.v1.RequeueDeadOutboxRequest
-	(*RequeueDeadOutboxResponse)(nil),   // 14: room.v1.RequeueDeadOutboxResponse
-	(*CreateRoomRequest)(nil),           // 15: room.v1.CreateRoomRequest
-	(*CreateRoomResponse)(nil),          // 16: room.v1.CreateRoomResponse
-	(*CloseRoomRequest)(nil),            // 17: room.v1.CloseRoomRequest
-	(*CloseRoomResponse)(nil),           // 18: room.v1.CloseRoomResponse
-	(*JoinRoomRequest)(nil),             // 19: room.v1.JoinRoomRequest
-	(*JoinRoomResponse)(nil),            // 20: room.v1.JoinRoomResponse
-	(*LeaveRoomRequest)(nil),            // 21: room.v1.LeaveRoomRequest
-	(*LeaveRoomResponse)(nil),           // 22: room.v1.LeaveRoomResponse
-	(*TakeMicRequest)(nil),              // 23: room.v1.TakeMicRequest
-	(*TakeMicResponse)(nil),             // 24: room.v1.TakeMicResponse
-	(*LeaveMicRequest)(nil),             // 25: room.v1.LeaveMicRequest
-	(*LeaveMicResponse)(nil),            // 26: room.v1.LeaveMicResponse
-	(*MoveMicRequest)(nil),              // 27: room.v1.MoveMicRequest
-	(*MoveMicResponse)(nil),             // 28: room.v1.MoveMicResponse
-	(*KickFromMicRequest)(nil),          // 29: room.v1.KickFromMicRequest
-	(*KickFromMicResponse)(nil),         // 30: room.v1.KickFromMicResponse
-	(*LockMicSeatRequest)(nil),          // 31: room.v1.LockMicSeatRequest
-	(*LockMicSeatResponse)(nil),         // 32: room.v1.LockMicSeatResponse
-	(*MuteMicSeatRequest)(nil),          // 33: room.v1.MuteMicSeatRequest
-	(*MuteMicSeatResponse)(nil),         // 34: room.v1.MuteMicSeatResponse
-	(*SetMyMicRequest)(nil),             // 35: room.v1.SetMyMicRequest
-	(*SetMyMicResponse)(nil),            // 36: room.v1.SetMyMicResponse
-	(*KickUserRequest)(nil),             // 37: room.v1.KickUserRequest
-	(*KickUserResponse)(nil),            // 38: room.v1.KickUserResponse
-	(*MuteUserRequest)(nil),             // 39: room.v1.MuteUserRequest
-	(*MuteUserResponse)(nil),            // 40: room.v1.MuteUserResponse
-	(*UnbanUserRequest)(nil),            // 41: room.v1.UnbanUserRequest
-	(*UnbanUserResponse)(nil),           // 42: room.v1.UnbanUserResponse
-	(*SetAdminRequest)(nil),             // 43: room.v1.SetAdminRequest
-	(*SetAdminResponse)(nil),            // 44: room.v1.SetAdminResponse
-	(*UpdateProfileRequest)(nil),        // 45: room.v1.UpdateProfileRequest
-	(*UpdateProfileResponse)(nil),       // 46: room.v1.UpdateProfileResponse
-	(*ChangeBackgroundRequest)(nil),     // 47: room.v1.ChangeBackgroundRequest
-	(*ChangeBackgroundResponse)(nil),    // 48: room.v1.ChangeBackgroundResponse
-	(*SetChatEnabledRequest)(nil),       // 49: room.v1.SetChatEnabledRequest
-	(*SetChatEnabledResponse)(nil),      // 50: room.v1.SetChatEnabledResponse
-	(*PublishRobotDisplayRequest)(nil),  // 51: room.v1.PublishRobotDisplayRequest
-	(*PublishRobotDisplayResponse)(nil), // 52: room.v1.PublishRobotDisplayResponse
-	(*GetRoomSnapshotRequest)(nil),      // 53: room.v1.GetRoomSnapshotRequest
-	(*GetRoomSnapshotResponse)(nil),     // 54: room.v1.GetRoomSnapshotResponse
-	(*ListRoomsRequest)(nil),            // 55: room.v1.ListRoomsRequest
-	(*ListRoomsResponse)(nil),           // 56: room.v1.ListRoomsResponse
-	(*RoomSummary)(nil),                 // 57: room.v1.RoomSummary
-	(*ListCommandsRequest)(nil),         // 58: room.v1.ListCommandsRequest
-	(*ListCommandsResponse)(nil),        // 59: room.v1.ListCommandsResponse
-	(*CommandLogEntry)(nil),             // 60: room.v1.CommandLogEntry
-	(*GetStoredSnapshotRequest)(nil),    // 61: room.v1.GetStoredSnapshotRequest
-	(*GetStoredSnapshotResponse)(nil),   // 62: room.v1.GetStoredSnapshotResponse
-	(*RoomSnapshot)(nil),                // 63: room.v1.RoomSnapshot
-	(*RoomEconomy)(nil),                 // 64: room.v1.RoomEconomy
-	(*EconomyRules)(nil),                // 65: room.v1.EconomyRules
-	(*RocketLevelRule)(nil),             // 66: room.v1.RocketLevelRule
-	(*RankEntry)(nil),                   // 67: room.v1.RankEntry
-	(*RoomRocket)(nil),                  // 68: room.v1.RoomRocket
-	(*RocketLaunch)(nil),                // 69: room.v1.RocketLaunch
-	(*RoomProfile)(nil),                 // 70: room.v1.RoomProfile
-	(*Member)(nil),                      // 71: room.v1.Member
-	(*MicSeat)(nil),                     // 72: room.v1.MicSeat
-	(*Restriction)(nil),                 // 73: room.v1.Restriction
-	(*RoomEvent)(nil),                   // 74: room.v1.RoomEvent
-	nil,                                 // 75: room.v1.GetOutboxStatusResponse.DeadEntry
+	(*DrainRequest)(nil),                // 11: room.v1.DrainRequest
+	(*DrainResponse)(nil),               // 12: room.v1.DrainResponse
+	(*ListNodesRequest)(nil),            // 13: room.v1.ListNodesRequest
+	(*ListNodesResponse)(nil),           // 14: room.v1.ListNodesResponse
+	(*FleetNode)(nil),                   // 15: room.v1.FleetNode
+	(*GetOutboxStatusRequest)(nil),      // 16: room.v1.GetOutboxStatusRequest
+	(*GetOutboxStatusResponse)(nil),     // 17: room.v1.GetOutboxStatusResponse
+	(*RequeueDeadOutboxRequest)(nil),    // 18: room.v1.RequeueDeadOutboxRequest
+	(*RequeueDeadOutboxResponse)(nil),   // 19: room.v1.RequeueDeadOutboxResponse
+	(*CreateRoomRequest)(nil),           // 20: room.v1.CreateRoomRequest
+	(*CreateRoomResponse)(nil),          // 21: room.v1.CreateRoomResponse
+	(*CloseRoomRequest)(nil),            // 22: room.v1.CloseRoomRequest
+	(*CloseRoomResponse)(nil),           // 23: room.v1.CloseRoomResponse
+	(*JoinRoomRequest)(nil),             // 24: room.v1.JoinRoomRequest
+	(*JoinRoomResponse)(nil),            // 25: room.v1.JoinRoomResponse
+	(*LeaveRoomRequest)(nil),            // 26: room.v1.LeaveRoomRequest
+	(*LeaveRoomResponse)(nil),           // 27: room.v1.LeaveRoomResponse
+	(*TakeMicRequest)(nil),              // 28: room.v1.TakeMicRequest
+	(*TakeMicResponse)(nil),             // 29: room.v1.TakeMicResponse
+	(*LeaveMicRequest)(nil),             // 30: room.v1.LeaveMicRequest
+	(*LeaveMicResponse)(nil),            // 31: room.v1.LeaveMicResponse
+	(*MoveMicRequest)(nil),              // 32: room.v1.MoveMicRequest
+	(*MoveMicResponse)(nil),             // 33: room.v1.MoveMicResponse
+	(*KickFromMicRequest)(nil),          // 34: room.v1.KickFromMicRequest
+	(*KickFromMicResponse)(nil),         // 35: room.v1.KickFromMicResponse
+	(*LockMicSeatRequest)(nil),          // 36: room.v1.LockMicSeatRequest
+	(*LockMicSeatResponse)(nil),         // 37: room.v1.LockMicSeatResponse
+	(*MuteMicSeatRequest)(nil),          // 38: room.v1.MuteMicSeatRequest
+	(*MuteMicSeatResponse)(nil),         // 39: room.v1.MuteMicSeatResponse
+	(*SetMyMicRequest)(nil),             // 40: room.v1.SetMyMicRequest
+	(*SetMyMicResponse)(nil),            // 41: room.v1.SetMyMicResponse
+	(*KickUserRequest)(nil),             // 42: room.v1.KickUserRequest
+	(*KickUserResponse)(nil),            // 43: room.v1.KickUserResponse
+	(*MuteUserRequest)(nil),             // 44: room.v1.MuteUserRequest
+	(*MuteUserResponse)(nil),            // 45: room.v1.MuteUserResponse
+	(*UnbanUserRequest)(nil),            // 46: room.v1.UnbanUserRequest
+	(*UnbanUserResponse)(nil),           // 47: room.v1.UnbanUserResponse
+	(*SetAdminRequest)(nil),             // 48: room.v1.SetAdminRequest
+	(*SetAdminResponse)(nil),            // 49: room.v1.SetAdminResponse
+	(*UpdateProfileRequest)(nil),        // 50: room.v1.UpdateProfileRequest
+	(*UpdateProfileResponse)(nil),       // 51: room.v1.UpdateProfileResponse
+	(*ChangeBackgroundRequest)(nil),     // 52: room.v1.ChangeBackgroundRequest
+	(*ChangeBackgroundResponse)(nil),    // 53: room.v1.ChangeBackgroundResponse
+	(*SetChatEnabledRequest)(nil),       // 54: room.v1.SetChatEnabledRequest
+	(*SetChatEnabledResponse)(nil),      // 55: room.v1.SetChatEnabledResponse
+	(*PublishRobotDisplayRequest)(nil),  // 56: room.v1.PublishRobotDisplayRequest
+	(*PublishRobotDisplayResponse)(nil), // 57: room.v1.PublishRobotDisplayResponse
+	(*GetRoomSnapshotRequest)(nil),      // 58: room.v1.GetRoomSnapshotRequest
+	(*GetRoomSnapshotResponse)(nil),     // 59: room.v1.GetRoomSnapshotResponse
+	(*ListRoomsRequest)(nil),            // 60: room.v1.ListRoomsRequest
+	(*ListRoomsResponse)(nil),           // 61: room.v1.ListRoomsResponse
+	(*RoomSummary)(nil),                 // 62: room.v1.RoomSummary
+	(*ListCommandsRequest)(nil),         // 63: room.v1.ListCommandsRequest
+	(*ListCommandsResponse)(nil),        // 64: room.v1.ListCommandsResponse
+	(*CommandLogEntry)(nil),             // 65: room.v1.CommandLogEntry
+	(*GetStoredSnapshotRequest)(nil),    // 66: room.v1.GetStoredSnapshotRequest
+	(*GetStoredSnapshotResponse)(nil),   // 67: room.v1.GetStoredSnapshotResponse
+	(*RoomSnapshot)(nil),                // 68: room.v1.RoomSnapshot
+	(*RoomEconomy)(nil),                 // 69: room.v1.RoomEconomy
+	(*EconomyRules)(nil),                // 70: room.v1.EconomyRules
+	(*RocketLevelRule)(nil),             // 71: room.v1.RocketLevelRule
+	(*RankEntry)(nil),                   // 72: room.v1.RankEntry
+	(*RoomRocket)(nil),                  // 73: room.v1.RoomRocket
+	(*RocketLaunch)(nil),                // 74: room.v1.RocketLaunch
+	(*RoomProfile)(nil),                 // 75: room.v1.RoomProfile
+	(*Member)(nil),                      // 76: room.v1.Member
+	(*MicSeat)(nil),                     // 77: room.v1.MicSeat
+	(*Restriction)(nil),                 // 78: room.v1.Restriction
+	(*RoomEvent)(nil),                   // 79: room.v1.RoomEvent
+	nil,                                 // 80: room.v1.GetOutboxStatusResponse.DeadEntry
 }
 var file_room_v1_room_proto_depIdxs = []int32{
 	6,  // 0: room.v1.ListGiftsResponse.gifts:type_name -> room.v1.Gift
 	0,  // 1: room.v1.Gift.kind:type_name -> room.v1.GiftKind
-	75, // 2: room.v1.GetOutboxStatusResponse.dead:type_name -> room.v1.GetOutboxStatusResponse.DeadEntry
-	63, // 3: room.v1.GetRoomSnapshotResponse.snapshot:type_name -> room.v1.RoomSnapshot
-	1,  // 4: room.v1.ListRoomsRequest.status:type_name -> room.v1.RoomStatus
-	57, // 5: room.v1.ListRoomsResponse.rooms:type_name -> room.v1.RoomSummary
-	1,  // 6: room.v1.RoomSummary.status:type_name -> room.v1.RoomStatus
-	60, // 7: room.v1.ListCommandsResponse.commands:type_name -> room.v1.CommandLogEntry
-	63, // 8: room.v1.GetStoredSnapshotResponse.snapshot:type_name -> room.v1.RoomSnapshot
-	1,  // 9: room.v1.RoomSnapshot.status:type_name -> room.v1.RoomStatus
-	70, // 10: room.v1.RoomSnapshot.profile:type_name -> room.v1.RoomProfile
-	71, // 11: room.v1.RoomSnapshot.members:type_name -> room.v1.Member
-	72, // 12: room.v1.RoomSnapshot.seats:type_name -> room.v1.MicSeat
-	73, // 13: room.v1.RoomSnapshot.chat_mutes:type_name -> room.v1.Restriction
-	73, // 14: room.v1.RoomSnapshot.bans:type_name -> room.v1.Restriction
-	64, // 15: room.v1.RoomSnapshot.economy:type_name -> room.v1.RoomEconomy
-	67, // 16: room.v1.RoomEconomy.rank:type_name -> room.v1.RankEntry
-	67, // 17: room.v1.RoomEconomy.contributions:type_name -> room.v1.RankEntry
-	68, // 18: room.v1.RoomEconomy.rocket:type_name -> room.v1.RoomRocket
-	65, // 19: room.v1.RoomEconomy.rules:type_name -> room.v1.EconomyRules
-	66, // 20: room.v1.EconomyRules.rocket_levels:type_name -> room.v1.RocketLevelRule
-	67, // 21: room.v1.RoomRocket.contributors:type_name -> room.v1.RankEntry
-	69, // 22: room.v1.RoomRocket.launches:type_name -> room.v1.RocketLaunch
-	67, // 23: room.v1.RocketLaunch.top_contributors:type_name -> room.v1.RankEntry
-	15, // 24: room.v1.RoomService.CreateRoom:input_type -> room.v1.CreateRoomRequest
-	17, // 25: room.v1.RoomService.CloseRoom:input_type -> room.v1.CloseRoomRequest
-	19, // 26: room.v1.RoomService.JoinRoom:input_type -> room.v1.JoinRoomRequest
-	21, // 27: room.v1.RoomService.LeaveRoom:input_type -> room.v1.LeaveRoomRequest
-	23, // 28: room.v1.RoomService.TakeMic:input_type -> room.v1.TakeMicRequest
-	25, // 29: room.v1.RoomService.LeaveMic:input_type -> room.v1.LeaveMicRequest
-	27, // 30: room.v1.RoomService.MoveMic:input_type -> room.v1.MoveMicRequest
-	29, // 31: room.v1.RoomService.KickFromMic:input_type -> room.v1.KickFromMicRequest
-	31, // 32: room.v1.RoomService.LockMicSeat:input_type -> room.v1.LockMicSeatRequest
-	33, // 33: room.v1.RoomService.MuteMicSeat:input_type -> room.v1.MuteMicSeatRequest
-	35, // 34: room.v1.RoomService.SetMyMic:input_type -> room.v1.SetMyMicRequest
-	37, // 35: room.v1.RoomService.KickUser:input_type -> room.v1.KickUserRequest
-	39, // 36: room.v1.RoomService.MuteUser:input_type -> room.v1.MuteUserRequest
-	41, // 37: room.v1.RoomService.UnbanUser:input_type -> room.v1.UnbanUserRequest
-	43, // 38: room.v1.RoomService.SetAdmin:input_type -> room.v1.SetAdminRequest
-	45, // 39: room.v1.RoomService.UpdateProfile:input_type -> room.v1.UpdateProfileRequest
-	47, // 40: room.v1.RoomService.ChangeBackground:input_type -> room.v1.ChangeBackgroundRequest
-	49, // 41: room.v1.RoomService.SetChatEnabled:input_type -> room.v1.SetChatEnabledRequest
-	53, // 42: room.v1.RoomService.GetRoomSnapshot:input_type -> room.v1.GetRoomSnapshotRequest
-	51, // 43: room.v1.RoomService.PublishRobotDisplay:input_type -> room.v1.PublishRobotDisplayRequest
-	55, // 44: room.v1.RoomService.ListRooms:input_type -> room.v1.ListRoomsRequest
-	2,  // 45: room.v1.RoomService.SendGift:input_type -> room.v1.SendGiftRequest
-	4,  // 46: room.v1.RoomService.ListGifts:input_type -> room.v1.ListGiftsRequest
-	7,  // 47: room.v1.WalletService.CreditCoins:input_type -> room.v1.CreditCoinsRequest
-	9,  // 48: room.v1.WalletService.GetBalance:input_type -> room.v1.GetBalanceRequest
-	58, // 49: room.v1.OperatorService.ListCommands:input_type -> room.v1.ListCommandsRequest
-	61, // 50: room.v1.OperatorService.GetStoredSnapshot:input_type -> room.v1.GetStoredSnapshotRequest
-	11, // 51: room.v1.OperatorService.GetOutboxStatus:input_type -> room.v1.GetOutboxStatusRequest
-	13, // 52: room.v1.OperatorService.RequeueDeadOutbox:input_type -> room.v1.RequeueDeadOutboxRequest
-	16, // 53: room.v1.RoomService.CreateRoom:output_type -> room.v1.CreateRoomResponse
-	18, // 54: room.v1.RoomService.CloseRoom:output_type -> room.v1.CloseRoomResponse
-	20, // 55: room.v1.RoomService.JoinRoom:output_type -> room.v1.JoinRoomResponse
-	22, // 56: room.v1.RoomService.LeaveRoom:output_type -> room.v1.LeaveRoomResponse
-	24, // 57: room.v1.RoomService.TakeMic:output_type -> room.v1.TakeMicResponse
-	26, // 58: room.v1.RoomService.LeaveMic:output_type -> room.v1.LeaveMicResponse
-	28, // 59: room.v1.RoomService.MoveMic:output_type -> room.v1.MoveMicResponse
-	30, // 60: room.v1.RoomService.KickFromMic:output_type -> room.v1.KickFromMicResponse
-	32, // 61: room.v1.RoomService.LockMicSeat:output_type -> room.v1.LockMicSeatResponse
-	34, // 62: room.v1.RoomService.MuteMicSeat:output_type -> room.v1.MuteMicSeatResponse
-	36, // 63: room.v1.RoomService.SetMyMic:output_type -> room.v1.SetMyMicResponse
-	38, // 64: room.v1.RoomService.KickUser:output_type -> room.v1.KickUserResponse
-	40, // 65: room.v1.RoomService.MuteUser:output_type -> room.v1.MuteUserResponse
-	42, // 66: room.v1.RoomService.UnbanUser:output_type -> room.v1.UnbanUserResponse
-	44, // 67: room.v1.RoomService.SetAdmin:output_type -> room.v1.SetAdminResponse
-	46, // 68: room.v1.RoomService.UpdateProfile:output_type -> room.v1.UpdateProfileResponse
-	48, // 69: room.v1.RoomService.ChangeBackground:output_type -> room.v1.ChangeBackgroundResponse
-	50, // 70: room.v1.RoomService.SetChatEnabled:output_type -> room.v1.SetChatEnabledResponse
-	54, // 71: room.v1.RoomService.GetRoomSnapshot:output_type -> room.v1.GetRoomSnapshotResponse
-	52, // 72: room.v1.RoomService.PublishRobotDisplay:output_type -> room.v1.PublishRobotDisplayResponse
-	56, // 73: room.v1.RoomService.ListRooms:output_type -> room.v1.ListRoomsResponse
-	3,  // 74: room.v1.RoomService.SendGift:output_type -> room.v1.SendGiftResponse
-	5,  // 75: room.v1.RoomService.ListGifts:output_type -> room.v1.ListGiftsResponse
-	8,  // 76: room.v1.WalletService.CreditCoins:output_type -> room.v1.CreditCoinsResponse
-	10, // 77: room.v1.WalletService.GetBalance:output_type -> room.v1.GetBalanceResponse
-	59, // 78: room.v1.OperatorService.ListCommands:output_type -> room.v1.ListCommandsResponse
-	62, // 79: room.v1.OperatorService.GetStoredSnapshot:output_type -> room.v1.GetStoredSnapshotResponse
-	12, // 80: room.v1.OperatorService.GetOutboxStatus:output_type -> room.v1.GetOutboxStatusResponse
-	14, // 81: room.v1.OperatorService.RequeueDeadOutbox:output_type -> room.v1.RequeueDeadOutboxResponse
-	53, // [53:82] is the sub-list for method output_type
-	24, // [24:53] is the sub-list for method input_type
-	24, // [24:24] is the sub-list for extension type_name
-	24, // [24:24] is the sub-list for extension extendee
-	0,  // [0:24] is the sub-list for field type_name
+	15, // 2: room.v1.ListNodesResponse.nodes:type_name -> room.v1.FleetNode
+	80, // 3: room.v1.GetOutboxStatusResponse.dead:type_name -> room.v1.GetOutboxStatusResponse.DeadEntry
+	68, // 4: room.v1.GetRoomSnapshotResponse.snapshot:type_name -> room.v1.RoomSnapshot
+	1,  // 5: room.v1.ListRoomsRequest.status:type_name -> room.v1.RoomStatus
+	62, // 6: room.v1.ListRoomsResponse.rooms:type_name -> room.v1.RoomSummary
+	1,  // 7: room.v1.RoomSummary.status:type_name -> room.v1.RoomStatus
+	65, // 8: room.v1.ListCommandsResponse.commands:type_name -> room.v1.CommandLogEntry
+	68, // 9: room.v1.GetStoredSnapshotResponse.snapshot:type_name -> room.v1.RoomSnapshot
+	1,  // 10: room.v1.RoomSnapshot.status:type_name -> room.v1.RoomStatus
+	75, // 11: room.v1.RoomSnapshot.profile:type_name -> room.v1.RoomProfile
+	76, // 12: room.v1.RoomSnapshot.members:type_name -> room.v1.Member
+	77, // 13: room.v1.RoomSnapshot.seats:type_name -> room.v1.MicSeat
+	78, // 14: room.v1.RoomSnapshot.chat_mutes:type_name -> room.v1.Restriction
+	78, // 15: room.v1.RoomSnapshot.bans:type_name -> room.v1.Restriction
+	69, // 16: room.v1.RoomSnapshot.economy:type_name -> room.v1.RoomEconomy
+	72, // 17: room.v1.RoomEconomy.rank:type_name -> room.v1.RankEntry
+	72, // 18: room.v1.RoomEconomy.contributions:type_name -> room.v1.RankEntry
+	73, // 19: room.v1.RoomEconomy.rocket:type_name -> room.v1.RoomRocket
+	70, // 20: room.v1.RoomEconomy.rules:type_name -> room.v1.EconomyRules
+	71, // 21: room.v1.EconomyRules.rocket_levels:type_name -> room.v1.RocketLevelRule
+	72, // 22: room.v1.RoomRocket.contributors:type_name -> room.v1.RankEntry
+	74, // 23: room.v1.RoomRocket.launches:type_name -> room.v1.RocketLaunch
+	72, // 24: room.v1.RocketLaunch.top_contributors:type_name -> room.v1.RankEntry
+	20, // 25: room.v1.RoomService.CreateRoom:input_type -> room.v1.CreateRoomRequest
+	22, // 26: room.v1.RoomService.CloseRoom:input_type -> room.v1.CloseRoomRequest
+	24, // 27: room.v1.RoomService.JoinRoom:input_type -> room.v1.JoinRoomRequest
+	26, // 28: room.v1.RoomService.LeaveRoom:input_type -> room.v1.LeaveRoomRequest
+	28, // 29: room.v1.RoomService.TakeMic:input_type -> room.v1.TakeMicRequest
+	30, // 30: room.v1.RoomService.LeaveMic:input_type -> room.v1.LeaveMicRequest
+	32, // 31: room.v1.RoomService.MoveMic:input_type -> room.v1.MoveMicRequest
+	34, // 32: room.v1.RoomService.KickFromMic:input_type -> room.v1.KickFromMicRequest
+	36, // 33: room.v1.RoomService.LockMicSeat:input_type -> room.v1.LockMicSeatRequest
+	38, // 34: room.v1.RoomService.MuteMicSeat:input_type -> room.v1.MuteMicSeatRequest
+	40, // 35: room.v1.RoomService.SetMyMic:input_type -> room.v1.SetMyMicRequest
+	42, // 36: room.v1.RoomService.KickUser:input_type -> room.v1.KickUserRequest
+	44, // 37: room.v1.RoomService.MuteUser:input_type -> room.v1.MuteUserRequest
+	46, // 38: room.v1.RoomService.UnbanUser:input_type -> room.v1.UnbanUserRequest
+	48, // 39: room.v1.RoomService.SetAdmin:input_type -> room.v1.SetAdminRequest
+	50, // 40: room.v1.RoomService.UpdateProfile:input_type -> room.v1.UpdateProfileRequest
+	52, // 41: room.v1.RoomService.ChangeBackground:input_type -> room.v1.ChangeBackgroundRequest
+	54, // 42: room.v1.RoomService.SetChatEnabled:input_type -> room.v1.SetChatEnabledRequest
+	58, // 43: room.v1.RoomService.GetRoomSnapshot:input_type -> room.v1.GetRoomSnapshotRequest
+	56, // 44: room.v1.RoomService.PublishRobotDisplay:input_type -> room.v1.PublishRobotDisplayRequest
+	60, // 45: room.v1.RoomService.ListRooms:input_type -> room.v1.ListRoomsRequest
+	2,  // 46: room.v1.RoomService.SendGift:input_type -> room.v1.SendGiftRequest
+	4,  // 47: room.v1.RoomService.ListGifts:input_type -> room.v1.ListGiftsRequest
+	7,  // 48: room.v1.WalletService.CreditCoins:input_type -> room.v1.CreditCoinsRequest
+	9,  // 49: room.v1.WalletService.GetBalance:input_type -> room.v1.GetBalanceRequest
+	63, // 50: room.v1.OperatorService.ListCommands:input_type -> room.v1.ListCommandsRequest
+	66, // 51: room.v1.OperatorService.GetStoredSnapshot:input_type -> room.v1.GetStoredSnapshotRequest
+	16, // 52: room.v1.OperatorService.GetOutboxStatus:input_type -> room.v1.GetOutboxStatusRequest
+	18, // 53: room.v1.OperatorService.RequeueDeadOutbox:input_type -> room.v1.RequeueDeadOutboxRequest
+	11, // 54: room.v1.OperatorService.Drain:input_type -> room.v1.DrainRequest
+	13, // 55: room.v1.OperatorService.ListNodes:input_type -> room.v1.ListNodesRequest
+	21, // 56: room.v1.RoomService.CreateRoom:output_type -> room.v1.CreateRoomResponse
+	23, // 57: room.v1.RoomService.CloseRoom:output_type -> room.v1.CloseRoomResponse
+	25, // 58: room.v1.RoomService.JoinRoom:output_type -> room.v1.JoinRoomResponse
+	27, // 59: room.v1.RoomService.LeaveRoom:output_type -> room.v1.LeaveRoomResponse
+	29, // 60: room.v1.RoomService.TakeMic:output_type -> room.v1.TakeMicResponse
+	31, // 61: room.v1.RoomService.LeaveMic:output_type -> room.v1.LeaveMicResponse
+	33, // 62: room.v1.RoomService.MoveMic:output_type -> room.v1.MoveMicResponse
+	35, // 63: room.v1.RoomService.KickFromMic:output_type -> room.v1.KickFromMicResponse
+	37, // 64: room.v1.RoomService.LockMicSeat:output_type -> room.v1.LockMicSeatResponse
+	39, // 65: room.v1.RoomService.MuteMicSeat:output_type -> room.v1.MuteMicSeatResponse
+	41, // 66: room.v1.RoomService.SetMyMic:output_type -> room.v1.SetMyMicResponse
+	43, // 67: room.v1.RoomService.KickUser:output_type -> room.v1.KickUserResponse
+	45, // 68: room.v1.RoomService.MuteUser:output_type -> room.v1.MuteUserResponse
+	47, // 69: room.v1.RoomService.UnbanUser:output_type -> room.v1.UnbanUserResponse
+	49, // 70: room.v1.RoomService.SetAdmin:output_type -> room.v1.SetAdminResponse
+	51, // 71: room.v1.RoomService.UpdateProfile:output_type -> room.v1.UpdateProfileResponse
+	53, // 72: room.v1.RoomService.ChangeBackground:output_type -> room.v1.ChangeBackgroundResponse
+	55, // 73: room.v1.RoomService.SetChatEnabled:output_type -> room.v1.SetChatEnabledResponse
+	59, // 74: room.v1.RoomService.GetRoomSnapshot:output_type -> room.v1.GetRoomSnapshotResponse
+	57, // 75: room.v1.RoomService.PublishRobotDisplay:output_type -> room.v1.PublishRobotDisplayResponse
+	61, // 76: room.v1.RoomService.ListRooms:output_type -> room.v1.ListRoomsResponse
+	3,  // 77: room.v1.RoomService.SendGift:output_type -> room.v1.SendGiftResponse
+	5,  // 78: room.v1.RoomService.ListGifts:output_type -> room.v1.ListGiftsResponse
+	8,  // 79: room.v1.WalletService.CreditCoins:output_type -> room.v1.CreditCoinsResponse
+	10, // 80: room.v1.WalletService.GetBalance:output_type -> room.v1.GetBalanceResponse
+	64, // 81: room.v1.OperatorService.ListCommands:output_type -> room.v1.ListCommandsResponse
+	67, // 82: room.v1.OperatorService.GetStoredSnapshot:output_type -> room.v1.GetStoredSnapshotResponse
+	17, // 83: room.v1.OperatorService.GetOutboxStatus:output_type -> room.v1.GetOutboxStatusResponse
+	19, // 84: room.v1.OperatorService.RequeueDeadOutbox:output_type -> room.v1.RequeueDeadOutboxResponse
+	12, // 85: room.v1.OperatorService.Drain:output_type -> room.v1.DrainResponse
+	14, // 86: room.v1.OperatorService.ListNodes:output_type -> room.v1.ListNodesResponse
+	56, // [56:87] is the sub-list for method output_type
+	25, // [25:56] is the sub-list for method input_type
+	25, // [25:25] is the sub-list for extension type_name
+	25, // [25:25] is the sub-list for extension extendee
+	0,  // [0:25] is the sub-list for field type_name
 }
 
 func init() { file_room_v1_room_proto_init() }
@@ -5465,14 +5795,14 @@ func file_room_v1_room_proto_init() {
 	if File_room_v1_room_proto != nil {
 		return
 	}
-	file_room_v1_room_proto_msgTypes[43].OneofWrappers = []any{}
+	file_room_v1_room_proto_msgTypes[48].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_room_v1_room_proto_rawDesc), len(file_room_v1_room_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   74,
+			NumMessages:   79,
 			NumExtensions: 0,
 			NumServices:   3,
 		},

@@ -113,6 +113,11 @@ const (
 	// OperatorServiceRequeueDeadOutboxProcedure is the fully-qualified name of the OperatorService's
 	// RequeueDeadOutbox RPC.
 	OperatorServiceRequeueDeadOutboxProcedure = "/room.v1.OperatorService/RequeueDeadOutbox"
+	// OperatorServiceDrainProcedure is the fully-qualified name of the OperatorService's Drain RPC.
+	OperatorServiceDrainProcedure = "/room.v1.OperatorService/Drain"
+	// OperatorServiceListNodesProcedure is the fully-qualified name of the OperatorService's ListNodes
+	// RPC.
+	OperatorServiceListNodesProcedure = "/room.v1.OperatorService/ListNodes"
 )
 
 // RoomServiceClient is a client for the room.v1.RoomService service.
@@ -935,6 +940,15 @@ type OperatorServiceClient interface {
 	GetOutboxStatus(context.Context, *connect.Request[v1.GetOutboxStatusRequest]) (*connect.Response[v1.GetOutboxStatusResponse], error)
 	// Makes dead outbox rows pending again, all or those of one event type.
 	RequeueDeadOutbox(context.Context, *connect.Request[v1.RequeueDeadOutboxRequest]) (*connect.Response[v1.RequeueDeadOutboxResponse], error)
+	// Drains a node of the fleet; any node sends the call to the named one.
+	// The node marks itself draining, hands off every room it holds (answers
+	// the room's queued commands, stores a final snapshot, releases the lease)
+	// and stays up as a router: calls for its rooms go to their next owner.
+	// Draining a drained node hands off nothing.
+	Drain(context.Context, *connect.Request[v1.DrainRequest]) (*connect.Response[v1.DrainResponse], error)
+	// Lists the fleet's nodes as the fleet's membership shows them; a single
+	// node lists itself.
+	ListNodes(context.Context, *connect.Request[v1.ListNodesRequest]) (*connect.Response[v1.ListNodesResponse], error)
 }
 
 // NewOperatorServiceClient constructs a client for the room.v1.OperatorService service. By default,
@@ -975,6 +989,19 @@ func NewOperatorServiceClient(httpClient connect.HTTPClient, baseURL string, opt
 			connect.WithSchema(operatorServiceMethods.ByName("RequeueDeadOutbox")),
 			connect.WithClientOptions(opts...),
 		),
+		drain: connect.NewClient[v1.DrainRequest, v1.DrainResponse](
+			httpClient,
+			baseURL+OperatorServiceDrainProcedure,
+			connect.WithSchema(operatorServiceMethods.ByName("Drain")),
+			connect.WithClientOptions(opts...),
+		),
+		listNodes: connect.NewClient[v1.ListNodesRequest, v1.ListNodesResponse](
+			httpClient,
+			baseURL+OperatorServiceListNodesProcedure,
+			connect.WithSchema(operatorServiceMethods.ByName("ListNodes")),
+			connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -984,6 +1011,8 @@ type operatorServiceClient struct {
 	getStoredSnapshot *connect.Client[v1.GetStoredSnapshotRequest, v1.GetStoredSnapshotResponse]
 	getOutboxStatus   *connect.Client[v1.GetOutboxStatusRequest, v1.GetOutboxStatusResponse]
 	requeueDeadOutbox *connect.Client[v1.RequeueDeadOutboxRequest, v1.RequeueDeadOutboxResponse]
+	drain             *connect.Client[v1.DrainRequest, v1.DrainResponse]
+	listNodes         *connect.Client[v1.ListNodesRequest, v1.ListNodesResponse]
 }
 
 // ListCommands calls room.v1.OperatorService.ListCommands.
@@ -1006,6 +1035,16 @@ func (c *operatorServiceClient) RequeueDeadOutbox(ctx context.Context, req *conn
 	return c.requeueDeadOutbox.CallUnary(ctx, req)
 }
 
+// Drain calls room.v1.OperatorService.Drain.
+func (c *operatorServiceClient) Drain(ctx context.Context, req *connect.Request[v1.DrainRequest]) (*connect.Response[v1.DrainResponse], error) {
+	return c.drain.CallUnary(ctx, req)
+}
+
+// ListNodes calls room.v1.OperatorService.ListNodes.
+func (c *operatorServiceClient) ListNodes(ctx context.Context, req *connect.Request[v1.ListNodesRequest]) (*connect.Response[v1.ListNodesResponse], error) {
+	return c.listNodes.CallUnary(ctx, req)
+}
+
 // OperatorServiceHandler is an implementation of the room.v1.OperatorService service.
 type OperatorServiceHandler interface {
 	// Lists a room's committed commands after a version, in version order.
@@ -1016,6 +1055,15 @@ type OperatorServiceHandler interface {
 	GetOutboxStatus(context.Context, *connect.Request[v1.GetOutboxStatusRequest]) (*connect.Response[v1.GetOutboxStatusResponse], error)
 	// Makes dead outbox rows pending again, all or those of one event type.
 	RequeueDeadOutbox(context.Context, *connect.Request[v1.RequeueDeadOutboxRequest]) (*connect.Response[v1.RequeueDeadOutboxResponse], error)
+	// Drains a node of the fleet; any node sends the call to the named one.
+	// The node marks itself draining, hands off every room it holds (answers
+	// the room's queued commands, stores a final snapshot, releases the lease)
+	// and stays up as a router: calls for its rooms go to their next owner.
+	// Draining a drained node hands off nothing.
+	Drain(context.Context, *connect.Request[v1.DrainRequest]) (*connect.Response[v1.DrainResponse], error)
+	// Lists the fleet's nodes as the fleet's membership shows them; a single
+	// node lists itself.
+	ListNodes(context.Context, *connect.Request[v1.ListNodesRequest]) (*connect.Response[v1.ListNodesResponse], error)
 }
 
 // NewOperatorServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -1052,6 +1100,19 @@ func NewOperatorServiceHandler(svc OperatorServiceHandler, opts ...connect.Handl
 		connect.WithSchema(operatorServiceMethods.ByName("RequeueDeadOutbox")),
 		connect.WithHandlerOptions(opts...),
 	)
+	operatorServiceDrainHandler := connect.NewUnaryHandler(
+		OperatorServiceDrainProcedure,
+		svc.Drain,
+		connect.WithSchema(operatorServiceMethods.ByName("Drain")),
+		connect.WithHandlerOptions(opts...),
+	)
+	operatorServiceListNodesHandler := connect.NewUnaryHandler(
+		OperatorServiceListNodesProcedure,
+		svc.ListNodes,
+		connect.WithSchema(operatorServiceMethods.ByName("ListNodes")),
+		connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/room.v1.OperatorService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case OperatorServiceListCommandsProcedure:
@@ -1062,6 +1123,10 @@ func NewOperatorServiceHandler(svc OperatorServiceHandler, opts ...connect.Handl
 			operatorServiceGetOutboxStatusHandler.ServeHTTP(w, r)
 		case OperatorServiceRequeueDeadOutboxProcedure:
 			operatorServiceRequeueDeadOutboxHandler.ServeHTTP(w, r)
+		case OperatorServiceDrainProcedure:
+			operatorServiceDrainHandler.ServeHTTP(w, r)
+		case OperatorServiceListNodesProcedure:
+			operatorServiceListNodesHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -1085,4 +1150,12 @@ func (UnimplementedOperatorServiceHandler) GetOutboxStatus(context.Context, *con
 
 func (UnimplementedOperatorServiceHandler) RequeueDeadOutbox(context.Context, *connect.Request[v1.RequeueDeadOutboxRequest]) (*connect.Response[v1.RequeueDeadOutboxResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("room.v1.OperatorService.RequeueDeadOutbox is not implemented"))
+}
+
+func (UnimplementedOperatorServiceHandler) Drain(context.Context, *connect.Request[v1.DrainRequest]) (*connect.Response[v1.DrainResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("room.v1.OperatorService.Drain is not implemented"))
+}
+
+func (UnimplementedOperatorServiceHandler) ListNodes(context.Context, *connect.Request[v1.ListNodesRequest]) (*connect.Response[v1.ListNodesResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("room.v1.OperatorService.ListNodes is not implemented"))
 }
