@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -79,11 +80,11 @@ func TestFleetDrainHandsOffThroughAnyNode(t *testing.T) {
 	// Its own Redis database: a node another fleet test killed stays a
 	// member for 3×TTL, and the drained node could send the room to it.
 	const redisURL = "redis://127.0.0.1:6379/9"
-	ownStream(t, "rs_drain_"+id)
+	stream := ownStream(t, "d"+strings.ToLower(id))
 	start := func(node string) (*Main, roomv1connect.RoomServiceClient, roomv1connect.OperatorServiceClient) {
 		addr := freeAddr(t)
-		m, _ := runMain(t, t.TempDir(), "-listen", addr, "-mysql-dsn", dsn, "-nats-url", fleetNATS, "-nats-stream", "rs_drain_"+id,
-			"-redis-url", redisURL, "-node-id", node+"-"+id, "-advertise-addr", addr, "-lease-ttl", "1s", "-token", token)
+		m, _ := runMain(t, t.TempDir(), append([]string{"-listen", addr, "-mysql-dsn", dsn, "-nats-url", fleetNATS,
+			"-redis-url", redisURL, "-node-id", node + "-" + id, "-advertise-addr", addr, "-lease-ttl", "1s", "-token", token}, stream...)...)
 		base := "http://" + m.Addr
 		return m, roomv1connect.NewRoomServiceClient(http.DefaultClient, base, bearer(token)),
 			roomv1connect.NewOperatorServiceClient(http.DefaultClient, base, bearer(token))
