@@ -14,29 +14,13 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"hyapp/room-service/internal/daemon"
 	"hyapp/room-service/store/mysql/mysqltest"
 )
 
 // startNode runs room-service in-process with the token, on addr, with args.
 func startNode(t *testing.T, addr string, args ...string) {
 	t.Helper()
-	m := daemon.NewMain()
-	args = append([]string{"-listen", addr, "-data-dir", t.TempDir(), "-token", testToken, "-log-level", "error"}, args...)
-	if err := m.ParseFlags(args, func(string) string { return "" }); err != nil {
-		t.Fatal(err)
-	}
-	if err := m.Run(context.Background()); err != nil {
-		_ = m.Close(context.Background())
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := m.Close(ctx); err != nil {
-			t.Error(err)
-		}
-	})
+	m := runDaemon(t, append([]string{"-listen", addr}, args...)...)
 	t.Setenv("ROOM_ADDR", "http://"+m.Addr)
 	t.Setenv("ROOM_TOKEN", testToken)
 }

@@ -24,9 +24,15 @@ const testToken = "test-token"
 // the daemon assembles it, with a stored snapshot every 3 commands.
 func startServer(t *testing.T) string {
 	t.Helper()
+	return "http://" + runDaemon(t, "-listen", "127.0.0.1:0", "-snapshot-every", "3", "-sqlite-synchronous", "NORMAL").Addr
+}
+
+// runDaemon runs room-service in-process with the test token and args, and
+// closes it when the test ends.
+func runDaemon(t *testing.T, args ...string) *daemon.Main {
+	t.Helper()
 	m := daemon.NewMain()
-	args := []string{"-listen", "127.0.0.1:0", "-data-dir", t.TempDir(), "-token", testToken,
-		"-snapshot-every", "3", "-sqlite-synchronous", "NORMAL", "-log-level", "error"}
+	args = append([]string{"-data-dir", t.TempDir(), "-token", testToken, "-log-level", "error"}, args...)
 	if err := m.ParseFlags(args, func(string) string { return "" }); err != nil {
 		t.Fatal(err)
 	}
@@ -41,7 +47,7 @@ func startServer(t *testing.T) string {
 			t.Error(err)
 		}
 	})
-	return "http://" + m.Addr
+	return m
 }
 
 // roomctl runs the CLI in-process.

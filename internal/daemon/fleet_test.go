@@ -363,11 +363,7 @@ func (f *fleet) checkLog(rooms []string, acks []fleetAck) {
 func TestFleetSurvivesKillsAndAFreeze(t *testing.T) {
 	f := newFleet(t, 3)
 	rooms := f.createRooms(6)
-	var count atomic.Int64
-	stop := make(chan struct{})
-	done := make(chan loadResult, 1)
-	go func() { done <- f.loadResult(rooms, 12, stop, &count) }()
-	progress := f.progress(&count)
+	progress, finish := f.startLoad(rooms)
 	progress("load before the kill", 300)
 
 	// Kill one node under load and start it again.
@@ -394,8 +390,7 @@ func TestFleetSurvivesKillsAndAFreeze(t *testing.T) {
 		t.Fatal(err)
 	}
 	progress("load after the thaw", 300)
-	close(stop)
-	r := <-done
+	r := finish()
 	if len(r.failed) > 0 {
 		t.Fatalf("%d calls failed for good, first: %v", len(r.failed), r.failed[0])
 	}
@@ -431,9 +426,19 @@ type loadResult struct {
 	failed []error
 }
 
-func (f *fleet) loadResult(rooms []string, workers int, stop <-chan struct{}, count *atomic.Int64) loadResult {
-	acks, failed := f.load(rooms, workers, stop, count)
-	return loadResult{acks, failed}
+// startLoad runs 12 clients sending joins to rooms through random nodes. It
+// returns progress, which waits until more commands than now are
+// acknowledged, and finish, which stops the clients and returns the load's
+// result.
+func (f *fleet) startLoad(rooms []string) (progress func(what string, more int64), finish func() loadResult) {
+	var count atomic.Int64
+	stop := make(chan struct{})
+	done := make(chan loadResult, 1)
+	go func() {
+		acks, failed := f.load(rooms, 12, stop, &count)
+		done <- loadResult{acks, failed}
+	}()
+	return f.progress(&count), func() loadResult { close(stop); return <-done }
 }
 
 // progress returns a wait for more acknowledgements than counted now.
@@ -458,11 +463,7 @@ func (f *fleet) progress(count *atomic.Int64) func(what string, more int64) {
 func TestFleetRollingRestart(t *testing.T) {
 	f := newFleet(t, 3)
 	rooms := f.createRooms(6)
-	var count atomic.Int64
-	stop := make(chan struct{})
-	done := make(chan loadResult, 1)
-	go func() { done <- f.loadResult(rooms, 12, stop, &count) }()
-	progress := f.progress(&count)
+	progress, finish := f.startLoad(rooms)
 	progress("load before the restarts", 300)
 	for _, nd := range f.nodes {
 		if err := nd.cmd.Process.Signal(syscall.SIGTERM); err != nil {
@@ -475,8 +476,7 @@ func TestFleetRollingRestart(t *testing.T) {
 		f.start(nd)
 		progress("load after a restart", 200)
 	}
-	close(stop)
-	r := <-done
+	r := finish()
 	if len(r.failed) > 0 {
 		t.Fatalf("%d of %d calls failed for good during the rolling restart, first: %v", len(r.failed), len(r.failed)+len(r.acks), r.failed[0])
 	}
