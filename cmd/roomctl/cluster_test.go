@@ -87,7 +87,7 @@ func TestClusterAndDrainInAFleet(t *testing.T) {
 	_ = ln.Close()
 	node, roomID := "n-"+id, "ctl-"+id
 	startNode(t, addr, "-mysql-dsn", dsn, "-nats-url", "nats://127.0.0.1:4222", "-nats-stream", stream, "-nats-subject-prefix", prefix,
-		"-redis-url", "redis://127.0.0.1:6379/7", "-node-id", node, "-advertise-addr", addr, "-lease-ttl", "1s")
+		"-redis-url", "redis://127.0.0.1:6379/10", "-node-id", node, "-advertise-addr", addr, "-lease-ttl", "1s")
 	mustRun(t, "call", "CreateRoom", fmt.Sprintf(`{"room_id":%q,"command_id":"c1","operator_user_id":1,"owner_user_id":1,"seat_count":4}`, roomID))
 
 	line := func(out, prefix string) string {

@@ -112,9 +112,13 @@ func TestFleetNodesShareRoomsThroughTheRedisLease(t *testing.T) {
 }
 
 // The fleet tests run several service processes on one MariaDB database,
-// the local Redis and the local NATS: the services .ci/run starts.
+// the local Redis and the local NATS: the services .ci/run starts. Each
+// fleet test uses a Redis database of its own (7: two in-process nodes,
+// 8: the process fleets, 9: the drain test; roomctl's uses 10): fleets
+// that share one see each other's members, and a leaving node could hand
+// a room to a node of another fleet, which does not know the room.
 const (
-	fleetRedis = "redis://127.0.0.1:6379/7"
+	fleetRedis = "redis://127.0.0.1:6379/8"
 	fleetNATS  = "nats://127.0.0.1:4222"
 	fleetTTL   = 2 * time.Second
 )
