@@ -1,7 +1,6 @@
 package daemon
 
 import (
-	"bufio"
 	"context"
 	"crypto/rand"
 	"fmt"
@@ -202,37 +201,11 @@ func newFleetOn(t *testing.T, n int, redisURL string) *fleet {
 
 // start runs nd as a child process and waits until it serves.
 func (f *fleet) start(nd *node) {
-	t := f.t
-	t.Helper()
-	cmd := exec.Command(os.Args[0], append([]string{"-listen", nd.addr, "-data-dir", nd.dir, "-snapshot-every", "50"}, f.stream...)...)
+	f.t.Helper()
 	// Fleet mode as an operator turns it on: the environment.
-	cmd.Env = append(os.Environ(), childEnv+"=1",
-		"ROOM_REDIS_URL="+f.redis, "ROOM_NODE_ID="+nd.id, "ROOM_ADVERTISE_ADDR="+nd.addr,
-		"ROOM_LEASE_TTL="+fleetTTL.String(), "ROOM_MYSQL_DSN="+f.dsn, "ROOM_NATS_URL="+fleetNATS)
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	serving := make(chan struct{})
-	go func() {
-		sc := bufio.NewScanner(stderr)
-		once := sync.Once{}
-		for sc.Scan() {
-			if strings.Contains(sc.Text(), "msg=serving") {
-				once.Do(func() { close(serving) })
-			}
-		}
-	}()
-	select {
-	case <-serving:
-	case <-time.After(60 * time.Second):
-		t.Fatalf("node %s did not start serving", nd.id)
-	}
-	nd.cmd = cmd
+	nd.cmd, _ = spawn(f.t, append([]string{"-listen", nd.addr, "-data-dir", nd.dir, "-snapshot-every", "50"}, f.stream...),
+		[]string{"ROOM_REDIS_URL=" + f.redis, "ROOM_NODE_ID=" + nd.id, "ROOM_ADVERTISE_ADDR=" + nd.addr,
+			"ROOM_LEASE_TTL=" + fleetTTL.String(), "ROOM_MYSQL_DSN=" + f.dsn, "ROOM_NATS_URL=" + fleetNATS})
 }
 
 // call sends one command as a gateway with several endpoints would: to a

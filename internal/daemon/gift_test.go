@@ -72,8 +72,17 @@ func ledgerOf(t *testing.T, m *Main) ledgerView {
 // returns it and its address. The test kills it in cleanup.
 func startChildWith(t *testing.T, dir string, args ...string) (*exec.Cmd, string) {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], append([]string{"-listen", "127.0.0.1:0", "-data-dir", dir}, args...)...)
-	cmd.Env = append(os.Environ(), childEnv+"=1")
+	return spawn(t, append([]string{"-listen", "127.0.0.1:0", "-data-dir", dir}, args...), nil)
+}
+
+// spawn runs this test binary as the service with args and extra
+// environment, waits until it serves and returns it and its address. It
+// reads the child's log to the end, so the child never blocks on a full
+// pipe, and kills it when the test ends.
+func spawn(t *testing.T, args, env []string) (*exec.Cmd, string) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], args...)
+	cmd.Env = append(append(os.Environ(), childEnv+"=1"), env...)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -85,17 +94,20 @@ func startChildWith(t *testing.T, dir string, args ...string) (*exec.Cmd, string
 	addr := make(chan string, 1)
 	go func() {
 		sc := bufio.NewScanner(stderr)
-		for sc.Scan() { // read to the end, so the child never blocks on a full pipe
+		for sc.Scan() {
 			if m := servingRe.FindStringSubmatch(sc.Text()); m != nil {
-				addr <- m[1]
+				select {
+				case addr <- m[1]:
+				default:
+				}
 			}
 		}
 	}()
 	select {
 	case a := <-addr:
 		return cmd, a
-	case <-time.After(30 * time.Second):
-		t.Fatal("the child did not start serving")
+	case <-time.After(60 * time.Second):
+		t.Fatalf("the child %v did not start serving", args)
 	}
 	return nil, ""
 }

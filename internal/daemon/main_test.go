@@ -1,7 +1,6 @@
 package daemon
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"io"
@@ -115,32 +114,7 @@ var servingRe = regexp.MustCompile(`msg=serving addr=(\S+)`)
 // startChild runs the service as a child process and returns its address.
 func startChild(t *testing.T, dir string) (*exec.Cmd, string) {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-listen", "127.0.0.1:0", "-data-dir", dir, "-snapshot-every", "50")
-	cmd.Env = append(os.Environ(), childEnv+"=1")
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	addr := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(stderr)
-		for sc.Scan() {
-			if m := servingRe.FindStringSubmatch(sc.Text()); m != nil {
-				addr <- m[1]
-			}
-		}
-	}()
-	select {
-	case a := <-addr:
-		return cmd, a
-	case <-time.After(30 * time.Second):
-		t.Fatal("the child did not start serving")
-	}
-	return nil, ""
+	return startChildWith(t, dir, "-snapshot-every", "50")
 }
 
 type acked struct {
