@@ -122,7 +122,8 @@ func TestFailedHighIsSentAgain(t *testing.T) {
 	defer lane.Close()
 	const n = 30
 	for v := int64(1); v <= n; v++ {
-		lane.Publish(micChange("r1", v, 100+v))
+		// Without the mic row: each must be delivered, none supersedes another.
+		lane.Publish(committed("r1", v, room.EventRoomMicChanged, &room.RoomMicChangedEvent{Action: room.MicTake, UserID: 100 + v}))
 	}
 	poll.Until(t, 30*time.Second, "every mic change", poll.Bool(func() bool { return len(delivered(t, &f.recorder)) == n }))
 	for k, got := range delivered(t, &f.recorder) {
