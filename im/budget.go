@@ -54,7 +54,11 @@ func (g *gcra) available(now time.Time) int {
 	if tat.Before(now) {
 		tat = now
 	}
-	return max(int(now.Add(g.tolerance).Sub(tat)/g.interval)+1, 0)
+	ahead := now.Add(g.tolerance).Sub(tat)
+	if ahead < 0 {
+		return 0
+	}
+	return int(ahead/g.interval) + 1
 }
 
 // take spends n calls at now; the caller checked available.
