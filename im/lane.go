@@ -101,9 +101,9 @@ type Config struct {
 	// lane spends a quarter of the app budget on its own.
 	Calls Budget
 	// QueueLimit bounds the Normal and Low events queued per room (default
-	// 200). Over it, the oldest display event folds into a count (joins,
-	// leaves, robots) or is lost (gifts; lost_through tells clients); High
-	// is never dropped.
+	// 200). Over it, the oldest display event (join, leave, gift, robot)
+	// folds into a count, and any other is lost (lost_through tells
+	// clients); High is never dropped.
 	QueueLimit int
 	// CoalesceEvery is the least time between two coalesced values of one type (default 1s).
 	CoalesceEvery time.Duration
@@ -464,8 +464,8 @@ func (l *Lane) coalesced() {
 
 // overflowLocked makes room in a queue over QueueLimit: the oldest Low
 // event, or else the oldest Normal one, folds into its type's count when it
-// is a mergeable display event whose state (the online count) a newer
-// queued event carries; otherwise it is lost and raises lost_through.
+// is a display event (foldable) whose state, if any (the online count), a
+// newer queued event carries; otherwise it is lost and raises lost_through.
 func (l *Lane) overflowLocked(q *roomQueue) {
 	var it *item
 	if len(q.low) > 0 {
@@ -473,7 +473,7 @@ func (l *Lane) overflowLocked(q *roomQueue) {
 	} else {
 		it, q.normal = q.normal[0], q.normal[1:]
 	}
-	if it.merge && (it.version == 0 || l.newerOnlineLocked(q, it.version)) {
+	if foldable(it) && (it.version == 0 || !carriesOnline(it) || l.newerOnlineLocked(q, it.version)) {
 		if len(q.folded) == 0 {
 			q.foldedAt = it.queued
 		}
@@ -486,12 +486,24 @@ func (l *Lane) overflowLocked(q *roomQueue) {
 	l.lostLocked(q, it.priority, "queue_full", it.version)
 }
 
+// foldable reports whether an event may be folded into a count: a display
+// event, mergeable (joins, leaves, robots) or a gift, which carries no room
+// state (its heat, rank and charm travel in their own latest-wins events).
+func foldable(it *item) bool {
+	return it.merge || it.typ == string(room.EventRoomGiftSent)
+}
+
+// carriesOnline reports whether an event carries the online count.
+func carriesOnline(it *item) bool {
+	return it.typ == string(room.EventRoomUserJoined) || it.typ == string(room.EventRoomUserLeft)
+}
+
 // newerOnlineLocked reports whether a queued join or leave newer than
 // version carries the room's online count.
 func (l *Lane) newerOnlineLocked(q *roomQueue, version int64) bool {
 	for _, list := range [][]*item{q.normal, q.low} {
 		for _, it := range list {
-			if it.version > version && (it.typ == string(room.EventRoomUserJoined) || it.typ == string(room.EventRoomUserLeft)) {
+			if it.version > version && carriesOnline(it) {
 				return true
 			}
 		}
@@ -547,9 +559,10 @@ const (
 	// callsTimeout bounds one request to the shared budget.
 	callsTimeout = 100 * time.Millisecond
 	// rateLimitPause is how long the lane sends nothing after a frequency
-	// error; its pace is halved (down to minSlow) and recovers fully within
-	// slowRecovery, starting a second after the last error.
-	rateLimitPause = 200 * time.Millisecond
+	// error; its pace falls by slowFactor (down to minSlow) and recovers
+	// fully within slowRecovery, starting a second after the last error.
+	rateLimitPause = 100 * time.Millisecond
+	slowFactor     = 0.7
 	minSlow        = 1.0 / 32
 	slowRecovery   = 2 * time.Second
 	// lostKeep is how long an idle room's queue is kept only to carry its
@@ -901,9 +914,9 @@ func (l *Lane) failed(m Message, reason string) {
 }
 
 // slowLocked answers a frequency error: the lane pauses, and its pace
-// halves.
+// falls.
 func (l *Lane) slowLocked(now time.Time) {
-	l.slow = max(l.slow/2, minSlow)
+	l.slow = max(l.slow*slowFactor, minSlow)
 	l.slowAt, l.pausedUntil = now, now.Add(rateLimitPause)
 	l.setPaceLocked()
 	l.log.Warn("im send refused for frequency; slowing down", "pace", l.slow)
