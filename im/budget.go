@@ -27,7 +27,7 @@ const BudgetShare = 0.9
 // budgetTolerance is how far ahead of its even spacing a call may be
 // granted: enough for a dispatcher tick to take its calls at once, small
 // enough that no second holds more than a handful beyond the spacing.
-const budgetTolerance = 25 * time.Millisecond
+const budgetTolerance = 15 * time.Millisecond
 
 // Pacing is the spacing of calls for an app budget of callsPerSecond
 // (BudgetShare of it, evenly spaced) and how far ahead of that spacing a

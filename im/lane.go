@@ -191,6 +191,12 @@ type Lane struct {
 	slowAt      time.Time
 	pausedUntil time.Time
 
+	// sendPace spaces the calls again as workers make them: a message
+	// released on time can wait behind a slow call of its worker, and
+	// several of those going at once would arrive at Tencent closer
+	// together than the budget allows.
+	sendPace *rate.Limiter
+
 	// Dispatcher only: the local spending while Calls is unreachable.
 	fallback   gcra
 	callsDown  bool
@@ -260,6 +266,7 @@ func New(cfg Config, s Sender, m Metrics, log *slog.Logger) *Lane {
 		wake: make(chan struct{}, 1), high: make([]chan Message, cfg.Workers), rest: make([]chan Message, cfg.Workers),
 		pace: gcra{interval: interval, tolerance: tolerance}, slow: 1,
 		fallback: gcra{interval: interval * fallbackDivisor, tolerance: tolerance},
+		sendPace: rate.NewLimiter(rate.Every(interval), max(1, int(tolerance/interval))),
 	}
 	for i := range l.high {
 		l.high[i], l.rest[i] = make(chan Message, 256), make(chan Message, 32)
@@ -421,15 +428,16 @@ func (l *Lane) enqueueLocked(key string, q *roomQueue, it *item, coalesce bool) 
 	l.ready[key] = true
 	switch {
 	case coalesce:
-		if q.coalesced[it.typ] != nil {
+		if old := q.coalesced[it.typ]; old != nil {
+			it.queued = old.queued
 			l.coalesced()
 		}
 		q.coalesced[it.typ] = it
 	case it.priority == room.PriorityHigh:
-		q.high = l.supersede(q.high, it.kind)
+		q.high = l.supersede(q.high, it)
 		q.high = append(q.high, it)
 	default:
-		q.normal, q.low = l.supersede(q.normal, it.kind), l.supersede(q.low, it.kind)
+		q.normal, q.low = l.supersede(q.normal, it), l.supersede(q.low, it)
 		if it.priority == room.PriorityNormal {
 			q.normal = append(q.normal, it)
 		} else {
@@ -441,14 +449,17 @@ func (l *Lane) enqueueLocked(key string, q *roomQueue, it *item, coalesce bool) 
 	}
 }
 
-// supersede removes the queued event of kind (at most one is ever queued):
-// the event being queued carries a newer version of the same state.
-func (l *Lane) supersede(items []*item, kind string) []*item {
-	if kind == "" {
+// supersede removes the queued event of newer's kind (at most one is ever
+// queued): newer carries a newer version of the same state. The state has
+// been waiting since the older one was queued, and newer keeps that time,
+// so a room whose state keeps changing keeps its place in the turn order.
+func (l *Lane) supersede(items []*item, newer *item) []*item {
+	if newer.kind == "" {
 		return items
 	}
 	for i, it := range items {
-		if it.kind == kind {
+		if it.kind == newer.kind {
+			newer.queued = it.queued
 			l.coalesced()
 			return slices.Delete(items, i, i+1)
 		}
@@ -935,6 +946,7 @@ func (l *Lane) recoverLocked(now time.Time) {
 func (l *Lane) setPaceLocked() {
 	interval, _ := Pacing(l.cfg.AppBudget * l.slow)
 	l.pace.interval = interval
+	l.sendPace.SetLimit(rate.Every(interval))
 }
 
 // retryBackoff is the wait before a failed High message's next attempt:
@@ -957,6 +969,9 @@ func (l *Lane) worker(ctx context.Context, high, rest <-chan Message) {
 			case m = <-high:
 			case m = <-rest:
 			}
+		}
+		if l.sendPace.Wait(ctx) != nil {
+			return // the lane is closing
 		}
 		sctx, cancel := context.WithTimeout(ctx, l.cfg.SendTimeout)
 		err := l.send.Send(sctx, m)
