@@ -22,7 +22,7 @@ type Budget interface {
 // calls as they arrive; the rest absorbs the jitter between when a call is
 // granted and when it arrives, so no second at Tencent holds more than the
 // app budget.
-const BudgetShare = 0.9
+const BudgetShare = 0.95
 
 // budgetTolerance is how far ahead of its even spacing a call may be
 // granted: enough for a dispatcher tick to take its calls at once, small
