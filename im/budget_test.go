@@ -495,3 +495,81 @@ func (r *randoms) Send(ctx context.Context, m im.Message) error {
 	r.mu.Unlock()
 	return r.next.Send(ctx, m)
 }
+
+// grants is an im.Budget that grants what its test allows and counts it;
+// with down set, it cannot be asked.
+type grants struct {
+	mu      sync.Mutex
+	left    int
+	granted int
+	down    bool
+}
+
+func (g *grants) Take(_ context.Context, n int) (int, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.down {
+		return 0, fmt.Errorf("budget store unreachable")
+	}
+	n = min(n, g.left)
+	g.left -= n
+	g.granted += n
+	return n, nil
+}
+
+func (g *grants) set(left int, down bool) {
+	g.mu.Lock()
+	g.left, g.down = left, down
+	g.mu.Unlock()
+}
+
+// TestLaneSpendsOnlyWhatTheSharedBudgetGrants: the lane makes no call the
+// shared budget did not grant; while the budget cannot be asked it sends
+// from its own fallback share instead of stopping.
+func TestLaneSpendsOnlyWhatTheSharedBudgetGrants(t *testing.T) {
+	rec := &recorder{}
+	budget := &grants{}
+	lane := im.New(im.Config{AppBudget: 200, Calls: budget}, rec, im.Metrics{}, quiet)
+	t.Cleanup(lane.Close)
+	for i := range 10 {
+		lane.Publish(committed(fmt.Sprint("g-", i), 1, room.EventRoomUserKicked, &room.RoomUserKickedEvent{UserID: 1}))
+	}
+	budget.set(3, false)
+	poll.Until(t, 10*time.Second, "three rooms sent", poll.Bool(func() bool { return len(rec.all()) == 3 }))
+	budget.mu.Lock()
+	granted := budget.granted
+	budget.mu.Unlock()
+	if got := len(rec.all()); got != granted {
+		t.Fatalf("%d messages sent, %d calls granted", got, granted)
+	}
+	budget.set(0, true)
+	poll.Until(t, 10*time.Second, "the other rooms sent from the fallback share", poll.Bool(func() bool { return len(rec.all()) == 10 }))
+}
+
+// TestRoomsWithHighGoFirstAndBusyRoomsTakeTurns: on a budget that lets one
+// call go at a time, rooms with a High event pending are served before a
+// room that has only display events waiting (although it waited longer),
+// and a busy room gets one message per turn carrying all it has pending.
+func TestRoomsWithHighGoFirstAndBusyRoomsTakeTurns(t *testing.T) {
+	rec := &recorder{}
+	lane := im.New(im.Config{AppBudget: 20}, rec, im.Metrics{}, quiet)
+	t.Cleanup(lane.Close)
+	var batch []room.Committed
+	for v := int64(1); v <= 50; v++ { // the busy room: 50 joins
+		batch = append(batch, committed("busy", v, room.EventRoomUserJoined, &room.RoomUserJoinedEvent{UserID: v, OnlineCount: int(v)})...)
+	}
+	for i := range 10 {
+		batch = append(batch, committed(fmt.Sprint("quiet-", i), 1, room.EventRoomUserKicked, &room.RoomUserKickedEvent{UserID: 1})...)
+	}
+	lane.Publish(batch)
+	poll.Until(t, 10*time.Second, "eleven messages", poll.Bool(func() bool { return len(rec.all()) >= 11 }))
+	sent := rec.all()
+	for i, s := range sent[:10] {
+		if s.msg.RoomID == "busy" {
+			t.Fatalf("message %d went to the busy room before every room with High pending", i)
+		}
+	}
+	if sent[10].msg.RoomID != "busy" || len(eventsIn(t, sent[10].msg.Data)) != 50 {
+		t.Fatalf("the busy room's turn: room %s, %d events; want all 50 in one message", sent[10].msg.RoomID, len(eventsIn(t, sent[10].msg.Data)))
+	}
+}
