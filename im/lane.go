@@ -211,6 +211,7 @@ type Lane struct {
 
 // roomQueue is one room's shaped traffic. Guarded by Lane.mu.
 type roomQueue struct {
+	key   string // the room id, or "region:<region>"
 	group string
 	// regional: a region's broadcast group, whose members keep no room
 	// state, so its messages carry no lost_through.
@@ -416,7 +417,7 @@ func (l *Lane) queueLocked(key, group string, regional bool) *roomQueue {
 	q := l.rooms[key]
 	if q == nil {
 		q = &roomQueue{
-			group: group, regional: regional, limiter: rate.NewLimiter(rate.Limit(l.cfg.Budget), max(1, int(l.cfg.Budget/4))),
+			key: key, group: group, regional: regional, limiter: rate.NewLimiter(rate.Limit(l.cfg.Budget), max(1, int(l.cfg.Budget/4))),
 			coalesced: make(map[string]*item), lastFlush: make(map[string]time.Time), folded: make(map[string]int),
 		}
 		l.rooms[key] = q
@@ -866,13 +867,13 @@ func (l *Lane) encodeLocked(q *roomQueue, items []*item, folded map[string]int) 
 	return m
 }
 
-// roomID is the room a queue's events belong to, from an event's envelope
-// (regional queues mix rooms; their Batch names the first).
+// roomID is the room of a queue's Batch: its room, or for a regional
+// queue, which mixes rooms, the room of the first event.
 func (q *roomQueue) roomID(items []*item) any {
-	if len(items) > 0 {
+	if q.regional && len(items) > 0 {
 		return items[0].env["room_id"]
 	}
-	return nil
+	return q.key
 }
 
 // higher is the higher of two priorities.

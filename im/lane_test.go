@@ -249,3 +249,36 @@ func heatsIn(t *testing.T, data []byte) []int64 {
 	}
 	return out
 }
+
+// TestOverflowFoldsDisplayEventsIntoCounts: over its queue limit a room's
+// oldest joins fold into a count that goes with its next message; the
+// newest join (the online count) is always sent itself.
+func TestOverflowFoldsDisplayEventsIntoCounts(t *testing.T) {
+	rec := &recorder{}
+	var c counts
+	lane := im.New(im.Config{QueueLimit: 10}, rec, c.metrics(), quiet)
+	defer lane.Close()
+	var batch []room.Committed
+	for v := int64(1); v <= 30; v++ {
+		batch = append(batch, committed("r1", v, room.EventRoomUserJoined, &room.RoomUserJoinedEvent{UserID: v, OnlineCount: int(v)})...)
+	}
+	lane.Publish(batch)
+	poll.Until(t, 10*time.Second, "a message", poll.Bool(func() bool { return len(rec.all()) > 0 }))
+	var m struct {
+		RoomID string         `json:"room_id"`
+		Folded map[string]int `json:"folded"`
+	}
+	data := rec.all()[0].msg.Data
+	if err := json.Unmarshal(data, &m); err != nil {
+		t.Fatal(err)
+	}
+	keys := eventsIn(t, data)
+	if m.RoomID != "r1" || m.Folded[string(room.EventRoomUserJoined)] != 20 || len(keys) != 10 || keys[9].version != 30 {
+		t.Fatalf("room %q, folded %v, events %v; want 20 folded and the newest 10 sent", m.RoomID, m.Folded, keys)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.shed) != 0 {
+		t.Fatalf("shed %v; display events over the limit fold instead", c.shed)
+	}
+}
