@@ -36,6 +36,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -226,9 +227,11 @@ type roomQueue struct {
 	low       []*item
 	coalesced map[string]*item // latest value per coalescing type
 	lastFlush map[string]time.Time
-	// folded counts display events folded into counts, by type, since
-	// foldedAt; they go with the room's next message.
+	// folded counts display events folded into counts, by type, and combos
+	// the gifts folded by sender and gift, since foldedAt; they go with the
+	// room's next message.
 	folded   map[string]int
+	combos   map[comboKey]*combo
 	foldedAt time.Time
 	// lost is the newest room_version of an event the lane lost (lost_through);
 	// lostPending says no message carrying it was released yet, lostAt when
@@ -238,6 +241,27 @@ type roomQueue struct {
 	lostAt      time.Time
 	// closed: the room's RoomClosed was queued; its group is going away.
 	closed bool
+}
+
+// maxCombos bounds the gift combos a room folds until its next message;
+// further gifts fold into the plain count, so the message stays small.
+const maxCombos = 16
+
+// comboKey names a combo: gifts of one sender and one gift.
+type comboKey struct {
+	sender int64
+	gift   string
+}
+
+// combo is the gifts of one sender and one gift folded together: shown as
+// one "sent gift_name x count".
+type combo struct {
+	SenderUserID int64  `json:"sender_user_id"`
+	GiftID       string `json:"gift_id"`
+	GiftName     string `json:"gift_name"`
+	Count        int64  `json:"count"` // pieces per receiver, summed
+	Cost         int64  `json:"cost"`  // value, summed
+	Gifts        int    `json:"gifts"` // gift events folded
 }
 
 // item is a queued event, kept unencoded so it can join a Batch and the
@@ -419,6 +443,7 @@ func (l *Lane) queueLocked(key, group string, regional bool) *roomQueue {
 		q = &roomQueue{
 			key: key, group: group, regional: regional, limiter: rate.NewLimiter(rate.Limit(l.cfg.Budget), max(1, int(l.cfg.Budget/4))),
 			coalesced: make(map[string]*item), lastFlush: make(map[string]time.Time), folded: make(map[string]int),
+			combos: make(map[comboKey]*combo),
 		}
 		l.rooms[key] = q
 	}
@@ -475,9 +500,10 @@ func (l *Lane) coalesced() {
 }
 
 // overflowLocked makes room in a queue over QueueLimit: the oldest Low
-// event, or else the oldest Normal one, folds into its type's count when it
-// is a display event (foldable) whose state, if any (the online count), a
-// newer queued event carries; otherwise it is lost and raises lost_through.
+// event, or else the oldest Normal one, folds into its type's count (a gift
+// into its sender's combo of that gift) when it is a display event
+// (foldable) whose state, if any (the online count), a newer queued event
+// carries; otherwise it is lost and raises lost_through.
 func (l *Lane) overflowLocked(q *roomQueue) {
 	var it *item
 	if len(q.low) > 0 {
@@ -486,10 +512,23 @@ func (l *Lane) overflowLocked(q *roomQueue) {
 		it, q.normal = q.normal[0], q.normal[1:]
 	}
 	if foldable(it) && (it.version == 0 || !carriesOnline(it) || l.newerOnlineLocked(q, it.version)) {
-		if len(q.folded) == 0 {
+		if len(q.folded)+len(q.combos) == 0 {
 			q.foldedAt = it.queued
 		}
-		q.folded[it.typ]++
+		g, gift := it.env["data"].(*room.RoomGiftSentEvent)
+		k := comboKey{}
+		if gift {
+			k = comboKey{g.SenderUserID, g.GiftID}
+		}
+		if c := q.combos[k]; gift && (c != nil || len(q.combos) < maxCombos) {
+			if c == nil {
+				c = &combo{SenderUserID: g.SenderUserID, GiftID: g.GiftID, GiftName: g.GiftName}
+				q.combos[k] = c
+			}
+			c.Count, c.Cost, c.Gifts = c.Count+int64(g.Count), c.Cost+g.Cost, c.Gifts+1
+		} else {
+			q.folded[it.typ]++
+		}
 		if l.metrics.Merged != nil {
 			l.metrics.Merged(1)
 		}
@@ -704,7 +743,7 @@ func (l *Lane) releaseLocked(now time.Time, n int) {
 func (l *Lane) tidyLocked(now time.Time) {
 	for key := range l.ready {
 		q := l.rooms[key]
-		if len(q.retry)+len(q.high)+len(q.normal)+len(q.low)+len(q.coalesced)+len(q.folded) > 0 {
+		if len(q.retry)+len(q.high)+len(q.normal)+len(q.low)+len(q.coalesced)+len(q.folded)+len(q.combos) > 0 {
 			continue
 		}
 		recent := q.limiter.TokensAt(now) < float64(q.limiter.Burst())
@@ -732,7 +771,7 @@ func (l *Lane) dueTypeLocked(q *roomQueue, now time.Time) string {
 // eligibleLocked reports whether a room has something to send now and its
 // group's budget allows a message.
 func (l *Lane) eligibleLocked(q *roomQueue, now time.Time) bool {
-	pending := len(q.retry) > 0 && !now.Before(q.retryAt) || len(q.high)+len(q.normal)+len(q.low)+len(q.folded) > 0 ||
+	pending := len(q.retry) > 0 && !now.Before(q.retryAt) || len(q.high)+len(q.normal)+len(q.low)+len(q.folded)+len(q.combos) > 0 ||
 		l.dueTypeLocked(q, now) != ""
 	return pending && q.limiter.TokensAt(now) >= 1
 }
@@ -760,15 +799,20 @@ func (l *Lane) waitingLocked(q *roomQueue, now time.Time) (high bool, since time
 			older(it.queued)
 		}
 	}
-	if len(q.folded) > 0 {
+	if len(q.folded)+len(q.combos) > 0 {
 		older(q.foldedAt)
 	}
 	return high || len(q.high) > 0, since
 }
 
 // batchOverhead is room for a Batch's own fields around its events
-// (type, room_id, room_version, lost_through, folded counts).
-const batchOverhead = 400
+// (type, room_id, room_version, lost_through, folded counts); comboSize is
+// room for one folded gift combo (its gift id and name are a catalogue's
+// short strings).
+const (
+	batchOverhead = 400
+	comboSize     = 300
+)
 
 // nextLocked takes the room's next message: a message to send again as it
 // was, or else everything pending that fits in MaxBytes, in one message:
@@ -782,6 +826,9 @@ func (l *Lane) nextLocked(q *roomQueue, now time.Time) (Message, bool) {
 	}
 	var items []*item
 	size := batchOverhead
+	if len(q.combos) > 0 {
+		size += len(q.combos) * comboSize
+	}
 	fits := func(it *item) bool { return size+it.size+1 <= l.cfg.MaxBytes }
 	take := func(list []*item) []*item {
 		n := 0
@@ -804,22 +851,38 @@ func (l *Lane) nextLocked(q *roomQueue, now time.Time) (Message, bool) {
 	}
 	q.normal = take(q.normal)
 	q.low = take(q.low)
-	var folded map[string]int
-	if len(q.folded) > 0 {
-		folded = q.folded
-		q.folded = make(map[string]int)
+	var f *foldedEvents
+	if len(q.folded)+len(q.combos) > 0 {
+		f = &foldedEvents{counts: q.folded}
+		for _, c := range q.combos {
+			f.combos = append(f.combos, c)
+		}
+		slices.SortFunc(f.combos, func(a, b *combo) int {
+			if a.SenderUserID != b.SenderUserID {
+				return int(a.SenderUserID - b.SenderUserID)
+			}
+			return strings.Compare(a.GiftID, b.GiftID)
+		})
+		q.folded, q.combos = make(map[string]int), make(map[comboKey]*combo)
 	}
-	if len(items) == 0 && folded == nil {
+	if len(items) == 0 && f == nil {
 		return Message{}, false
 	}
-	return l.encodeLocked(q, items, folded), true
+	return l.encodeLocked(q, items, f), true
+}
+
+// foldedEvents are the display events a message carries as counts and
+// combos.
+type foldedEvents struct {
+	counts map[string]int
+	combos []*combo
 }
 
 // encodeLocked makes the message of one event, or a Batch of several (in
 // key order, oldest first, with the counts of folded display events).
 // Every message to a room's own group carries the room's lost_through once
 // the lane has lost one of its events.
-func (l *Lane) encodeLocked(q *roomQueue, items []*item, folded map[string]int) Message {
+func (l *Lane) encodeLocked(q *roomQueue, items []*item, folded *foldedEvents) Message {
 	slices.SortStableFunc(items, func(a, b *item) int {
 		if a.version != b.version {
 			return int(a.version - b.version)
@@ -849,7 +912,12 @@ func (l *Lane) encodeLocked(q *roomQueue, items []*item, folded map[string]int) 
 			msg["room_version"] = m.version
 		}
 		if folded != nil {
-			msg["folded"] = folded
+			if len(folded.counts) > 0 {
+				msg["folded"] = folded.counts
+			}
+			if len(folded.combos) > 0 {
+				msg["folded_gifts"] = folded.combos
+			}
 			if len(items) == 0 {
 				m.Queued = q.foldedAt
 			}

@@ -282,3 +282,37 @@ func TestOverflowFoldsDisplayEventsIntoCounts(t *testing.T) {
 		t.Fatalf("shed %v; display events over the limit fold instead", c.shed)
 	}
 }
+
+// TestOverflowFoldsGiftsIntoCombos: over the queue limit, gifts fold into
+// one combo per sender and gift, with their pieces and value summed.
+func TestOverflowFoldsGiftsIntoCombos(t *testing.T) {
+	rec := &recorder{}
+	lane := im.New(im.Config{QueueLimit: 10}, rec, im.Metrics{}, quiet)
+	defer lane.Close()
+	var batch []room.Committed
+	for v := int64(1); v <= 30; v++ {
+		batch = append(batch, committed("r1", v, room.EventRoomGiftSent,
+			&room.RoomGiftSentEvent{SenderUserID: 100 + v%2, GiftID: "rose", GiftName: "Rose", Count: 3, Cost: 30})...)
+	}
+	lane.Publish(batch)
+	poll.Until(t, 10*time.Second, "a message", poll.Bool(func() bool { return len(rec.all()) > 0 }))
+	var m struct {
+		FoldedGifts []struct {
+			Sender int64 `json:"sender_user_id"`
+			Count  int64 `json:"count"`
+			Cost   int64 `json:"cost"`
+			Gifts  int   `json:"gifts"`
+		} `json:"folded_gifts"`
+	}
+	data := rec.all()[0].msg.Data
+	if err := json.Unmarshal(data, &m); err != nil {
+		t.Fatal(err)
+	}
+	if len(m.FoldedGifts) != 2 || m.FoldedGifts[0].Gifts+m.FoldedGifts[1].Gifts != 20 ||
+		m.FoldedGifts[0].Count != 3*int64(m.FoldedGifts[0].Gifts) || m.FoldedGifts[1].Cost != 30*int64(m.FoldedGifts[1].Gifts) {
+		t.Fatalf("combos %+v; want two senders' 20 gifts", m.FoldedGifts)
+	}
+	if n := len(eventsIn(t, data)); n != 10 {
+		t.Fatalf("%d gifts sent one by one, want the newest 10", n)
+	}
+}
