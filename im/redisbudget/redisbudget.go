@@ -45,8 +45,10 @@ type Budget struct {
 	interval, tolerance int64 // microseconds
 }
 
-// Key is the Redis key of an app's budget for one REST command. The
-// SDKAppID keeps apps sharing one Redis apart.
+// Key is the Redis key of an app's budget for one REST command. It names
+// the Tencent app, not a fleet: Tencent counts calls per app, so fleets
+// sharing one Redis and one app (staging beside production) share its
+// budget, and apps sharing one Redis are kept apart by their SDKAppID.
 func Key(sdkAppID uint64, command string) string {
 	return "room-service:tim:" + strconv.FormatUint(sdkAppID, 10) + ":budget:" + command
 }
