@@ -566,9 +566,22 @@ func (l *Lane) newerOnlineLocked(q *roomQueue, version int64) bool {
 // the room's lost_through, so its next message tells clients to repair.
 func (l *Lane) lostLocked(q *roomQueue, p room.Priority, reason string, version int64) {
 	l.shed(p, reason)
-	if version > q.lost && !q.regional {
-		q.lost, q.lostPending, q.lostAt = version, true, time.Now()
+	if q.regional {
+		return
 	}
+	if version > q.lost {
+		q.lost, q.lostAt = version, time.Now()
+	}
+	// Announced again even when nothing newer was lost: the lost message
+	// may have been the one telling it.
+	q.lostPending = q.lost > 0
+}
+
+// noticeDueLocked reports whether a room must tell its lost_through
+// although it has no event to send: its last message was lost, so no later
+// message would tell clients (for lostKeep at most).
+func noticeDueLocked(q *roomQueue, now time.Time) bool {
+	return q.lostPending && now.Sub(q.lostAt) < lostKeep
 }
 
 func (l *Lane) shed(p room.Priority, reason string) {
@@ -772,7 +785,7 @@ func (l *Lane) dueTypeLocked(q *roomQueue, now time.Time) string {
 // group's budget allows a message.
 func (l *Lane) eligibleLocked(q *roomQueue, now time.Time) bool {
 	pending := len(q.retry) > 0 && !now.Before(q.retryAt) || len(q.high)+len(q.normal)+len(q.low)+len(q.folded)+len(q.combos) > 0 ||
-		l.dueTypeLocked(q, now) != ""
+		l.dueTypeLocked(q, now) != "" || noticeDueLocked(q, now)
 	return pending && q.limiter.TokensAt(now) >= 1
 }
 
@@ -801,6 +814,9 @@ func (l *Lane) waitingLocked(q *roomQueue, now time.Time) (high bool, since time
 	}
 	if len(q.folded)+len(q.combos) > 0 {
 		older(q.foldedAt)
+	}
+	if noticeDueLocked(q, now) {
+		older(q.lostAt)
 	}
 	return high || len(q.high) > 0, since
 }
@@ -865,7 +881,7 @@ func (l *Lane) nextLocked(q *roomQueue, now time.Time) (Message, bool) {
 		})
 		q.folded, q.combos = make(map[string]int), make(map[comboKey]*combo)
 	}
-	if len(items) == 0 && f == nil {
+	if len(items) == 0 && f == nil && !noticeDueLocked(q, now) {
 		return Message{}, false
 	}
 	return l.encodeLocked(q, items, f), true
@@ -882,7 +898,7 @@ type foldedEvents struct {
 // key order, oldest first, with the counts of folded display events).
 // Every message to a room's own group carries the room's lost_through once
 // the lane has lost one of its events.
-func (l *Lane) encodeLocked(q *roomQueue, items []*item, folded *foldedEvents) Message {
+func (l *Lane) encodeLocked(q *roomQueue, items []*item, f *foldedEvents) Message {
 	slices.SortStableFunc(items, func(a, b *item) int {
 		if a.version != b.version {
 			return int(a.version - b.version)
@@ -898,7 +914,7 @@ func (l *Lane) encodeLocked(q *roomQueue, items []*item, folded *foldedEvents) M
 		}
 	}
 	msg := map[string]any{}
-	if len(items) == 1 && folded == nil {
+	if len(items) == 1 && f == nil {
 		m.Type = items[0].typ
 		maps.Copy(msg, items[0].env)
 	} else {
@@ -911,15 +927,18 @@ func (l *Lane) encodeLocked(q *roomQueue, items []*item, folded *foldedEvents) M
 		if m.version > 0 {
 			msg["room_version"] = m.version
 		}
-		if folded != nil {
-			if len(folded.counts) > 0 {
-				msg["folded"] = folded.counts
+		if f != nil {
+			if len(f.counts) > 0 {
+				msg["folded"] = f.counts
 			}
-			if len(folded.combos) > 0 {
-				msg["folded_gifts"] = folded.combos
+			if len(f.combos) > 0 {
+				msg["folded_gifts"] = f.combos
 			}
-			if len(items) == 0 {
-				m.Queued = q.foldedAt
+		}
+		if len(items) == 0 { // folded events, or only the notice of a loss
+			m.Queued = q.foldedAt
+			if f == nil {
+				m.Queued = q.lostAt
 			}
 		}
 		if l.metrics.Merged != nil && len(items) > 1 {

@@ -264,3 +264,32 @@ func TestLostEventsRaiseLostThrough(t *testing.T) {
 		t.Fatalf("lost_through %d, the newest gift shed is %d", newest, missing[len(missing)-1])
 	}
 }
+
+// TestLossOfTheLastMessageIsTold: when a room's last message is lost, the
+// room sends a message with no event carrying its lost_through, so clients
+// learn of the loss although nothing newer comes.
+func TestLossOfTheLastMessageIsTold(t *testing.T) {
+	f := &flaky{fail: func(attempt int, _ im.Message) error {
+		if attempt == 1 {
+			return errors.New("connection reset")
+		}
+		return nil
+	}}
+	var c shedCounts
+	lane := im.New(im.Config{}, f, c.metrics(), quiet)
+	defer lane.Close()
+	lane.Publish(committed("r1", 5, room.EventRoomGiftSent, &room.RoomGiftSentEvent{SenderUserID: 7}))
+	poll.Until(t, 10*time.Second, "the notice", poll.Bool(func() bool { return len(f.all()) == 1 }))
+	var m struct {
+		Type        string            `json:"type"`
+		RoomID      string            `json:"room_id"`
+		Events      []json.RawMessage `json:"events"`
+		LostThrough int64             `json:"lost_through"`
+	}
+	if err := json.Unmarshal(f.all()[0].msg.Data, &m); err != nil {
+		t.Fatal(err)
+	}
+	if m.Type != "Batch" || m.RoomID != "r1" || len(m.Events) != 0 || m.LostThrough != 5 || c.get("Normal/send_failed") != 1 {
+		t.Fatalf("notice %+v, shed %v", m, c.shed)
+	}
+}
