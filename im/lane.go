@@ -12,8 +12,8 @@
 // there is more than one event): its High events, the latest value of each
 // piece of state (a newer mic row, profile or background supersedes the
 // queued one; heat, rank and fuel are latest-wins, at most once a second),
-// and its display events, which fold into counts when a room's queue is
-// over its limit. Rooms take turns: each call goes to the room waiting
+// and its display events, which fold into counts (gifts into combos per
+// sender and gift) when a room's queue is over its limit. Rooms take turns: each call goes to the room waiting
 // longest, rooms with High pending first (a room waiting over a second
 // counts as High, so none starves), so R busy rooms are each served about
 // every R/B seconds for an app budget of B, and a busy room takes one turn
