@@ -231,7 +231,21 @@ func (r *Registry) cell(ctx context.Context, roomID string) (*Cell, error) {
 	for {
 		r.mu.Lock()
 		if r.closed {
+			// A room this node still runs is being handed off: answer once
+			// its final snapshot is stored and its lease released, so the
+			// caller's retry finds the room free for the next owner instead
+			// of guessing how long the hand-off takes.
+			c := r.cells[roomID]
+			if c == nil {
+				c = r.exiting[roomID]
+			}
 			r.mu.Unlock()
+			if c != nil {
+				select {
+				case <-c.done:
+				case <-ctx.Done():
+				}
+			}
 			return nil, room.ErrShutdown
 		}
 		if c := r.cells[roomID]; c != nil {

@@ -35,6 +35,7 @@ type Config struct {
 	RedisURL        string        `yaml:"redis_url" help:"Redis for room leases and fleet membership (redis://host:6379/0); when set, this node is one of a fleet sharing mysql_dsn and nats_url" secret:"true"`
 	AdvertiseAddr   string        `yaml:"advertise_addr" help:"fleet mode: host:port the other nodes reach this node's API on"`
 	LeaseTTL        time.Duration `yaml:"lease_ttl" help:"fleet mode: time to live of a room's lease in Redis; a crashed node's rooms move after about this long"`
+	DrainGrace      time.Duration `yaml:"drain_grace" help:"fleet mode: how long a stopping node keeps taking calls (forwarding them to the rooms' next owners) after its readiness turns false, so load balancers stop sending to it first"`
 	LogLevel        string        `yaml:"log_level" help:"debug, info, warn or error"`
 	LogFormat       string        `yaml:"log_format" help:"text or json"`
 	SQLiteSync      string        `yaml:"sqlite_synchronous" help:"FULL (every commit durable) or NORMAL"`
@@ -92,7 +93,7 @@ func Default() Config {
 	return Config{
 		Listen: "127.0.0.1:8080", DataDir: "./data", LogLevel: "info", LogFormat: "text", SQLiteSync: "FULL",
 		SnapshotEvery: 500, MailboxSize: 4096, MaxBatch: 256,
-		LeaseTTL:    5 * time.Second,
+		LeaseTTL: 5 * time.Second, DrainGrace: 2 * time.Second,
 		IdleTimeout: 10 * time.Minute, CommitTimeout: 5 * time.Second, ShutdownTimeout: 30 * time.Second,
 		NATSStream: "ROOM_EVENTS", NATSSubjects: "room.events", RelayAttempts: 10, IMBudget: 20, IMRegionalMin: 10_000,
 		RetainVersions: 10_000, RetainCommands: 7 * 24 * time.Hour, RetainPublished: 3 * 24 * time.Hour, RetainEvery: time.Minute,
@@ -317,6 +318,9 @@ func (c Config) validateFleet() []error {
 	var p []error
 	if c.LeaseTTL < minLeaseTTL || c.LeaseTTL > maxLeaseTTL {
 		p = append(p, fmt.Errorf("lease_ttl %v is outside %v..%v", c.LeaseTTL, minLeaseTTL, maxLeaseTTL))
+	}
+	if c.DrainGrace < 0 || c.DrainGrace > c.ShutdownTimeout/2 {
+		p = append(p, fmt.Errorf("drain_grace %v is outside 0..shutdown_timeout/2 (%v): the rooms' hand-off needs the rest", c.DrainGrace, c.ShutdownTimeout/2))
 	}
 	if c.RedisURL == "" {
 		return p

@@ -68,7 +68,7 @@ func NewMux(rooms *RoomHandler, ops *OperatorHandler, wallets *WalletHandler, op
 	mux.Handle(knownOnly(refuse)(roomv1connect.NewOperatorServiceHandler(ops, handlerOpts)))
 	mux.Handle(knownOnly(refuse)(roomv1connect.NewWalletServiceHandler(wallets, handlerOpts)))
 	mux.Handle("/", refuse)
-	names := []string{roomv1connect.RoomServiceName, roomv1connect.OperatorServiceName, roomv1connect.WalletServiceName}
+	names := ServiceNames()
 	reflector := grpcreflect.NewStaticReflector(append(names, grpchealth.HealthV1ServiceName)...)
 	mux.Handle(grpcreflect.NewHandlerV1(reflector))
 	mux.Handle(grpcreflect.NewHandlerV1Alpha(reflector))
@@ -81,6 +81,11 @@ func NewMux(rooms *RoomHandler, ops *OperatorHandler, wallets *WalletHandler, op
 		mux.Handle("/metrics", promhttp.HandlerFor(opts.Metrics, promhttp.HandlerOpts{}))
 	}
 	return mux
+}
+
+// ServiceNames are the API's services, as gRPC health and reflection name them.
+func ServiceNames() []string {
+	return []string{roomv1connect.RoomServiceName, roomv1connect.OperatorServiceName, roomv1connect.WalletServiceName}
 }
 
 // unknownProcedure answers a path that is no procedure of this service with

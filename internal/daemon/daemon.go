@@ -27,6 +27,7 @@ import (
 	"syscall"
 	"time"
 
+	"connectrpc.com/grpchealth"
 	"github.com/redis/go-redis/v9"
 
 	"hyapp/room-service/cell"
@@ -106,6 +107,8 @@ type Main struct {
 	hops      *http.Client           // fleet mode only: calls to other nodes
 	draining  atomic.Bool            // set by drain: rooms nobody holds go to other nodes
 	drainMu   sync.Mutex             // one drain at a time; a second waits for the first
+	unready   time.Time              // when drain turned readiness false; under drainMu
+	health    *grpchealth.StaticChecker
 	timClient *tencent.Client
 	lane      *im.Lane
 	registry  *cell.Registry
@@ -311,6 +314,7 @@ func (m *Main) Run(ctx context.Context) error {
 	m.workers.log = m.Log
 	m.Log.Info("starting room-service", cfg.Redacted()...)
 	m.metrics = newMetrics()
+	m.health = grpchealth.NewStaticChecker(rpc.ServiceNames()...)
 
 	db, tuning, err := m.openStore(ctx)
 	if err != nil {
@@ -393,7 +397,8 @@ func (m *Main) Run(ctx context.Context) error {
 	rooms := rpc.NewRoomHandler(m.registry, db, catalogue, lane, func(id int64) bool { return platform[id] }, m.Log)
 	mux := rpc.NewMux(rooms, rpc.NewOperatorHandler(db, relay.Wake, m.Log), rpc.NewWalletHandler(m.ledger, m.Log),
 		rpc.Options{Token: cfg.Token, Metrics: m.metrics.registry, NodeID: nodeID, Owners: m.owners, Routing: m.routing(),
-			Fleet: nodeFleet{m: m, self: nodeID}}, m.Log)
+			Fleet: nodeFleet{m: m, self: nodeID}, Health: m.health}, m.Log)
+	mux.Handle("/readyz", readyz(m.health))
 	if local != nil {
 		// The zero-configuration Tencent IM: the REST API the lane calls, and
 		// /local/ to watch what each room's group would show.
@@ -449,9 +454,22 @@ func (m *Main) close(ctx context.Context) error {
 	m.workers.Shutdown()
 	var errs []error
 	if m.owners != nil && m.registry != nil {
-		// Hand-off: the rooms go first, while this node still takes calls.
+		// Hand-off: the rooms go first, while this node still takes calls
+		// and forwards them to the rooms' next owners; then it keeps taking
+		// calls until load balancers had drain_grace to see it unready.
 		if _, err := m.drain(ctx); err != nil {
 			errs = append(errs, err)
+		}
+		m.drainMu.Lock()
+		grace := time.Until(m.unready.Add(m.Config.DrainGrace))
+		m.drainMu.Unlock()
+		if grace > 0 {
+			timer := time.NewTimer(grace)
+			select {
+			case <-timer.C:
+			case <-ctx.Done():
+				timer.Stop()
+			}
 		}
 		m.hops.CloseIdleConnections()
 	}
@@ -532,6 +550,10 @@ func (m *Main) drain(ctx context.Context) (int, error) {
 	if m.draining.Swap(true) {
 		return 0, nil
 	}
+	m.unready = time.Now()
+	for _, name := range append(rpc.ServiceNames(), "") {
+		m.health.SetStatus(name, grpchealth.StatusNotServing)
+	}
 	dctx, cancel := context.WithTimeout(ctx, time.Second)
 	if err := m.members.SetDraining(dctx, true); err != nil {
 		m.Log.Warn("mark the node draining", "err", err)
@@ -541,6 +563,22 @@ func (m *Main) drain(ctx context.Context) (int, error) {
 	m.metrics.handoffs.Add(float64(n))
 	m.Log.Info("rooms handed off", "rooms", n)
 	return n, err
+}
+
+// readyz answers whether load balancers should send calls here: 200 while
+// the node serves, 503 once it drains (SIGTERM or the Drain call). A
+// draining node still answers the calls that reach it, forwarding them to
+// the rooms' next owners, for drain_grace after readiness turned false.
+// gRPC health (grpc.health.v1) reports the same.
+func readyz(h grpchealth.Checker) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		res, err := h.Check(r.Context(), &grpchealth.CheckRequest{})
+		if err != nil || res.Status != grpchealth.StatusServing {
+			http.Error(w, "draining", http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = w.Write([]byte("ready\n"))
+	})
 }
 
 func newLogger(cfg config.Config) *slog.Logger {
