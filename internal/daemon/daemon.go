@@ -133,9 +133,16 @@ func (m *Main) openStore(ctx context.Context) (store.Repository, cell.Config, er
 		db, err := sqlite.Open(ctx, filepath.Join(cfg.DataDir, "room.db"), sqlite.Options{Synchronous: cfg.SQLiteSync})
 		return db, cell.Config{CommitWorkers: 1}, err
 	}
+	var opts mysql.Options
+	if cfg.RedisURL != "" {
+		// A node frozen mid-commit must not keep its rows locked past its
+		// leases: the server ends its transaction before another node
+		// claims its rooms.
+		opts.IdleTxTimeout = max(2*time.Second, cfg.LeaseTTL/2) // a claim waits for locks up to innodb_lock_wait_timeout
+	}
 	wait := 500 * time.Millisecond
 	for {
-		db, err := mysql.Open(ctx, cfg.MySQLDSN, mysql.Options{})
+		db, err := mysql.Open(ctx, cfg.MySQLDSN, opts)
 		if err == nil {
 			return db, cell.Config{CommitWorkers: 4, CommitMaxRooms: 256}, nil
 		}
