@@ -33,6 +33,7 @@ type Config struct {
 	Token           string        `yaml:"token" help:"service token callers send as 'Authorization: Bearer <token>'" secret:"true"`
 	NodeID          string        `yaml:"node_id" help:"this node's name in room ownership records and the fleet (default: host name)"`
 	RedisURL        string        `yaml:"redis_url" help:"Redis for room leases and fleet membership (redis://host:6379/0); when set, this node is one of a fleet sharing mysql_dsn and nats_url" secret:"true"`
+	RedisKeyPrefix  string        `yaml:"redis_key_prefix" help:"fleet mode: prefix of the fleet's Redis keys, so fleets (staging, production) can share one Redis; every node of a fleet sets the same"`
 	AdvertiseAddr   string        `yaml:"advertise_addr" help:"fleet mode: host:port the other nodes reach this node's API on"`
 	LeaseTTL        time.Duration `yaml:"lease_ttl" help:"fleet mode: time to live of a room's lease in Redis; a crashed node's rooms move after about this long"`
 	DrainGrace      time.Duration `yaml:"drain_grace" help:"fleet mode: how long a stopping node keeps taking calls (forwarding them to the rooms' next owners) after its readiness turns false, so load balancers stop sending to it first"`
@@ -321,6 +322,9 @@ func (c Config) validateFleet() []error {
 	}
 	if c.DrainGrace < 0 || c.DrainGrace > c.ShutdownTimeout/2 {
 		p = append(p, fmt.Errorf("drain_grace %v is outside 0..shutdown_timeout/2 (%v): the rooms' hand-off needs the rest", c.DrainGrace, c.ShutdownTimeout/2))
+	}
+	if strings.Contains(c.RedisKeyPrefix, "{") {
+		p = append(p, fmt.Errorf("redis_key_prefix %q holds '{' (a key's hash tag is the room id)", c.RedisKeyPrefix))
 	}
 	if c.RedisURL == "" {
 		return p

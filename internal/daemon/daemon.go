@@ -181,7 +181,8 @@ func (m *Main) openLeases(ctx context.Context, nodeID string) (lease.Lease, erro
 	if err != nil {
 		m.Log.Error("Redis is unreachable; rooms are taken once it answers", "err", err)
 	}
-	rc := redislease.Config{Self: redislease.Node{ID: nodeID, Addr: cfg.AdvertiseAddr}, TTL: cfg.LeaseTTL}
+	rc := redislease.Config{Self: redislease.Node{ID: nodeID, Addr: cfg.AdvertiseAddr}, TTL: cfg.LeaseTTL,
+		Keys: redislease.Keys{Prefix: cfg.RedisKeyPrefix}}
 	log := m.Log.With("component", "lease")
 	leases, err := redislease.New(m.redis, rc, log, m.metrics.lease)
 	if err != nil {

@@ -43,7 +43,8 @@ func reachable(t *testing.T, what, addr string) {
 }
 
 // TestFleetNodesShareRoomsThroughTheRedisLease runs two nodes in fleet
-// mode on one MySQL, NATS and Redis: a call for a room the first serves,
+// mode on one MySQL, NATS and Redis, with their keys under a prefix of
+// their own: a call for a room the first serves,
 // sent to the second, is forwarded and served by the first (the second never
 // loads the room); both are members; and once the first shuts down it has
 // released its lease and left, so the second serves the room itself.
@@ -53,11 +54,12 @@ func TestFleetNodesShareRoomsThroughTheRedisLease(t *testing.T) {
 	dsn := mysqltest.DSN(t)
 	id := rand.Text()[:8]
 	redisURL := "redis://127.0.0.1:6379/7"
+	keys := redislease.Keys{Prefix: "fleet-" + id + ":"}
 	stream := ownStream(t, strings.ToLower(id))
 	fleet := func(node string) []string {
 		addr := freeAddr(t)
 		return append([]string{"-listen", addr, "-mysql-dsn", dsn, "-nats-url", "nats://127.0.0.1:4222",
-			"-redis-url", redisURL, "-node-id", node + "-" + id, "-advertise-addr", addr, "-lease-ttl", "1s"}, stream...)
+			"-redis-url", redisURL, "-redis-key-prefix", keys.Prefix, "-node-id", node + "-" + id, "-advertise-addr", addr, "-lease-ttl", "1s"}, stream...)
 	}
 	a, clientA := runMain(t, t.TempDir(), fleet("a")...)
 	b, clientB := runMain(t, t.TempDir(), fleet("b")...)
@@ -84,7 +86,7 @@ func TestFleetNodesShareRoomsThroughTheRedisLease(t *testing.T) {
 	rc := redis.NewClient(opt)
 	defer rc.Close()
 	poll.Until(t, 5*time.Second, "both nodes members", func() error {
-		ms, err := redislease.Members(ctx, rc, redislease.Keys{})
+		ms, err := redislease.Members(ctx, rc, keys)
 		n := 0
 		for _, m := range ms {
 			if m.NodeID == "a-"+id || m.NodeID == "b-"+id {
@@ -96,11 +98,14 @@ func TestFleetNodesShareRoomsThroughTheRedisLease(t *testing.T) {
 		}
 		return err
 	})
+	if n, err := rc.Exists(ctx, redislease.Keys{}.Node("a-"+id), redislease.Keys{}.Lease(roomID)).Result(); err != nil || n != 0 {
+		t.Fatalf("%d keys outside the prefix (%v)", n, err)
+	}
 
 	if err := a.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if n, err := rc.Exists(ctx, redislease.Keys{}.Node("a-"+id), redislease.Keys{}.Lease(roomID)).Result(); err != nil || n != 0 {
+	if n, err := rc.Exists(ctx, keys.Node("a-"+id), keys.Lease(roomID)).Result(); err != nil || n != 0 {
 		t.Fatalf("after a's shutdown its membership or lease is left: %d %v", n, err)
 	}
 	if v, err := join("c2", 5); err != nil || v != 2 {
