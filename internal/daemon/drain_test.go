@@ -128,8 +128,22 @@ func TestFleetDrainHandsOffThroughAnyNode(t *testing.T) {
 		}
 		return res.Msg.GetRoomsHandedOff(), nil
 	}
+	ready := func(m *Main) int {
+		res, err := http.Get("http://" + m.Addr + "/readyz")
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = res.Body.Close()
+		return res.StatusCode
+	}
+	if ready(a) != http.StatusOK {
+		t.Fatalf("a's /readyz before the drain: %d", ready(a))
+	}
 	if n, err := drain(opsB, nodeA); err != nil || n != 1 {
 		t.Fatalf("drain a through b: %d rooms, %v; want 1", n, err)
+	}
+	if ready(a) != http.StatusServiceUnavailable || ready(b) != http.StatusOK {
+		t.Fatalf("/readyz after a's drain: a %d, b %d; want 503, 200", ready(a), ready(b))
 	}
 	if got := counter(t, a, "room_handoffs_total"); got != 1 {
 		t.Fatalf("a's room_handoffs_total %v, want 1", got)
