@@ -551,9 +551,11 @@ func TestFleetRollingRestart(t *testing.T) {
 }
 
 // TestFleetSurvivesARedisOutage cuts the three nodes off Redis for 30
-// seconds under load. The nodes keep serving the rooms they hold (a call
-// that reaches another node is sent again by the gateway until it reaches
-// the holder), take no new room, and are normal again once Redis answers:
+// seconds under load, and Redis comes back empty (a restart that lost every
+// key). The nodes keep serving the rooms they hold (a call that reaches
+// another node is sent again by the gateway until it reaches the holder),
+// take no new room, and are normal again once Redis answers (members
+// again, leases taken again):
 // no call fails for good and every acknowledged command is logged exactly
 // once at its version.
 func TestFleetSurvivesARedisOutage(t *testing.T) {
@@ -564,10 +566,23 @@ func TestFleetSurvivesARedisOutage(t *testing.T) {
 	progress, finish := f.startLoad(rooms)
 	progress("load before the outage", 300)
 	proxy.Cut()
-	outage := time.NewTimer(30 * time.Second) // the outage the issue names: a duration, not a condition
+	outage := time.NewTimer(30 * time.Second) // the outage: a duration, not a condition
 	<-outage.C
+	// Redis comes back as a restart without persistence would: empty.
+	rc := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379", DB: 11})
+	defer rc.Close()
+	if err := rc.FlushDB(context.Background()).Err(); err != nil {
+		t.Fatal(err)
+	}
 	proxy.Restore()
 	progress("load after Redis returned", 300)
+	poll.Until(t, 10*time.Second, "every node a member again", func() error {
+		ms, err := redislease.Members(context.Background(), rc, redislease.Keys{})
+		if err == nil && len(ms) != len(f.nodes) {
+			return fmt.Errorf("members %+v", ms)
+		}
+		return err
+	})
 	r := finish()
 	if len(r.failed) > 0 {
 		t.Fatalf("%d calls failed for good, first: %v", len(r.failed), r.failed[0])
