@@ -629,7 +629,14 @@ func (c *Cell) finish(reason string) {
 	graceful := reason == stopIdle || reason == stopShutdown
 	if graceful && c.state.Version > c.lastSnapshot {
 		if err := c.saveSnapshot(); err != nil {
+			graceful = false
 			c.log.Warn("final snapshot", "err", err)
+		}
+	}
+	if graceful {
+		// The next owner learns that this one left cleanly (not a failover).
+		if err := c.reg.store.ReleaseRoom(c.reg.ctx, c.roomID, c.epoch); err != nil {
+			c.log.Warn("release room", "err", err)
 		}
 	}
 	if err := c.lease.Release(c.reg.ctx); err != nil {

@@ -367,6 +367,12 @@ func (r *Registry) recoverCell(roomID string, h lease.Handle) (c *Cell, err erro
 		return nil, room.Errorf(room.ErrRecoveryFailed, "room %s: replay reached version %d, the head is %d", roomID, rec.State.Version, claim.HeadVersion)
 	}
 	r.metrics.ReplayLength.Observe(float64(len(rec.Replayed)))
+	kind := claimKind(claim, r.cfg.NodeID)
+	r.metrics.Claims.WithLabelValues(kind).Inc()
+	if kind == claimFailover || kind == claimRestart {
+		r.log.Info("room taken over from an owner that did not release it", "room_id", roomID,
+			"previous_node", claim.PreviousNode, "epoch", claim.Epoch, "replayed", len(rec.Replayed))
+	}
 	c = &Cell{
 		reg: r, roomID: roomID, epoch: claim.Epoch, lease: h,
 		mailbox: newMailbox(r.cfg.MailboxSize), done: make(chan struct{}),
@@ -374,6 +380,27 @@ func (r *Registry) recoverCell(roomID string, h lease.Handle) (c *Cell, err erro
 	}
 	c.adopt(rec)
 	return c, nil
+}
+
+// Kinds of room_claims_total.
+const (
+	claimNew      = "new"
+	claimReleased = "released"
+	claimFailover = "failover"
+	claimRestart  = "restart"
+)
+
+// claimKind says how a claimed room's previous owner left it.
+func claimKind(c store.Claim, self string) string {
+	switch {
+	case c.Epoch == 1:
+		return claimNew
+	case c.PreviousNode == "":
+		return claimReleased
+	case c.PreviousNode == self:
+		return claimRestart
+	}
+	return claimFailover
 }
 
 // detachIdle removes an idle cell from the routing table, unless requests

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/redis/go-redis/v9"
 
 	roomv1 "hyapp/room-service/gen/room/v1"
@@ -172,6 +173,10 @@ func TestFleetDrainHandsOffThroughAnyNode(t *testing.T) {
 	}
 	if count, sum := histogram(t, b, "room_replay_commands"); count != replays+1 || sum != 0 {
 		t.Fatalf("b's replays: %d recoveries replaying %v commands; want one more, replaying 0", count-replays, sum)
+	}
+	if released, failover := testutil.ToFloat64(b.metrics.cell.Claims.WithLabelValues("released")),
+		testutil.ToFloat64(b.metrics.cell.Claims.WithLabelValues("failover")); released != 1 || failover != 0 {
+		t.Fatalf("b's claims: released %v, failover %v; want 1 and 0 after a hand-off", released, failover)
 	}
 	if n := node(opsA, "b-"+id); n == nil || n.GetRooms() != 1 || n.GetDraining() {
 		t.Fatalf("b is listed as %v; want it holding the room", n)

@@ -420,9 +420,11 @@ func (f *fleet) checkLog(rooms []string, acks []fleetAck) {
 // TestFleetSurvivesKillsAndAFreeze runs three nodes under a load of joins
 // through random nodes while one node is killed with SIGKILL and started
 // again, and another is frozen with SIGSTOP past its lease and thawed.
-// Every acknowledged command is in its room's log exactly once at the
-// version it was acknowledged with, versions have no gaps, and a retry
-// through any node answers the original version.
+// The load goes on while the node is frozen: the server ended its open
+// commit, so its rooms' rows are not locked. Every acknowledged command is
+// in its room's log exactly once at the version it was acknowledged with,
+// versions have no gaps, and a retry through any node answers the original
+// version. The rooms taken from the two nodes count as failovers.
 func TestFleetSurvivesKillsAndAFreeze(t *testing.T) {
 	f := newFleet(t, 3)
 	rooms := f.createRooms(6)
@@ -431,6 +433,7 @@ func TestFleetSurvivesKillsAndAFreeze(t *testing.T) {
 
 	// Kill one node under load and start it again.
 	victim := f.nodes[1]
+	taken := f.held(victim)
 	if err := victim.cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
@@ -439,16 +442,15 @@ func TestFleetSurvivesKillsAndAFreeze(t *testing.T) {
 	f.start(victim)
 	progress("load after the restart", 200)
 
-	// Freeze another past its lease (its rooms move), then thaw it. Rooms
-	// whose rows the frozen node holds locked in an open commit wait for it
-	// (see the README's fleet section), so the load is not required to go on
-	// during the freeze, only after it.
+	// Freeze another past its lease (its rooms move), then thaw it.
 	frozen := f.nodes[2]
+	taken += f.held(frozen)
 	if err := frozen.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
 	frozenFor := time.NewTimer(2 * fleetTTL) // the freeze must outlast the lease: a duration, not a condition
 	<-frozenFor.C
+	progress("load while a node is frozen", 200)
 	if err := frozen.cmd.Process.Signal(syscall.SIGCONT); err != nil {
 		t.Fatal(err)
 	}
@@ -459,6 +461,28 @@ func TestFleetSurvivesKillsAndAFreeze(t *testing.T) {
 	}
 	t.Logf("%d calls acknowledged; the gateway sent %d again to another node", len(r.acks), f.resent.Load())
 	f.checkLog(rooms, r.acks)
+	var failovers float64
+	for _, nd := range f.nodes {
+		failovers += scrape(t, nd, `room_claims_total{kind="failover"}`) + scrape(t, nd, `room_claims_total{kind="restart"}`)
+	}
+	if failovers < float64(taken) {
+		t.Fatalf("%v rooms claimed from owners that did not release them; the killed and the frozen node held %d", failovers, taken)
+	}
+}
+
+// held returns how many rooms nd holds, from the fleet's membership.
+func (f *fleet) held(nd *node) int {
+	f.t.Helper()
+	res, err := nd.ops.ListNodes(context.Background(), connect.NewRequest(&roomv1.ListNodesRequest{}))
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	for _, n := range res.Msg.GetNodes() {
+		if n.GetNodeId() == nd.id {
+			return int(n.GetRooms())
+		}
+	}
+	return 0
 }
 
 // createRooms creates n rooms through random nodes.

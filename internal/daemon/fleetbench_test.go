@@ -105,7 +105,7 @@ func TestFleetFigures(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	before := replayed(t, f.nodes[0]) + replayed(t, f.nodes[1])
+	before := scrape(t, f.nodes[0], "room_replay_commands_sum") + scrape(t, f.nodes[1], "room_replay_commands_sum")
 	stop := make(chan struct{})
 	// Each room's caller notes when its calls succeed; a pause is the time
 	// between two successes. The same callers' longest pause in the second
@@ -140,7 +140,7 @@ func TestFleetFigures(t *testing.T) {
 	time.Sleep(500 * time.Millisecond) // and after it
 	close(stop)
 	wg.Wait()
-	after := replayed(t, f.nodes[0]) + replayed(t, f.nodes[1])
+	after := scrape(t, f.nodes[0], "room_replay_commands_sum") + scrape(t, f.nodes[1], "room_replay_commands_sum")
 	var pauses, baseline []time.Duration
 	for _, at := range acked {
 		var p, b time.Duration
@@ -195,8 +195,10 @@ func TestFleetFigures(t *testing.T) {
 	t.Log(out.String())
 }
 
-// replayed reads the commands a node replayed in recoveries, from its /metrics.
-func replayed(t *testing.T, nd *node) float64 {
+// scrape reads one series of a node's /metrics, such as
+// room_replay_commands_sum or room_claims_total{kind="failover"}; 0 when the
+// node has not reported it.
+func scrape(t *testing.T, nd *node, series string) float64 {
 	t.Helper()
 	res, err := http.Get("http://" + nd.addr + "/metrics")
 	if err != nil {
@@ -205,7 +207,7 @@ func replayed(t *testing.T, nd *node) float64 {
 	defer res.Body.Close()
 	sc := bufio.NewScanner(res.Body)
 	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), "room_replay_commands_sum "); ok {
+		if v, ok := strings.CutPrefix(sc.Text(), series+" "); ok {
 			n, err := strconv.ParseFloat(v, 64)
 			if err != nil {
 				t.Fatal(err)

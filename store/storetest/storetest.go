@@ -154,6 +154,28 @@ func testClaimRoom(t *testing.T, repo store.Repository) {
 	if info.OwnerEpoch != second.Epoch || info.OwnerNode != "node-b" || info.HeadVersion != 3 {
 		t.Fatalf("room info after second claim = %+v, want epoch %d node node-b head 3", info, second.Epoch)
 	}
+	if first.PreviousNode != "" || second.PreviousNode != "node-a" {
+		t.Fatalf("previous nodes %q, %q; want none, then node-a (which did not release the room)", first.PreviousNode, second.PreviousNode)
+	}
+
+	// A clean stop is released: the next claim has no previous node, and
+	// a release by an owner that lost the room changes nothing.
+	if err := repo.ReleaseRoom(ctx, id, second.Epoch); err != nil {
+		t.Fatalf("ReleaseRoom: %v", err)
+	}
+	if info := mustRoomInfo(t, repo, id); info.OwnerNode != "" || info.OwnerEpoch != second.Epoch {
+		t.Fatalf("room info after release = %+v, want no node at epoch %d", info, second.Epoch)
+	}
+	third := mustClaim(t, repo, id, "node-c")
+	if third.PreviousNode != "" || third.Epoch != second.Epoch+1 {
+		t.Fatalf("claim after a release = %+v, want no previous node, epoch %d", third, second.Epoch+1)
+	}
+	if err := repo.ReleaseRoom(ctx, id, second.Epoch); err != nil {
+		t.Fatalf("ReleaseRoom by a stale owner: %v", err)
+	}
+	if fourth := mustClaim(t, repo, id, "node-d"); fourth.PreviousNode != "node-c" {
+		t.Fatalf("claim after a stale release: previous node %q, want node-c", fourth.PreviousNode)
+	}
 }
 
 func testCommitBatches(t *testing.T, repo store.Repository) {
