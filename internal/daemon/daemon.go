@@ -396,7 +396,7 @@ func (m *Main) Run(ctx context.Context) error {
 		CommitWorkers: tuning.CommitWorkers, CommitMaxRooms: tuning.CommitMaxRooms,
 		Rules: rules, Wallet: m.ledger, WalletTimeout: cfg.WalletTimeout, GiftApplyWindow: cfg.GiftApplyWindow,
 		TimerScanEvery: cfg.RocketScan, SettleInCommit: true, // the embedded ledger shares the room store's database
-	}, db, leases, cell.Sinks{lane, cell.OutboxWaker{Wake: relay.Wake}}, m.metrics.cell, m.Log)
+	}, db, leases, cell.Sinks{lane, cell.OutboxNotifier{Notify: relay.Notify}}, m.metrics.cell, m.Log)
 
 	platform := make(map[int64]bool, len(cfg.PlatformUsers))
 	for _, id := range cfg.PlatformUsers {
