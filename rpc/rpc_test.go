@@ -616,3 +616,39 @@ func TestHandlerPanicIsInternal(t *testing.T) {
 	}
 	must(t, s.rooms.JoinRoom, &roomv1.JoinRoomRequest{RoomId: "r1", CommandId: "join-5", OperatorUserId: 5})
 }
+
+// TestSmallAnswersAreNotCompressed: a caller that accepts gzip gets a
+// few-byte answer as it is, and a large one (a room of many members)
+// compressed.
+func TestSmallAnswersAreNotCompressed(t *testing.T) {
+	s := start(t)
+	seed(t, s)
+	for u := int64(10); u < 60; u++ {
+		must(t, s.rooms.JoinRoom, &roomv1.JoinRoomRequest{RoomId: "r1", CommandId: fmt.Sprint("join-", u), OperatorUserId: u, Nickname: fmt.Sprint("listener number ", u)})
+	}
+	post := func(procedure, body string) (encoding string, size int) {
+		req, err := http.NewRequest(http.MethodPost, s.base+procedure, strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept-Encoding", "gzip")
+		req.Header.Set(rpc.Authorization(token))
+		res, err := s.h1.Transport.RoundTrip(req) // the transport would ask for gzip and unpack it itself
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		b, err := io.ReadAll(res.Body)
+		if err != nil || res.StatusCode != http.StatusOK {
+			t.Fatalf("%s: %d %v %s", procedure, res.StatusCode, err, b)
+		}
+		return res.Header.Get("Content-Encoding"), len(b)
+	}
+	if enc, n := post(roomv1connect.RoomServiceJoinRoomProcedure, `{"roomId":"r1","commandId":"join-70","operatorUserId":"70"}`); enc != "" {
+		t.Fatalf("a %d-byte answer was sent with Content-Encoding %q", n, enc)
+	}
+	if enc, n := post(roomv1connect.RoomServiceGetRoomSnapshotProcedure, `{"roomId":"r1"}`); enc != "gzip" {
+		t.Fatalf("a %d-byte snapshot was sent with Content-Encoding %q, want gzip", n, enc)
+	}
+}

@@ -50,6 +50,9 @@ func NewMux(rooms *RoomHandler, ops *OperatorHandler, wallets *WalletHandler, op
 	ops.fleet = opts.Fleet
 	handlerOpts := connect.WithHandlerOptions(
 		strictCodecs(),
+		// Most answers are a few bytes: compressing them costs more CPU
+		// than it saves on the wire.
+		connect.WithCompressMinBytes(compressMinBytes),
 		connect.WithRequestGate(authGate(opts.Token)),
 		connect.WithInterceptors(refuseMalformed(log)),
 		connect.WithRecover(func(ctx context.Context, spec connect.Spec, _ http.Header, p any) error {
@@ -82,6 +85,10 @@ func NewMux(rooms *RoomHandler, ops *OperatorHandler, wallets *WalletHandler, op
 	}
 	return mux
 }
+
+// compressMinBytes is the smallest answer the server compresses (when the
+// caller accepts compression).
+const compressMinBytes = 1024
 
 // ServiceNames are the API's services, as gRPC health and reflection name them.
 func ServiceNames() []string {
