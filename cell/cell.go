@@ -1,12 +1,14 @@
 package cell
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"runtime/debug"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	roomv1 "hyapp/room-service/gen/room/v1"
@@ -60,6 +62,13 @@ type Cell struct {
 	lease   lease.Handle
 	mailbox *mailbox
 	done    chan struct{}
+
+	// Reads without the mailbox (Registry.Snapshot): head is the version
+	// the room last committed (stored before any caller is answered), view
+	// the snapshot message the cell last built. A read may use the view
+	// while it is of the head version.
+	head atomic.Int64
+	view atomic.Pointer[view]
 
 	// Owned by the cell goroutine.
 	state        *room.State
@@ -176,6 +185,7 @@ func (c *Cell) handle(batch []*request) (stop string) {
 	if err != nil {
 		return c.fail(batch, err)
 	}
+	c.head.Store(c.state.Version) // committed: a read after any answer below sees it
 	for _, p := range cmds {
 		p.req.reply <- response{result: p.result, err: p.err}
 		label := resultLabel(p)
@@ -587,10 +597,37 @@ func (c *Cell) snapshot() *roomv1.RoomSnapshot {
 	if c.snapCache == nil || c.snapCache.GetRoomVersion() != c.state.Version {
 		c.snapCache = snapshot.ToProto(c.state)
 	}
-	if next, now := c.state.NextExpiry(), c.reg.cfg.Clock().UnixMilli(); next != 0 && next <= now {
-		return snapshot.WithoutEnded(c.snapCache, now)
+	v := c.view.Load()
+	if v == nil || v.snap != c.snapCache {
+		v = &view{snap: c.snapCache, nextExpiry: c.state.NextExpiry()}
+		c.view.Store(v)
 	}
-	return c.snapCache
+	return v.at(c.reg.cfg.Clock().UnixMilli())
+}
+
+// view is a snapshot message the cell built, for reads without the mailbox.
+type view struct {
+	snap       *roomv1.RoomSnapshot
+	nextExpiry int64 // unix ms of the earliest ban or mute end (0: none)
+}
+
+// at answers the view as a query at now (unix ms) does: without the bans and
+// mutes that ended since (a copy only then).
+func (v *view) at(now int64) *roomv1.RoomSnapshot {
+	if v.nextExpiry != 0 && v.nextExpiry <= now {
+		return snapshot.WithoutEnded(v.snap, now)
+	}
+	return v.snap
+}
+
+// current returns the room's snapshot without the mailbox when the cell
+// built it at its committed head and its lease is fresh; nil otherwise.
+func (c *Cell) current(ctx context.Context) *roomv1.RoomSnapshot {
+	v := c.view.Load()
+	if v == nil || v.snap.GetRoomVersion() != c.head.Load() || c.lease.Check(ctx) != nil {
+		return nil
+	}
+	return v.at(c.reg.cfg.Clock().UnixMilli())
 }
 
 // reload rebuilds the state from storage under the same epoch.
@@ -613,6 +650,8 @@ func (c *Cell) reload() error {
 // adopt takes a recovered state as the cell's own.
 func (c *Cell) adopt(rec *Recovered) {
 	c.state, c.lastSnapshot, c.snapCache = rec.State, rec.SnapshotVersion, nil
+	c.view.Store(nil)
+	c.head.Store(c.state.Version)
 	c.recent = newRecentIDs(c.reg.cfg.RecentIDs)
 	for _, r := range rec.Replayed {
 		c.recent.add(r.CommandID, recentEntry{version: r.RoomVersion, typ: room.CommandType(r.CommandType), payload: r.Payload})

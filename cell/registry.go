@@ -190,7 +190,17 @@ func (r *Registry) Submit(ctx context.Context, env *room.Envelope) (Result, erro
 }
 
 // Snapshot returns the room's live state. The message is shared and must not be modified.
+// A loaded room whose state has not changed since the cell last built its
+// snapshot answers without the mailbox: a read does not wait behind writes.
 func (r *Registry) Snapshot(ctx context.Context, roomID string) (*roomv1.RoomSnapshot, error) {
+	r.mu.Lock()
+	c := r.cells[roomID]
+	r.mu.Unlock()
+	if c != nil {
+		if snap := c.current(ctx); snap != nil {
+			return snap, nil
+		}
+	}
 	resp, err := r.call(ctx, roomID, nil)
 	return resp.snap, err
 }
