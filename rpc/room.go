@@ -9,6 +9,7 @@ import (
 	"connectrpc.com/connect"
 
 	"hyapp/room-service/app"
+	"hyapp/room-service/auth"
 	"hyapp/room-service/cell"
 	roomv1 "hyapp/room-service/gen/room/v1"
 	"hyapp/room-service/gen/room/v1/roomv1connect"
@@ -106,7 +107,8 @@ var _ roomv1connect.RoomServiceHandler = (*RoomHandler)(nil)
 // catalogue, robot display events are shown through robots (the IM lane);
 // engine, rooms, catalogue and robots are required. platform reports
 // whether a user is platform staff, who may act as any room's owner (nil:
-// nobody is).
+// nobody is); staff act as such only on calls whose caller holds the
+// platform scope.
 func NewRoomHandler(engine Engine, rooms RoomStore, catalogue *gift.Catalogue, robots RobotDisplay, platform func(int64) bool, log *slog.Logger) *RoomHandler {
 	if platform == nil {
 		platform = func(int64) bool { return false }
@@ -127,13 +129,34 @@ type header interface {
 func mutate[Resp any](ctx context.Context, h *RoomHandler, req header, cmd room.Command, wrap func(version int64) *Resp) (*connect.Response[Resp], error) {
 	env := &room.Envelope{
 		RoomID: req.GetRoomId(), CommandID: req.GetCommandId(), Operator: req.GetOperatorUserId(),
-		Platform: h.platform(req.GetOperatorUserId()), Command: cmd,
+		Platform: h.asPlatform(ctx, req.GetOperatorUserId()), Command: cmd,
 	}
 	res, err := h.engine.Submit(ctx, env)
+	if env.Platform {
+		h.auditPlatform(ctx, env, err)
+	}
 	if err != nil {
 		return nil, toConnect(ctx, h.log, err)
 	}
 	return connect.NewResponse(wrap(res.RoomVersion)), nil
+}
+
+// asPlatform reports whether a call acts as platform staff: its user is
+// listed as staff and its caller holds the platform scope.
+func (h *RoomHandler) asPlatform(ctx context.Context, user int64) bool {
+	p, ok := principalOf(ctx)
+	return ok && p.has(auth.Platform) && h.platform(user)
+}
+
+// auditPlatform logs a command run with platform rights.
+func (h *RoomHandler) auditPlatform(ctx context.Context, env *room.Envelope, err error) {
+	p, _ := principalOf(ctx)
+	outcome := "ok"
+	if err != nil {
+		outcome = room.AsError(err).Reason
+	}
+	h.log.InfoContext(ctx, "audit", "caller", p.name(), "scope", auth.Platform, "user", env.Operator,
+		"command", env.Command.Type(), "room_id", env.RoomID, "command_id", env.CommandID, "outcome", outcome)
 }
 
 // CreateRoom implements RoomService.
