@@ -418,6 +418,15 @@ func (c Config) HasCredentials() bool {
 	return c.Token != "" || c.Tokens != "" || len(c.CallerList) > 0
 }
 
+// Development reports whether the service runs as a development server:
+// the API on a loopback address and no credentials. Only then are the
+// development endpoints (the local Tencent IM endpoint's /local/ pages)
+// and the admin surface served on the API port.
+func (c Config) Development() bool {
+	host, _, err := net.SplitHostPort(c.Listen)
+	return err == nil && isLoopback(host) && !c.HasCredentials()
+}
+
 // Bounds of lease_ttl: below a second a Redis hiccup or a GC pause loses
 // rooms; above a minute a crashed node's rooms wait too long.
 const (
