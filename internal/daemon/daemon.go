@@ -127,7 +127,7 @@ type Main struct {
 func (m *Main) openStore(ctx context.Context) (store.Repository, cell.Config, error) {
 	cfg := m.Config
 	if cfg.MySQLDSN == "" {
-		if err := os.MkdirAll(cfg.DataDir, 0o750); err != nil {
+		if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 			return nil, cell.Config{}, fmt.Errorf("data dir: %w", err)
 		}
 		db, err := sqlite.Open(ctx, filepath.Join(cfg.DataDir, "room.db"), sqlite.Options{Synchronous: cfg.SQLiteSync})
