@@ -164,7 +164,7 @@ func (h *RoomHandler) CreateRoom(ctx context.Context, r *connect.Request[roomv1.
 	m := r.Msg
 	return mutate(ctx, h, m, &room.CreateRoom{
 		OwnerUserID: m.GetOwnerUserId(), HostUserID: m.GetHostUserId(), SeatCount: m.GetSeatCount(),
-		Mode: m.GetMode(), Region: m.GetRegion(), Title: m.GetTitle(),
+		Mode: display(m.GetMode(), false), Region: display(m.GetRegion(), false), Title: display(m.GetTitle(), false),
 	}, func(v int64) *roomv1.CreateRoomResponse { return &roomv1.CreateRoomResponse{RoomVersion: v} })
 }
 
@@ -178,7 +178,8 @@ func (h *RoomHandler) CloseRoom(ctx context.Context, r *connect.Request[roomv1.C
 func (h *RoomHandler) JoinRoom(ctx context.Context, r *connect.Request[roomv1.JoinRoomRequest]) (*connect.Response[roomv1.JoinRoomResponse], error) {
 	m := r.Msg
 	return mutate(ctx, h, m, &room.JoinRoom{
-		Nickname: m.GetNickname(), AvatarURL: m.GetAvatarUrl(), Vehicle: m.GetVehicle(), EntryEffect: m.GetEntryEffect(),
+		Nickname: display(m.GetNickname(), false), AvatarURL: display(m.GetAvatarUrl(), false),
+		Vehicle: display(m.GetVehicle(), false), EntryEffect: display(m.GetEntryEffect(), false),
 	}, func(v int64) *roomv1.JoinRoomResponse { return &roomv1.JoinRoomResponse{RoomVersion: v} })
 }
 
@@ -257,13 +258,15 @@ func (h *RoomHandler) SetAdmin(ctx context.Context, r *connect.Request[roomv1.Se
 // UpdateProfile implements RoomService.
 func (h *RoomHandler) UpdateProfile(ctx context.Context, r *connect.Request[roomv1.UpdateProfileRequest]) (*connect.Response[roomv1.UpdateProfileResponse], error) {
 	m := r.Msg
-	return mutate(ctx, h, m, &room.UpdateProfile{Title: m.Title, Notice: m.Notice, CoverURL: m.CoverUrl},
+	return mutate(ctx, h, m, &room.UpdateProfile{
+		Title: displayPtr(m.Title, false), Notice: displayPtr(m.Notice, true), CoverURL: displayPtr(m.CoverUrl, false),
+	},
 		func(v int64) *roomv1.UpdateProfileResponse { return &roomv1.UpdateProfileResponse{RoomVersion: v} })
 }
 
 // ChangeBackground implements RoomService.
 func (h *RoomHandler) ChangeBackground(ctx context.Context, r *connect.Request[roomv1.ChangeBackgroundRequest]) (*connect.Response[roomv1.ChangeBackgroundResponse], error) {
-	return mutate(ctx, h, r.Msg, &room.ChangeBackground{BackgroundURL: r.Msg.GetBackgroundUrl()},
+	return mutate(ctx, h, r.Msg, &room.ChangeBackground{BackgroundURL: display(r.Msg.GetBackgroundUrl(), false)},
 		func(v int64) *roomv1.ChangeBackgroundResponse {
 			return &roomv1.ChangeBackgroundResponse{RoomVersion: v}
 		})
