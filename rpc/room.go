@@ -278,14 +278,25 @@ func (h *RoomHandler) SetChatEnabled(ctx context.Context, r *connect.Request[roo
 		func(v int64) *roomv1.SetChatEnabledResponse { return &roomv1.SetChatEnabledResponse{RoomVersion: v} })
 }
 
+// Bounds of GetRoomSnapshot's member list: a hot room holds tens of
+// thousands of members, and one call must not copy them all.
+const (
+	DefaultMemberLimit = 1000
+	MaxMemberLimit     = 10_000
+)
+
 // GetRoomSnapshot implements RoomService.
 func (h *RoomHandler) GetRoomSnapshot(ctx context.Context, r *connect.Request[roomv1.GetRoomSnapshotRequest]) (*connect.Response[roomv1.GetRoomSnapshotResponse], error) {
 	m := r.Msg
 	if err := room.CheckRoomID(m.GetRoomId()); err != nil {
 		return nil, toConnect(ctx, h.log, err)
 	}
-	if m.GetKnownVersion() < 0 || m.GetMemberLimit() < 0 {
-		return nil, toConnect(ctx, h.log, room.Errorf(room.ErrInvalidArgument, "known_version and member_limit may not be negative"))
+	if m.GetKnownVersion() < 0 || m.GetMemberLimit() < 0 || m.GetMemberLimit() > MaxMemberLimit {
+		return nil, toConnect(ctx, h.log, room.Errorf(room.ErrInvalidArgument, "known_version may not be negative, member_limit must be 0..%d", MaxMemberLimit))
+	}
+	limit := int(m.GetMemberLimit())
+	if limit == 0 {
+		limit = DefaultMemberLimit
 	}
 	snap, err := h.engine.Snapshot(ctx, m.GetRoomId())
 	if err != nil {
@@ -295,7 +306,7 @@ func (h *RoomHandler) GetRoomSnapshot(ctx context.Context, r *connect.Request[ro
 	if m.GetKnownVersion() != 0 && m.GetKnownVersion() == snap.GetRoomVersion() {
 		out.NotModified = true
 	} else {
-		out.Snapshot = snapshot.WithMemberLimit(snap, int(m.GetMemberLimit()))
+		out.Snapshot = snapshot.WithMemberLimit(snap, limit)
 	}
 	return connect.NewResponse(out), nil
 }
