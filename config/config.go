@@ -84,6 +84,7 @@ type Config struct {
 	HTTPWriteTimeout time.Duration `yaml:"http_write_timeout" help:"bound on one call, from its headers to the end of its answer"`
 	HTTPIdleTimeout  time.Duration `yaml:"http_idle_timeout" help:"an idle keep-alive connection is closed after this"`
 	HTTP2MaxStreams  int           `yaml:"http2_max_streams" help:"most calls in flight on one HTTP/2 connection"`
+	CreateRoomRate   int           `yaml:"create_room_rate" help:"rooms each caller may create per second on one node, in bursts of twice as many (0: no bound)"`
 
 	// Lists, set in the YAML file only.
 	CallerList   []CallerConfig `yaml:"callers" nested:"true"`
@@ -123,7 +124,7 @@ func Default() Config {
 		WalletTimeout: 3 * time.Second, GiftApplyWindow: 30 * time.Second, ReconcileAfter: 2 * time.Minute, RocketScan: time.Second,
 		Gifts: gift.DefaultGifts(), LuckyTable: gift.DefaultLucky(), RocketLevels: defaultRocketLevels(),
 		AdminListen: "127.0.0.1:0", MaxRequestBytes: 1 << 20, MaxConnections: 4096,
-		HTTPReadTimeout: 10 * time.Second, HTTPWriteTimeout: 30 * time.Second, HTTPIdleTimeout: 2 * time.Minute, HTTP2MaxStreams: 250,
+		HTTPReadTimeout: 10 * time.Second, HTTPWriteTimeout: 30 * time.Second, HTTPIdleTimeout: 2 * time.Minute, HTTP2MaxStreams: 250, CreateRoomRate: 20,
 	}
 }
 
@@ -383,7 +384,7 @@ func (c Config) Validate() error {
 		{"im_group_budget", c.IMBudget, 1, 40}, {"im_regional_threshold", c.IMRegionalMin, 0, 1 << 30},
 		{"rank_size", c.RankSize, 1, 100}, {"lucky_max_payout_bp", c.LuckyMaxPayout, 0, 10_000},
 		{"max_request_bytes", c.MaxRequestBytes, 1 << 10, 64 << 20}, {"max_connections", c.MaxConnections, 1, 1 << 20},
-		{"http2_max_streams", c.HTTP2MaxStreams, 1, 10_000},
+		{"http2_max_streams", c.HTTP2MaxStreams, 1, 10_000}, {"create_room_rate", c.CreateRoomRate, 0, 100_000},
 		{"lucky_regional_threshold", c.LuckyRegionalMin, 0, 1 << 30},
 	} {
 		if n.v < n.min || n.v > n.max {

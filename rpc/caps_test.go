@@ -6,7 +6,9 @@ import (
 
 	"connectrpc.com/connect"
 
+	"hyapp/room-service/auth"
 	roomv1 "hyapp/room-service/gen/room/v1"
+	"hyapp/room-service/gen/room/v1/roomv1connect"
 	"hyapp/room-service/rpc"
 )
 
@@ -28,4 +30,27 @@ func TestSnapshotMemberLimits(t *testing.T) {
 	}
 	_, err := s.rooms.GetRoomSnapshot(t.Context(), connect.NewRequest(&roomv1.GetRoomSnapshotRequest{RoomId: "r1", MemberLimit: rpc.MaxMemberLimit + 1}))
 	wantErr(t, err, connect.CodeInvalidArgument, "invalid_argument")
+}
+
+// TestRoomCreationIsRatedPerCaller: a caller over its rate is refused with
+// rate_limited and creates nothing; another caller is not held back.
+func TestRoomCreationIsRatedPerCaller(t *testing.T) {
+	other := "other-caller-token-0123456789abcdef"
+	s := startWith(t, rpc.Options{CreateRoomRate: 0.001, Callers: []auth.Caller{
+		{Name: "test", Hash: auth.HashToken(token), Scopes: auth.Scopes},
+		{Name: "other", Hash: auth.HashToken(other), Scopes: auth.Scopes},
+	}}, quiet)
+	create := func(rooms roomv1connect.RoomServiceClient, id string) error {
+		_, err := rooms.CreateRoom(t.Context(), connect.NewRequest(&roomv1.CreateRoomRequest{RoomId: id, CommandId: "c", OperatorUserId: 1, OwnerUserId: 1, SeatCount: 8}))
+		return err
+	}
+	if err := create(s.rooms, "a"); err != nil { // the burst is one room at this rate
+		t.Fatal(err)
+	}
+	wantErr(t, create(s.rooms, "b"), connect.CodeResourceExhausted, "rate_limited")
+	_, err := s.rooms.GetRoomSnapshot(t.Context(), connect.NewRequest(&roomv1.GetRoomSnapshotRequest{RoomId: "b"}))
+	wantErr(t, err, connect.CodeNotFound, "room_not_found")
+	if err := create(roomv1connect.NewRoomServiceClient(s.h1, s.base, withToken(other)), "b"); err != nil {
+		t.Fatal(err)
+	}
 }

@@ -47,6 +47,7 @@ type RoomHandler struct {
 	gifts    *app.Gifts
 	robots   RobotDisplay
 	platform func(userID int64) bool
+	creates  *perCaller // set by NewMux from Options.CreateRoomRate
 	log      *slog.Logger
 }
 
@@ -162,6 +163,9 @@ func (h *RoomHandler) auditPlatform(ctx context.Context, env *room.Envelope, err
 // CreateRoom implements RoomService.
 func (h *RoomHandler) CreateRoom(ctx context.Context, r *connect.Request[roomv1.CreateRoomRequest]) (*connect.Response[roomv1.CreateRoomResponse], error) {
 	m := r.Msg
+	if p, _ := principalOf(ctx); !p.dev && !h.creates.allow(p.name()) {
+		return nil, toConnect(ctx, h.log, room.Errorf(ErrRateLimited, "caller %s", p.name()))
+	}
 	return mutate(ctx, h, m, &room.CreateRoom{
 		OwnerUserID: m.GetOwnerUserId(), HostUserID: m.GetHostUserId(), SeatCount: m.GetSeatCount(),
 		Mode: display(m.GetMode(), false), Region: display(m.GetRegion(), false), Title: display(m.GetTitle(), false),

@@ -37,6 +37,10 @@ type Options struct {
 	// MaxRequestBytes bounds a request message, before and after
 	// decompression (default DefaultMaxRequestBytes).
 	MaxRequestBytes int64
+	// CreateRoomRate bounds the rooms each caller creates per second on
+	// this node (bursts of twice as many); 0: no bound. Without
+	// credentials configured there is one local caller and no bound.
+	CreateRoomRate float64
 	// Metrics is the registry served at /metrics by NewAdminMux, and by
 	// NewMux when no credentials are configured (nil: no /metrics).
 	Metrics prometheus.Gatherer
@@ -66,6 +70,7 @@ func (o Options) Open() bool { return len(o.Callers) == 0 && o.Token == "" }
 // opts.Fleet.
 func NewMux(rooms *RoomHandler, ops *OperatorHandler, wallets *WalletHandler, opts Options, log *slog.Logger) *http.ServeMux {
 	ops.fleet = opts.Fleet
+	rooms.creates = newPerCaller(opts.CreateRoomRate)
 	maxBytes := opts.MaxRequestBytes
 	if maxBytes <= 0 {
 		maxBytes = DefaultMaxRequestBytes

@@ -20,7 +20,7 @@ func (m *Main) apiOptions() (rpc.Options, error) {
 	if err != nil {
 		return rpc.Options{}, err
 	}
-	opts := rpc.Options{Callers: callers, MaxRequestBytes: int64(cfg.MaxRequestBytes)}
+	opts := rpc.Options{Callers: callers, MaxRequestBytes: int64(cfg.MaxRequestBytes), CreateRoomRate: float64(cfg.CreateRoomRate)}
 	users, err := cfg.UserKeys()
 	if err != nil {
 		return rpc.Options{}, err
