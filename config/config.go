@@ -48,7 +48,8 @@ type Config struct {
 	ShutdownTimeout time.Duration `yaml:"shutdown_timeout" help:"bound on graceful shutdown"`
 	PlatformUsers   []int64       `yaml:"platform_operators" help:"comma-separated user ids of platform staff, who may act as any room's owner"`
 	NATSURL         string        `yaml:"nats_url" help:"NATS server or cluster for durable room events (nats://host:4222,...); empty: an embedded server storing under data_dir/nats" secret:"true"`
-	NATSListen      string        `yaml:"nats_listen" help:"embedded NATS: also listen on this address (such as 127.0.0.1:4333) so consumers can attach"`
+	NATSListen      string        `yaml:"nats_listen" help:"embedded NATS: also listen on this address (such as 127.0.0.1:4333) so consumers can attach; off loopback it needs nats_token"`
+	NATSToken       string        `yaml:"nats_token" help:"embedded NATS: the token every client presents (nats://<token>@host:port), at least 32 bytes" secret:"true"`
 	NATSStream      string        `yaml:"nats_stream" help:"JetStream stream of durable room events"`
 	NATSSubjects    string        `yaml:"nats_subject_prefix" help:"subject prefix of durable room events: the stream captures <prefix>.> (two streams on one server need different prefixes)"`
 	RelayAttempts   int           `yaml:"relay_max_attempts" help:"failed deliveries after which an outbox row is dead (broker outages do not count)"`
@@ -332,8 +333,14 @@ func (c Config) Validate() error {
 		p = append(p, fmt.Errorf("listen %q is not a loopback address: set credentials (ROOM_TOKENS or ROOM_TOKEN) before exposing the service", c.Listen))
 	}
 	p = append(p, c.validateCallers()...)
-	if c.NATSURL != "" && c.NATSListen != "" {
-		p = append(p, errors.New("nats_listen is for the embedded server; it cannot go with nats_url"))
+	if c.NATSURL != "" && (c.NATSListen != "" || c.NATSToken != "") {
+		p = append(p, errors.New("nats_listen and nats_token are for the embedded server; they cannot go with nats_url"))
+	}
+	if host, _, err := net.SplitHostPort(c.NATSListen); err == nil && c.NATSToken == "" && !isLoopback(host) {
+		p = append(p, fmt.Errorf("nats_listen %q is not a loopback address: set nats_token (ROOM_NATS_TOKEN), or anyone who reaches it could publish room events", c.NATSListen))
+	}
+	if c.NATSToken != "" && len(c.NATSToken) < auth.MinTokenLen {
+		p = append(p, fmt.Errorf("nats_token is %d bytes; at least %d are required", len(c.NATSToken), auth.MinTokenLen))
 	}
 	p = append(p, c.validateFleet()...)
 	if _, err := c.RegionalGroups(); err != nil {

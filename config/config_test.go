@@ -260,16 +260,18 @@ callers:
 		env  map[string]string
 		keys []string
 	}{
-		"a short token":              {map[string]string{"ROOM_TOKEN": "s3cret"}, []string{"token", "32"}},
-		"a short token in tokens":    {map[string]string{"ROOM_TOKENS": "gw=short:room+act-as-any"}, []string{"tokens", "32"}},
-		"an unknown scope":           {map[string]string{"ROOM_TOKENS": "gw=" + gw + ":room+root"}, []string{"tokens", "root"}},
-		"one token for two callers":  {map[string]string{"ROOM_TOKENS": "a=" + gw + ":room+act-as-any;b=" + gw + ":operator"}, []string{"same token"}},
-		"room without act-as-any":    {map[string]string{"ROOM_TOKENS": "gw=" + gw + ":room"}, []string{"gw", "user_jwt_keys"}},
-		"bad user keys":              {map[string]string{"ROOM_USER_JWT_KEYS": "hs256:short"}, []string{"user_jwt_keys"}},
-		"a missing JWKS file":        {map[string]string{"ROOM_USER_JWT_KEYS": "jwks:/nonexistent/users.jwks"}, []string{"user_jwt_keys"}},
-		"a bad admin address":        {map[string]string{"ROOM_ADMIN_LISTEN": "nowhere"}, []string{"admin_listen"}},
-		"a lucky payout above 100%":  {map[string]string{"ROOM_LUCKY_MAX_PAYOUT_BP": "10001"}, []string{"lucky_max_payout_bp"}},
-		"a request limit of nothing": {map[string]string{"ROOM_MAX_REQUEST_BYTES": "0"}, []string{"max_request_bytes"}},
+		"a short token":                   {map[string]string{"ROOM_TOKEN": "s3cret"}, []string{"token", "32"}},
+		"a short token in tokens":         {map[string]string{"ROOM_TOKENS": "gw=short:room+act-as-any"}, []string{"tokens", "32"}},
+		"an unknown scope":                {map[string]string{"ROOM_TOKENS": "gw=" + gw + ":room+root"}, []string{"tokens", "root"}},
+		"one token for two callers":       {map[string]string{"ROOM_TOKENS": "a=" + gw + ":room+act-as-any;b=" + gw + ":operator"}, []string{"same token"}},
+		"room without act-as-any":         {map[string]string{"ROOM_TOKENS": "gw=" + gw + ":room"}, []string{"gw", "user_jwt_keys"}},
+		"bad user keys":                   {map[string]string{"ROOM_USER_JWT_KEYS": "hs256:short"}, []string{"user_jwt_keys"}},
+		"a missing JWKS file":             {map[string]string{"ROOM_USER_JWT_KEYS": "jwks:/nonexistent/users.jwks"}, []string{"user_jwt_keys"}},
+		"a bad admin address":             {map[string]string{"ROOM_ADMIN_LISTEN": "nowhere"}, []string{"admin_listen"}},
+		"a lucky payout above 100%":       {map[string]string{"ROOM_LUCKY_MAX_PAYOUT_BP": "10001"}, []string{"lucky_max_payout_bp"}},
+		"a request limit of nothing":      {map[string]string{"ROOM_MAX_REQUEST_BYTES": "0"}, []string{"max_request_bytes"}},
+		"an exposed NATS without a token": {map[string]string{"ROOM_NATS_LISTEN": "0.0.0.0:4333"}, []string{"nats_listen", "nats_token"}},
+		"a short NATS token":              {map[string]string{"ROOM_NATS_LISTEN": "0.0.0.0:4333", "ROOM_NATS_TOKEN": "short"}, []string{"nats_token", "32"}},
 	} {
 		t.Run(name, func(t *testing.T) {
 			_, err := config.Load(nil, env(tt.env))
@@ -278,6 +280,15 @@ callers:
 				t.Errorf("the error shows a secret: %v", err)
 			}
 		})
+	}
+}
+
+func TestExposedNATSNeedsAToken(t *testing.T) {
+	if _, err := config.Load([]string{"-nats-listen", "127.0.0.1:4333"}, env(nil)); err != nil {
+		t.Fatalf("loopback without a token: %v", err)
+	}
+	if _, err := config.Load([]string{"-nats-listen", "0.0.0.0:4333"}, env(map[string]string{"ROOM_NATS_TOKEN": longToken})); err != nil {
+		t.Fatalf("exposed with a token: %v", err)
 	}
 }
 

@@ -234,7 +234,7 @@ func (m *Main) openBus(ctx context.Context) (*natsbus.Bus, error) {
 	cfg := m.Config
 	nc := natsbus.Config{URL: cfg.NATSURL, Stream: cfg.NATSStream, SubjectPrefix: cfg.NATSSubjects, Name: "room-service"}
 	if cfg.NATSURL == "" {
-		nc.StoreDir, nc.Listen = filepath.Join(cfg.DataDir, "nats"), cfg.NATSListen
+		nc.StoreDir, nc.Listen, nc.Token = filepath.Join(cfg.DataDir, "nats"), cfg.NATSListen, cfg.NATSToken
 	}
 	wait := 500 * time.Millisecond
 	for {
