@@ -85,6 +85,7 @@ type Config struct {
 	HTTPWriteTimeout time.Duration `yaml:"http_write_timeout" help:"bound on one call, from its headers to the end of its answer"`
 	HTTPIdleTimeout  time.Duration `yaml:"http_idle_timeout" help:"an idle keep-alive connection is closed after this"`
 	HTTP2MaxStreams  int           `yaml:"http2_max_streams" help:"most calls in flight on one HTTP/2 connection"`
+	MaxRooms         int           `yaml:"max_rooms" help:"rooms loaded at once on this node; one more passivates the least recently used idle room (node_full when all are busy)"`
 	CreateRoomRate   int           `yaml:"create_room_rate" help:"rooms each caller may create per second on one node, in bursts of twice as many (0: no bound)"`
 
 	// Lists, set in the YAML file only.
@@ -125,7 +126,7 @@ func Default() Config {
 		WalletTimeout: 3 * time.Second, GiftApplyWindow: 30 * time.Second, ReconcileAfter: 2 * time.Minute, RocketScan: time.Second,
 		Gifts: gift.DefaultGifts(), LuckyTable: gift.DefaultLucky(), RocketLevels: defaultRocketLevels(),
 		AdminListen: "127.0.0.1:0", MaxRequestBytes: 1 << 20, MaxConnections: 4096,
-		HTTPReadTimeout: 10 * time.Second, HTTPWriteTimeout: 30 * time.Second, HTTPIdleTimeout: 2 * time.Minute, HTTP2MaxStreams: 250, CreateRoomRate: 20,
+		HTTPReadTimeout: 10 * time.Second, HTTPWriteTimeout: 30 * time.Second, HTTPIdleTimeout: 2 * time.Minute, HTTP2MaxStreams: 250, CreateRoomRate: 20, MaxRooms: 100_000,
 	}
 }
 
@@ -392,6 +393,7 @@ func (c Config) Validate() error {
 		{"rank_size", c.RankSize, 1, 100}, {"lucky_max_payout_bp", c.LuckyMaxPayout, 0, 10_000},
 		{"max_request_bytes", c.MaxRequestBytes, 1 << 10, 64 << 20}, {"max_connections", c.MaxConnections, 1, 1 << 20},
 		{"http2_max_streams", c.HTTP2MaxStreams, 1, 10_000}, {"create_room_rate", c.CreateRoomRate, 0, 100_000},
+		{"max_rooms", c.MaxRooms, 1, 10_000_000},
 		{"lucky_regional_threshold", c.LuckyRegionalMin, 0, 1 << 30},
 	} {
 		if n.v < n.min || n.v > n.max {
