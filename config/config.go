@@ -137,11 +137,11 @@ func (c Config) Callers() ([]auth.Caller, error) {
 	var out []auth.Caller
 	var p []error
 	if c.Token != "" {
-		tc, err := auth.NewCaller("token", c.Token, []auth.Scope{auth.Room, auth.ActAsAny})
-		if err != nil {
+		if tc, err := auth.NewCaller("token", c.Token, []auth.Scope{auth.Room, auth.ActAsAny}); err != nil {
 			p = append(p, fmt.Errorf("token (ROOM_TOKEN): %w", err))
+		} else {
+			out = append(out, tc)
 		}
-		out = append(out, tc)
 	}
 	list, err := auth.ParseTokens(c.Tokens)
 	if err != nil {
@@ -161,12 +161,14 @@ func (c Config) Callers() ([]auth.Caller, error) {
 			caller, err := auth.NewCaller(cc.Name, cc.Token, scopes)
 			if err != nil {
 				p = append(p, fmt.Errorf("callers[%d]: %w", i, err))
+				continue
 			}
 			out = append(out, caller)
 		default:
 			h, err := auth.ParseHash(cc.TokenSHA256)
 			if err != nil {
 				p = append(p, fmt.Errorf("callers[%d] %q: token_sha256: %w", i, cc.Name, err))
+				continue
 			}
 			out = append(out, auth.Caller{Name: cc.Name, Hash: h, Scopes: scopes})
 		}

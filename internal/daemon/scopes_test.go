@@ -120,6 +120,10 @@ func TestCallersHaveTheirScopes(t *testing.T) {
 	if res.StatusCode != http.StatusOK || !strings.Contains(string(body), "room_commands_total") {
 		t.Fatalf("admin /metrics: %d", res.StatusCode)
 	}
+	if res, err = http.Get("http://" + m.AdminAddr + "/debug/pprof/cmdline"); err != nil || res.StatusCode != http.StatusOK {
+		t.Fatalf("admin pprof: %v %v", res, err)
+	}
+	_ = res.Body.Close()
 	http.DefaultClient.CloseIdleConnections()
 }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"time"
 
 	"golang.org/x/net/netutil"
 
@@ -46,10 +47,10 @@ func (m *Main) limitConns(ln net.Listener) net.Listener {
 	return netutil.LimitListener(ln, m.Config.MaxConnections)
 }
 
-// serveSide serves h on ln under the worker name, with the default
-// limits; Close shuts it down with the API server.
-func (m *Main) serveSide(name string, ln net.Listener, h http.Handler) error {
-	srv := rpc.NewServer(h)
+// serveSide serves h on ln under the worker name, within limits; Close
+// shuts it down with the API server.
+func (m *Main) serveSide(name string, ln net.Listener, h http.Handler, limits rpc.ServerLimits) error {
+	srv := limits.NewServer(h)
 	if err := m.workers.Go(name, func(context.Context) error {
 		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
 			return err
@@ -74,7 +75,8 @@ func (m *Main) serveAdmin(opts rpc.Options) error {
 		return fmt.Errorf("admin listen: %w", err)
 	}
 	m.AdminAddr = ln.Addr().String()
-	if err := m.serveSide("admin", ln, rpc.NewAdminMux(opts)); err != nil {
+	// A CPU profile or trace takes 30 s by default: the answer may take longer.
+	if err := m.serveSide("admin", ln, rpc.NewAdminMux(opts), rpc.ServerLimits{WriteTimeout: 5 * time.Minute}); err != nil {
 		return err
 	}
 	m.Log.Info("admin surface (/metrics, gRPC reflection, /debug/pprof/)", "addr", m.AdminAddr)
@@ -108,7 +110,7 @@ func (m *Main) mountLocalIM(mux *http.ServeMux, local http.Handler, ln net.Liste
 	}
 	only := http.NewServeMux()
 	only.Handle("/v4/", rpc.DevOnly(local))
-	return m.serveSide("local-im", ln, only)
+	return m.serveSide("local-im", ln, only, m.serverLimits())
 }
 
 // shutdownSide shuts the side servers down.
