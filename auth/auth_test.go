@@ -154,6 +154,18 @@ func TestJWKSAssertionsRotateByKid(t *testing.T) {
 	if _, err := k.Verify(edTok); err == nil {
 		t.Fatal("a retired key still verifies")
 	}
+	// Both keys published, then the EdDSA one retired again: a known kid
+	// stops verifying once the changed file is read.
+	writeJWKS(t, path, ecJWK, edJWK)
+	clock = clock.Add(2 * reloadEvery)
+	if _, err := k.Verify(edTok); err != nil {
+		t.Fatalf("EdDSA republished: %v", err)
+	}
+	writeJWKS(t, path, ecJWK)
+	clock = clock.Add(2 * reloadEvery)
+	if _, err := k.Verify(edTok); err == nil {
+		t.Fatal("a key removed from the file still verifies")
+	}
 	// A key used with another algorithm than its type is refused.
 	wrongAlg := sign(t, jwt.SigningMethodHS256, []byte(tok32), "ec-2", claims("8", Audience, time.Minute))
 	if _, err := k.Verify(wrongAlg); err == nil {

@@ -39,14 +39,20 @@ const minHS256Secret = 32
 // file (at most once a second), so keys rotate by adding the new key to the
 // file before gateways use it and removing the old one after. Safe for
 // concurrent use.
+//
+// The file is also read again when it changed (its modification time or
+// size, looked at at most once a second), so a key removed from it stops
+// verifying within about a second.
 type UserKeys struct {
 	hs256 []byte // set for an HS256 secret
 	path  string // set for a JWKS file
 	now   func() time.Time
 
-	mu       sync.Mutex
-	keys     map[string]crypto.PublicKey // by kid
-	loadedAt time.Time
+	mu        sync.Mutex
+	keys      map[string]crypto.PublicKey // by kid
+	loadedAt  time.Time
+	checkedAt time.Time   // when the file's stat was last looked at
+	stamp     os.FileInfo // the file as loaded
 }
 
 // ParseUserKeys reads the ROOM_USER_JWT_KEYS format: "hs256:<secret>" (at
@@ -127,6 +133,12 @@ const reloadEvery = time.Second
 func (k *UserKeys) lookup(kid string) (crypto.PublicKey, error) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
+	if now := k.now(); now.Sub(k.checkedAt) >= reloadEvery {
+		k.checkedAt = now
+		if fi, err := os.Stat(k.path); err == nil && k.stamp != nil && (!fi.ModTime().Equal(k.stamp.ModTime()) || fi.Size() != k.stamp.Size()) {
+			_ = k.loadLocked() // a file caught half-written keeps the keys loaded before
+		}
+	}
 	if pub, ok := k.keys[kid]; ok {
 		return pub, nil
 	}
@@ -161,6 +173,10 @@ type jwk struct {
 // the keys loaded before.
 func (k *UserKeys) loadLocked() error {
 	k.loadedAt = k.now()
+	fi, err := os.Stat(k.path)
+	if err != nil {
+		return fmt.Errorf("user_jwt_keys: %w", err)
+	}
 	data, err := os.ReadFile(k.path)
 	if err != nil {
 		return fmt.Errorf("user_jwt_keys: %w", err)
@@ -185,7 +201,7 @@ func (k *UserKeys) loadLocked() error {
 	if len(keys) == 0 {
 		return fmt.Errorf("user_jwt_keys %s: no keys", k.path)
 	}
-	k.keys = keys
+	k.keys, k.stamp = keys, fi
 	return nil
 }
 
