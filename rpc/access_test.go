@@ -250,6 +250,18 @@ func TestOversizedRequestsAreRefusedBeforeWork(t *testing.T) {
 	if v := s.snapshot(t, "r1").GetRoomVersion(); v != 1 {
 		t.Fatalf("refused requests changed the room: version %d", v)
 	}
+	// gRPC, whose message frame names its size, is refused the same way.
+	grpc := roomv1connect.NewRoomServiceClient(s.h2c, s.base, connect.WithGRPC(), withToken(token))
+	_, err := grpc.JoinRoom(t.Context(), connect.NewRequest(&roomv1.JoinRoomRequest{RoomId: "r1", CommandId: "big", OperatorUserId: 7,
+		Nickname: strings.Repeat("x", rpc.DefaultMaxRequestBytes)}))
+	wantErr(t, err, connect.CodeResourceExhausted, "request_too_large")
+	_, err = roomv1connect.NewRoomServiceClient(s.h2c, s.base, connect.WithGRPC(), withToken(token), connect.WithSendGzip()).
+		JoinRoom(t.Context(), connect.NewRequest(&roomv1.JoinRoomRequest{RoomId: "r1", CommandId: "bomb", OperatorUserId: 7,
+			Nickname: strings.Repeat("x", 8*rpc.DefaultMaxRequestBytes)}))
+	wantErr(t, err, connect.CodeResourceExhausted, "request_too_large")
+	if v := s.snapshot(t, "r1").GetRoomVersion(); v != 1 {
+		t.Fatalf("refused gRPC requests changed the room: version %d", v)
+	}
 	// A small compressed request is served.
 	var small bytes.Buffer
 	zw = gzip.NewWriter(&small)
