@@ -45,6 +45,7 @@ type response struct {
 // Stop reasons, also the label of the stops metric.
 const (
 	stopIdle     = "idle"
+	stopEvicted  = "evicted" // passivated to make room for another (Config.MaxRooms)
 	stopShutdown = "shutdown"
 	stopFenced   = "fenced"
 	stopLease    = "lease_lost"
@@ -62,6 +63,8 @@ type Cell struct {
 	lease   lease.Handle
 	mailbox *mailbox
 	done    chan struct{}
+	evict   chan chan bool // asks the cell to passivate; it answers whether it does
+	used    atomic.Int64   // the registry's tick of its last call
 
 	// Reads without the mailbox (Registry.Snapshot): head is the version
 	// the room last committed (stored before any caller is answered), view
@@ -127,6 +130,13 @@ func (c *Cell) run() {
 				return
 			}
 			idle.Reset(c.reg.cfg.IdleTimeout)
+		case ok := <-c.evict:
+			if c.reg.detachIdle(c) {
+				ok <- true
+				c.finish(stopEvicted)
+				return
+			}
+			ok <- false
 		case <-c.lease.Lost():
 			c.finish(stopLease)
 			return
@@ -659,13 +669,41 @@ func (c *Cell) adopt(rec *Recovered) {
 	c.reg.features.loaded(c.state)
 }
 
+// passivate asks the cell to stop as an idle one does, and waits until it
+// stopped. It reports false when the cell has queued requests (it stays),
+// or ctx ends first.
+func (c *Cell) passivate(ctx context.Context) bool {
+	ok := make(chan bool, 1)
+	select {
+	case c.evict <- ok:
+	case <-c.done:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+	select {
+	case yes := <-ok:
+		if !yes {
+			return false
+		}
+	case <-ctx.Done():
+		return false
+	}
+	select {
+	case <-c.done:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
 // finish ends the cell: a graceful stop stores a final snapshot so the next
 // owner replays nothing; every stop releases the lease.
 func (c *Cell) finish(reason string) {
 	c.reg.features.stopped(c.roomID)
 	c.reg.detach(c)
 	c.reg.metrics.Stops.WithLabelValues(reason).Inc()
-	graceful := reason == stopIdle || reason == stopShutdown
+	graceful := reason == stopIdle || reason == stopShutdown || reason == stopEvicted
 	if graceful && c.state.Version > c.lastSnapshot {
 		if err := c.saveSnapshot(); err != nil {
 			graceful = false

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"runtime/debug"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	roomv1 "hyapp/room-service/gen/room/v1"
@@ -28,6 +29,11 @@ type Config struct {
 	SnapshotEvery int
 	// IdleTimeout passivates a room that received nothing for this long.
 	IdleTimeout time.Duration
+	// MaxRooms bounds the rooms loaded at once (0: no bound). Loading one
+	// more passivates the least recently used room that has nothing
+	// queued (with a final snapshot); when every room is busy the load is
+	// refused with node_full.
+	MaxRooms int
 	// CommitTimeout bounds one group-commit transaction.
 	CommitTimeout time.Duration
 	// CommitWorkers is the number of parallel group-commit transactions.
@@ -137,6 +143,8 @@ type Registry struct {
 	wg        sync.WaitGroup // cells and the timer scanner
 	wakes     *wakers        // wakeups of the features' in-memory timers
 
+	uses atomic.Int64 // a clock of calls: each cell keeps the tick of its last one (LRU)
+
 	mu      sync.Mutex
 	closed  bool
 	cells   map[string]*Cell
@@ -211,6 +219,7 @@ func (r *Registry) call(ctx context.Context, roomID string, env *room.Envelope) 
 		if err != nil {
 			return response{}, err
 		}
+		c.used.Store(r.uses.Add(1))
 		req := &request{env: env, reply: make(chan response, 1)}
 		if !c.mailbox.push(req) {
 			select {
@@ -281,6 +290,14 @@ func (r *Registry) cell(ctx context.Context, roomID string) (*Cell, error) {
 				return nil, room.Errorf(room.ErrUnavailable, "room %s is loading: %v", roomID, ctx.Err())
 			}
 		}
+		if r.cfg.MaxRooms > 0 && len(r.cells)+len(r.loading) >= r.cfg.MaxRooms {
+			victim := r.leastRecentlyUsedLocked()
+			r.mu.Unlock()
+			if victim == nil || !victim.passivate(ctx) {
+				return nil, room.Errorf(room.ErrNodeFull, "room %s: %d rooms loaded", roomID, r.cfg.MaxRooms)
+			}
+			continue
+		}
 		l := &load{done: make(chan struct{})}
 		r.loading[roomID] = l
 		r.mu.Unlock()
@@ -315,6 +332,19 @@ func (r *Registry) cell(ctx context.Context, roomID string) (*Cell, error) {
 		}
 		return c, nil
 	}
+}
+
+// leastRecentlyUsedLocked returns the loaded cell called least recently
+// among those with nothing queued, or nil. It scans every cell: it runs
+// only when the node is full.
+func (r *Registry) leastRecentlyUsedLocked() *Cell {
+	var lru *Cell
+	for _, c := range r.cells {
+		if c.mailbox.len() == 0 && (lru == nil || c.used.Load() < lru.used.Load()) {
+			lru = c
+		}
+	}
+	return lru
 }
 
 // load takes the lease, claims the room's epoch and recovers its state.
@@ -385,7 +415,7 @@ func (r *Registry) recoverCell(roomID string, h lease.Handle) (c *Cell, err erro
 	}
 	c = &Cell{
 		reg: r, roomID: roomID, epoch: claim.Epoch, lease: h,
-		mailbox: newMailbox(r.cfg.MailboxSize), done: make(chan struct{}),
+		mailbox: newMailbox(r.cfg.MailboxSize), done: make(chan struct{}), evict: make(chan chan bool),
 		log: r.log.With("room_id", roomID),
 	}
 	c.adopt(rec)

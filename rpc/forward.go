@@ -33,9 +33,10 @@ type Owners interface {
 // arrives and never forwarded again.
 const ForwardedBy = "Room-Forwarded-By"
 
-// forwardHeaders are the caller's headers a hop passes on: its credential.
-// The deadline travels as the protocol's timeout header, from ctx.
-var forwardHeaders = []string{"Authorization"}
+// forwardHeaders are the caller's headers a hop passes on: its credential
+// and its user assertion, which the owner checks again. The deadline
+// travels as the protocol's timeout header, from ctx.
+var forwardHeaders = []string{"Authorization", UserHeader}
 
 // Routing tunes how calls reach the node that owns their room. Zero values
 // take the defaults.

@@ -21,6 +21,7 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
+	"hyapp/room-service/auth"
 	"hyapp/room-service/cell"
 	roomv1 "hyapp/room-service/gen/room/v1"
 	"hyapp/room-service/gen/room/v1/roomv1connect"
@@ -69,6 +70,12 @@ type stack struct {
 
 func start(t *testing.T) *stack {
 	t.Helper()
+	return startWith(t, rpc.Options{Callers: []auth.Caller{{Name: "test", Hash: auth.HashToken(token), Scopes: auth.Scopes}}}, quiet)
+}
+
+// startWith starts the stack with opts, logging to log.
+func startWith(t *testing.T, opts rpc.Options, log *slog.Logger) *stack {
+	t.Helper()
 	ctx := context.Background()
 	db, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "room.db"), sqlite.Options{Synchronous: "NORMAL"})
 	if err != nil {
@@ -86,8 +93,8 @@ func start(t *testing.T) *stack {
 		}
 		return id == platformUser
 	}
-	rooms := rpc.NewRoomHandler(reg, db, catalogue, noRobots{}, platform, quiet)
-	mux := rpc.NewMux(rooms, rpc.NewOperatorHandler(db, nil, quiet), rpc.NewWalletHandler(ledger, quiet), rpc.Options{Token: token}, quiet)
+	rooms := rpc.NewRoomHandler(reg, db, catalogue, noRobots{}, platform, log)
+	mux := rpc.NewMux(rooms, rpc.NewOperatorHandler(db, nil, log), rpc.NewWalletHandler(ledger, log), opts, log)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

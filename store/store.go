@@ -187,6 +187,11 @@ type Repository interface {
 	SaveCommand(ctx context.Context, record CommandRecord) error
 	// ListCommandsAfter returns the room's commands with RoomVersion > roomVersion in version order.
 	ListCommandsAfter(ctx context.Context, roomID string, roomVersion int64) ([]CommandRecord, error)
+	// ListCommandsPage returns at most limit of the room's commands with
+	// RoomVersion > roomVersion in version order, read with the limit in
+	// the query, and the room's head version, read after them (0 for an
+	// unknown room).
+	ListCommandsPage(ctx context.Context, roomID string, roomVersion int64, limit int) ([]CommandRecord, int64, error)
 	// SaveSnapshot stores a snapshot unless one with the same or a higher
 	// version is stored (an older snapshot is ignored, never an error).
 	SaveSnapshot(ctx context.Context, snapshot SnapshotRecord) error

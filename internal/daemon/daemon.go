@@ -92,6 +92,8 @@ type Main struct {
 
 	// Addr is the address the server listens on, set by Run.
 	Addr string
+	// AdminAddr is the admin surface's address, set by Run ("" when off).
+	AdminAddr string
 
 	// workers owns every goroutine Main starts: retention, reconciler,
 	// relay, im-control, http and in fleet mode lease-renew and membership.
@@ -113,6 +115,7 @@ type Main struct {
 	lane      *im.Lane
 	registry  *cell.Registry
 	server    *http.Server
+	side      []*http.Server // the admin surface, the local IM endpoint off the API port
 
 	closeOnce sync.Once
 	closeErr  error
@@ -127,7 +130,7 @@ type Main struct {
 func (m *Main) openStore(ctx context.Context) (store.Repository, cell.Config, error) {
 	cfg := m.Config
 	if cfg.MySQLDSN == "" {
-		if err := os.MkdirAll(cfg.DataDir, 0o750); err != nil {
+		if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 			return nil, cell.Config{}, fmt.Errorf("data dir: %w", err)
 		}
 		db, err := sqlite.Open(ctx, filepath.Join(cfg.DataDir, "room.db"), sqlite.Options{Synchronous: cfg.SQLiteSync})
@@ -242,7 +245,7 @@ func (m *Main) openBus(ctx context.Context) (*natsbus.Bus, error) {
 	cfg := m.Config
 	nc := natsbus.Config{URL: cfg.NATSURL, Stream: cfg.NATSStream, SubjectPrefix: cfg.NATSSubjects, Name: "room-service"}
 	if cfg.NATSURL == "" {
-		nc.StoreDir, nc.Listen = filepath.Join(cfg.DataDir, "nats"), cfg.NATSListen
+		nc.StoreDir, nc.Listen, nc.Token = filepath.Join(cfg.DataDir, "nats"), cfg.NATSListen, cfg.NATSToken
 	}
 	wait := 500 * time.Millisecond
 	for {
@@ -265,8 +268,8 @@ func (m *Main) openBus(ctx context.Context) (*natsbus.Bus, error) {
 
 // openIM builds the direct IM lane: the Tencent IM client from the
 // configuration, or, without credentials, a local Tencent-compatible endpoint
-// (returned, to be served on the API port) with a key made up for this run.
-func (m *Main) openIM() (*im.Lane, http.Handler, error) {
+// (returned, to be served at localAddr) with a key made up for this run.
+func (m *Main) openIM(localAddr string) (*im.Lane, http.Handler, error) {
 	cfg := m.Config
 	tc := tencent.Config{Admin: cfg.TIMAdmin, SecretKey: cfg.TIMSecretKey, Endpoint: cfg.TIMEndpoint}
 	var local http.Handler
@@ -275,7 +278,7 @@ func (m *Main) openIM() (*im.Lane, http.Handler, error) {
 		if _, err := rand.Read(key); err != nil {
 			return nil, nil, err
 		}
-		tc = tencent.Config{SDKAppID: 1400000000, SecretKey: hex.EncodeToString(key), Admin: "administrator", Endpoint: "http://" + m.Addr}
+		tc = tencent.Config{SDKAppID: 1400000000, SecretKey: hex.EncodeToString(key), Admin: "administrator", Endpoint: "http://" + localAddr}
 		tl := timlocal.New(timlocal.Config{SDKAppID: tc.SDKAppID, SecretKey: tc.SecretKey, Admin: tc.Admin})
 		// Its groups outlive a restart, so /local/ still shows them (and their mutes and bans) after kill -9.
 		if err := tl.Persist(filepath.Join(cfg.DataDir, "timlocal-groups.json")); err != nil {
@@ -383,16 +386,25 @@ func (m *Main) Run(ctx context.Context) error {
 		return fmt.Errorf("listen: %w", err)
 	}
 	m.Addr = ln.Addr().String()
-	lane, local, err := m.openIM()
+	ln = m.limitConns(ln)
+	imAddr, imLn, err := m.localIMListener()
 	if err != nil {
 		_ = ln.Close()
+		return err
+	}
+	lane, local, err := m.openIM(imAddr)
+	if err != nil {
+		_ = ln.Close()
+		if imLn != nil {
+			_ = imLn.Close()
+		}
 		return fmt.Errorf("im: %w", err)
 	}
 	m.lane = lane
 
 	m.registry = cell.New(cell.Config{
 		NodeID: nodeID, MailboxSize: cfg.MailboxSize, MaxBatch: cfg.MaxBatch, SnapshotEvery: cfg.SnapshotEvery,
-		IdleTimeout: cfg.IdleTimeout, CommitTimeout: cfg.CommitTimeout,
+		IdleTimeout: cfg.IdleTimeout, CommitTimeout: cfg.CommitTimeout, MaxRooms: cfg.MaxRooms,
 		CommitWorkers: tuning.CommitWorkers, CommitMaxRooms: tuning.CommitMaxRooms,
 		Rules: rules, Wallet: m.ledger, WalletTimeout: cfg.WalletTimeout, GiftApplyWindow: cfg.GiftApplyWindow,
 		TimerScanEvery: cfg.RocketScan, SettleInCommit: true, // the embedded ledger shares the room store's database
@@ -403,16 +415,25 @@ func (m *Main) Run(ctx context.Context) error {
 		platform[id] = true
 	}
 	rooms := rpc.NewRoomHandler(m.registry, db, catalogue, lane, func(id int64) bool { return platform[id] }, m.Log)
-	mux := rpc.NewMux(rooms, rpc.NewOperatorHandler(db, relay.Wake, m.Log), rpc.NewWalletHandler(m.ledger, m.Log),
-		rpc.Options{Token: cfg.Token, Metrics: m.metrics.registry, NodeID: nodeID, Owners: m.owners, Routing: m.routing(),
-			Fleet: nodeFleet{m: m, self: nodeID}, Health: m.health}, m.Log)
+	opts, err := m.apiOptions()
+	if err != nil {
+		_ = ln.Close()
+		return err
+	}
+	opts.Metrics, opts.NodeID, opts.Owners, opts.Routing, opts.Fleet = m.metrics.registry, nodeID, m.owners, m.routing(), nodeFleet{m: m, self: nodeID}
+	opts.Health = m.health
+	mux := rpc.NewMux(rooms, rpc.NewOperatorHandler(db, relay.Wake, m.Log), rpc.NewWalletHandler(m.ledger, m.Log), opts, m.Log)
 	mux.Handle("/readyz", readyz(m.health))
 	if local != nil {
-		// The zero-configuration Tencent IM: the REST API the lane calls, and
-		// /local/ to watch what each room's group would show.
-		mux.Handle("/v4/", local)
-		mux.Handle("/local/", local)
-		m.Log.Info("local Tencent IM endpoint: watch room messages at http://" + m.Addr + "/local/")
+		// The zero-configuration Tencent IM: the REST API the lane calls.
+		if err := m.mountLocalIM(mux, local, imLn); err != nil {
+			_ = ln.Close()
+			return err
+		}
+	}
+	if err := m.serveAdmin(opts); err != nil {
+		_ = ln.Close()
+		return err
 	}
 	control := &im.Control{Bus: m.bus, API: im.TencentGroups{Client: m.timClient},
 		Metrics: m.metrics.control, Log: m.Log.With("component", "im-control")}
@@ -420,7 +441,7 @@ func (m *Main) Run(ctx context.Context) error {
 		_ = ln.Close()
 		return err
 	}
-	server := rpc.NewServer(mux)
+	server := m.serverLimits().NewServer(mux)
 	if err := m.workers.Go("http", func(context.Context) error {
 		if err := server.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
 			return err
@@ -489,10 +510,13 @@ func (m *Main) close(ctx context.Context) error {
 			httpCtx, cancel = context.WithDeadline(ctx, time.Now().Add(time.Until(deadline)/3))
 		}
 		err := m.server.Shutdown(httpCtx)
+		errs = append(errs, m.shutdownSide(httpCtx)...)
 		cancel()
 		if err != nil {
 			errs = append(errs, fmt.Errorf("http shutdown: %w", err))
 		}
+	} else {
+		errs = append(errs, m.shutdownSide(ctx)...) // Run failed after starting them
 	}
 	if err := m.workers.Stop(ctx, "http"); err != nil {
 		errs = append(errs, fmt.Errorf("serve: %w", err))

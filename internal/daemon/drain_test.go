@@ -77,7 +77,7 @@ func TestFleetDrainHandsOffThroughAnyNode(t *testing.T) {
 	reachable(t, "NATS", "127.0.0.1:4222")
 	dsn := mysqltest.DSN(t)
 	id := rand.Text()[:8]
-	const token = "drain-token"
+	const token = "drain-token-0123456789abcdef-0123"
 	// Its own Redis database: a node another fleet test killed stays a
 	// member for 3×TTL, and the drained node could send the room to it.
 	const redisURL = "redis://127.0.0.1:6379/9"
@@ -85,7 +85,7 @@ func TestFleetDrainHandsOffThroughAnyNode(t *testing.T) {
 	start := func(node string) (*Main, roomv1connect.RoomServiceClient, roomv1connect.OperatorServiceClient) {
 		addr := freeAddr(t)
 		m, _ := runMain(t, t.TempDir(), append([]string{"-listen", addr, "-mysql-dsn", dsn, "-nats-url", fleetNATS,
-			"-redis-url", redisURL, "-node-id", node + "-" + id, "-advertise-addr", addr, "-lease-ttl", "1s", "-token", token}, stream...)...)
+			"-redis-url", redisURL, "-node-id", node + "-" + id, "-advertise-addr", addr, "-lease-ttl", "1s", "-tokens", "ops=" + token + ":room+act-as-any+operator"}, stream...)...)
 		base := "http://" + m.Addr
 		return m, roomv1connect.NewRoomServiceClient(http.DefaultClient, base, bearer(token)),
 			roomv1connect.NewOperatorServiceClient(http.DefaultClient, base, bearer(token))

@@ -62,6 +62,7 @@ type statements struct {
 	lockOutbox, failOutbox                   *sql.Stmt
 
 	getMeta, getCommand, listCommands, getSnapshot *sql.Stmt
+	listCommandsPage, readHead                     *sql.Stmt
 	listPending, listPendingAfter, listRoomOutbox  *sql.Stmt
 	listRooms                                      *sql.Stmt
 
@@ -140,6 +141,9 @@ func (db *DB) prepare(ctx context.Context) error {
 	s.getCommand = prep(r, `SELECT `+commandColumns+` FROM room_command_log WHERE room_id = ? AND command_id = ?`)
 	s.listCommands = prep(r, `SELECT `+commandColumns+` FROM room_command_log
 		WHERE room_id = ? AND room_version > ? ORDER BY room_version`)
+	s.listCommandsPage = prep(r, `SELECT `+commandColumns+` FROM room_command_log
+		WHERE room_id = ? AND room_version > ? ORDER BY room_version LIMIT ?`)
+	s.readHead = prep(r, `SELECT room_version FROM rooms WHERE room_id = ?`)
 	s.getSnapshot = prep(r, `SELECT room_version, payload, created_at FROM room_snapshots WHERE room_id = ?`)
 	s.listPending = prep(r, o.ListPending)
 	s.listPendingAfter = prep(r, o.ListPendingAfter)

@@ -63,6 +63,7 @@ func Run(t *testing.T, newRepo func(t *testing.T) store.Repository) {
 		{"IDsAreBytes", testIDsAreBytes},
 		{"PayloadsAreBytes", testPayloadsAreBytes},
 		{"ListCommandsAfter", testListCommandsAfter},
+		{"ListCommandsPage", testListCommandsPage},
 		{"GetCommands", testGetCommands},
 		{"SaveCommand", testSaveCommand},
 		{"Outbox", testOutbox},
@@ -865,6 +866,31 @@ func testListCommandsAfter(t *testing.T, repo store.Repository) {
 	}
 	if cmds := mustListCommands(t, repo, newRoomID(t), 0); len(cmds) != 0 {
 		t.Fatalf("ListCommandsAfter(unknown room) = %+v, want none", cmds)
+	}
+}
+
+func testListCommandsPage(t *testing.T, repo store.Repository) {
+	a, claim := newClaimedRoom(t, repo)
+	batch := newBatch(a, claim.Epoch, 0, 5)
+	mustCommitOK(t, repo, batch)
+	for _, tc := range []struct {
+		after int64
+		limit int
+		want  []store.CommandRecord
+	}{
+		{0, 2, batch.Commands[:2]}, {2, 2, batch.Commands[2:4]}, {4, 2, batch.Commands[4:]}, {0, 10, batch.Commands}, {5, 2, nil},
+	} {
+		cmds, head, err := repo.ListCommandsPage(t.Context(), a, tc.after, tc.limit)
+		if err != nil {
+			t.Fatal(err)
+		}
+		assertCommands(t, cmds, tc.want)
+		if head != 5 {
+			t.Fatalf("ListCommandsPage(after %d, limit %d): head %d, want 5", tc.after, tc.limit, head)
+		}
+	}
+	if cmds, head, err := repo.ListCommandsPage(t.Context(), newRoomID(t), 0, 10); err != nil || len(cmds) != 0 || head != 0 {
+		t.Fatalf("ListCommandsPage(unknown room) = %+v, %d, %v", cmds, head, err)
 	}
 }
 
