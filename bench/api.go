@@ -1,10 +1,13 @@
 package bench
 
 import (
+	"bufio"
 	"context"
 	"fmt"
 	"net/http"
 	"runtime"
+	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -26,6 +29,42 @@ type APIOptions struct {
 	Commands int
 	// Run names the rooms of this run, so runs against one service do not meet.
 	Run string
+	// Metrics is the service's Prometheus endpoint (empty: base + /metrics);
+	// when it answers, each row says the service's CPU time and allocations
+	// per call.
+	Metrics string
+}
+
+// processCost reads the service's CPU seconds and heap allocations so far
+// from its /metrics; ok is false when they cannot be read.
+func processCost(ctx context.Context, url string) (cpu, allocs float64, ok bool) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return 0, 0, false
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, 0, false
+	}
+	defer res.Body.Close()
+	if res.StatusCode != http.StatusOK {
+		return 0, 0, false
+	}
+	found := 0
+	sc := bufio.NewScanner(res.Body)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		name, value, _ := strings.Cut(sc.Text(), " ")
+		v, err := strconv.ParseFloat(value, 64)
+		switch {
+		case err != nil:
+		case name == "process_cpu_seconds_total":
+			cpu, found = v, found+1
+		case name == "go_memstats_mallocs_total":
+			allocs, found = v, found+1
+		}
+	}
+	return cpu, allocs, found == 2
 }
 
 // APIScenarios measures a running service at base (http://host:port) through its API, the way
@@ -54,6 +93,22 @@ func APIScenarios(ctx context.Context, base string, opts APIOptions) ([]Row, err
 	}
 	client := func(w int) roomv1connect.RoomServiceClient { return clients[w%len(clients)] }
 	call := func() (context.Context, context.CancelFunc) { return context.WithTimeout(ctx, 10*time.Second) }
+	if opts.Metrics == "" {
+		opts.Metrics = strings.TrimSuffix(base, "/") + "/metrics"
+	}
+	// measured runs one scenario and adds the service's cost per call.
+	measured := func(run func() (Row, error)) (Row, error) {
+		cpu0, allocs0, ok0 := processCost(ctx, opts.Metrics)
+		r, err := run()
+		if err != nil {
+			return r, err
+		}
+		if cpu1, allocs1, ok1 := processCost(ctx, opts.Metrics); ok0 && ok1 && r.Ops > 0 {
+			cost := fmt.Sprintf("service: %.0f µs CPU, %.0f allocs per call", 1e6*(cpu1-cpu0)/float64(r.Ops), (allocs1-allocs0)/float64(r.Ops))
+			r.Extra = strings.TrimPrefix(r.Extra+"; "+cost, "; ")
+		}
+		return r, nil
+	}
 	var cpu0 syscall.Rusage
 	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &cpu0)
 	start := time.Now()
@@ -62,31 +117,35 @@ func APIScenarios(ctx context.Context, base string, opts APIOptions) ([]Row, err
 	for i := range rooms {
 		rooms[i] = fmt.Sprintf("%s-api-%d", opts.Run, i)
 	}
-	create, err := closedLoop("CreateRoom, 16 in flight", 16, len(rooms)+1, func(w int, i int64) error {
-		id := fmt.Sprintf("%s-hot", opts.Run)
-		if int(i) < len(rooms) {
-			id = rooms[i]
-		}
-		c, cancel := call()
-		defer cancel()
-		_, err := client(w).CreateRoom(c, connect.NewRequest(&roomv1.CreateRoomRequest{
-			RoomId: id, CommandId: "create", OperatorUserId: 1, OwnerUserId: 1, SeatCount: 10, Title: "bench",
-		}))
-		return err
+	create, err := measured(func() (Row, error) {
+		return closedLoop("CreateRoom, 16 in flight", 16, len(rooms)+1, func(w int, i int64) error {
+			id := fmt.Sprintf("%s-hot", opts.Run)
+			if int(i) < len(rooms) {
+				id = rooms[i]
+			}
+			c, cancel := call()
+			defer cancel()
+			_, err := client(w).CreateRoom(c, connect.NewRequest(&roomv1.CreateRoomRequest{
+				RoomId: id, CommandId: "create", OperatorUserId: 1, OwnerUserId: 1, SeatCount: 10, Title: "bench",
+			}))
+			return err
+		})
 	})
 	if err != nil {
 		return nil, fmt.Errorf("create rooms: %w", err)
 	}
-	create.Extra = fmt.Sprintf("target >= 2000/s: %.2fx", create.Rate()/2000)
+	create.Extra = strings.TrimSuffix(fmt.Sprintf("target >= 2000/s: %.2fx; %s", create.Rate()/2000, create.Extra), "; ")
 
 	join := func(name string, ids []string, callers, users int) (Row, error) {
-		return closedLoop(name, callers, opts.Commands, func(w int, i int64) error {
-			c, cancel := call()
-			defer cancel()
-			_, err := client(w).JoinRoom(c, connect.NewRequest(&roomv1.JoinRoomRequest{
-				RoomId: ids[int(i)%len(ids)], CommandId: fmt.Sprint("j", i), OperatorUserId: 1000 + i%int64(users),
-			}))
-			return err
+		return measured(func() (Row, error) {
+			return closedLoop(name, callers, opts.Commands, func(w int, i int64) error {
+				c, cancel := call()
+				defer cancel()
+				_, err := client(w).JoinRoom(c, connect.NewRequest(&roomv1.JoinRoomRequest{
+					RoomId: ids[int(i)%len(ids)], CommandId: fmt.Sprint("j", i), OperatorUserId: 1000 + i%int64(users),
+				}))
+				return err
+			})
 		})
 	}
 	many, err := join(fmt.Sprintf("JoinRoom, %d rooms, 256 in flight", len(rooms)), rooms, 256, 100_000)
@@ -97,17 +156,19 @@ func APIScenarios(ctx context.Context, base string, opts APIOptions) ([]Row, err
 	if err != nil {
 		return nil, err
 	}
-	hot.Extra = fmt.Sprintf("target >= 5000/s: %.2fx; p99 target <= 50 ms: %.2fx", hot.Rate()/5000, ms(hot.P99)/50)
-	read, err := closedLoop(fmt.Sprintf("GetRoomSnapshot, %d rooms, 128 in flight", len(rooms)), 128, opts.Commands, func(w int, i int64) error {
-		c, cancel := call()
-		defer cancel()
-		_, err := client(w).GetRoomSnapshot(c, connect.NewRequest(&roomv1.GetRoomSnapshotRequest{RoomId: rooms[int(i)%len(rooms)]}))
-		return err
+	hot.Extra = strings.TrimSuffix(fmt.Sprintf("target >= 5000/s: %.2fx; p99 target <= 50 ms: %.2fx; %s", hot.Rate()/5000, ms(hot.P99)/50, hot.Extra), "; ")
+	read, err := measured(func() (Row, error) {
+		return closedLoop(fmt.Sprintf("GetRoomSnapshot, %d rooms, 128 in flight", len(rooms)), 128, opts.Commands, func(w int, i int64) error {
+			c, cancel := call()
+			defer cancel()
+			_, err := client(w).GetRoomSnapshot(c, connect.NewRequest(&roomv1.GetRoomSnapshotRequest{RoomId: rooms[int(i)%len(rooms)]}))
+			return err
+		})
 	})
 	if err != nil {
 		return nil, err
 	}
-	read.Extra = fmt.Sprintf("target >= 20000/s: %.2fx", read.Rate()/20000)
+	read.Extra = strings.TrimSuffix(fmt.Sprintf("target >= 20000/s: %.2fx; %s", read.Rate()/20000, read.Extra), "; ")
 
 	var cpu1 syscall.Rusage
 	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &cpu1)
