@@ -78,8 +78,8 @@ func newProducer(ctx context.Context, repo store.Repository, prefix string, room
 }
 
 // commit commits n rows, round robin over the rooms, one transaction per
-// len(rooms) rows.
-func (p *producer) commit(ctx context.Context, n int) error {
+// len(rooms) rows, and calls committed with each room it wrote to (nil: none).
+func (p *producer) commit(ctx context.Context, n int, committed func(roomID string)) error {
 	var batches []store.Batch
 	flush := func() error {
 		res, err := p.repo.CommitBatches(ctx, batches)
@@ -89,6 +89,11 @@ func (p *producer) commit(ctx context.Context, n int) error {
 		for _, e := range res {
 			if e != nil {
 				return e
+			}
+		}
+		if committed != nil {
+			for _, b := range batches {
+				committed(b.RoomID)
 			}
 		}
 		batches = batches[:0]
@@ -167,7 +172,7 @@ func RelayScenarios(ctx context.Context, env Env, dir string, events, rate int, 
 	if err != nil {
 		return nil, err
 	}
-	if err := backlog.commit(ctx, events); err != nil {
+	if err := backlog.commit(ctx, events, nil); err != nil {
 		return nil, err
 	}
 	steadyRooms, err := newProducer(ctx, repo, "steady", 50)
@@ -234,7 +239,8 @@ func RelayScenarios(ctx context.Context, env Env, dir string, events, rate int, 
 	return append(rows, drain), nil
 }
 
-// produce commits rate events per second for d, waking the relay like a cell does.
+// produce commits rate events per second for d, naming the rooms to the
+// relay like a cell does.
 func produce(ctx context.Context, p *producer, relay *relay.Relay, rate int, d time.Duration) error {
 	const tick = 10 * time.Millisecond
 	per := max(rate*int(tick)/int(time.Second), 1)
@@ -242,10 +248,9 @@ func produce(ctx context.Context, p *producer, relay *relay.Relay, rate int, d t
 	defer t.Stop()
 	end := time.Now().Add(d)
 	for time.Now().Before(end) {
-		if err := p.commit(ctx, per); err != nil {
+		if err := p.commit(ctx, per, relay.Notify); err != nil {
 			return err
 		}
-		relay.Wake()
 		select {
 		case <-ctx.Done():
 			return ctx.Err()

@@ -1,12 +1,14 @@
 package cell
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"runtime/debug"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	roomv1 "hyapp/room-service/gen/room/v1"
@@ -43,6 +45,7 @@ type response struct {
 // Stop reasons, also the label of the stops metric.
 const (
 	stopIdle     = "idle"
+	stopEvicted  = "evicted" // passivated to make room for another (Config.MaxRooms)
 	stopShutdown = "shutdown"
 	stopFenced   = "fenced"
 	stopLease    = "lease_lost"
@@ -60,6 +63,15 @@ type Cell struct {
 	lease   lease.Handle
 	mailbox *mailbox
 	done    chan struct{}
+	evict   chan chan bool // asks the cell to passivate; it answers whether it does
+	used    atomic.Int64   // the registry's tick of its last call
+
+	// Reads without the mailbox (Registry.Snapshot): head is the version
+	// the room last committed (stored before any caller is answered), view
+	// the snapshot message the cell last built. A read may use the view
+	// while it is of the head version.
+	head atomic.Int64
+	view atomic.Pointer[view]
 
 	// Owned by the cell goroutine.
 	state        *room.State
@@ -118,6 +130,13 @@ func (c *Cell) run() {
 				return
 			}
 			idle.Reset(c.reg.cfg.IdleTimeout)
+		case ok := <-c.evict:
+			if c.reg.detachIdle(c) {
+				ok <- true
+				c.finish(stopEvicted)
+				return
+			}
+			ok <- false
 		case <-c.lease.Lost():
 			c.finish(stopLease)
 			return
@@ -176,6 +195,7 @@ func (c *Cell) handle(batch []*request) (stop string) {
 	if err != nil {
 		return c.fail(batch, err)
 	}
+	c.head.Store(c.state.Version) // committed: a read after any answer below sees it
 	for _, p := range cmds {
 		p.req.reply <- response{result: p.result, err: p.err}
 		label := resultLabel(p)
@@ -587,10 +607,37 @@ func (c *Cell) snapshot() *roomv1.RoomSnapshot {
 	if c.snapCache == nil || c.snapCache.GetRoomVersion() != c.state.Version {
 		c.snapCache = snapshot.ToProto(c.state)
 	}
-	if next, now := c.state.NextExpiry(), c.reg.cfg.Clock().UnixMilli(); next != 0 && next <= now {
-		return snapshot.WithoutEnded(c.snapCache, now)
+	v := c.view.Load()
+	if v == nil || v.snap != c.snapCache {
+		v = &view{snap: c.snapCache, nextExpiry: c.state.NextExpiry()}
+		c.view.Store(v)
 	}
-	return c.snapCache
+	return v.at(c.reg.cfg.Clock().UnixMilli())
+}
+
+// view is a snapshot message the cell built, for reads without the mailbox.
+type view struct {
+	snap       *roomv1.RoomSnapshot
+	nextExpiry int64 // unix ms of the earliest ban or mute end (0: none)
+}
+
+// at answers the view as a query at now (unix ms) does: without the bans and
+// mutes that ended since (a copy only then).
+func (v *view) at(now int64) *roomv1.RoomSnapshot {
+	if v.nextExpiry != 0 && v.nextExpiry <= now {
+		return snapshot.WithoutEnded(v.snap, now)
+	}
+	return v.snap
+}
+
+// current returns the room's snapshot without the mailbox when the cell
+// built it at its committed head and its lease is fresh; nil otherwise.
+func (c *Cell) current(ctx context.Context) *roomv1.RoomSnapshot {
+	v := c.view.Load()
+	if v == nil || v.snap.GetRoomVersion() != c.head.Load() || c.lease.Check(ctx) != nil {
+		return nil
+	}
+	return v.at(c.reg.cfg.Clock().UnixMilli())
 }
 
 // reload rebuilds the state from storage under the same epoch.
@@ -613,11 +660,41 @@ func (c *Cell) reload() error {
 // adopt takes a recovered state as the cell's own.
 func (c *Cell) adopt(rec *Recovered) {
 	c.state, c.lastSnapshot, c.snapCache = rec.State, rec.SnapshotVersion, nil
+	c.view.Store(nil)
+	c.head.Store(c.state.Version)
 	c.recent = newRecentIDs(c.reg.cfg.RecentIDs)
 	for _, r := range rec.Replayed {
 		c.recent.add(r.CommandID, recentEntry{version: r.RoomVersion, typ: room.CommandType(r.CommandType), payload: r.Payload})
 	}
 	c.reg.features.loaded(c.state)
+}
+
+// passivate asks the cell to stop as an idle one does, and waits until it
+// stopped. It reports false when the cell has queued requests (it stays),
+// or ctx ends first.
+func (c *Cell) passivate(ctx context.Context) bool {
+	ok := make(chan bool, 1)
+	select {
+	case c.evict <- ok:
+	case <-c.done:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+	select {
+	case yes := <-ok:
+		if !yes {
+			return false
+		}
+	case <-ctx.Done():
+		return false
+	}
+	select {
+	case <-c.done:
+		return true
+	case <-ctx.Done():
+		return false
+	}
 }
 
 // finish ends the cell: a graceful stop stores a final snapshot so the next
@@ -626,10 +703,17 @@ func (c *Cell) finish(reason string) {
 	c.reg.features.stopped(c.roomID)
 	c.reg.detach(c)
 	c.reg.metrics.Stops.WithLabelValues(reason).Inc()
-	graceful := reason == stopIdle || reason == stopShutdown
+	graceful := reason == stopIdle || reason == stopShutdown || reason == stopEvicted
 	if graceful && c.state.Version > c.lastSnapshot {
 		if err := c.saveSnapshot(); err != nil {
+			graceful = false
 			c.log.Warn("final snapshot", "err", err)
+		}
+	}
+	if graceful {
+		// The next owner learns that this one left cleanly (not a failover).
+		if err := c.reg.store.ReleaseRoom(c.reg.ctx, c.roomID, c.epoch); err != nil {
+			c.log.Warn("release room", "err", err)
 		}
 	}
 	if err := c.lease.Release(c.reg.ctx); err != nil {

@@ -383,3 +383,39 @@ func TestSnapshotHidesEndedRestrictions(t *testing.T) {
 		t.Fatalf("after the ban ended: bans %v, version %d (%v); want none at version %d", snap.GetBans(), snap.GetRoomVersion(), err, v)
 	}
 }
+
+// TestAReadDoesNotWaitBehindACommit: while the cell is stuck in a commit,
+// a snapshot read answers at once with the last committed version, and
+// once the command is answered a read sees it.
+func TestAReadDoesNotWaitBehindACommit(t *testing.T) {
+	repo := openRepo(t)
+	setup := newRegistry(t, repo, cell.Config{}, nil)
+	createRoom(t, setup, "read")
+	if err := setup.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	blocked := &blockingRepo{Repository: repo, entered: make(chan struct{}), release: make(chan struct{})}
+	reg := newRegistry(t, blocked, cell.Config{}, nil)
+	var release sync.Once
+	defer release.Do(func() { close(blocked.release) }) // a failed check must not leave the commit stuck
+	if snap, err := reg.Snapshot(context.Background(), "read"); err != nil || snap.GetRoomVersion() != 1 {
+		t.Fatalf("snapshot: version %d, %v", snap.GetRoomVersion(), err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		mustSubmit(t, reg, env("read", "change", 1, &room.ChangeBackground{BackgroundURL: "x"}))
+	}()
+	<-blocked.entered // the cell is now stuck in its commit
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	snap, err := reg.Snapshot(ctx, "read")
+	cancel()
+	if err != nil || snap.GetRoomVersion() != 1 {
+		t.Fatalf("snapshot during the commit: version %d, %v; want 1 at once", snap.GetRoomVersion(), err)
+	}
+	release.Do(func() { close(blocked.release) })
+	<-done
+	if snap, err := reg.Snapshot(context.Background(), "read"); err != nil || snap.GetRoomVersion() != 2 || snap.GetProfile().GetBackgroundUrl() != "x" {
+		t.Fatalf("snapshot after the answer: version %d, background %q, %v; want 2, x", snap.GetRoomVersion(), snap.GetProfile().GetBackgroundUrl(), err)
+	}
+}

@@ -11,6 +11,7 @@ type Metrics struct {
 	MailboxDepth   prometheus.Histogram   // queued requests seen when a cell starts a batch
 	LoadedCells    prometheus.Gauge
 	Recoveries     *prometheus.CounterVec // by result
+	Claims         *prometheus.CounterVec // rooms claimed, by how the previous owner left (see claimKind)
 	ReplayLength   prometheus.Histogram   // commands replayed per recovery
 	RecoverSeconds prometheus.Histogram
 	Stops          *prometheus.CounterVec // cell stops by reason
@@ -43,6 +44,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Recoveries: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "room_recoveries_total", Help: "Room recoveries, by result.",
 		}, []string{"result"}),
+		Claims: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "room_claims_total",
+			Help: "Rooms this node claimed and recovered, by kind: new (first owner), released (the previous owner stopped cleanly: idle or hand-off), failover (another node held it and did not release it), restart (this node held it and did not release it).",
+		}, []string{"kind"}),
 		ReplayLength: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "room_replay_commands", Help: "Commands replayed per recovery.", Buckets: append([]float64{0}, exp(1, 15)...),
 		}),
@@ -62,7 +67,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}
 	if reg != nil {
 		reg.MustRegister(m.Commands, m.BatchSize, m.TxnRooms, m.CommitSeconds, m.MailboxDepth, m.LoadedCells,
-			m.Recoveries, m.ReplayLength, m.RecoverSeconds, m.Stops, m.RocketWakeups, m.WalletSeconds)
+			m.Recoveries, m.Claims, m.ReplayLength, m.RecoverSeconds, m.Stops, m.RocketWakeups, m.WalletSeconds)
 	}
 	return m
 }

@@ -16,6 +16,8 @@ type Store interface {
 	Log
 	// ClaimRoom makes nodeID the room's owner and returns the new owner epoch and the durable head.
 	ClaimRoom(ctx context.Context, roomID string, nodeID string) (store.Claim, error)
+	// ReleaseRoom records a clean stop of the owner at epoch.
+	ReleaseRoom(ctx context.Context, roomID string, epoch int64) error
 	// GetRoomMeta reads a room's metadata; found is false when the room does not exist.
 	GetRoomMeta(ctx context.Context, roomID string) (store.RoomMeta, bool, error)
 	// SaveRoomMeta stores a room's metadata before its first command; a room with commands is ErrConflict.

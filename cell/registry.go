@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"runtime/debug"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	roomv1 "hyapp/room-service/gen/room/v1"
@@ -28,6 +29,11 @@ type Config struct {
 	SnapshotEvery int
 	// IdleTimeout passivates a room that received nothing for this long.
 	IdleTimeout time.Duration
+	// MaxRooms bounds the rooms loaded at once (0: no bound). Loading one
+	// more passivates the least recently used room that has nothing
+	// queued (with a final snapshot); when every room is busy the load is
+	// refused with node_full.
+	MaxRooms int
 	// CommitTimeout bounds one group-commit transaction.
 	CommitTimeout time.Duration
 	// CommitWorkers is the number of parallel group-commit transactions.
@@ -137,6 +143,8 @@ type Registry struct {
 	wg        sync.WaitGroup // cells and the timer scanner
 	wakes     *wakers        // wakeups of the features' in-memory timers
 
+	uses atomic.Int64 // a clock of calls: each cell keeps the tick of its last one (LRU)
+
 	mu      sync.Mutex
 	closed  bool
 	cells   map[string]*Cell
@@ -190,7 +198,17 @@ func (r *Registry) Submit(ctx context.Context, env *room.Envelope) (Result, erro
 }
 
 // Snapshot returns the room's live state. The message is shared and must not be modified.
+// A loaded room whose state has not changed since the cell last built its
+// snapshot answers without the mailbox: a read does not wait behind writes.
 func (r *Registry) Snapshot(ctx context.Context, roomID string) (*roomv1.RoomSnapshot, error) {
+	r.mu.Lock()
+	c := r.cells[roomID]
+	r.mu.Unlock()
+	if c != nil {
+		if snap := c.current(ctx); snap != nil {
+			return snap, nil
+		}
+	}
 	resp, err := r.call(ctx, roomID, nil)
 	return resp.snap, err
 }
@@ -201,6 +219,7 @@ func (r *Registry) call(ctx context.Context, roomID string, env *room.Envelope) 
 		if err != nil {
 			return response{}, err
 		}
+		c.used.Store(r.uses.Add(1))
 		req := &request{env: env, reply: make(chan response, 1)}
 		if !c.mailbox.push(req) {
 			select {
@@ -231,7 +250,21 @@ func (r *Registry) cell(ctx context.Context, roomID string) (*Cell, error) {
 	for {
 		r.mu.Lock()
 		if r.closed {
+			// A room this node still runs is being handed off: answer once
+			// its final snapshot is stored and its lease released, so the
+			// caller's retry finds the room free for the next owner instead
+			// of guessing how long the hand-off takes.
+			c := r.cells[roomID]
+			if c == nil {
+				c = r.exiting[roomID]
+			}
 			r.mu.Unlock()
+			if c != nil {
+				select {
+				case <-c.done:
+				case <-ctx.Done():
+				}
+			}
 			return nil, room.ErrShutdown
 		}
 		if c := r.cells[roomID]; c != nil {
@@ -256,6 +289,14 @@ func (r *Registry) cell(ctx context.Context, roomID string) (*Cell, error) {
 			case <-ctx.Done():
 				return nil, room.Errorf(room.ErrUnavailable, "room %s is loading: %v", roomID, ctx.Err())
 			}
+		}
+		if r.cfg.MaxRooms > 0 && len(r.cells)+len(r.loading) >= r.cfg.MaxRooms {
+			victim := r.leastRecentlyUsedLocked()
+			r.mu.Unlock()
+			if victim == nil || !victim.passivate(ctx) {
+				return nil, room.Errorf(room.ErrNodeFull, "room %s: %d rooms loaded", roomID, r.cfg.MaxRooms)
+			}
+			continue
 		}
 		l := &load{done: make(chan struct{})}
 		r.loading[roomID] = l
@@ -291,6 +332,19 @@ func (r *Registry) cell(ctx context.Context, roomID string) (*Cell, error) {
 		}
 		return c, nil
 	}
+}
+
+// leastRecentlyUsedLocked returns the loaded cell called least recently
+// among those with nothing queued, or nil. It scans every cell: it runs
+// only when the node is full.
+func (r *Registry) leastRecentlyUsedLocked() *Cell {
+	var lru *Cell
+	for _, c := range r.cells {
+		if c.mailbox.len() == 0 && (lru == nil || c.used.Load() < lru.used.Load()) {
+			lru = c
+		}
+	}
+	return lru
 }
 
 // load takes the lease, claims the room's epoch and recovers its state.
@@ -353,13 +407,40 @@ func (r *Registry) recoverCell(roomID string, h lease.Handle) (c *Cell, err erro
 		return nil, room.Errorf(room.ErrRecoveryFailed, "room %s: replay reached version %d, the head is %d", roomID, rec.State.Version, claim.HeadVersion)
 	}
 	r.metrics.ReplayLength.Observe(float64(len(rec.Replayed)))
+	kind := claimKind(claim, r.cfg.NodeID)
+	r.metrics.Claims.WithLabelValues(kind).Inc()
+	if kind == claimFailover || kind == claimRestart {
+		r.log.Info("room taken over from an owner that did not release it", "room_id", roomID,
+			"previous_node", claim.PreviousNode, "epoch", claim.Epoch, "replayed", len(rec.Replayed))
+	}
 	c = &Cell{
 		reg: r, roomID: roomID, epoch: claim.Epoch, lease: h,
-		mailbox: newMailbox(r.cfg.MailboxSize), done: make(chan struct{}),
+		mailbox: newMailbox(r.cfg.MailboxSize), done: make(chan struct{}), evict: make(chan chan bool),
 		log: r.log.With("room_id", roomID),
 	}
 	c.adopt(rec)
 	return c, nil
+}
+
+// Kinds of room_claims_total.
+const (
+	claimNew      = "new"
+	claimReleased = "released"
+	claimFailover = "failover"
+	claimRestart  = "restart"
+)
+
+// claimKind says how a claimed room's previous owner left it.
+func claimKind(c store.Claim, self string) string {
+	switch {
+	case c.Epoch == 1:
+		return claimNew
+	case c.PreviousNode == "":
+		return claimReleased
+	case c.PreviousNode == self:
+		return claimRestart
+	}
+	return claimFailover
 }
 
 // detachIdle removes an idle cell from the routing table, unless requests

@@ -19,6 +19,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"hyapp/room-service/auth"
 	"hyapp/room-service/gift"
 	"hyapp/room-service/room"
 )
@@ -27,14 +28,16 @@ import (
 // flag name (with - for _) and, upper-cased with the ROOM_ prefix, its
 // environment variable: listen, -listen, ROOM_LISTEN.
 type Config struct {
-	Listen          string        `yaml:"listen" help:"address to serve the API on; any non-loopback address needs a token"`
+	Listen          string        `yaml:"listen" help:"address to serve the API on; any non-loopback address needs credentials (token, tokens or callers)"`
 	DataDir         string        `yaml:"data_dir" help:"directory for the embedded SQLite database"`
 	MySQLDSN        string        `yaml:"mysql_dsn" help:"MySQL/MariaDB DSN (user:pass@tcp(host:3306)/db); when set, rooms are stored there instead of SQLite" secret:"true"`
-	Token           string        `yaml:"token" help:"service token callers send as 'Authorization: Bearer <token>'" secret:"true"`
+	Token           string        `yaml:"token" help:"service token callers send as 'Authorization: Bearer <token>' (at least 32 bytes): one caller with the scopes room and act-as-any" secret:"true"`
 	NodeID          string        `yaml:"node_id" help:"this node's name in room ownership records and the fleet (default: host name)"`
 	RedisURL        string        `yaml:"redis_url" help:"Redis for room leases and fleet membership (redis://host:6379/0); when set, this node is one of a fleet sharing mysql_dsn and nats_url" secret:"true"`
+	RedisKeyPrefix  string        `yaml:"redis_key_prefix" help:"fleet mode: prefix of the fleet's Redis keys, so fleets (staging, production) can share one Redis; every node of a fleet sets the same"`
 	AdvertiseAddr   string        `yaml:"advertise_addr" help:"fleet mode: host:port the other nodes reach this node's API on"`
 	LeaseTTL        time.Duration `yaml:"lease_ttl" help:"fleet mode: time to live of a room's lease in Redis; a crashed node's rooms move after about this long"`
+	DrainGrace      time.Duration `yaml:"drain_grace" help:"fleet mode: how long a stopping node keeps taking calls (forwarding them to the rooms' next owners) after its readiness turns false, so load balancers stop sending to it first"`
 	LogLevel        string        `yaml:"log_level" help:"debug, info, warn or error"`
 	LogFormat       string        `yaml:"log_format" help:"text or json"`
 	SQLiteSync      string        `yaml:"sqlite_synchronous" help:"FULL (every commit durable) or NORMAL"`
@@ -47,7 +50,8 @@ type Config struct {
 	ShutdownTimeout time.Duration `yaml:"shutdown_timeout" help:"bound on graceful shutdown"`
 	PlatformUsers   []int64       `yaml:"platform_operators" help:"comma-separated user ids of platform staff, who may act as any room's owner"`
 	NATSURL         string        `yaml:"nats_url" help:"NATS server or cluster for durable room events (nats://host:4222,...); empty: an embedded server storing under data_dir/nats" secret:"true"`
-	NATSListen      string        `yaml:"nats_listen" help:"embedded NATS: also listen on this address (such as 127.0.0.1:4333) so consumers can attach"`
+	NATSListen      string        `yaml:"nats_listen" help:"embedded NATS: also listen on this address (such as 127.0.0.1:4333) so consumers can attach; off loopback it needs nats_token"`
+	NATSToken       string        `yaml:"nats_token" help:"embedded NATS: the token every client presents (nats://<token>@host:port), at least 32 bytes" secret:"true"`
 	NATSStream      string        `yaml:"nats_stream" help:"JetStream stream of durable room events"`
 	NATSSubjects    string        `yaml:"nats_subject_prefix" help:"subject prefix of durable room events: the stream captures <prefix>.> (two streams on one server need different prefixes)"`
 	RelayAttempts   int           `yaml:"relay_max_attempts" help:"failed deliveries after which an outbox row is dead (broker outages do not count)"`
@@ -75,10 +79,34 @@ type Config struct {
 	ReconcileAfter   time.Duration `yaml:"wallet_reconcile_after" help:"pending charges older than this are settled (gift committed) or refunded (it did not)"`
 	RocketScan       time.Duration `yaml:"rocket_scan_interval" help:"how often due rocket launches of rooms not loaded are looked for"`
 
+	// Callers and the limits applied before any work.
+	Tokens           string        `yaml:"tokens" help:"callers as name=token:scope+scope;name2=token2:scope (scopes: room, wallet.credit, operator, platform, act-as-any; tokens of at least 32 bytes)" secret:"true"`
+	UserJWTKeys      string        `yaml:"user_jwt_keys" help:"keys that verify the user assertions (X-Room-User) of callers without act-as-any: hs256:<secret> or jwks:<JWKS file>" secret:"true"`
+	AdminListen      string        `yaml:"admin_listen" help:"address of /metrics, gRPC reflection and /debug/pprof/, which need no credentials (keep it loopback or private; off: not served)"`
+	MaxRequestBytes  int           `yaml:"max_request_bytes" help:"largest request message, before and after decompression"`
+	MaxConnections   int           `yaml:"max_connections" help:"most open connections to the API port"`
+	HTTPReadTimeout  time.Duration `yaml:"http_read_timeout" help:"bound on reading one request, body included"`
+	HTTPWriteTimeout time.Duration `yaml:"http_write_timeout" help:"bound on one call, from its headers to the end of its answer"`
+	HTTPIdleTimeout  time.Duration `yaml:"http_idle_timeout" help:"an idle keep-alive connection is closed after this"`
+	HTTP2MaxStreams  int           `yaml:"http2_max_streams" help:"most calls in flight on one HTTP/2 connection"`
+	MaxRooms         int           `yaml:"max_rooms" help:"rooms loaded at once on this node; one more passivates the least recently used idle room (node_full when all are busy)"`
+	CreateRoomRate   int           `yaml:"create_room_rate" help:"rooms each caller may create per second on one node, in bursts of twice as many (0: no bound)"`
+
 	// Lists, set in the YAML file only.
+	CallerList   []CallerConfig `yaml:"callers" nested:"true"`
 	Gifts        []gift.Gift    `yaml:"gifts" nested:"true"`
 	LuckyTable   []gift.Outcome `yaml:"lucky_table" nested:"true"`
 	RocketLevels []RocketLevel  `yaml:"rocket_levels" nested:"true"`
+}
+
+// CallerConfig is one caller in the config file: its name, its token in
+// the clear or the token's SHA-256 in hex (token_sha256, so the file holds
+// no secret), and its scopes.
+type CallerConfig struct {
+	Name        string   `yaml:"name"`
+	Token       string   `yaml:"token"`
+	TokenSHA256 string   `yaml:"token_sha256"`
+	Scopes      []string `yaml:"scopes"`
 }
 
 // RocketLevel is one rocket level: the fuel (gift value) that ignites it
@@ -94,14 +122,97 @@ func Default() Config {
 	return Config{
 		Listen: "127.0.0.1:8080", DataDir: "./data", LogLevel: "info", LogFormat: "text", SQLiteSync: "FULL",
 		SnapshotEvery: 500, MailboxSize: 4096, MaxBatch: 256,
-		LeaseTTL:    5 * time.Second,
+		LeaseTTL: 5 * time.Second, DrainGrace: 2 * time.Second,
 		IdleTimeout: 10 * time.Minute, CommitTimeout: 5 * time.Second, ShutdownTimeout: 30 * time.Second,
 		NATSStream: "ROOM_EVENTS", NATSSubjects: "room.events", RelayAttempts: 10, TIMAppBudget: 200, TIMCallBudget: 200, IMBudget: 20, IMRegionalMin: 10_000,
 		RetainVersions: 10_000, RetainCommands: 7 * 24 * time.Hour, RetainPublished: 3 * 24 * time.Hour, RetainEvery: time.Minute,
 		BusinessTZ: "UTC", RankSize: 10, LuckyMaxPayout: 9_500, LuckyRegionalMin: 10_000,
 		WalletTimeout: 3 * time.Second, GiftApplyWindow: 30 * time.Second, ReconcileAfter: 2 * time.Minute, RocketScan: time.Second,
 		Gifts: gift.DefaultGifts(), LuckyTable: gift.DefaultLucky(), RocketLevels: defaultRocketLevels(),
+		AdminListen: "127.0.0.1:0", MaxRequestBytes: 1 << 20, MaxConnections: 4096,
+		HTTPReadTimeout: 10 * time.Second, HTTPWriteTimeout: 30 * time.Second, HTTPIdleTimeout: 2 * time.Minute, HTTP2MaxStreams: 250, CreateRoomRate: 20, MaxRooms: 100_000,
 	}
+}
+
+// Callers returns the configured callers: token (scopes room and
+// act-as-any, named "token"), tokens and callers. None: no credentials are
+// configured. Validate reports their problems.
+func (c Config) Callers() ([]auth.Caller, error) {
+	var out []auth.Caller
+	var p []error
+	if c.Token != "" {
+		if tc, err := auth.NewCaller("token", c.Token, []auth.Scope{auth.Room, auth.ActAsAny}); err != nil {
+			p = append(p, fmt.Errorf("token (ROOM_TOKEN): %w", err))
+		} else {
+			out = append(out, tc)
+		}
+	}
+	list, err := auth.ParseTokens(c.Tokens)
+	if err != nil {
+		p = append(p, fmt.Errorf("tokens (ROOM_TOKENS): %w", err))
+	}
+	out = append(out, list...)
+	for i, cc := range c.CallerList {
+		scopes, err := auth.ParseScopes(cc.Scopes)
+		if err != nil {
+			p = append(p, fmt.Errorf("callers[%d] %q: %w", i, cc.Name, err))
+			continue
+		}
+		switch {
+		case (cc.Token == "") == (cc.TokenSHA256 == ""):
+			p = append(p, fmt.Errorf("callers[%d] %q: set token or token_sha256, not both", i, cc.Name))
+		case cc.Token != "":
+			caller, err := auth.NewCaller(cc.Name, cc.Token, scopes)
+			if err != nil {
+				p = append(p, fmt.Errorf("callers[%d]: %w", i, err))
+				continue
+			}
+			out = append(out, caller)
+		default:
+			h, err := auth.ParseHash(cc.TokenSHA256)
+			if err != nil {
+				p = append(p, fmt.Errorf("callers[%d] %q: token_sha256: %w", i, cc.Name, err))
+				continue
+			}
+			out = append(out, auth.Caller{Name: cc.Name, Hash: h, Scopes: scopes})
+		}
+	}
+	if _, err := auth.NewCallers(out); err != nil {
+		p = append(p, err)
+	}
+	return out, errors.Join(p...)
+}
+
+// UserKeys returns the keys of the user assertions; nil when none are
+// configured. Validate reports their problems.
+func (c Config) UserKeys() (*auth.UserKeys, error) {
+	if c.UserJWTKeys == "" {
+		return nil, nil
+	}
+	return auth.ParseUserKeys(c.UserJWTKeys)
+}
+
+// validateCallers checks the callers, the user keys and what needs them.
+func (c Config) validateCallers() []error {
+	var p []error
+	callers, err := c.Callers()
+	if err != nil {
+		p = append(p, err)
+	}
+	if _, err := c.UserKeys(); err != nil {
+		p = append(p, err)
+	}
+	for _, cl := range callers {
+		if cl.Has(auth.Room) && !cl.Has(auth.ActAsAny) && c.UserJWTKeys == "" {
+			p = append(p, fmt.Errorf("caller %q has the room scope without act-as-any: set user_jwt_keys (ROOM_USER_JWT_KEYS) to verify the users it asserts", cl.Name))
+		}
+	}
+	if c.AdminListen != "off" {
+		if _, _, err := net.SplitHostPort(c.AdminListen); err != nil {
+			p = append(p, fmt.Errorf("admin_listen %q: %v (off: not served)", c.AdminListen, err))
+		}
+	}
+	return p
 }
 
 func defaultRocketLevels() []RocketLevel {
@@ -225,11 +336,18 @@ func (c Config) Validate() error {
 	host, _, err := net.SplitHostPort(c.Listen)
 	if err != nil {
 		p = append(p, fmt.Errorf("listen %q: %v", c.Listen, err))
-	} else if c.Token == "" && !isLoopback(host) {
-		p = append(p, fmt.Errorf("listen %q is not a loopback address: set a token (ROOM_TOKEN) before exposing the service", c.Listen))
+	} else if !c.HasCredentials() && !isLoopback(host) {
+		p = append(p, fmt.Errorf("listen %q is not a loopback address: set credentials (ROOM_TOKENS or ROOM_TOKEN) before exposing the service", c.Listen))
 	}
-	if c.NATSURL != "" && c.NATSListen != "" {
-		p = append(p, errors.New("nats_listen is for the embedded server; it cannot go with nats_url"))
+	p = append(p, c.validateCallers()...)
+	if c.NATSURL != "" && (c.NATSListen != "" || c.NATSToken != "") {
+		p = append(p, errors.New("nats_listen and nats_token are for the embedded server; they cannot go with nats_url"))
+	}
+	if host, _, err := net.SplitHostPort(c.NATSListen); err == nil && c.NATSToken == "" && !isLoopback(host) {
+		p = append(p, fmt.Errorf("nats_listen %q is not a loopback address: set nats_token (ROOM_NATS_TOKEN), or anyone who reaches it could publish room events", c.NATSListen))
+	}
+	if c.NATSToken != "" && len(c.NATSToken) < auth.MinTokenLen {
+		p = append(p, fmt.Errorf("nats_token is %d bytes; at least %d are required", len(c.NATSToken), auth.MinTokenLen))
 	}
 	p = append(p, c.validateFleet()...)
 	if _, err := c.RegionalGroups(); err != nil {
@@ -279,7 +397,10 @@ func (c Config) Validate() error {
 		{"retain_versions", c.RetainVersions, 0, 1 << 30}, {"relay_max_attempts", c.RelayAttempts, 1, 1000},
 		{"im_group_budget", c.IMBudget, 1, 40}, {"tim_app_budget", c.TIMAppBudget, 1, 1_000_000},
 		{"tim_call_budget", c.TIMCallBudget, 1, 1_000_000}, {"im_regional_threshold", c.IMRegionalMin, 0, 1 << 30},
-		{"rank_size", c.RankSize, 1, 100}, {"lucky_max_payout_bp", c.LuckyMaxPayout, 0, 1_000_000},
+		{"rank_size", c.RankSize, 1, 100}, {"lucky_max_payout_bp", c.LuckyMaxPayout, 0, 10_000},
+		{"max_request_bytes", c.MaxRequestBytes, 1 << 10, 64 << 20}, {"max_connections", c.MaxConnections, 1, 1 << 20},
+		{"http2_max_streams", c.HTTP2MaxStreams, 1, 10_000}, {"create_room_rate", c.CreateRoomRate, 0, 100_000},
+		{"max_rooms", c.MaxRooms, 1, 10_000_000},
 		{"lucky_regional_threshold", c.LuckyRegionalMin, 0, 1 << 30},
 	} {
 		if n.v < n.min || n.v > n.max {
@@ -294,6 +415,7 @@ func (c Config) Validate() error {
 		{"retain_commands_for", c.RetainCommands}, {"retain_published_for", c.RetainPublished}, {"retention_interval", c.RetainEvery},
 		{"wallet_timeout", c.WalletTimeout}, {"gift_apply_window", c.GiftApplyWindow},
 		{"wallet_reconcile_after", c.ReconcileAfter}, {"rocket_scan_interval", c.RocketScan},
+		{"http_read_timeout", c.HTTPReadTimeout}, {"http_write_timeout", c.HTTPWriteTimeout}, {"http_idle_timeout", c.HTTPIdleTimeout},
 	} {
 		if d.v <= 0 {
 			p = append(p, fmt.Errorf("%s must be positive, got %v", d.key, d.v))
@@ -305,6 +427,21 @@ func (c Config) Validate() error {
 		}
 	}
 	return errors.Join(p...)
+}
+
+// HasCredentials reports whether any caller credential is configured.
+// Without one every call is served, which only a loopback listen allows.
+func (c Config) HasCredentials() bool {
+	return c.Token != "" || c.Tokens != "" || len(c.CallerList) > 0
+}
+
+// Development reports whether the service runs as a development server:
+// the API on a loopback address and no credentials. Only then are the
+// development endpoints (the local Tencent IM endpoint's /local/ pages)
+// and the admin surface served on the API port.
+func (c Config) Development() bool {
+	host, _, err := net.SplitHostPort(c.Listen)
+	return err == nil && isLoopback(host) && !c.HasCredentials()
 }
 
 // Bounds of lease_ttl: below a second a Redis hiccup or a GC pause loses
@@ -320,6 +457,12 @@ func (c Config) validateFleet() []error {
 	var p []error
 	if c.LeaseTTL < minLeaseTTL || c.LeaseTTL > maxLeaseTTL {
 		p = append(p, fmt.Errorf("lease_ttl %v is outside %v..%v", c.LeaseTTL, minLeaseTTL, maxLeaseTTL))
+	}
+	if c.DrainGrace < 0 || c.DrainGrace > c.ShutdownTimeout/2 {
+		p = append(p, fmt.Errorf("drain_grace %v is outside 0..shutdown_timeout/2 (%v): the rooms' hand-off needs the rest", c.DrainGrace, c.ShutdownTimeout/2))
+	}
+	if strings.Contains(c.RedisKeyPrefix, "{") {
+		p = append(p, fmt.Errorf("redis_key_prefix %q holds '{' (a key's hash tag is the room id)", c.RedisKeyPrefix))
 	}
 	if c.RedisURL == "" {
 		return p

@@ -1,6 +1,8 @@
 package config_test
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"flag"
 	"fmt"
@@ -11,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"hyapp/room-service/auth"
 	"hyapp/room-service/config"
 )
 
@@ -220,13 +223,82 @@ func TestUnparsableValues(t *testing.T) {
 	}
 }
 
+// longToken is a token long enough to be accepted.
+const longToken = "s3cret-s3cret-s3cret-s3cret-s3cret"
+
+func TestCallers(t *testing.T) {
+	gw, topup := "gateway-token-0123456789abcdef-xyz", "topup-token-0123456789abcdef-xyzw"
+	sum := sha256.Sum256([]byte("console-token-0123456789abcdef-xyz"))
+	path := writeFile(t, `
+user_jwt_keys: hs256:user-secret-0123456789abcdef-0123
+callers:
+  - {name: console, token_sha256: `+hex.EncodeToString(sum[:])+`, scopes: [operator, platform, room]}
+`)
+	cfg, err := config.Load([]string{"-config", path, "-listen", "0.0.0.0:8080"}, env(map[string]string{
+		"ROOM_TOKENS": "gw=" + gw + ":room;topup=" + topup + ":wallet.credit", "ROOM_TOKEN": longToken,
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	callers, err := cfg.Callers()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, c := range callers {
+		names = append(names, c.Name)
+	}
+	if strings.Join(names, ",") != "token,gw,topup,console" || !callers[0].Has(auth.ActAsAny) || !callers[0].Has(auth.Room) ||
+		callers[0].Has(auth.Operator) || callers[0].Has(auth.WalletCredit) || callers[3].Hash != sum {
+		t.Fatalf("callers %+v", callers)
+	}
+	if s := fmt.Sprint(cfg.Redacted()...); strings.Contains(s, gw) || strings.Contains(s, "user-secret") {
+		t.Errorf("a secret leaks: %s", s)
+	}
+
+	for name, tt := range map[string]struct {
+		env  map[string]string
+		keys []string
+	}{
+		"a short token":                   {map[string]string{"ROOM_TOKEN": "s3cret"}, []string{"token", "32"}},
+		"a short token in tokens":         {map[string]string{"ROOM_TOKENS": "gw=short:room+act-as-any"}, []string{"tokens", "32"}},
+		"an unknown scope":                {map[string]string{"ROOM_TOKENS": "gw=" + gw + ":room+root"}, []string{"tokens", "root"}},
+		"one token for two callers":       {map[string]string{"ROOM_TOKENS": "a=" + gw + ":room+act-as-any;b=" + gw + ":operator"}, []string{"same token"}},
+		"room without act-as-any":         {map[string]string{"ROOM_TOKENS": "gw=" + gw + ":room"}, []string{"gw", "user_jwt_keys"}},
+		"bad user keys":                   {map[string]string{"ROOM_USER_JWT_KEYS": "hs256:short"}, []string{"user_jwt_keys"}},
+		"a missing JWKS file":             {map[string]string{"ROOM_USER_JWT_KEYS": "jwks:/nonexistent/users.jwks"}, []string{"user_jwt_keys"}},
+		"a bad admin address":             {map[string]string{"ROOM_ADMIN_LISTEN": "nowhere"}, []string{"admin_listen"}},
+		"a lucky payout above 100%":       {map[string]string{"ROOM_LUCKY_MAX_PAYOUT_BP": "10001"}, []string{"lucky_max_payout_bp"}},
+		"a request limit of nothing":      {map[string]string{"ROOM_MAX_REQUEST_BYTES": "0"}, []string{"max_request_bytes"}},
+		"an exposed NATS without a token": {map[string]string{"ROOM_NATS_LISTEN": "0.0.0.0:4333"}, []string{"nats_listen", "nats_token"}},
+		"a short NATS token":              {map[string]string{"ROOM_NATS_LISTEN": "0.0.0.0:4333", "ROOM_NATS_TOKEN": "short"}, []string{"nats_token", "32"}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, err := config.Load(nil, env(tt.env))
+			mustMention(t, err, tt.keys...)
+			if err != nil && (strings.Contains(err.Error(), gw) || strings.Contains(err.Error(), "short")) {
+				t.Errorf("the error shows a secret: %v", err)
+			}
+		})
+	}
+}
+
+func TestExposedNATSNeedsAToken(t *testing.T) {
+	if _, err := config.Load([]string{"-nats-listen", "127.0.0.1:4333"}, env(nil)); err != nil {
+		t.Fatalf("loopback without a token: %v", err)
+	}
+	if _, err := config.Load([]string{"-nats-listen", "0.0.0.0:4333"}, env(map[string]string{"ROOM_NATS_TOKEN": longToken})); err != nil {
+		t.Fatalf("exposed with a token: %v", err)
+	}
+}
+
 func TestListenNeedsTokenOffLoopback(t *testing.T) {
 	for _, addr := range []string{"0.0.0.0:8080", ":8080", "10.1.2.3:8080", "[::]:8080"} {
 		t.Run(addr, func(t *testing.T) {
 			_, err := config.Load([]string{"-listen", addr}, env(nil))
 			mustMention(t, err, "listen", "token")
-			cfg, err := config.Load([]string{"-listen", addr}, env(map[string]string{"ROOM_TOKEN": "s3cret"}))
-			if err != nil || cfg.Listen != addr || cfg.Token != "s3cret" {
+			cfg, err := config.Load([]string{"-listen", addr}, env(map[string]string{"ROOM_TOKEN": longToken}))
+			if err != nil || cfg.Listen != addr || cfg.Token != longToken {
 				t.Fatalf("with a token: %+v, %v", cfg, err)
 			}
 		})

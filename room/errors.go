@@ -132,6 +132,9 @@ var (
 
 	// Service.
 	ErrMailboxFull = sentinel(CodeExhausted, "mailbox_full", "the room is busy; retry")
+	// ErrNodeFull: the node holds its most rooms and none of them could be
+	// passivated (every one has queued requests).
+	ErrNodeFull    = sentinel(CodeExhausted, "node_full", "this node holds as many rooms as it may and all are busy; retry")
 	ErrFenced      = sentinel(CodeUnavailable, "room_moved", "another node owns the room now; retry")
 	ErrUnavailable = sentinel(CodeUnavailable, "unavailable", "storage is unavailable; retry")
 	ErrShutdown    = sentinel(CodeUnavailable, "shutting_down", "the node is shutting down; retry")

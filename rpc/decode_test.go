@@ -23,14 +23,22 @@ import (
 // returns the HTTP status and the error's code and ErrorInfo reason.
 func (s *stack) postJSON(t *testing.T, path, body string, auth bool) (status int, code, reason string) {
 	t.Helper()
-	req, err := http.NewRequest(http.MethodPost, s.base+path, strings.NewReader(body))
+	h := http.Header{"Content-Type": {"application/json"}}
+	if auth {
+		h.Set(rpc.Authorization(token))
+	}
+	return s.post(t, path, strings.NewReader(body), h)
+}
+
+// post sends body with header to path with plain net/http and returns the
+// HTTP status and the Connect error's code and ErrorInfo reason.
+func (s *stack) post(t *testing.T, path string, body io.Reader, header http.Header) (status int, code, reason string) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, s.base+path, body)
 	if err != nil {
 		t.Fatal(err)
 	}
-	req.Header.Set("Content-Type", "application/json")
-	if auth {
-		req.Header.Set(rpc.Authorization(token))
-	}
+	req.Header = header
 	res, err := s.h1.Do(req)
 	if err != nil {
 		t.Fatal(err)

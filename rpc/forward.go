@@ -33,9 +33,10 @@ type Owners interface {
 // arrives and never forwarded again.
 const ForwardedBy = "Room-Forwarded-By"
 
-// forwardHeaders are the caller's headers a hop passes on: its credential.
-// The deadline travels as the protocol's timeout header, from ctx.
-var forwardHeaders = []string{"Authorization"}
+// forwardHeaders are the caller's headers a hop passes on: its credential
+// and its user assertion, which the owner checks again. The deadline
+// travels as the protocol's timeout header, from ctx.
+var forwardHeaders = []string{"Authorization", UserHeader}
 
 // Routing tunes how calls reach the node that owns their room. Zero values
 // take the defaults.
@@ -45,11 +46,16 @@ type Routing struct {
 	// its idle connections at shutdown.
 	Client connect.HTTPClient
 	// Attempts bounds the tries of one call: the first and its retries
-	// after a room moved or a hop failed (default 5).
+	// after a room moved or a hop failed (default 12, about 1.3 s of
+	// waiting with the default backoff: a hand-off takes far less).
 	Attempts int
-	// Backoff is the wait before the first retry; it doubles before each
-	// next one (default 50ms). The call's deadline bounds every wait.
-	Backoff time.Duration
+	// Backoff is the wait before the second retry; it doubles before each
+	// next one up to MaxBackoff (defaults 10ms and 200ms). The first retry
+	// goes at once: a moving room's old owner answers once the room is
+	// released (see cell.Registry), so the next owner is usually there
+	// already. The call's deadline bounds every wait.
+	Backoff    time.Duration
+	MaxBackoff time.Duration
 	// Metrics observes forwarding; nil funcs observe nothing.
 	Metrics RoutingMetrics
 }
@@ -91,20 +97,24 @@ type router struct {
 	client  connect.HTTPClient
 	tries   int
 	backoff time.Duration
+	ceiling time.Duration // the longest backoff
 	metrics RoutingMetrics
 	log     *slog.Logger
 }
 
 func newRouter(owners Owners, fleet Fleet, node string, r Routing, log *slog.Logger) *router {
-	rt := &router{owners: owners, fleet: fleet, node: node, client: r.Client, tries: r.Attempts, backoff: r.Backoff, metrics: r.Metrics, log: log}
+	rt := &router{owners: owners, fleet: fleet, node: node, client: r.Client, tries: r.Attempts, backoff: r.Backoff, ceiling: r.MaxBackoff, metrics: r.Metrics, log: log}
 	if rt.client == nil {
 		rt.client = http.DefaultClient
 	}
 	if rt.tries <= 0 {
-		rt.tries = 5
+		rt.tries = 12
 	}
 	if rt.backoff <= 0 {
-		rt.backoff = 50 * time.Millisecond
+		rt.backoff = 10 * time.Millisecond
+	}
+	if rt.ceiling < rt.backoff {
+		rt.ceiling = max(rt.backoff, 200*time.Millisecond)
 	}
 	if rt.metrics.Forward == nil {
 		rt.metrics.Forward = func(string) {}
@@ -191,7 +201,7 @@ func (rt *router) header(req connect.AnyRequest) map[string]string {
 // serve runs the call's attempts.
 func (rt *router) serve(ctx context.Context, req connect.AnyRequest, next connect.UnaryFunc, rte route, roomID string) (connect.AnyResponse, error) {
 	header := rt.header(req)
-	wait := rt.backoff
+	wait := time.Duration(0) // the first retry goes at once
 	var err error
 	for try := 1; ; try++ {
 		var res connect.AnyResponse
@@ -203,14 +213,16 @@ func (rt *router) serve(ctx context.Context, req connect.AnyRequest, next connec
 		if try == rt.tries {
 			break
 		}
-		timer := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			timer.Stop()
-			return nil, toConnect(ctx, rt.log, room.Errorf(room.ErrUnavailable, "room %s is moving: %v; retry with the same command_id", roomID, ctx.Err()))
-		case <-timer.C:
+		if wait > 0 {
+			timer := time.NewTimer(wait)
+			select {
+			case <-ctx.Done():
+				timer.Stop()
+				return nil, toConnect(ctx, rt.log, room.Errorf(room.ErrUnavailable, "room %s is moving: %v; retry with the same command_id", roomID, ctx.Err()))
+			case <-timer.C:
+			}
 		}
-		wait *= 2
+		wait = min(max(2*wait, rt.backoff), rt.ceiling)
 	}
 	if connect.IsWireError(err) || Reason(err) != "" {
 		return nil, err // the owner's or this node's last answer, unchanged

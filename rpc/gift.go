@@ -13,11 +13,15 @@ import (
 // SendGift implements RoomService through the gift use case (app.Gifts).
 func (h *RoomHandler) SendGift(ctx context.Context, r *connect.Request[roomv1.SendGiftRequest]) (*connect.Response[roomv1.SendGiftResponse], error) {
 	m := r.Msg
-	res, err := h.gifts.Send(ctx, app.GiftSend{
+	send := app.GiftSend{
 		RoomID: m.GetRoomId(), CommandID: m.GetCommandId(), Sender: m.GetOperatorUserId(),
-		Platform: h.platform(m.GetOperatorUserId()), Receivers: m.GetReceiverUserIds(), GiftID: m.GetGiftId(),
+		Platform: h.asPlatform(ctx, m.GetOperatorUserId()), Receivers: m.GetReceiverUserIds(), GiftID: m.GetGiftId(),
 		Count: m.GetCount(), ComboID: m.GetComboId(),
-	})
+	}
+	res, err := h.gifts.Send(ctx, send)
+	if send.Platform {
+		h.auditPlatform(ctx, &room.Envelope{RoomID: send.RoomID, CommandID: send.CommandID, Operator: send.Sender, Command: &room.SendGift{}}, err)
+	}
 	if err != nil {
 		return nil, toConnect(ctx, h.log, err)
 	}

@@ -19,8 +19,9 @@ import (
 type OperatorStore interface {
 	// GetRoomMeta reads a room's metadata; found is false when the room does not exist.
 	GetRoomMeta(ctx context.Context, roomID string) (store.RoomMeta, bool, error)
-	// ListCommandsAfter returns the room's commands with RoomVersion > roomVersion in version order.
-	ListCommandsAfter(ctx context.Context, roomID string, roomVersion int64) ([]store.CommandRecord, error)
+	// ListCommandsPage returns at most limit of the room's commands with
+	// RoomVersion > roomVersion in version order, and the room's head version.
+	ListCommandsPage(ctx context.Context, roomID string, roomVersion int64, limit int) ([]store.CommandRecord, int64, error)
 	// GetLatestSnapshot reads the room's snapshot; found is false when there is none.
 	GetLatestSnapshot(ctx context.Context, roomID string) (store.SnapshotRecord, bool, error)
 	// OutboxStats summarises the outbox.
@@ -72,15 +73,12 @@ func (h *OperatorHandler) ListCommands(ctx context.Context, r *connect.Request[r
 		}
 		return nil, toConnect(ctx, h.log, err)
 	}
-	recs, err := h.repo.ListCommandsAfter(ctx, m.GetRoomId(), m.GetAfterVersion())
+	recs, head, err := h.repo.ListCommandsPage(ctx, m.GetRoomId(), m.GetAfterVersion(), limit)
 	if err != nil {
 		return nil, toConnect(ctx, h.log, err)
 	}
-	out := &roomv1.ListCommandsResponse{HeadVersion: m.GetAfterVersion()}
-	if n := len(recs); n > 0 {
-		out.HeadVersion = recs[n-1].RoomVersion
-	}
-	for _, c := range recs[:min(limit, len(recs))] {
+	out := &roomv1.ListCommandsResponse{HeadVersion: max(head, m.GetAfterVersion())}
+	for _, c := range recs {
 		out.Commands = append(out.Commands, &roomv1.CommandLogEntry{
 			RoomVersion: c.RoomVersion, CommandId: c.CommandID, CommandType: c.CommandType,
 			PayloadJson: string(c.Payload), Replayable: c.Replayable, CreatedAtMs: c.CreatedAt.UnixMilli(),

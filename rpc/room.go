@@ -9,6 +9,7 @@ import (
 	"connectrpc.com/connect"
 
 	"hyapp/room-service/app"
+	"hyapp/room-service/auth"
 	"hyapp/room-service/cell"
 	roomv1 "hyapp/room-service/gen/room/v1"
 	"hyapp/room-service/gen/room/v1/roomv1connect"
@@ -46,6 +47,7 @@ type RoomHandler struct {
 	gifts    *app.Gifts
 	robots   RobotDisplay
 	platform func(userID int64) bool
+	creates  *perCaller // set by NewMux from Options.CreateRoomRate
 	log      *slog.Logger
 }
 
@@ -106,7 +108,8 @@ var _ roomv1connect.RoomServiceHandler = (*RoomHandler)(nil)
 // catalogue, robot display events are shown through robots (the IM lane);
 // engine, rooms, catalogue and robots are required. platform reports
 // whether a user is platform staff, who may act as any room's owner (nil:
-// nobody is).
+// nobody is); staff act as such only on calls whose caller holds the
+// platform scope.
 func NewRoomHandler(engine Engine, rooms RoomStore, catalogue *gift.Catalogue, robots RobotDisplay, platform func(int64) bool, log *slog.Logger) *RoomHandler {
 	if platform == nil {
 		platform = func(int64) bool { return false }
@@ -127,21 +130,45 @@ type header interface {
 func mutate[Resp any](ctx context.Context, h *RoomHandler, req header, cmd room.Command, wrap func(version int64) *Resp) (*connect.Response[Resp], error) {
 	env := &room.Envelope{
 		RoomID: req.GetRoomId(), CommandID: req.GetCommandId(), Operator: req.GetOperatorUserId(),
-		Platform: h.platform(req.GetOperatorUserId()), Command: cmd,
+		Platform: h.asPlatform(ctx, req.GetOperatorUserId()), Command: cmd,
 	}
 	res, err := h.engine.Submit(ctx, env)
+	if env.Platform {
+		h.auditPlatform(ctx, env, err)
+	}
 	if err != nil {
 		return nil, toConnect(ctx, h.log, err)
 	}
 	return connect.NewResponse(wrap(res.RoomVersion)), nil
 }
 
+// asPlatform reports whether a call acts as platform staff: its user is
+// listed as staff and its caller holds the platform scope.
+func (h *RoomHandler) asPlatform(ctx context.Context, user int64) bool {
+	p, ok := principalOf(ctx)
+	return ok && p.has(auth.Platform) && h.platform(user)
+}
+
+// auditPlatform logs a command run with platform rights.
+func (h *RoomHandler) auditPlatform(ctx context.Context, env *room.Envelope, err error) {
+	p, _ := principalOf(ctx)
+	outcome := "ok"
+	if err != nil {
+		outcome = room.AsError(err).Reason
+	}
+	h.log.InfoContext(ctx, "audit", "caller", p.name(), "scope", auth.Platform, "user", env.Operator,
+		"command", env.Command.Type(), "room_id", env.RoomID, "command_id", env.CommandID, "outcome", outcome)
+}
+
 // CreateRoom implements RoomService.
 func (h *RoomHandler) CreateRoom(ctx context.Context, r *connect.Request[roomv1.CreateRoomRequest]) (*connect.Response[roomv1.CreateRoomResponse], error) {
 	m := r.Msg
+	if p, _ := principalOf(ctx); !p.dev && !h.creates.allow(p.name()) {
+		return nil, toConnect(ctx, h.log, room.Errorf(ErrRateLimited, "caller %s", p.name()))
+	}
 	return mutate(ctx, h, m, &room.CreateRoom{
 		OwnerUserID: m.GetOwnerUserId(), HostUserID: m.GetHostUserId(), SeatCount: m.GetSeatCount(),
-		Mode: m.GetMode(), Region: m.GetRegion(), Title: m.GetTitle(),
+		Mode: display(m.GetMode(), false), Region: display(m.GetRegion(), false), Title: display(m.GetTitle(), false),
 	}, func(v int64) *roomv1.CreateRoomResponse { return &roomv1.CreateRoomResponse{RoomVersion: v} })
 }
 
@@ -155,7 +182,8 @@ func (h *RoomHandler) CloseRoom(ctx context.Context, r *connect.Request[roomv1.C
 func (h *RoomHandler) JoinRoom(ctx context.Context, r *connect.Request[roomv1.JoinRoomRequest]) (*connect.Response[roomv1.JoinRoomResponse], error) {
 	m := r.Msg
 	return mutate(ctx, h, m, &room.JoinRoom{
-		Nickname: m.GetNickname(), AvatarURL: m.GetAvatarUrl(), Vehicle: m.GetVehicle(), EntryEffect: m.GetEntryEffect(),
+		Nickname: display(m.GetNickname(), false), AvatarURL: display(m.GetAvatarUrl(), false),
+		Vehicle: display(m.GetVehicle(), false), EntryEffect: display(m.GetEntryEffect(), false),
 	}, func(v int64) *roomv1.JoinRoomResponse { return &roomv1.JoinRoomResponse{RoomVersion: v} })
 }
 
@@ -234,13 +262,15 @@ func (h *RoomHandler) SetAdmin(ctx context.Context, r *connect.Request[roomv1.Se
 // UpdateProfile implements RoomService.
 func (h *RoomHandler) UpdateProfile(ctx context.Context, r *connect.Request[roomv1.UpdateProfileRequest]) (*connect.Response[roomv1.UpdateProfileResponse], error) {
 	m := r.Msg
-	return mutate(ctx, h, m, &room.UpdateProfile{Title: m.Title, Notice: m.Notice, CoverURL: m.CoverUrl},
+	return mutate(ctx, h, m, &room.UpdateProfile{
+		Title: displayPtr(m.Title, false), Notice: displayPtr(m.Notice, true), CoverURL: displayPtr(m.CoverUrl, false),
+	},
 		func(v int64) *roomv1.UpdateProfileResponse { return &roomv1.UpdateProfileResponse{RoomVersion: v} })
 }
 
 // ChangeBackground implements RoomService.
 func (h *RoomHandler) ChangeBackground(ctx context.Context, r *connect.Request[roomv1.ChangeBackgroundRequest]) (*connect.Response[roomv1.ChangeBackgroundResponse], error) {
-	return mutate(ctx, h, r.Msg, &room.ChangeBackground{BackgroundURL: r.Msg.GetBackgroundUrl()},
+	return mutate(ctx, h, r.Msg, &room.ChangeBackground{BackgroundURL: display(r.Msg.GetBackgroundUrl(), false)},
 		func(v int64) *roomv1.ChangeBackgroundResponse {
 			return &roomv1.ChangeBackgroundResponse{RoomVersion: v}
 		})
@@ -252,14 +282,25 @@ func (h *RoomHandler) SetChatEnabled(ctx context.Context, r *connect.Request[roo
 		func(v int64) *roomv1.SetChatEnabledResponse { return &roomv1.SetChatEnabledResponse{RoomVersion: v} })
 }
 
+// Bounds of GetRoomSnapshot's member list: a hot room holds tens of
+// thousands of members, and one call must not copy them all.
+const (
+	DefaultMemberLimit = 1000
+	MaxMemberLimit     = 10_000
+)
+
 // GetRoomSnapshot implements RoomService.
 func (h *RoomHandler) GetRoomSnapshot(ctx context.Context, r *connect.Request[roomv1.GetRoomSnapshotRequest]) (*connect.Response[roomv1.GetRoomSnapshotResponse], error) {
 	m := r.Msg
 	if err := room.CheckRoomID(m.GetRoomId()); err != nil {
 		return nil, toConnect(ctx, h.log, err)
 	}
-	if m.GetKnownVersion() < 0 || m.GetMemberLimit() < 0 {
-		return nil, toConnect(ctx, h.log, room.Errorf(room.ErrInvalidArgument, "known_version and member_limit may not be negative"))
+	if m.GetKnownVersion() < 0 || m.GetMemberLimit() < 0 || m.GetMemberLimit() > MaxMemberLimit {
+		return nil, toConnect(ctx, h.log, room.Errorf(room.ErrInvalidArgument, "known_version may not be negative, member_limit must be 0..%d", MaxMemberLimit))
+	}
+	limit := int(m.GetMemberLimit())
+	if limit == 0 {
+		limit = DefaultMemberLimit
 	}
 	snap, err := h.engine.Snapshot(ctx, m.GetRoomId())
 	if err != nil {
@@ -269,7 +310,7 @@ func (h *RoomHandler) GetRoomSnapshot(ctx context.Context, r *connect.Request[ro
 	if m.GetKnownVersion() != 0 && m.GetKnownVersion() == snap.GetRoomVersion() {
 		out.NotModified = true
 	} else {
-		out.Snapshot = snapshot.WithMemberLimit(snap, int(m.GetMemberLimit()))
+		out.Snapshot = snapshot.WithMemberLimit(snap, limit)
 	}
 	return connect.NewResponse(out), nil
 }

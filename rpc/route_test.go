@@ -148,7 +148,7 @@ func (f *fleet) start(t *testing.T, id string, owners rpc.Owners, wrap ...func(*
 	rooms := rpc.NewRoomHandler(reg, db, catalogue, noRobots{}, nil, quiet)
 	mux := rpc.NewMux(rooms, rpc.NewOperatorHandler(db, nil, quiet), rpc.NewWalletHandler(ledger, quiet), rpc.Options{
 		Token: token, Owners: owners, NodeID: id,
-		Routing: rpc.Routing{Client: hopClient, Backoff: 5 * time.Millisecond, Metrics: rpc.RoutingMetrics{
+		Routing: rpc.Routing{Client: hopClient, Attempts: 5, Backoff: 5 * time.Millisecond, Metrics: rpc.RoutingMetrics{
 			Hop: func(time.Duration) { hops.Add(1) },
 		}},
 	}, quiet)

@@ -21,6 +21,7 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
+	"hyapp/room-service/auth"
 	"hyapp/room-service/cell"
 	roomv1 "hyapp/room-service/gen/room/v1"
 	"hyapp/room-service/gen/room/v1/roomv1connect"
@@ -69,6 +70,12 @@ type stack struct {
 
 func start(t *testing.T) *stack {
 	t.Helper()
+	return startWith(t, rpc.Options{Callers: []auth.Caller{{Name: "test", Hash: auth.HashToken(token), Scopes: auth.Scopes}}}, quiet)
+}
+
+// startWith starts the stack with opts, logging to log.
+func startWith(t *testing.T, opts rpc.Options, log *slog.Logger) *stack {
+	t.Helper()
 	ctx := context.Background()
 	db, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "room.db"), sqlite.Options{Synchronous: "NORMAL"})
 	if err != nil {
@@ -86,8 +93,8 @@ func start(t *testing.T) *stack {
 		}
 		return id == platformUser
 	}
-	rooms := rpc.NewRoomHandler(reg, db, catalogue, noRobots{}, platform, quiet)
-	mux := rpc.NewMux(rooms, rpc.NewOperatorHandler(db, nil, quiet), rpc.NewWalletHandler(ledger, quiet), rpc.Options{Token: token}, quiet)
+	rooms := rpc.NewRoomHandler(reg, db, catalogue, noRobots{}, platform, log)
+	mux := rpc.NewMux(rooms, rpc.NewOperatorHandler(db, nil, log), rpc.NewWalletHandler(ledger, log), opts, log)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -615,4 +622,40 @@ func TestHandlerPanicIsInternal(t *testing.T) {
 		t.Fatalf("a panicking request changed the service:\nbefore:\n%s\nafter:\n%s", before, after)
 	}
 	must(t, s.rooms.JoinRoom, &roomv1.JoinRoomRequest{RoomId: "r1", CommandId: "join-5", OperatorUserId: 5})
+}
+
+// TestSmallAnswersAreNotCompressed: a caller that accepts gzip gets a
+// few-byte answer as it is, and a large one (a room of many members)
+// compressed.
+func TestSmallAnswersAreNotCompressed(t *testing.T) {
+	s := start(t)
+	seed(t, s)
+	for u := int64(10); u < 60; u++ {
+		must(t, s.rooms.JoinRoom, &roomv1.JoinRoomRequest{RoomId: "r1", CommandId: fmt.Sprint("join-", u), OperatorUserId: u, Nickname: fmt.Sprint("listener number ", u)})
+	}
+	post := func(procedure, body string) (encoding string, size int) {
+		req, err := http.NewRequest(http.MethodPost, s.base+procedure, strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept-Encoding", "gzip")
+		req.Header.Set(rpc.Authorization(token))
+		res, err := s.h1.Transport.RoundTrip(req) // the transport would ask for gzip and unpack it itself
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		b, err := io.ReadAll(res.Body)
+		if err != nil || res.StatusCode != http.StatusOK {
+			t.Fatalf("%s: %d %v %s", procedure, res.StatusCode, err, b)
+		}
+		return res.Header.Get("Content-Encoding"), len(b)
+	}
+	if enc, n := post(roomv1connect.RoomServiceJoinRoomProcedure, `{"roomId":"r1","commandId":"join-70","operatorUserId":"70"}`); enc != "" {
+		t.Fatalf("a %d-byte answer was sent with Content-Encoding %q", n, enc)
+	}
+	if enc, n := post(roomv1connect.RoomServiceGetRoomSnapshotProcedure, `{"roomId":"r1"}`); enc != "gzip" {
+		t.Fatalf("a %d-byte snapshot was sent with Content-Encoding %q, want gzip", n, enc)
+	}
 }

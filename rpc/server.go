@@ -2,12 +2,12 @@ package rpc
 
 import (
 	"context"
-	"crypto/subtle"
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/http/pprof"
+	"slices"
 	"strings"
-	"time"
 
 	"connectrpc.com/connect"
 	"connectrpc.com/grpchealth"
@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/protobuf/reflect/protoreflect"
 
+	"hyapp/room-service/auth"
 	roomv1 "hyapp/room-service/gen/room/v1"
 	"hyapp/room-service/gen/room/v1/roomv1connect"
 	"hyapp/room-service/room"
@@ -23,10 +24,26 @@ import (
 
 // Options configure the HTTP surface.
 type Options struct {
-	// Token, when set, must arrive as "Authorization: Bearer <token>" on every
-	// RoomService and OperatorService call. Health, reflection and metrics stay open.
+	// Callers are the services that may call the API, each with its token
+	// and scopes (see accessTable). With no callers and no Token, no
+	// credentials are configured: every call is served with every scope,
+	// which the configuration allows on a loopback address only.
+	Callers []auth.Caller
+	// Token, when set, is one more caller, "token", with the scopes room
+	// and act-as-any: the single service token of earlier versions.
 	Token string
-	// Metrics is the registry served at /metrics (nil: no /metrics).
+	// Users verifies the user assertions (UserHeader) of callers without
+	// act-as-any; nil: such callers cannot act for a user.
+	Users UserVerifier
+	// MaxRequestBytes bounds a request message, before and after
+	// decompression (default DefaultMaxRequestBytes).
+	MaxRequestBytes int64
+	// CreateRoomRate bounds the rooms each caller creates per second on
+	// this node (bursts of twice as many); 0: no bound. Without
+	// credentials configured there is one local caller and no bound.
+	CreateRoomRate float64
+	// Metrics is the registry served at /metrics by NewAdminMux, and by
+	// NewMux when no credentials are configured (nil: no /metrics).
 	Metrics prometheus.Gatherer
 	// Health reports serving status; nil serves SERVING for every service.
 	Health grpchealth.Checker
@@ -44,14 +61,29 @@ type Options struct {
 	Fleet Fleet
 }
 
-// NewMux mounts the API, gRPC health, gRPC reflection and /metrics on one
-// mux. ops serves the fleet's calls with opts.Fleet.
+// Open reports whether no credentials are configured: every call is
+// served, and the admin surface is also served with the API.
+func (o Options) Open() bool { return len(o.Callers) == 0 && o.Token == "" }
+
+// NewMux mounts the API and gRPC health on one mux; with no credentials
+// configured (Options.Open) also gRPC reflection and /metrics, which
+// otherwise only NewAdminMux serves. ops serves the fleet's calls with
+// opts.Fleet.
 func NewMux(rooms *RoomHandler, ops *OperatorHandler, wallets *WalletHandler, opts Options, log *slog.Logger) *http.ServeMux {
 	ops.fleet = opts.Fleet
+	rooms.creates = newPerCaller(opts.CreateRoomRate)
+	maxBytes := opts.MaxRequestBytes
+	if maxBytes <= 0 {
+		maxBytes = DefaultMaxRequestBytes
+	}
 	handlerOpts := connect.WithHandlerOptions(
 		strictCodecs(),
-		connect.WithRequestGate(authGate(opts.Token)),
-		connect.WithInterceptors(refuseMalformed(log)),
+		cappedGzip(maxBytes),
+		// Most answers are a few bytes: compressing them costs more CPU
+		// than it saves on the wire.
+		connect.WithCompressMinBytes(compressMinBytes),
+		connect.WithRequestGate(authGate(callersOf(opts), opts.Users)),
+		connect.WithInterceptors(refuseMalformed(log), authorize(log)),
 		connect.WithRecover(func(ctx context.Context, spec connect.Spec, _ http.Header, p any) error {
 			log.ErrorContext(ctx, "handler panic", "procedure", spec.Procedure, "panic", p)
 			return toConnect(ctx, log, room.Errorf(room.ErrInternal, "panic in %s", spec.Procedure))
@@ -63,25 +95,56 @@ func NewMux(rooms *RoomHandler, ops *OperatorHandler, wallets *WalletHandler, op
 			connect.WithInterceptors(connect.UnaryInterceptorFunc(newRouter(opts.Owners, opts.Fleet, opts.NodeID, opts.Routing, log).intercept)))
 	}
 	refuse := unknownProcedure(connect.NewErrorWriter(handlerOpts), log)
+	limit := limitBody(maxBytes)
 	mux := http.NewServeMux()
-	mux.Handle(knownOnly(refuse)(roomv1connect.NewRoomServiceHandler(rooms, handlerOpts)))
-	mux.Handle(knownOnly(refuse)(roomv1connect.NewOperatorServiceHandler(ops, handlerOpts)))
-	mux.Handle(knownOnly(refuse)(roomv1connect.NewWalletServiceHandler(wallets, handlerOpts)))
+	mux.Handle(knownOnly(refuse, limit)(roomv1connect.NewRoomServiceHandler(rooms, handlerOpts)))
+	mux.Handle(knownOnly(refuse, limit)(roomv1connect.NewOperatorServiceHandler(ops, handlerOpts)))
+	mux.Handle(knownOnly(refuse, limit)(roomv1connect.NewWalletServiceHandler(wallets, handlerOpts)))
 	mux.Handle("/", refuse)
-	names := []string{roomv1connect.RoomServiceName, roomv1connect.OperatorServiceName, roomv1connect.WalletServiceName}
-	reflector := grpcreflect.NewStaticReflector(append(names, grpchealth.HealthV1ServiceName)...)
-	mux.Handle(grpcreflect.NewHandlerV1(reflector))
-	mux.Handle(grpcreflect.NewHandlerV1Alpha(reflector))
 	health := opts.Health
 	if health == nil {
-		health = grpchealth.NewStaticChecker(names...)
+		health = grpchealth.NewStaticChecker(serviceNames...)
 	}
 	mux.Handle(grpchealth.NewHandler(health))
-	if opts.Metrics != nil {
-		mux.Handle("/metrics", promhttp.HandlerFor(opts.Metrics, promhttp.HandlerOpts{}))
+	if opts.Open() {
+		mountAdmin(mux, opts)
 	}
 	return mux
 }
+
+// serviceNames are the API's services.
+var serviceNames = []string{roomv1connect.RoomServiceName, roomv1connect.OperatorServiceName, roomv1connect.WalletServiceName}
+
+// NewAdminMux serves what operators and their tools read and nobody else
+// should: gRPC reflection, /metrics and /debug/pprof/. It has no
+// credentials of its own: serve it on a loopback or private address.
+func NewAdminMux(opts Options) *http.ServeMux {
+	mux := http.NewServeMux()
+	mountAdmin(mux, opts)
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	return mux
+}
+
+// mountAdmin mounts gRPC reflection and /metrics.
+func mountAdmin(mux *http.ServeMux, opts Options) {
+	reflector := grpcreflect.NewStaticReflector(append(serviceNames, grpchealth.HealthV1ServiceName)...)
+	mux.Handle(grpcreflect.NewHandlerV1(reflector))
+	mux.Handle(grpcreflect.NewHandlerV1Alpha(reflector))
+	if opts.Metrics != nil {
+		mux.Handle("/metrics", promhttp.HandlerFor(opts.Metrics, promhttp.HandlerOpts{}))
+	}
+}
+
+// compressMinBytes is the smallest answer the server compresses (when the
+// caller accepts compression).
+const compressMinBytes = 1024
+
+// ServiceNames are the API's services, as gRPC health and reflection name them.
+func ServiceNames() []string { return slices.Clone(serviceNames) }
 
 // unknownProcedure answers a path that is no procedure of this service with
 // unknown_procedure, in the caller's protocol, where connect and the mux
@@ -92,12 +155,13 @@ func unknownProcedure(w *connect.ErrorWriter, log *slog.Logger) http.Handler {
 	})
 }
 
-// knownOnly passes a service's handler the calls of its methods and
-// refuses the other paths under it.
-func knownOnly(refuse http.Handler) func(path string, h http.Handler) (string, http.Handler) {
+// knownOnly passes a service's handler, wrapped by wrap, the calls of its
+// methods and refuses the other paths under it.
+func knownOnly(refuse http.Handler, wrap func(http.Handler) http.Handler) func(path string, h http.Handler) (string, http.Handler) {
 	return func(path string, h http.Handler) (string, http.Handler) {
 		name := protoreflect.FullName(strings.Trim(path, "/")).Name()
 		svc := roomv1.File_room_v1_room_proto.Services().ByName(name)
+		h = wrap(h)
 		return path, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			method := protoreflect.Name(strings.TrimPrefix(r.URL.Path, path))
 			if svc == nil || svc.Methods().ByName(method) == nil {
@@ -106,30 +170,6 @@ func knownOnly(refuse http.Handler) func(path string, h http.Handler) (string, h
 			}
 			h.ServeHTTP(w, r)
 		})
-	}
-}
-
-// NewServer returns an HTTP server for h that speaks HTTP/1.1 and HTTP/2
-// without TLS (h2c), as gRPC clients on a private network expect.
-func NewServer(h http.Handler) *http.Server {
-	p := new(http.Protocols)
-	p.SetHTTP1(true)
-	p.SetUnencryptedHTTP2(true)
-	return &http.Server{Handler: h, Protocols: p, ReadHeaderTimeout: 10 * time.Second}
-}
-
-// authGate refuses a call without the service token before its body is
-// read, so an unauthenticated caller learns nothing about its request.
-func authGate(token string) connect.RequestGateFunc {
-	want := []byte("Bearer " + token)
-	return func(ctx context.Context, _ connect.Spec, _ connect.Peer, header http.Header) (context.Context, error) {
-		if token != "" {
-			got := []byte(strings.TrimSpace(header.Get("Authorization")))
-			if subtle.ConstantTimeCompare(got, want) != 1 {
-				return ctx, toConnect(ctx, nil, room.ErrUnauthorized)
-			}
-		}
-		return ctx, nil
 	}
 }
 

@@ -67,6 +67,11 @@ type Claim struct {
 	HeadVersion int64
 	// Meta is the room's metadata.
 	Meta RoomMeta
+	// PreviousNode is the node that held the room before this claim and
+	// did not release it (ReleaseRoom): a node that crashed, froze or was
+	// cut off. Empty when the room is claimed for the first time or was
+	// released cleanly (an idle unload, a hand-off).
+	PreviousNode string
 }
 
 // RoomInfo is one row of a room listing.
@@ -182,6 +187,11 @@ type Repository interface {
 	SaveCommand(ctx context.Context, record CommandRecord) error
 	// ListCommandsAfter returns the room's commands with RoomVersion > roomVersion in version order.
 	ListCommandsAfter(ctx context.Context, roomID string, roomVersion int64) ([]CommandRecord, error)
+	// ListCommandsPage returns at most limit of the room's commands with
+	// RoomVersion > roomVersion in version order, read with the limit in
+	// the query, and the room's head version, read after them (0 for an
+	// unknown room).
+	ListCommandsPage(ctx context.Context, roomID string, roomVersion int64, limit int) ([]CommandRecord, int64, error)
 	// SaveSnapshot stores a snapshot unless one with the same or a higher
 	// version is stored (an older snapshot is ignored, never an error).
 	SaveSnapshot(ctx context.Context, snapshot SnapshotRecord) error
@@ -202,6 +212,11 @@ type Repository interface {
 	// ClaimRoom makes nodeID the room's owner: it increments rooms.owner_epoch
 	// and returns the new epoch with the durable head. ErrNotFound when the room has no metadata.
 	ClaimRoom(ctx context.Context, roomID string, nodeID string) (Claim, error)
+	// ReleaseRoom records that the owner at epoch stopped serving the room
+	// cleanly, its final snapshot stored: the next claim's PreviousNode is
+	// empty. It changes nothing once another node claimed the room (a
+	// higher epoch), and is not an error then.
+	ReleaseRoom(ctx context.Context, roomID string, epoch int64) error
 	// CommitBatches commits the batches in one transaction. Each batch is fenced
 	// on its own: if the room's owner epoch or head version differs, that batch
 	// writes nothing and its slot in results is ErrFenced; a batch holding a

@@ -40,8 +40,21 @@ func setupBench(fs *flag.FlagSet) func(ctx context.Context, _ *client, _ []strin
 	giftRoomsFor := fs.Duration("gift-rooms-duration", 20*time.Second, "how long the paced gift scenario drives load")
 	maxRooms := fs.Int("commit-max-rooms", 0, "room batches per group-commit transaction (0: the engine's default)")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
+	api := fs.Bool("api", false, "first measure the running service at -addr through its API (gRPC over HTTP/2), then the engine scenarios of -only (default then: throughput,hot) in the same run")
+	apiCommands := fs.Int("api-commands", 50_000, "calls in each API scenario")
 	mysqlDSN := fs.String("mysql-dsn", os.Getenv("ROOM_MYSQL_DSN"), "run on this MySQL/MariaDB server (fresh databases, dropped afterwards) instead of SQLite (env ROOM_MYSQL_DSN)")
-	return func(ctx context.Context, _ *client, _ []string, out io.Writer) error {
+	return func(ctx context.Context, c *client, _ []string, out io.Writer) error {
+		if *api {
+			rows, err := bench.APIScenarios(ctx, c.base, bench.APIOptions{Token: c.token, Rooms: *rooms, Commands: *apiCommands,
+				Run: fmt.Sprintf("b%d", time.Now().UnixNano()%1e9)})
+			if err != nil {
+				return fmt.Errorf("api: %w", err)
+			}
+			bench.Print(out, "the service at "+c.base+", through its API", rows)
+			if !flagSet(fs, "only") {
+				*only = "throughput,hot"
+			}
+		}
 		if *cpuProfile != "" {
 			f, err := os.Create(*cpuProfile)
 			if err != nil {
@@ -77,7 +90,9 @@ func setupBench(fs *flag.FlagSet) func(ctx context.Context, _ *client, _ []strin
 		}
 		var names []string
 		for _, name := range strings.Split(*only, ",") {
-			if name = strings.TrimSpace(name); name == "gifts" {
+			if name = strings.TrimSpace(name); name == "" {
+				continue
+			} else if name == "gifts" {
 				names = append(names, "gift-storm", "gift-rooms")
 				continue
 			}
@@ -186,4 +201,11 @@ func setupMigrate(fs *flag.FlagSet) func(ctx context.Context, _ *client, _ []str
 		fmt.Fprintln(out, "ok: schema is current")
 		return nil
 	}
+}
+
+// flagSet reports whether the command line set the flag name.
+func flagSet(fs *flag.FlagSet, name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
 }

@@ -116,8 +116,8 @@ func TestClusterAndDrainInAFleet(t *testing.T) {
 	if l := line(out, node+"\t"); !strings.Contains(l, "\t0\ttrue\t") || line(out, node+":") != "" {
 		t.Fatalf("cluster after the drain:\n%s", out)
 	}
-	if l := line(mustRun(t, "rooms"), roomID+"\t"); !strings.HasSuffix(l, fmt.Sprintf(` node=%q held=""`, node)) {
-		t.Fatalf("rooms after the drain: %q; want the room last claimed by %s and held by nobody", l, node)
+	if l := line(mustRun(t, "rooms"), roomID+"\t"); !strings.HasSuffix(l, ` epoch=1 node="" held=""`) {
+		t.Fatalf("rooms after the drain: %q; want the room released by %s (epoch 1, no node) and held by nobody", l, node)
 	}
 	if got := mustRun(t, "drain", node); got != "node "+node+" is draining: 0 rooms handed off\n" {
 		t.Fatalf("second drain: %q", got)

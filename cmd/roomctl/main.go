@@ -298,6 +298,8 @@ func usage(w io.Writer, top *flag.FlagSet) {
 
 // client holds the generated Connect clients of both services.
 type client struct {
+	base    string // the service's base URL
+	token   string
 	http    *http.Client
 	rooms   roomv1connect.RoomServiceClient
 	ops     roomv1connect.OperatorServiceClient
@@ -321,6 +323,7 @@ func newClient(o options) *client {
 	hc := &http.Client{Transport: tr}
 	base := strings.TrimSuffix(o.addr, "/")
 	return &client{
+		base: base, token: string(o.token),
 		http:    hc,
 		rooms:   roomv1connect.NewRoomServiceClient(hc, base, copts...),
 		ops:     roomv1connect.NewOperatorServiceClient(hc, base, copts...),

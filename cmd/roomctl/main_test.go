@@ -18,7 +18,9 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-const testToken = "test-token"
+// testToken is the test caller's token; the daemon gives it every scope
+// roomctl uses.
+const testToken = "test-token-0123456789abcdef-0123456"
 
 // startServer runs room-service in-process on a random port, assembled as
 // the daemon assembles it, with a stored snapshot every 3 commands.
@@ -32,7 +34,8 @@ func startServer(t *testing.T) string {
 func runDaemon(t *testing.T, args ...string) *daemon.Main {
 	t.Helper()
 	m := daemon.NewMain()
-	args = append([]string{"-data-dir", t.TempDir(), "-token", testToken, "-log-level", "error"}, args...)
+	args = append([]string{"-data-dir", t.TempDir(), "-tokens", "roomctl=" + testToken + ":room+act-as-any+operator+wallet.credit",
+		"-log-level", "error"}, args...)
 	if err := m.ParseFlags(args, func(string) string { return "" }); err != nil {
 		t.Fatal(err)
 	}

@@ -17,6 +17,7 @@ import (
 	"hyapp/room-service/cell"
 	roomv1 "hyapp/room-service/gen/room/v1"
 	"hyapp/room-service/room"
+	"hyapp/room-service/rpc"
 	"hyapp/room-service/snapshot"
 	"hyapp/room-service/store"
 )
@@ -62,7 +63,7 @@ func verify(ctx context.Context, c *client, roomID string, out io.Writer) error 
 		}
 		replayed += len(recs)
 
-		live, err := liveSnapshot(ctx, c, roomID, 0)
+		live, err := liveSnapshot(ctx, c, roomID, rpc.MaxMemberLimit)
 		if err != nil {
 			return err
 		}
@@ -147,11 +148,12 @@ func sameEncoding(s *room.State, live *roomv1.RoomSnapshot) (bool, error) {
 	return bytes.Equal(want, got), nil
 }
 
-// asQueried is the replayed state as GetRoomSnapshot answers it: every
-// member, and the economy without the day's full contribution list (the
-// visible rank and the heat it adds up to are compared instead).
+// asQueried is the replayed state as GetRoomSnapshot answers it: the
+// most members a query returns, and the economy without the day's full
+// contribution list (the visible rank and the heat it adds up to are
+// compared instead).
 func asQueried(s *room.State) *roomv1.RoomSnapshot {
-	return snapshot.WithMemberLimit(snapshot.ToProto(s), 0)
+	return snapshot.WithMemberLimit(snapshot.ToProto(s), rpc.MaxMemberLimit)
 }
 
 // diff names the fields of RoomSnapshot that differ between the replayed

@@ -787,3 +787,22 @@ func TestPersist(t *testing.T) {
 		t.Fatalf("damaged state file: err %v, groups %v", err, broken.Groups())
 	}
 }
+
+// TestUnknownCommandsShareOneCounter: made-up command names are counted
+// under one key, so they cannot grow the endpoint's memory.
+func TestUnknownCommandsShareOneCounter(t *testing.T) {
+	e := newEnv(t, nil)
+	for i := range 3 {
+		e.do(t, http.MethodPost, fmt.Sprintf("/v4/group_open_http_svc/made_up_%d_%s", i, strings.Repeat("x", 1000)), e.query(t), `{}`)
+	}
+	e.do(t, http.MethodPost, "/v4/group_open_http_svc/create_group", e.query(t), `{"Type":"AVChatRoom","Name":"n"}`)
+	if n := e.srv.Calls("(unknown)"); n != 3 {
+		t.Errorf("unknown calls %d, want 3", n)
+	}
+	if n := e.srv.Calls("made_up_0_" + strings.Repeat("x", 1000)); n != 0 {
+		t.Errorf("a made-up command has a counter of its own: %d", n)
+	}
+	if n := e.srv.Calls("create_group"); n != 1 {
+		t.Errorf("create_group calls %d, want 1", n)
+	}
+}

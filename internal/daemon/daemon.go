@@ -27,6 +27,7 @@ import (
 	"syscall"
 	"time"
 
+	"connectrpc.com/grpchealth"
 	"github.com/redis/go-redis/v9"
 
 	"hyapp/room-service/cell"
@@ -92,6 +93,8 @@ type Main struct {
 
 	// Addr is the address the server listens on, set by Run.
 	Addr string
+	// AdminAddr is the admin surface's address, set by Run ("" when off).
+	AdminAddr string
 
 	// workers owns every goroutine Main starts: retention, reconciler,
 	// relay, im-control, http and in fleet mode lease-renew and membership.
@@ -107,10 +110,13 @@ type Main struct {
 	hops      *http.Client           // fleet mode only: calls to other nodes
 	draining  atomic.Bool            // set by drain: rooms nobody holds go to other nodes
 	drainMu   sync.Mutex             // one drain at a time; a second waits for the first
+	unready   time.Time              // when drain turned readiness false; under drainMu
+	health    *grpchealth.StaticChecker
 	timClient *tencent.Client
 	lane      *im.Lane
 	registry  *cell.Registry
 	server    *http.Server
+	side      []*http.Server // the admin surface, the local IM endpoint off the API port
 
 	closeOnce sync.Once
 	closeErr  error
@@ -125,15 +131,22 @@ type Main struct {
 func (m *Main) openStore(ctx context.Context) (store.Repository, cell.Config, error) {
 	cfg := m.Config
 	if cfg.MySQLDSN == "" {
-		if err := os.MkdirAll(cfg.DataDir, 0o750); err != nil {
+		if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 			return nil, cell.Config{}, fmt.Errorf("data dir: %w", err)
 		}
 		db, err := sqlite.Open(ctx, filepath.Join(cfg.DataDir, "room.db"), sqlite.Options{Synchronous: cfg.SQLiteSync})
 		return db, cell.Config{CommitWorkers: 1}, err
 	}
+	var opts mysql.Options
+	if cfg.RedisURL != "" {
+		// A node frozen mid-commit must not keep its rows locked past its
+		// leases: the server ends its transaction before another node
+		// claims its rooms.
+		opts.IdleTxTimeout = max(2*time.Second, cfg.LeaseTTL/2) // a claim waits for locks up to innodb_lock_wait_timeout
+	}
 	wait := 500 * time.Millisecond
 	for {
-		db, err := mysql.Open(ctx, cfg.MySQLDSN, mysql.Options{})
+		db, err := mysql.Open(ctx, cfg.MySQLDSN, opts)
 		if err == nil {
 			return db, cell.Config{CommitWorkers: 4, CommitMaxRooms: 256}, nil
 		}
@@ -172,7 +185,8 @@ func (m *Main) openLeases(ctx context.Context, nodeID string) (lease.Lease, erro
 	if err != nil {
 		m.Log.Error("Redis is unreachable; rooms are taken once it answers", "err", err)
 	}
-	rc := redislease.Config{Self: redislease.Node{ID: nodeID, Addr: cfg.AdvertiseAddr}, TTL: cfg.LeaseTTL}
+	rc := redislease.Config{Self: redislease.Node{ID: nodeID, Addr: cfg.AdvertiseAddr}, TTL: cfg.LeaseTTL,
+		Keys: redislease.Keys{Prefix: cfg.RedisKeyPrefix}}
 	log := m.Log.With("component", "lease")
 	leases, err := redislease.New(m.redis, rc, log, m.metrics.lease)
 	if err != nil {
@@ -232,7 +246,7 @@ func (m *Main) openBus(ctx context.Context) (*natsbus.Bus, error) {
 	cfg := m.Config
 	nc := natsbus.Config{URL: cfg.NATSURL, Stream: cfg.NATSStream, SubjectPrefix: cfg.NATSSubjects, Name: "room-service"}
 	if cfg.NATSURL == "" {
-		nc.StoreDir, nc.Listen = filepath.Join(cfg.DataDir, "nats"), cfg.NATSListen
+		nc.StoreDir, nc.Listen, nc.Token = filepath.Join(cfg.DataDir, "nats"), cfg.NATSListen, cfg.NATSToken
 	}
 	wait := 500 * time.Millisecond
 	for {
@@ -255,8 +269,8 @@ func (m *Main) openBus(ctx context.Context) (*natsbus.Bus, error) {
 
 // openIM builds the direct IM lane: the Tencent IM client from the
 // configuration, or, without credentials, a local Tencent-compatible endpoint
-// (returned, to be served on the API port) with a key made up for this run.
-func (m *Main) openIM() (*im.Lane, http.Handler, error) {
+// (returned, to be served at localAddr) with a key made up for this run.
+func (m *Main) openIM(localAddr string) (*im.Lane, http.Handler, error) {
 	cfg := m.Config
 	tc := tencent.Config{Admin: cfg.TIMAdmin, SecretKey: cfg.TIMSecretKey, Endpoint: cfg.TIMEndpoint}
 	var local http.Handler
@@ -265,7 +279,7 @@ func (m *Main) openIM() (*im.Lane, http.Handler, error) {
 		if _, err := rand.Read(key); err != nil {
 			return nil, nil, err
 		}
-		tc = tencent.Config{SDKAppID: 1400000000, SecretKey: hex.EncodeToString(key), Admin: "administrator", Endpoint: "http://" + m.Addr}
+		tc = tencent.Config{SDKAppID: 1400000000, SecretKey: hex.EncodeToString(key), Admin: "administrator", Endpoint: "http://" + localAddr}
 		// Tencent's limits, as configured: the service meets them in development too.
 		tl := timlocal.New(timlocal.Config{SDKAppID: tc.SDKAppID, SecretKey: tc.SecretKey, Admin: tc.Admin,
 			APIRate: max(cfg.TIMAppBudget, cfg.TIMCallBudget)})
@@ -322,6 +336,7 @@ func (m *Main) Run(ctx context.Context) error {
 	m.workers.log = m.Log
 	m.Log.Info("starting room-service", cfg.Redacted()...)
 	m.metrics = newMetrics()
+	m.health = grpchealth.NewStaticChecker(rpc.ServiceNames()...)
 
 	db, tuning, err := m.openStore(ctx)
 	if err != nil {
@@ -382,35 +397,54 @@ func (m *Main) Run(ctx context.Context) error {
 		return fmt.Errorf("listen: %w", err)
 	}
 	m.Addr = ln.Addr().String()
-	lane, local, err := m.openIM()
+	ln = m.limitConns(ln)
+	imAddr, imLn, err := m.localIMListener()
 	if err != nil {
 		_ = ln.Close()
+		return err
+	}
+	lane, local, err := m.openIM(imAddr)
+	if err != nil {
+		_ = ln.Close()
+		if imLn != nil {
+			_ = imLn.Close()
+		}
 		return fmt.Errorf("im: %w", err)
 	}
 	m.lane = lane
 
 	m.registry = cell.New(cell.Config{
 		NodeID: nodeID, MailboxSize: cfg.MailboxSize, MaxBatch: cfg.MaxBatch, SnapshotEvery: cfg.SnapshotEvery,
-		IdleTimeout: cfg.IdleTimeout, CommitTimeout: cfg.CommitTimeout,
+		IdleTimeout: cfg.IdleTimeout, CommitTimeout: cfg.CommitTimeout, MaxRooms: cfg.MaxRooms,
 		CommitWorkers: tuning.CommitWorkers, CommitMaxRooms: tuning.CommitMaxRooms,
 		Rules: rules, Wallet: m.ledger, WalletTimeout: cfg.WalletTimeout, GiftApplyWindow: cfg.GiftApplyWindow,
 		TimerScanEvery: cfg.RocketScan, SettleInCommit: true, // the embedded ledger shares the room store's database
-	}, db, leases, cell.Sinks{lane, cell.OutboxWaker{Wake: relay.Wake}}, m.metrics.cell, m.Log)
+	}, db, leases, cell.Sinks{lane, cell.OutboxNotifier{Notify: relay.Notify}}, m.metrics.cell, m.Log)
 
 	platform := make(map[int64]bool, len(cfg.PlatformUsers))
 	for _, id := range cfg.PlatformUsers {
 		platform[id] = true
 	}
 	rooms := rpc.NewRoomHandler(m.registry, db, catalogue, lane, func(id int64) bool { return platform[id] }, m.Log)
-	mux := rpc.NewMux(rooms, rpc.NewOperatorHandler(db, relay.Wake, m.Log), rpc.NewWalletHandler(m.ledger, m.Log),
-		rpc.Options{Token: cfg.Token, Metrics: m.metrics.registry, NodeID: nodeID, Owners: m.owners, Routing: m.routing(),
-			Fleet: nodeFleet{m: m, self: nodeID}}, m.Log)
+	opts, err := m.apiOptions()
+	if err != nil {
+		_ = ln.Close()
+		return err
+	}
+	opts.Metrics, opts.NodeID, opts.Owners, opts.Routing, opts.Fleet = m.metrics.registry, nodeID, m.owners, m.routing(), nodeFleet{m: m, self: nodeID}
+	opts.Health = m.health
+	mux := rpc.NewMux(rooms, rpc.NewOperatorHandler(db, relay.Wake, m.Log), rpc.NewWalletHandler(m.ledger, m.Log), opts, m.Log)
+	mux.Handle("/readyz", readyz(m.health))
 	if local != nil {
-		// The zero-configuration Tencent IM: the REST API the lane calls, and
-		// /local/ to watch what each room's group would show.
-		mux.Handle("/v4/", local)
-		mux.Handle("/local/", local)
-		m.Log.Info("local Tencent IM endpoint: watch room messages at http://" + m.Addr + "/local/")
+		// The zero-configuration Tencent IM: the REST API the lane calls.
+		if err := m.mountLocalIM(mux, local, imLn); err != nil {
+			_ = ln.Close()
+			return err
+		}
+	}
+	if err := m.serveAdmin(opts); err != nil {
+		_ = ln.Close()
+		return err
 	}
 	control := &im.Control{Bus: m.bus, API: im.TencentGroups{Client: m.timClient},
 		Metrics: m.metrics.control, Log: m.Log.With("component", "im-control")}
@@ -418,7 +452,7 @@ func (m *Main) Run(ctx context.Context) error {
 		_ = ln.Close()
 		return err
 	}
-	server := rpc.NewServer(mux)
+	server := m.serverLimits().NewServer(mux)
 	if err := m.workers.Go("http", func(context.Context) error {
 		if err := server.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
 			return err
@@ -460,9 +494,22 @@ func (m *Main) close(ctx context.Context) error {
 	m.workers.Shutdown()
 	var errs []error
 	if m.owners != nil && m.registry != nil {
-		// Hand-off: the rooms go first, while this node still takes calls.
+		// Hand-off: the rooms go first, while this node still takes calls
+		// and forwards them to the rooms' next owners; then it keeps taking
+		// calls until load balancers had drain_grace to see it unready.
 		if _, err := m.drain(ctx); err != nil {
 			errs = append(errs, err)
+		}
+		m.drainMu.Lock()
+		grace := time.Until(m.unready.Add(m.Config.DrainGrace))
+		m.drainMu.Unlock()
+		if grace > 0 {
+			timer := time.NewTimer(grace)
+			select {
+			case <-timer.C:
+			case <-ctx.Done():
+				timer.Stop()
+			}
 		}
 		m.hops.CloseIdleConnections()
 	}
@@ -474,10 +521,13 @@ func (m *Main) close(ctx context.Context) error {
 			httpCtx, cancel = context.WithDeadline(ctx, time.Now().Add(time.Until(deadline)/3))
 		}
 		err := m.server.Shutdown(httpCtx)
+		errs = append(errs, m.shutdownSide(httpCtx)...)
 		cancel()
 		if err != nil {
 			errs = append(errs, fmt.Errorf("http shutdown: %w", err))
 		}
+	} else {
+		errs = append(errs, m.shutdownSide(ctx)...) // Run failed after starting them
 	}
 	if err := m.workers.Stop(ctx, "http"); err != nil {
 		errs = append(errs, fmt.Errorf("serve: %w", err))
@@ -543,6 +593,10 @@ func (m *Main) drain(ctx context.Context) (int, error) {
 	if m.draining.Swap(true) {
 		return 0, nil
 	}
+	m.unready = time.Now()
+	for _, name := range append(rpc.ServiceNames(), "") {
+		m.health.SetStatus(name, grpchealth.StatusNotServing)
+	}
 	dctx, cancel := context.WithTimeout(ctx, time.Second)
 	if err := m.members.SetDraining(dctx, true); err != nil {
 		m.Log.Warn("mark the node draining", "err", err)
@@ -552,6 +606,22 @@ func (m *Main) drain(ctx context.Context) (int, error) {
 	m.metrics.handoffs.Add(float64(n))
 	m.Log.Info("rooms handed off", "rooms", n)
 	return n, err
+}
+
+// readyz answers whether load balancers should send calls here: 200 while
+// the node serves, 503 once it drains (SIGTERM or the Drain call). A
+// draining node still answers the calls that reach it, forwarding them to
+// the rooms' next owners, for drain_grace after readiness turned false.
+// gRPC health (grpc.health.v1) reports the same.
+func readyz(h grpchealth.Checker) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		res, err := h.Check(r.Context(), &grpchealth.CheckRequest{})
+		if err != nil || res.Status != grpchealth.StatusServing {
+			http.Error(w, "draining", http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = w.Write([]byte("ready\n"))
+	})
 }
 
 func newLogger(cfg config.Config) *slog.Logger {

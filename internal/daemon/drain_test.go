@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/redis/go-redis/v9"
 
 	roomv1 "hyapp/room-service/gen/room/v1"
@@ -76,7 +77,7 @@ func TestFleetDrainHandsOffThroughAnyNode(t *testing.T) {
 	reachable(t, "NATS", "127.0.0.1:4222")
 	dsn := mysqltest.DSN(t)
 	id := rand.Text()[:8]
-	const token = "drain-token"
+	const token = "drain-token-0123456789abcdef-0123"
 	// Its own Redis database: a node another fleet test killed stays a
 	// member for 3×TTL, and the drained node could send the room to it.
 	const redisURL = "redis://127.0.0.1:6379/9"
@@ -84,7 +85,7 @@ func TestFleetDrainHandsOffThroughAnyNode(t *testing.T) {
 	start := func(node string) (*Main, roomv1connect.RoomServiceClient, roomv1connect.OperatorServiceClient) {
 		addr := freeAddr(t)
 		m, _ := runMain(t, t.TempDir(), append([]string{"-listen", addr, "-mysql-dsn", dsn, "-nats-url", fleetNATS,
-			"-redis-url", redisURL, "-node-id", node + "-" + id, "-advertise-addr", addr, "-lease-ttl", "1s", "-token", token}, stream...)...)
+			"-redis-url", redisURL, "-node-id", node + "-" + id, "-advertise-addr", addr, "-lease-ttl", "1s", "-tokens", "ops=" + token + ":room+act-as-any+operator"}, stream...)...)
 		base := "http://" + m.Addr
 		return m, roomv1connect.NewRoomServiceClient(http.DefaultClient, base, bearer(token)),
 			roomv1connect.NewOperatorServiceClient(http.DefaultClient, base, bearer(token))
@@ -128,8 +129,22 @@ func TestFleetDrainHandsOffThroughAnyNode(t *testing.T) {
 		}
 		return res.Msg.GetRoomsHandedOff(), nil
 	}
+	ready := func(m *Main) int {
+		res, err := http.Get("http://" + m.Addr + "/readyz")
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = res.Body.Close()
+		return res.StatusCode
+	}
+	if ready(a) != http.StatusOK {
+		t.Fatalf("a's /readyz before the drain: %d", ready(a))
+	}
 	if n, err := drain(opsB, nodeA); err != nil || n != 1 {
 		t.Fatalf("drain a through b: %d rooms, %v; want 1", n, err)
+	}
+	if ready(a) != http.StatusServiceUnavailable || ready(b) != http.StatusOK {
+		t.Fatalf("/readyz after a's drain: a %d, b %d; want 503, 200", ready(a), ready(b))
 	}
 	if got := counter(t, a, "room_handoffs_total"); got != 1 {
 		t.Fatalf("a's room_handoffs_total %v, want 1", got)
@@ -158,6 +173,10 @@ func TestFleetDrainHandsOffThroughAnyNode(t *testing.T) {
 	}
 	if count, sum := histogram(t, b, "room_replay_commands"); count != replays+1 || sum != 0 {
 		t.Fatalf("b's replays: %d recoveries replaying %v commands; want one more, replaying 0", count-replays, sum)
+	}
+	if released, failover := testutil.ToFloat64(b.metrics.cell.Claims.WithLabelValues("released")),
+		testutil.ToFloat64(b.metrics.cell.Claims.WithLabelValues("failover")); released != 1 || failover != 0 {
+		t.Fatalf("b's claims: released %v, failover %v; want 1 and 0 after a hand-off", released, failover)
 	}
 	if n := node(opsA, "b-"+id); n == nil || n.GetRooms() != 1 || n.GetDraining() {
 		t.Fatalf("b is listed as %v; want it holding the room", n)

@@ -50,21 +50,24 @@ func runMain(t *testing.T, dir string, args ...string) (*Main, roomv1connect.Roo
 	return m, roomv1connect.NewRoomServiceClient(http.DefaultClient, "http://"+m.Addr)
 }
 
+// serviceToken is a service token long enough to be accepted.
+const serviceToken = "s3cret-s3cret-s3cret-s3cret-s3cret"
+
 func TestServiceRestartsWithItsRoomsAndChecksTheToken(t *testing.T) {
 	dir := t.TempDir()
-	m, client := runMain(t, dir, "-token", "s3cret")
+	m, client := runMain(t, dir, "-token", serviceToken)
 	ctx := context.Background()
 	create := connect.NewRequest(&roomv1.CreateRoomRequest{RoomId: "r1", CommandId: "c1", OperatorUserId: 1, OwnerUserId: 1, SeatCount: 8})
 	if _, err := client.CreateRoom(ctx, create); connect.CodeOf(err) != connect.CodeUnauthenticated || rpc.Reason(err) != "unauthenticated" {
 		t.Fatalf("without token: %v", err)
 	}
-	create.Header().Set(rpc.Authorization("s3cret"))
+	create.Header().Set(rpc.Authorization(serviceToken))
 	res, err := client.CreateRoom(ctx, create)
 	if err != nil || res.Msg.GetRoomVersion() != 1 {
 		t.Fatalf("create: %v %v", res, err)
 	}
 	join := connect.NewRequest(&roomv1.JoinRoomRequest{RoomId: "r1", CommandId: "c2", OperatorUserId: 5, Nickname: "five"})
-	join.Header().Set(rpc.Authorization("s3cret"))
+	join.Header().Set(rpc.Authorization(serviceToken))
 	if _, err := client.JoinRoom(ctx, join); err != nil {
 		t.Fatal(err)
 	}

@@ -121,7 +121,7 @@ func (f nodeFleet) Nodes(ctx context.Context, roomIDs bool) ([]rpc.Node, error) 
 	if err != nil {
 		return nil, room.Errorf(room.ErrUnavailable, "read the fleet's membership: %v", err)
 	}
-	leases, err := redislease.Leases(ctx, f.m.redis, redislease.Keys{})
+	leases, err := redislease.Leases(ctx, f.m.redis, redislease.Keys{Prefix: f.m.Config.RedisKeyPrefix})
 	if err != nil {
 		return nil, room.Errorf(room.ErrUnavailable, "read the fleet's leases: %v", err)
 	}

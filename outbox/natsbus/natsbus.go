@@ -72,6 +72,10 @@ type Config struct {
 	// the process can attach. Empty opens no port: the Bus talks to the
 	// server in-process.
 	Listen string
+	// Token, for the embedded server, is the token every client must
+	// present (nats://<token>@host:port), the Bus's own in-process
+	// connection included. Empty: the server takes anyone who reaches it.
+	Token string
 	// Stream is the JetStream stream name, default "ROOM_EVENTS".
 	Stream string
 	// SubjectPrefix is the stream's subject prefix, default "room.events";
@@ -137,6 +141,9 @@ func (c Config) Validate() error {
 	}
 	if !embedded && c.Listen != "" {
 		bad("listen is for the embedded server only, but url is set")
+	}
+	if !embedded && c.Token != "" {
+		bad("token is for the embedded server only, but url is set (put an external server's credentials in its url)")
 	}
 	if c.Listen != "" {
 		if _, _, err := splitListen(c.Listen); err != nil {
@@ -246,6 +253,9 @@ func Open(ctx context.Context, cfg Config, log *slog.Logger) (*Bus, error) {
 		// In-process even when a client port is open: the Bus's own traffic
 		// never touches the network stack.
 		opts = append(opts, nats.InProcessServer(srv))
+		if cfg.Token != "" {
+			opts = append(opts, nats.Token(cfg.Token))
+		}
 	}
 	nc, err := nats.Connect(url, opts...)
 	if err != nil {
@@ -474,6 +484,8 @@ func startServer(ctx context.Context, cfg Config, log *slog.Logger) (*server.Ser
 		StoreDir:   cfg.StoreDir,
 		NoSigs:     true, // the daemon owns signals
 		DontListen: cfg.Listen == "",
+		// Every client, in-process or not, presents it.
+		Authorization: cfg.Token,
 	}
 	switch {
 	case cfg.SyncInterval > 0:

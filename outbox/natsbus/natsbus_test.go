@@ -425,6 +425,37 @@ func TestEmbeddedListenServesOutsideConsumers(t *testing.T) {
 	}
 }
 
+// TestEmbeddedListenWithATokenRefusesStrangers: with a token, a client
+// without it cannot connect, so it cannot publish a forged event; with it,
+// it reads the stream; the Bus itself publishes.
+func TestEmbeddedListenWithATokenRefusesStrangers(t *testing.T) {
+	const token = "nats-token-0123456789abcdef-01234"
+	b := openEmbedded(t, natsbus.Config{Listen: "127.0.0.1:0", Token: token})
+	publishAll(t, b, sampleRecords())
+	u := b.ClientURL()
+	if nc, err := nats.Connect(u); err == nil {
+		nc.Close()
+		t.Fatalf("a client without the token connected to %s", u)
+	}
+	if nc, err := nats.Connect(u, nats.Token("wrong-"+token)); err == nil {
+		nc.Close()
+		t.Fatalf("a client with a wrong token connected to %s", u)
+	}
+	nc, err := nats.Connect(u, nats.Token(token))
+	if err != nil {
+		t.Fatalf("connect with the token: %v", err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := js.Stream(openCtx(t), natsbus.DefaultStream)
+	if err != nil || info.CachedInfo().State.Msgs != uint64(len(sampleRecords())) {
+		t.Fatalf("stream through the token: %v %v", info, err)
+	}
+}
+
 func TestEmbeddedInProcessHasNoClientURL(t *testing.T) {
 	b := openEmbedded(t, natsbus.Config{})
 	if u := b.ClientURL(); u != "" {

@@ -51,7 +51,10 @@ type Config struct {
 	RoomBatch int
 	// MaxRooms bounds the rooms published concurrently (and so the publishes in flight).
 	MaxRooms int
-	// PollInterval is the fallback scan period; commits wake the relay at once.
+	// PollInterval is the period of the scan for pending rows: the
+	// recovery path (rows of a previous run, a lost notification, rows
+	// backing off, rooms another node's relay left). Commits name their
+	// rooms to Notify, which publishes them without a scan.
 	PollInterval time.Duration
 	// MaxAttempts is the number of failed deliveries after which a row is dead.
 	MaxAttempts int32
@@ -107,8 +110,10 @@ type Metrics struct {
 // flight per room and up to MaxRooms rooms at once. A row is marked
 // published only after the broker acknowledged it (in bulk); a failed row
 // backs off its room alone, and after MaxAttempts goes dead, where operators
-// see it, and the room moves on. The scan is by status, never by an id
-// cursor that late commits would slip behind.
+// see it, and the room moves on. Rooms come to it in memory from commits
+// (Notify), so it costs what it sends; a scan of the table finds what
+// memory cannot know (see Config.PollInterval). The scan is by status,
+// never by an id cursor that late commits would slip behind.
 type Relay struct {
 	src     Source
 	pub     Publisher
@@ -118,11 +123,13 @@ type Relay struct {
 	metrics Metrics
 	now     func() time.Time
 
-	wake  chan struct{}
+	wake  chan struct{} // a scan is due
+	kick  chan struct{} // rooms are ready
 	marks chan markReq
 
 	mu    sync.Mutex
-	busy  map[string]bool      // rooms with a chain running; true: a scan found it busy
+	ready map[string]bool      // rooms named by Notify, not started yet
+	busy  map[string]bool      // rooms with a chain running; true: rows came in meanwhile
 	until map[string]time.Time // rooms backing off in this process
 	pause time.Time            // the broker is away until then
 	fails int                  // consecutive transient failures
@@ -137,16 +144,29 @@ type markReq struct {
 func New(src Source, pub Publisher, gate Gate, cfg Config, m Metrics, log *slog.Logger) *Relay {
 	return &Relay{
 		src: src, pub: pub, gate: gate, cfg: cfg.withDefaults(), log: log, metrics: m, now: time.Now,
-		wake: make(chan struct{}, 1), marks: make(chan markReq, 1024),
-		busy: make(map[string]bool), until: make(map[string]time.Time),
+		wake: make(chan struct{}, 1), kick: make(chan struct{}, 1), marks: make(chan markReq, 1024),
+		ready: make(map[string]bool), busy: make(map[string]bool), until: make(map[string]time.Time),
 	}
 }
 
-// Wake makes the relay scan now. It never blocks; call it after a commit
-// that wrote outbox rows.
+// Wake makes the relay scan the table now, for rows it cannot know of in
+// memory (an operator requeued dead rows). It never blocks.
 func (r *Relay) Wake() {
 	select {
 	case r.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Notify tells the relay that roomID committed outbox rows, so it
+// publishes them now. It never blocks; call it after each commit that
+// wrote outbox rows.
+func (r *Relay) Notify(roomID string) {
+	r.mu.Lock()
+	r.ready[roomID] = true
+	r.mu.Unlock()
+	select {
+	case r.kick <- struct{}{}:
 	default:
 	}
 }
@@ -171,17 +191,74 @@ func (r *Relay) Run(ctx context.Context) {
 	poll := time.NewTimer(0)
 	defer poll.Stop()
 	for {
+		scan := false
 		select {
 		case <-ctx.Done():
 			return
 		case <-r.wake:
+			scan = true
 		case <-poll.C:
+			scan = true
+		case <-r.kick:
 		}
-		if err := r.scan(ctx, slots, &chains); err != nil && ctx.Err() == nil {
-			r.log.Warn("outbox scan", "err", err)
+		if scan {
+			if err := r.scan(ctx, slots, &chains); err != nil && ctx.Err() == nil {
+				r.log.Warn("outbox scan", "err", err)
+			}
+			poll.Reset(r.cfg.PollInterval)
 		}
-		poll.Reset(r.cfg.PollInterval)
+		r.dispatch(ctx, slots, &chains)
 	}
+}
+
+// dispatch starts a chain for each room Notify named. While the broker is
+// away it starts none: the scan after the pause finds their rows.
+func (r *Relay) dispatch(ctx context.Context, slots chan struct{}, chains *sync.WaitGroup) {
+	r.mu.Lock()
+	rooms := r.ready
+	now := r.now()
+	paused := now.Before(r.pause)
+	if len(rooms) == 0 || paused {
+		r.mu.Unlock()
+		return
+	}
+	r.ready = make(map[string]bool)
+	r.mu.Unlock()
+	for roomID := range rooms {
+		if !r.start(ctx, roomID, now, slots, chains) {
+			return
+		}
+	}
+}
+
+// start runs a chain for the room unless one runs or it backs off; it
+// waits for a free slot. It returns false once ctx ended.
+func (r *Relay) start(ctx context.Context, roomID string, now time.Time, slots chan struct{}, chains *sync.WaitGroup) bool {
+	if !r.claim(roomID, now) {
+		return true
+	}
+	select {
+	case slots <- struct{}{}:
+	case <-ctx.Done():
+		_ = r.free(roomID)
+		return false
+	}
+	chains.Add(1)
+	go func() {
+		defer chains.Done()
+		// A room with a backlog keeps its slot for a few chains (no
+		// rescan of every pending row per chain), then yields it.
+		more := true
+		for i := 0; more && i < chainsPerTurn && ctx.Err() == nil; i++ {
+			more = r.chain(ctx, roomID)
+		}
+		missed := r.free(roomID)
+		<-slots
+		if missed || more {
+			r.Notify(roomID) // rows came in while the chain ran, or more wait
+		}
+	}()
+	return true
 }
 
 // scan finds rooms with due rows and starts a chain for each one that is
@@ -210,30 +287,12 @@ func (r *Relay) scan(ctx context.Context, slots chan struct{}, chains *sync.Wait
 				continue
 			}
 			seen[row.RoomID] = true // its first pending row decides
-			if row.NextAttemptAt.After(now) || !r.claim(row.RoomID, now) {
+			if row.NextAttemptAt.After(now) {
 				continue
 			}
-			select {
-			case slots <- struct{}{}:
-			case <-ctx.Done():
-				_ = r.free(row.RoomID)
+			if !r.start(ctx, row.RoomID, now, slots, chains) {
 				return nil
 			}
-			chains.Add(1)
-			go func(roomID string) {
-				defer chains.Done()
-				// A room with a backlog keeps its slot for a few chains (no
-				// rescan of every pending row per chain), then yields it.
-				more := true
-				for i := 0; more && i < chainsPerTurn && ctx.Err() == nil; i++ {
-					more = r.chain(ctx, roomID)
-				}
-				missed := r.free(roomID)
-				<-slots
-				if missed || more {
-					r.Wake() // rows came in while the chain ran, or more wait
-				}
-			}(row.RoomID)
 		}
 		if len(rows) < r.cfg.ScanLimit {
 			return nil
@@ -242,8 +301,9 @@ func (r *Relay) scan(ctx context.Context, slots chan struct{}, chains *sync.Wait
 	}
 }
 
-// claim marks a room busy unless a chain runs or it backs off. A scan that
-// finds the room busy leaves a note, so the chain's end scans again.
+// claim marks a room busy unless a chain runs or it backs off. A scan or a
+// Notify that finds the room busy leaves a note, so the chain's end starts
+// the room again.
 func (r *Relay) claim(roomID string, now time.Time) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()

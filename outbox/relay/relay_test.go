@@ -465,3 +465,48 @@ func TestRelayStopsPublishingARoomWhoseGateIsLost(t *testing.T) {
 	}
 	consume(t, bus, 20)
 }
+
+// scans counts the relay's scans of the table.
+type scans struct {
+	*sqlite.DB
+	n atomic.Int64
+}
+
+func (s *scans) ListPendingOutboxAfter(ctx context.Context, afterID int64, limit int) ([]outbox.Record, error) {
+	s.n.Add(1)
+	return s.DB.ListPendingOutboxAfter(ctx, afterID, limit)
+}
+
+// TestNotifiedRoomsGoOutWithoutAScan: rooms named to Notify after their
+// commits are published in order without the relay scanning the table;
+// rows it was not told of wait for a scan (here Wake, as an operator's
+// requeue does), which finds them.
+func TestNotifiedRoomsGoOutWithoutAScan(t *testing.T) {
+	repo := &scans{DB: openRepo(t)}
+	bus := openBus(t, natsbus.Config{})
+	cfg := fastConfig()
+	cfg.PollInterval = time.Hour // only the first scan, at start
+	r := relay.New(repo, bus, relay.LeaseGate{Lease: lease.NewLocal()}, cfg, relay.Metrics{}, quiet)
+	runRelay(t, r)
+	poll.Until(t, 10*time.Second, "the first scan", poll.Bool(func() bool { return repo.n.Load() == 1 }))
+
+	notified := rooms("told", 20)
+	for range 3 {
+		seed(t, repo, notified, 5)
+		for _, id := range notified {
+			r.Notify(id)
+		}
+	}
+	poll.Until(t, 30*time.Second, "the notified rooms published", poll.Bool(func() bool { return pending(t, repo.DB) == 0 }))
+	consume(t, bus, 20*3*5*2)
+	if n := repo.n.Load(); n != 1 {
+		t.Fatalf("%d scans for notified rooms, want only the first", n)
+	}
+
+	seed(t, repo, []string{"untold"}, 4)
+	r.Wake()
+	poll.Until(t, 30*time.Second, "the scan finds the rows nobody named", poll.Bool(func() bool { return pending(t, repo.DB) == 0 }))
+	if n := repo.n.Load(); n != 2 {
+		t.Fatalf("%d scans, want 2", n)
+	}
+}

@@ -29,7 +29,7 @@ func Migrate(ctx context.Context, dsn string) error {
 	if err != nil {
 		return err
 	}
-	if err := migrate(ctx, cfg); err != nil {
+	if _, err := migrate(ctx, cfg); err != nil {
 		return fmt.Errorf("migrate mysql db=%s: %w", cfg.DBName, err)
 	}
 	return nil
@@ -43,30 +43,31 @@ func Migrate(ctx context.Context, dsn string) error {
 // has no ADD KEY IF NOT EXISTS, so a migration that adds an index and fails
 // because the index is there counts as applied.
 // A named lock, held on the one connection that migrates, makes nodes that
-// start together take turns; the second finds the work done.
-func migrate(ctx context.Context, cfg *mysql.Config) error {
+// start together take turns; the second finds the work done. It returns the
+// server's version string (MariaDB's names MariaDB).
+func migrate(ctx context.Context, cfg *mysql.Config) (version string, err error) {
 	cfg = cfg.Clone()
 	// DDL on a large table can outlast any read timeout; ctx bounds it.
 	cfg.ReadTimeout, cfg.WriteTimeout = 0, 0
 	connector, err := mysql.NewConnector(cfg)
 	if err != nil {
-		return err
+		return "", err
 	}
 	sqlDB := sql.OpenDB(connector)
 	defer func() { _ = sqlDB.Close() }()
 	conn, err := sqlDB.Conn(ctx)
 	if err != nil {
-		return mapErr(err)
+		return "", mapErr(err)
 	}
 	defer func() { _ = conn.Close() }()
 
 	lock := migrateLockName(cfg.DBName)
 	var got sql.NullInt64
 	if err := conn.QueryRowContext(ctx, `SELECT GET_LOCK(?, ?)`, lock, migrateLockWait).Scan(&got); err != nil {
-		return fmt.Errorf("take migration lock %s: %w", lock, mapErr(err))
+		return "", fmt.Errorf("take migration lock %s: %w", lock, mapErr(err))
 	}
 	if !got.Valid || got.Int64 != 1 {
-		return fmt.Errorf("take migration lock %s: another node held it for %ds: %w", lock, migrateLockWait, store.ErrUnavailable)
+		return "", fmt.Errorf("take migration lock %s: another node held it for %ds: %w", lock, migrateLockWait, store.ErrUnavailable)
 	}
 	// Closing the connection releases the lock too, should this fail.
 	defer func() { _, _ = conn.ExecContext(context.WithoutCancel(ctx), `DO RELEASE_LOCK(?)`, lock) }()
@@ -75,28 +76,28 @@ func migrate(ctx context.Context, cfg *mysql.Config) error {
 		version    VARCHAR(255) CHARACTER SET ascii COLLATE ascii_bin NOT NULL PRIMARY KEY,
 		applied_at BIGINT NOT NULL
 	) ENGINE=InnoDB`); err != nil {
-		return fmt.Errorf("create schema_migrations: %w", mapErr(err))
+		return "", fmt.Errorf("create schema_migrations: %w", mapErr(err))
 	}
 	applied := map[string]bool{}
 	rows, err := conn.QueryContext(ctx, `SELECT version FROM schema_migrations`)
 	if err != nil {
-		return fmt.Errorf("read schema_migrations: %w", mapErr(err))
+		return "", fmt.Errorf("read schema_migrations: %w", mapErr(err))
 	}
 	for rows.Next() {
 		var v string
 		if err := rows.Scan(&v); err != nil {
 			_ = rows.Close()
-			return fmt.Errorf("read schema_migrations: %w", mapErr(err))
+			return "", fmt.Errorf("read schema_migrations: %w", mapErr(err))
 		}
 		applied[v] = true
 	}
 	if err := rows.Err(); err != nil {
-		return fmt.Errorf("read schema_migrations: %w", mapErr(err))
+		return "", fmt.Errorf("read schema_migrations: %w", mapErr(err))
 	}
 
 	names, err := fs.Glob(migrations, "migrations/*.sql")
 	if err != nil {
-		return fmt.Errorf("list migrations: %w", err)
+		return "", fmt.Errorf("list migrations: %w", err)
 	}
 	sort.Strings(names)
 	for _, name := range names {
@@ -106,17 +107,20 @@ func migrate(ctx context.Context, cfg *mysql.Config) error {
 		}
 		body, err := migrations.ReadFile(name)
 		if err != nil {
-			return fmt.Errorf("read migration %s: %w", name, err)
+			return "", fmt.Errorf("read migration %s: %w", name, err)
 		}
 		if _, err := conn.ExecContext(ctx, string(body)); err != nil && !isDupKeyName(err) {
-			return fmt.Errorf("migrate version=%s: %w", version, mapErr(err))
+			return "", fmt.Errorf("migrate version=%s: %w", version, mapErr(err))
 		}
 		if _, err := conn.ExecContext(ctx, `INSERT INTO schema_migrations (version, applied_at) VALUES (?, ?)`,
 			version, time.Now().UnixMilli()); err != nil {
-			return fmt.Errorf("record migration version=%s: %w", version, mapErr(err))
+			return "", fmt.Errorf("record migration version=%s: %w", version, mapErr(err))
 		}
 	}
-	return nil
+	if err := conn.QueryRowContext(ctx, `SELECT VERSION()`).Scan(&version); err != nil {
+		return "", fmt.Errorf("read the server version: %w", mapErr(err))
+	}
+	return version, nil
 }
 
 // migrateLockName scopes the migration lock to one database: GET_LOCK names

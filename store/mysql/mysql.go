@@ -85,6 +85,15 @@ type Options struct {
 	// ConnMaxIdleTime closes connections idle for longer than this, before a
 	// server (wait_timeout) or a proxy drops them. Default 5 minutes.
 	ConnMaxIdleTime time.Duration
+	// IdleTxTimeout, when set, has the server end a session that sits idle
+	// inside a transaction for this long (whole seconds, at least one): a
+	// process frozen or cut off in the middle of a commit would otherwise
+	// hold its row locks until it wakes, and another node could not claim
+	// its rooms. On MariaDB it is idle_transaction_timeout; MySQL has no
+	// such setting, so there it is wait_timeout, which also ends idle
+	// connections outside transactions, and the pool closes its idle
+	// connections before that. The fleet sets it below the lease TTL.
+	IdleTxTimeout time.Duration
 }
 
 const (
@@ -109,6 +118,9 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.ConnMaxIdleTime < 0 {
 		problems = append(problems, fmt.Sprintf("negative conn max idle time %v", o.ConnMaxIdleTime))
+	}
+	if o.IdleTxTimeout < 0 {
+		problems = append(problems, fmt.Sprintf("negative idle transaction timeout %v", o.IdleTxTimeout))
 	}
 	if len(problems) > 0 {
 		return o, fmt.Errorf("mysql options: %s", strings.Join(problems, "; "))
@@ -170,9 +182,11 @@ func Open(ctx context.Context, dsn string, opts Options) (*DB, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := migrate(ctx, cfg); err != nil {
+	version, err := migrate(ctx, cfg)
+	if err != nil {
 		return nil, fmt.Errorf("open mysql db=%s: %w", cfg.DBName, err)
 	}
+	opts = endIdleTx(cfg, opts, strings.Contains(version, "MariaDB"))
 	conn, err := mysql.NewConnector(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("open mysql db=%s: %w", cfg.DBName, err)
@@ -242,6 +256,22 @@ func config(dsn string) (*mysql.Config, error) {
 		cfg.Params["innodb_lock_wait_timeout"] = fmt.Sprint(int(wait / time.Second))
 	}
 	return cfg, nil
+}
+
+// endIdleTx applies opts.IdleTxTimeout to cfg (see Options), for MariaDB
+// or MySQL, and returns opts with the pool's idle time below it on MySQL.
+func endIdleTx(cfg *mysql.Config, opts Options, mariaDB bool) Options {
+	if opts.IdleTxTimeout <= 0 {
+		return opts
+	}
+	secs := max(1, int((opts.IdleTxTimeout+time.Second-1)/time.Second))
+	if mariaDB {
+		cfg.Params["idle_transaction_timeout"] = fmt.Sprint(secs)
+		return opts
+	}
+	cfg.Params["wait_timeout"] = fmt.Sprint(secs)
+	opts.ConnMaxIdleTime = min(opts.ConnMaxIdleTime, time.Duration(secs)*time.Second/2)
+	return opts
 }
 
 func hasParam(params map[string]string, name string) bool {

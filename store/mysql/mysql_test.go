@@ -708,3 +708,63 @@ func benchCommit(b *testing.B, workers, nBatches, nCommands int, payload []byte)
 	b.ReportMetric(float64(calls*nBatches*nCommands*2)/secs, "rows/s")
 	b.ReportMetric(float64(calls)/secs, "commits/s")
 }
+
+// TestAFrozenCommitDoesNotKeepItsLocks holds a room's row lock in a
+// transaction of node a that never ends, as a node frozen (SIGSTOP) in the
+// middle of a commit would. With IdleTxTimeout the server ends a's session
+// after a second, so node b claims the room instead of waiting for a lock
+// that is only released when a wakes (without it, b's claim fails on the
+// lock wait timeout after several seconds); a's transaction cannot commit
+// afterwards.
+func TestAFrozenCommitDoesNotKeepItsLocks(t *testing.T) {
+	ctx := t.Context()
+	dsn := mysqltest.DSN(t)
+	a := openDSN(t, dsn, Options{IdleTxTimeout: time.Second})
+	b := openDSN(t, dsn, Options{})
+	const id = "frozen"
+	if err := a.SaveRoomMeta(ctx, store.RoomMeta{RoomID: id, OwnerUserID: 1, SeatCount: 8}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.ClaimRoom(ctx, id, "a"); err != nil {
+		t.Fatal(err)
+	}
+	frozen, err := a.db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = frozen.Rollback() }()
+	if _, err := frozen.ExecContext(ctx, `UPDATE rooms SET updated_at = updated_at + 1 WHERE room_id = ?`, id); err != nil {
+		t.Fatal(err)
+	}
+	claim, err := b.ClaimRoom(ctx, id, "b")
+	if err != nil {
+		t.Fatalf("b's claim while a is frozen mid-commit: %v", err)
+	}
+	if claim.Epoch != 2 {
+		t.Fatalf("b claimed epoch %d, want 2", claim.Epoch)
+	}
+	if err := frozen.Commit(); err == nil {
+		t.Fatal("a's transaction committed after the server ended its session")
+	}
+}
+
+// TestEndIdleTxOnMySQL: MySQL has no idle transaction timeout, so
+// IdleTxTimeout becomes wait_timeout, and the pool closes idle connections
+// before the server does.
+func TestEndIdleTxOnMySQL(t *testing.T) {
+	cfg, err := config("u:p@tcp(127.0.0.1:3306)/room")
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts, err := Options{IdleTxTimeout: 2500 * time.Millisecond}.withDefaults()
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts = endIdleTx(cfg, opts, false)
+	if cfg.Params["wait_timeout"] != "3" || cfg.Params["idle_transaction_timeout"] != "" || opts.ConnMaxIdleTime != 1500*time.Millisecond {
+		t.Fatalf("params %v, pool idle time %v; want wait_timeout 3 and 1.5s", cfg.Params, opts.ConnMaxIdleTime)
+	}
+	if _, err := (Options{IdleTxTimeout: -time.Second}).withDefaults(); err == nil {
+		t.Fatal("a negative IdleTxTimeout was accepted")
+	}
+}

@@ -24,6 +24,7 @@ import (
 	"fmt"
 	"io/fs"
 	"net/url"
+	"os"
 	"sort"
 	"strconv"
 	"strings"
@@ -111,6 +112,9 @@ func Open(ctx context.Context, path string, opts Options) (*DB, error) {
 	}
 	if path == "" || path == ":memory:" || strings.HasPrefix(path, "file:") || strings.ContainsAny(path, "?#") {
 		return nil, fmt.Errorf("open sqlite path=%q: want a plain file name without '?' or '#'", path)
+	}
+	if err := ownerOnly(path); err != nil {
+		return nil, fmt.Errorf("open sqlite path=%s: %w", path, err)
 	}
 	busy := strconv.FormatInt(opts.BusyTimeout.Milliseconds(), 10)
 
@@ -231,4 +235,24 @@ func (db *DB) applyMigration(ctx context.Context, version, body string) error {
 		return mapErr(err)
 	}
 	return mapErr(tx.Commit())
+}
+
+// ownerOnly creates the database file readable and writable by its owner
+// alone (0600), or narrows an existing one and its WAL files to that.
+// SQLite gives the -wal and -shm files it creates the database file's
+// mode, so they follow.
+func ownerOnly(path string) error {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	for _, p := range []string{path, path + "-wal", path + "-shm"} {
+		if err := os.Chmod(p, 0o600); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
+	}
+	return nil
 }

@@ -146,6 +146,35 @@ func TestOpenSettings(t *testing.T) {
 	}
 }
 
+// TestFilesAreTheOwnersOnly: the database and its WAL files are 0600,
+// also when an existing database was readable by others.
+func TestFilesAreTheOwnersOnly(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "room.db")
+	check := func() {
+		t.Helper()
+		db, err := Open(t.Context(), path, Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := db.SaveRoomMeta(t.Context(), store.RoomMeta{RoomID: fmt.Sprint("r", time.Now().UnixNano()), OwnerUserID: 1, SeatCount: 8, Status: "open"}); err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range []string{path, path + "-wal", path + "-shm"} {
+			if fi, err := os.Stat(p); err != nil || fi.Mode().Perm() != 0o600 {
+				t.Errorf("%s: %v %v; want 0600", filepath.Base(p), fi.Mode(), err)
+			}
+		}
+		if err := db.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	check()
+	if err := os.Chmod(path, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	check()
+}
+
 func TestOpenRejectsBadInput(t *testing.T) {
 	dir := t.TempDir()
 	for _, tc := range []struct {

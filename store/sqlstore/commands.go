@@ -95,3 +95,24 @@ func (db *DB) ListCommandsAfter(ctx context.Context, roomID string, roomVersion 
 	}
 	return out, nil
 }
+
+// ListCommandsPage returns at most limit of the room's commands with a
+// version above roomVersion, in version order, and then the room's head.
+func (db *DB) ListCommandsPage(ctx context.Context, roomID string, roomVersion int64, limit int) ([]store.CommandRecord, int64, error) {
+	var out []store.CommandRecord
+	rows, err := db.stmts.listCommandsPage.QueryContext(ctx, roomID, roomVersion, limit)
+	if err == nil {
+		err = collectCommands(rows, func(c store.CommandRecord) { out = append(out, c) })
+	}
+	var head int64
+	if err == nil {
+		// After the page: the head is at least its last version.
+		if err = db.stmts.readHead.QueryRowContext(ctx, roomID).Scan(&head); errors.Is(err, sql.ErrNoRows) {
+			err = nil
+		}
+	}
+	if err != nil {
+		return nil, 0, fmt.Errorf("list commands room=%s after=%d limit=%d: %w", roomID, roomVersion, limit, db.d.MapErr(err))
+	}
+	return out, head, nil
+}

@@ -60,6 +60,14 @@ func (db *DB) ClaimRoom(ctx context.Context, roomID string, nodeID string) (stor
 	var c store.Claim
 	err := db.Tx(ctx, func(tx *sql.Tx) error {
 		c = store.Claim{Meta: store.RoomMeta{RoomID: roomID}}
+		var previous sql.NullString
+		switch err := tx.StmtContext(ctx, db.stmts.previousOwner).QueryRowContext(ctx, roomID).Scan(&previous); {
+		case errors.Is(err, sql.ErrNoRows):
+			return store.ErrNotFound
+		case err != nil:
+			return db.d.MapErr(err)
+		}
+		c.PreviousNode = previous.String
 		if err := db.updateOne(ctx, tx.StmtContext(ctx, db.stmts.claim), nodeID, time.Now().UnixMilli(), roomID); err != nil {
 			return err
 		}
@@ -71,6 +79,14 @@ func (db *DB) ClaimRoom(ctx context.Context, roomID string, nodeID string) (stor
 		return store.Claim{}, fmt.Errorf("claim room=%s node=%s: %w", roomID, nodeID, err)
 	}
 	return c, nil
+}
+
+// ReleaseRoom implements store.Repository.
+func (db *DB) ReleaseRoom(ctx context.Context, roomID string, epoch int64) error {
+	if _, err := db.stmts.release.ExecContext(ctx, roomID, epoch); err != nil {
+		return fmt.Errorf("release room=%s epoch=%d: %w", roomID, epoch, db.d.MapErr(err))
+	}
+	return nil
 }
 
 // ListRooms lists up to limit rooms with ids greater than afterRoomID, in id

@@ -57,10 +57,12 @@ type statements struct {
 	advanceHead, advanceFenced, headVersion  *sql.Stmt
 	updateSnapshot, insertSnapshot           *sql.Stmt
 	updateMeta, insertMeta, claim, readClaim *sql.Stmt
+	previousOwner, release                   *sql.Stmt
 	markPublished, markFailed                *sql.Stmt
 	lockOutbox, failOutbox                   *sql.Stmt
 
 	getMeta, getCommand, listCommands, getSnapshot *sql.Stmt
+	listCommandsPage, readHead                     *sql.Stmt
 	listPending, listPendingAfter, listRoomOutbox  *sql.Stmt
 	listRooms                                      *sql.Stmt
 
@@ -124,6 +126,8 @@ func (db *DB) prepare(ctx context.Context) error {
 		WHERE room_id = ? AND room_version = 0`)
 	s.insertMeta = prep(w, `INSERT INTO rooms (room_id, owner_user_id, host_user_id, seat_count, mode, status, created_at, updated_at)
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?)`)
+	s.previousOwner = prep(w, `SELECT owner_node FROM rooms WHERE room_id = ?`+db.d.ForUpdate())
+	s.release = prep(w, `UPDATE rooms SET owner_node = '' WHERE room_id = ? AND owner_epoch = ?`)
 	s.claim = prep(w, `UPDATE rooms SET owner_epoch = owner_epoch + 1, owner_node = ?, updated_at = ? WHERE room_id = ?`)
 	s.readClaim = prep(w, `SELECT owner_epoch, room_version, owner_user_id, host_user_id, seat_count, mode, status
 		FROM rooms WHERE room_id = ?`)
@@ -137,6 +141,9 @@ func (db *DB) prepare(ctx context.Context) error {
 	s.getCommand = prep(r, `SELECT `+commandColumns+` FROM room_command_log WHERE room_id = ? AND command_id = ?`)
 	s.listCommands = prep(r, `SELECT `+commandColumns+` FROM room_command_log
 		WHERE room_id = ? AND room_version > ? ORDER BY room_version`)
+	s.listCommandsPage = prep(r, `SELECT `+commandColumns+` FROM room_command_log
+		WHERE room_id = ? AND room_version > ? ORDER BY room_version LIMIT ?`)
+	s.readHead = prep(r, `SELECT room_version FROM rooms WHERE room_id = ?`)
 	s.getSnapshot = prep(r, `SELECT room_version, payload, created_at FROM room_snapshots WHERE room_id = ?`)
 	s.listPending = prep(r, o.ListPending)
 	s.listPendingAfter = prep(r, o.ListPendingAfter)

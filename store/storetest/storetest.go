@@ -63,6 +63,7 @@ func Run(t *testing.T, newRepo func(t *testing.T) store.Repository) {
 		{"IDsAreBytes", testIDsAreBytes},
 		{"PayloadsAreBytes", testPayloadsAreBytes},
 		{"ListCommandsAfter", testListCommandsAfter},
+		{"ListCommandsPage", testListCommandsPage},
 		{"GetCommands", testGetCommands},
 		{"SaveCommand", testSaveCommand},
 		{"Outbox", testOutbox},
@@ -153,6 +154,28 @@ func testClaimRoom(t *testing.T, repo store.Repository) {
 	info = mustRoomInfo(t, repo, id)
 	if info.OwnerEpoch != second.Epoch || info.OwnerNode != "node-b" || info.HeadVersion != 3 {
 		t.Fatalf("room info after second claim = %+v, want epoch %d node node-b head 3", info, second.Epoch)
+	}
+	if first.PreviousNode != "" || second.PreviousNode != "node-a" {
+		t.Fatalf("previous nodes %q, %q; want none, then node-a (which did not release the room)", first.PreviousNode, second.PreviousNode)
+	}
+
+	// A clean stop is released: the next claim has no previous node, and
+	// a release by an owner that lost the room changes nothing.
+	if err := repo.ReleaseRoom(ctx, id, second.Epoch); err != nil {
+		t.Fatalf("ReleaseRoom: %v", err)
+	}
+	if info := mustRoomInfo(t, repo, id); info.OwnerNode != "" || info.OwnerEpoch != second.Epoch {
+		t.Fatalf("room info after release = %+v, want no node at epoch %d", info, second.Epoch)
+	}
+	third := mustClaim(t, repo, id, "node-c")
+	if third.PreviousNode != "" || third.Epoch != second.Epoch+1 {
+		t.Fatalf("claim after a release = %+v, want no previous node, epoch %d", third, second.Epoch+1)
+	}
+	if err := repo.ReleaseRoom(ctx, id, second.Epoch); err != nil {
+		t.Fatalf("ReleaseRoom by a stale owner: %v", err)
+	}
+	if fourth := mustClaim(t, repo, id, "node-d"); fourth.PreviousNode != "node-c" {
+		t.Fatalf("claim after a stale release: previous node %q, want node-c", fourth.PreviousNode)
 	}
 }
 
@@ -843,6 +866,31 @@ func testListCommandsAfter(t *testing.T, repo store.Repository) {
 	}
 	if cmds := mustListCommands(t, repo, newRoomID(t), 0); len(cmds) != 0 {
 		t.Fatalf("ListCommandsAfter(unknown room) = %+v, want none", cmds)
+	}
+}
+
+func testListCommandsPage(t *testing.T, repo store.Repository) {
+	a, claim := newClaimedRoom(t, repo)
+	batch := newBatch(a, claim.Epoch, 0, 5)
+	mustCommitOK(t, repo, batch)
+	for _, tc := range []struct {
+		after int64
+		limit int
+		want  []store.CommandRecord
+	}{
+		{0, 2, batch.Commands[:2]}, {2, 2, batch.Commands[2:4]}, {4, 2, batch.Commands[4:]}, {0, 10, batch.Commands}, {5, 2, nil},
+	} {
+		cmds, head, err := repo.ListCommandsPage(t.Context(), a, tc.after, tc.limit)
+		if err != nil {
+			t.Fatal(err)
+		}
+		assertCommands(t, cmds, tc.want)
+		if head != 5 {
+			t.Fatalf("ListCommandsPage(after %d, limit %d): head %d, want 5", tc.after, tc.limit, head)
+		}
+	}
+	if cmds, head, err := repo.ListCommandsPage(t.Context(), newRoomID(t), 0, 10); err != nil || len(cmds) != 0 || head != 0 {
+		t.Fatalf("ListCommandsPage(unknown room) = %+v, %d, %v", cmds, head, err)
 	}
 }
 

@@ -3461,7 +3461,8 @@ type GetRoomSnapshotRequest struct {
 	RoomId string                 `protobuf:"bytes,1,opt,name=room_id,json=roomId,proto3" json:"room_id,omitempty"`
 	// The version the caller already holds; when it is current the answer is not_modified.
 	KnownVersion int64 `protobuf:"varint,2,opt,name=known_version,json=knownVersion,proto3" json:"known_version,omitempty"`
-	// Caps the member list (members are ordered by user id); 0 returns every member.
+	// Caps the member list (members are ordered by user id); 0 returns the
+	// first 1000; at most 10000 (online_count is the room's total).
 	MemberLimit   int32 `protobuf:"varint,3,opt,name=member_limit,json=memberLimit,proto3" json:"member_limit,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

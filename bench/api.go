@@ -1,0 +1,190 @@
+package bench
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net/http"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"connectrpc.com/connect"
+
+	roomv1 "hyapp/room-service/gen/room/v1"
+	"hyapp/room-service/gen/room/v1/roomv1connect"
+)
+
+// APIOptions shape the API scenarios.
+type APIOptions struct {
+	// Token is the service token, when the service needs one.
+	Token string
+	// Conns is the number of HTTP/2 connections the calls spread over.
+	Conns int
+	// Rooms is the number of rooms the many-room scenarios use.
+	Rooms int
+	// Commands is the number of calls of each command scenario.
+	Commands int
+	// Run names the rooms of this run, so runs against one service do not meet.
+	Run string
+	// Metrics is the service's Prometheus endpoint (empty: base + /metrics);
+	// when it answers, each row says the service's CPU time and allocations
+	// per call.
+	Metrics string
+}
+
+// processCost reads the service's CPU seconds and heap allocations so far
+// from its /metrics; ok is false when they cannot be read.
+func processCost(ctx context.Context, url string) (cpu, allocs float64, ok bool) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return 0, 0, false
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, 0, false
+	}
+	defer res.Body.Close()
+	if res.StatusCode != http.StatusOK {
+		return 0, 0, false
+	}
+	found := 0
+	sc := bufio.NewScanner(res.Body)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		name, value, _ := strings.Cut(sc.Text(), " ")
+		v, err := strconv.ParseFloat(value, 64)
+		switch {
+		case err != nil:
+		case name == "process_cpu_seconds_total":
+			cpu, found = v, found+1
+		case name == "go_memstats_mallocs_total":
+			allocs, found = v, found+1
+		}
+	}
+	return cpu, allocs, found == 2
+}
+
+// APIScenarios measures a running service at base (http://host:port) through its API, the way
+// clients reach it: gRPC over HTTP/2 (connect-go) on opts.Conns
+// connections, every call with a deadline. CreateRoom with 16 in flight;
+// joins across opts.Rooms rooms with 256 in flight (the engine scenario's
+// command); joins in one hot room with 256 in flight; GetRoomSnapshot
+// across the rooms with 128 in flight. The last row is this load
+// generator's own CPU use, a share of the machine's cores.
+func APIScenarios(ctx context.Context, base string, opts APIOptions) ([]Row, error) {
+	if opts.Conns <= 0 {
+		opts.Conns = 8
+	}
+	clients := make([]roomv1connect.RoomServiceClient, opts.Conns)
+	for i := range clients {
+		p := new(http.Protocols)
+		p.SetUnencryptedHTTP2(true)
+		tr := &http.Transport{Protocols: p}
+		defer tr.CloseIdleConnections()
+		var copts []connect.ClientOption
+		copts = append(copts, connect.WithGRPC())
+		if opts.Token != "" {
+			copts = append(copts, connect.WithInterceptors(bearer(opts.Token)))
+		}
+		clients[i] = roomv1connect.NewRoomServiceClient(&http.Client{Transport: tr}, base, copts...)
+	}
+	client := func(w int) roomv1connect.RoomServiceClient { return clients[w%len(clients)] }
+	call := func() (context.Context, context.CancelFunc) { return context.WithTimeout(ctx, 10*time.Second) }
+	if opts.Metrics == "" {
+		opts.Metrics = strings.TrimSuffix(base, "/") + "/metrics"
+	}
+	// measured runs one scenario and adds the service's cost per call.
+	measured := func(run func() (Row, error)) (Row, error) {
+		cpu0, allocs0, ok0 := processCost(ctx, opts.Metrics)
+		r, err := run()
+		if err != nil {
+			return r, err
+		}
+		if cpu1, allocs1, ok1 := processCost(ctx, opts.Metrics); ok0 && ok1 && r.Ops > 0 {
+			cost := fmt.Sprintf("service: %.0f µs CPU, %.0f allocs per call", 1e6*(cpu1-cpu0)/float64(r.Ops), (allocs1-allocs0)/float64(r.Ops))
+			r.Extra = strings.TrimPrefix(r.Extra+"; "+cost, "; ")
+		}
+		return r, nil
+	}
+	var cpu0 syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &cpu0)
+	start := time.Now()
+
+	rooms := make([]string, opts.Rooms)
+	for i := range rooms {
+		rooms[i] = fmt.Sprintf("%s-api-%d", opts.Run, i)
+	}
+	create, err := measured(func() (Row, error) {
+		return closedLoop("CreateRoom, 16 in flight", 16, len(rooms)+1, func(w int, i int64) error {
+			id := fmt.Sprintf("%s-hot", opts.Run)
+			if int(i) < len(rooms) {
+				id = rooms[i]
+			}
+			c, cancel := call()
+			defer cancel()
+			_, err := client(w).CreateRoom(c, connect.NewRequest(&roomv1.CreateRoomRequest{
+				RoomId: id, CommandId: "create", OperatorUserId: 1, OwnerUserId: 1, SeatCount: 10, Title: "bench",
+			}))
+			return err
+		})
+	})
+	if err != nil {
+		return nil, fmt.Errorf("create rooms: %w", err)
+	}
+	create.Extra = strings.TrimSuffix(fmt.Sprintf("target >= 2000/s: %.2fx; %s", create.Rate()/2000, create.Extra), "; ")
+
+	join := func(name string, ids []string, callers, users int) (Row, error) {
+		return measured(func() (Row, error) {
+			return closedLoop(name, callers, opts.Commands, func(w int, i int64) error {
+				c, cancel := call()
+				defer cancel()
+				_, err := client(w).JoinRoom(c, connect.NewRequest(&roomv1.JoinRoomRequest{
+					RoomId: ids[int(i)%len(ids)], CommandId: fmt.Sprint("j", i), OperatorUserId: 1000 + i%int64(users),
+				}))
+				return err
+			})
+		})
+	}
+	many, err := join(fmt.Sprintf("JoinRoom, %d rooms, 256 in flight", len(rooms)), rooms, 256, 100_000)
+	if err != nil {
+		return nil, err
+	}
+	hot, err := join("JoinRoom, one hot room, 256 in flight", []string{fmt.Sprintf("%s-hot", opts.Run)}, 256, 2000)
+	if err != nil {
+		return nil, err
+	}
+	hot.Extra = strings.TrimSuffix(fmt.Sprintf("target >= 5000/s: %.2fx; p99 target <= 50 ms: %.2fx; %s", hot.Rate()/5000, ms(hot.P99)/50, hot.Extra), "; ")
+	read, err := measured(func() (Row, error) {
+		return closedLoop(fmt.Sprintf("GetRoomSnapshot, %d rooms, 128 in flight", len(rooms)), 128, opts.Commands, func(w int, i int64) error {
+			c, cancel := call()
+			defer cancel()
+			_, err := client(w).GetRoomSnapshot(c, connect.NewRequest(&roomv1.GetRoomSnapshotRequest{RoomId: rooms[int(i)%len(rooms)]}))
+			return err
+		})
+	})
+	if err != nil {
+		return nil, err
+	}
+	read.Extra = strings.TrimSuffix(fmt.Sprintf("target >= 20000/s: %.2fx; %s", read.Rate()/20000, read.Extra), "; ")
+
+	var cpu1 syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &cpu1)
+	wall := time.Since(start)
+	used := time.Duration(cpu1.Utime.Nano() + cpu1.Stime.Nano() - cpu0.Utime.Nano() - cpu0.Stime.Nano())
+	gen := Row{Name: "load generator CPU (this process)", Elapsed: wall,
+		Extra: fmt.Sprintf("%.0f%% of %d cores over the run", 100*used.Seconds()/(wall.Seconds()*float64(runtime.NumCPU())), runtime.NumCPU())}
+	return []Row{create, many, hot, read, gen}, nil
+}
+
+// bearer sends the service token with every call.
+func bearer(token string) connect.UnaryInterceptorFunc {
+	return func(next connect.UnaryFunc) connect.UnaryFunc {
+		return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+			req.Header().Set("Authorization", "Bearer "+token)
+			return next(ctx, req)
+		}
+	}
+}

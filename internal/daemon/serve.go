@@ -1,0 +1,125 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"time"
+
+	"golang.org/x/net/netutil"
+
+	"hyapp/room-service/rpc"
+)
+
+// apiOptions are the API's callers, user keys and limits from the
+// configuration (Validate checked them).
+func (m *Main) apiOptions() (rpc.Options, error) {
+	cfg := m.Config
+	callers, err := cfg.Callers()
+	if err != nil {
+		return rpc.Options{}, err
+	}
+	opts := rpc.Options{Callers: callers, MaxRequestBytes: int64(cfg.MaxRequestBytes), CreateRoomRate: float64(cfg.CreateRoomRate)}
+	users, err := cfg.UserKeys()
+	if err != nil {
+		return rpc.Options{}, err
+	}
+	if users != nil {
+		opts.Users = users
+	}
+	return opts, nil
+}
+
+// serverLimits are the API server's limits from the configuration.
+func (m *Main) serverLimits() rpc.ServerLimits {
+	cfg := m.Config
+	return rpc.ServerLimits{
+		ReadTimeout: cfg.HTTPReadTimeout, WriteTimeout: cfg.HTTPWriteTimeout, IdleTimeout: cfg.HTTPIdleTimeout,
+		MaxConcurrentStreams: cfg.HTTP2MaxStreams,
+	}
+}
+
+// limitConns bounds the open connections of the API listener: one over
+// the bound waits in the kernel's accept queue until another closes.
+func (m *Main) limitConns(ln net.Listener) net.Listener {
+	return netutil.LimitListener(ln, m.Config.MaxConnections)
+}
+
+// serveSide serves h on ln under the worker name, within limits; Close
+// shuts it down with the API server.
+func (m *Main) serveSide(name string, ln net.Listener, h http.Handler, limits rpc.ServerLimits) error {
+	srv := limits.NewServer(h)
+	if err := m.workers.Go(name, func(context.Context) error {
+		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+			return err
+		}
+		return nil
+	}); err != nil {
+		_ = ln.Close()
+		return err
+	}
+	m.side = append(m.side, srv)
+	return nil
+}
+
+// serveAdmin serves the admin surface (metrics, reflection, pprof) on
+// admin_listen, unless it is off.
+func (m *Main) serveAdmin(opts rpc.Options) error {
+	if m.Config.AdminListen == "off" {
+		return nil
+	}
+	ln, err := net.Listen("tcp", m.Config.AdminListen)
+	if err != nil {
+		return fmt.Errorf("admin listen: %w", err)
+	}
+	m.AdminAddr = ln.Addr().String()
+	// A CPU profile or trace takes 30 s by default: the answer may take longer.
+	if err := m.serveSide("admin", ln, rpc.NewAdminMux(opts), rpc.ServerLimits{WriteTimeout: 5 * time.Minute}); err != nil {
+		return err
+	}
+	m.Log.Info("admin surface (/metrics, gRPC reflection, /debug/pprof/)", "addr", m.AdminAddr)
+	return nil
+}
+
+// localIMListener returns where the lane reaches the local Tencent
+// endpoint when Tencent IM is not configured: the API port of a
+// development server, else a listener of its own on a free loopback port
+// that serves the REST API only (ln set).
+func (m *Main) localIMListener() (addr string, ln net.Listener, err error) {
+	if m.Config.TIMSDKAppID != "" || m.Config.Development() {
+		return m.Addr, nil, nil
+	}
+	ln, err = net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", nil, fmt.Errorf("local IM endpoint: %w", err)
+	}
+	return ln.Addr().String(), ln, nil
+}
+
+// mountLocalIM serves the local Tencent endpoint: on the API mux of a
+// development server, with /local/ to watch what each room's group would
+// show; otherwise its REST API alone on ln, for the lane.
+func (m *Main) mountLocalIM(mux *http.ServeMux, local http.Handler, ln net.Listener) error {
+	if ln == nil {
+		mux.Handle("/v4/", rpc.DevOnly(local))
+		mux.Handle("/local/", rpc.DevOnly(local))
+		m.Log.Info("local Tencent IM endpoint: watch room messages at http://" + m.Addr + "/local/")
+		return nil
+	}
+	only := http.NewServeMux()
+	only.Handle("/v4/", rpc.DevOnly(local))
+	return m.serveSide("local-im", ln, only, m.serverLimits())
+}
+
+// shutdownSide shuts the side servers down.
+func (m *Main) shutdownSide(ctx context.Context) []error {
+	var errs []error
+	for _, srv := range m.side {
+		if err := srv.Shutdown(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("http shutdown: %w", err))
+		}
+	}
+	return errs
+}
