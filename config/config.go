@@ -59,6 +59,8 @@ type Config struct {
 	TIMSecretKey    string        `yaml:"tim_secret_key" help:"Tencent IM secret key for UserSig" secret:"true"`
 	TIMAdmin        string        `yaml:"tim_admin" help:"Tencent IM admin identifier"`
 	TIMEndpoint     string        `yaml:"tim_endpoint" help:"Tencent IM REST host of the app's region, such as https://adminapisgp.im.qcloud.com"`
+	TIMAppBudget    int           `yaml:"tim_app_budget" help:"send_group_msg calls per second Tencent allows the whole app (all rooms, all nodes: shared through redis_url when set)"`
+	TIMCallBudget   int           `yaml:"tim_call_budget" help:"calls per second this node makes of each other Tencent IM command (group control)"`
 	IMBudget        int           `yaml:"im_group_budget" help:"IM messages per second the service sends to one room's group (Tencent drops above 40)"`
 	IMRegional      string        `yaml:"im_regional_groups" help:"region=group pairs, comma-separated: the broadcast group of each region for big gifts"`
 	IMRegionalMin   int           `yaml:"im_regional_threshold" help:"gift value from which a gift also shows in its region's broadcast group"`
@@ -122,7 +124,7 @@ func Default() Config {
 		SnapshotEvery: 500, MailboxSize: 4096, MaxBatch: 256,
 		LeaseTTL: 5 * time.Second, DrainGrace: 2 * time.Second,
 		IdleTimeout: 10 * time.Minute, CommitTimeout: 5 * time.Second, ShutdownTimeout: 30 * time.Second,
-		NATSStream: "ROOM_EVENTS", NATSSubjects: "room.events", RelayAttempts: 10, IMBudget: 20, IMRegionalMin: 10_000,
+		NATSStream: "ROOM_EVENTS", NATSSubjects: "room.events", RelayAttempts: 10, TIMAppBudget: 200, TIMCallBudget: 200, IMBudget: 20, IMRegionalMin: 10_000,
 		RetainVersions: 10_000, RetainCommands: 7 * 24 * time.Hour, RetainPublished: 3 * 24 * time.Hour, RetainEvery: time.Minute,
 		BusinessTZ: "UTC", RankSize: 10, LuckyMaxPayout: 9_500, LuckyRegionalMin: 10_000,
 		WalletTimeout: 3 * time.Second, GiftApplyWindow: 30 * time.Second, ReconcileAfter: 2 * time.Minute, RocketScan: time.Second,
@@ -393,7 +395,8 @@ func (c Config) Validate() error {
 		{"snapshot_every", c.SnapshotEvery, 1, 1_000_000}, {"mailbox_size", c.MailboxSize, 1, 1 << 20},
 		{"max_batch", c.MaxBatch, 1, 65536}, {"commit_workers", c.CommitWorkers, 0, 256},
 		{"retain_versions", c.RetainVersions, 0, 1 << 30}, {"relay_max_attempts", c.RelayAttempts, 1, 1000},
-		{"im_group_budget", c.IMBudget, 1, 40}, {"im_regional_threshold", c.IMRegionalMin, 0, 1 << 30},
+		{"im_group_budget", c.IMBudget, 1, 40}, {"tim_app_budget", c.TIMAppBudget, 1, 1_000_000},
+		{"tim_call_budget", c.TIMCallBudget, 1, 1_000_000}, {"im_regional_threshold", c.IMRegionalMin, 0, 1 << 30},
 		{"rank_size", c.RankSize, 1, 100}, {"lucky_max_payout_bp", c.LuckyMaxPayout, 0, 10_000},
 		{"max_request_bytes", c.MaxRequestBytes, 1 << 10, 64 << 20}, {"max_connections", c.MaxConnections, 1, 1 << 20},
 		{"http2_max_streams", c.HTTP2MaxStreams, 1, 10_000}, {"create_room_rate", c.CreateRoomRate, 0, 100_000},

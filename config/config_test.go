@@ -456,3 +456,18 @@ func TestFleetModeSettings(t *testing.T) {
 		t.Fatalf("zero configuration: %v", err)
 	}
 }
+
+// TestIMBudgets: the app budget of send_group_msg and the other commands'
+// budgets come from ROOM_TIM_APP_BUDGET and ROOM_TIM_CALL_BUDGET, default
+// to Tencent's 200/s, and must be positive.
+func TestIMBudgets(t *testing.T) {
+	if d := config.Default(); d.TIMAppBudget != 200 || d.TIMCallBudget != 200 {
+		t.Fatalf("default budgets %d, %d; want Tencent's 200", d.TIMAppBudget, d.TIMCallBudget)
+	}
+	cfg, err := config.Load(nil, env(map[string]string{"ROOM_TIM_APP_BUDGET": "300", "ROOM_TIM_CALL_BUDGET": "100"}))
+	if err != nil || cfg.TIMAppBudget != 300 || cfg.TIMCallBudget != 100 {
+		t.Fatalf("from the environment: %d, %d, %v", cfg.TIMAppBudget, cfg.TIMCallBudget, err)
+	}
+	_, err = config.Load([]string{"-tim-app-budget", "0", "-tim-call-budget", "-1"}, env(nil))
+	mustMention(t, err, "tim_app_budget", "tim_call_budget")
+}

@@ -1,18 +1,30 @@
 // Package im is the direct IM lane: after a command commits, its UI events
 // go straight to the room's Tencent IM group, low latency and best effort.
-// Tencent silently drops a group's messages above 40 per second, lowest
-// priority first, while answering success; so the lane shapes each room's
-// traffic itself: a per-group budget below that limit, priority classes,
-// latest-wins coalescing of heat, rank and rocket fuel (at most once a
-// second), merging of join/leave bursts when over budget, and a bounded
-// queue per room that sheds Low before Normal and never High. A High
-// message whose send fails is sent again until it goes through; it ends
-// otherwise only when a newer message carries the same state (a newer mic
-// row) or when its room has closed. Every event carries its room_version and
-// its seq within that version; every message of a room carries lost_through,
-// the newest version of an event the lane lost, so clients know when to
-// repair from GetRoomSnapshot (docs/im-messages.md). The lane never blocks a
-// cell: Publish only queues.
+//
+// Two Tencent limits bind, at two scales. Each group takes 40 messages per
+// second, above which Tencent silently drops lower priorities while
+// answering success; so each room has a budget below that (Config.Budget).
+// And send_group_msg is limited for the whole app (Config.AppBudget, 200
+// calls/s by default, every room on every node), above which calls fail
+// with 60007/60011; so the lane treats the app budget as a scheduled
+// resource (Config.Calls shares it with the other nodes). Every send
+// carries everything its room has pending, in one message (a Batch when
+// there is more than one event): its High events, the latest value of each
+// piece of state (a newer mic row, profile or background supersedes the
+// queued one; heat, rank and fuel are latest-wins, at most once a second),
+// and its display events, which fold into counts (gifts into combos per
+// sender and gift) when a room's queue is over its limit. Rooms take turns: each call goes to the room waiting
+// longest, rooms with High pending first (a room waiting over a second
+// counts as High, so none starves), so R busy rooms are each served about
+// every R/B seconds for an app budget of B, and a busy room takes one turn
+// like any other. A frequency error (60007, 60011, 10023) slows the whole
+// lane down and the same message goes again, same Random, so Tencent drops
+// a duplicate. A High message whose send fails otherwise is sent again
+// until it goes through; it ends otherwise only when its room has closed.
+// Every event carries its room_version and its seq within that version;
+// every message of a room carries lost_through, the newest version of an
+// event the lane lost, so clients know when to repair from GetRoomSnapshot
+// (docs/im-messages.md). The lane never blocks a cell: Publish only queues.
 package im
 
 import (
@@ -23,6 +35,8 @@ import (
 	"maps"
 	"math/rand/v2"
 	"slices"
+	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -41,8 +55,9 @@ type Message struct {
 	Data     []byte
 	// Random is fixed per message, so a retried send is a duplicate to Tencent.
 	Random uint32
-	// Queued is when the lane received the event (just after its commit);
-	// Released is when the room's budget let it go to a sender.
+	// Queued is when the lane received the oldest event the message carries
+	// (just after its commit); Released is when the budgets let it go to a
+	// sender.
 	Queued, Released time.Time
 
 	version  int64 // the newest room_version the message carries
@@ -54,6 +69,11 @@ type Message struct {
 // ErrDropped is returned by a Sender when Tencent accepted the call but
 // dropped the message under its per-group frequency control.
 var ErrDropped = errors.New("dropped by the IM service")
+
+// ErrRateLimited is wrapped by a Sender's error when Tencent refused the
+// call for frequency (60007, 60011, 10023 and the like): the call was not
+// made, so the same message goes again, and the lane slows down.
+var ErrRateLimited = errors.New("refused for frequency by the IM service")
 
 // Sender sends one message to Tencent IM (im/tencent, or the local endpoint).
 // It must honour ctx.
@@ -74,11 +94,19 @@ type Config struct {
 	// Budget is the messages per second the lane sends to one group (default
 	// 20: half of Tencent's 40, leaving room for client chat).
 	Budget float64
-	// QueueLimit bounds the Normal and Low messages queued per room (default
-	// 200). Over it, High mic rows are superseded by the newest one; other
-	// High events are never dropped.
+	// AppBudget is the send_group_msg calls per second Tencent allows the
+	// whole app (default 200). The lane spends at most BudgetShare of it.
+	AppBudget float64
+	// Calls shares the app budget with the other nodes (im/redisbudget);
+	// nil: this process has it to itself. While Calls cannot be asked, the
+	// lane spends a quarter of the app budget on its own.
+	Calls Budget
+	// QueueLimit bounds the Normal and Low events queued per room (default
+	// 200). Over it, the oldest display event (join, leave, gift, robot)
+	// folds into a count, and any other is lost (lost_through tells
+	// clients); High is never dropped.
 	QueueLimit int
-	// CoalesceEvery is the least time between two coalesced messages of one type (default 1s).
+	// CoalesceEvery is the least time between two coalesced values of one type (default 1s).
 	CoalesceEvery time.Duration
 	// MaxBytes is the largest message Data (default 8000, under Tencent's 8 KB).
 	MaxBytes int
@@ -89,13 +117,16 @@ type Config struct {
 	GroupOf func(roomID string) string
 	// RegionalGroups maps a region to its broadcast group.
 	RegionalGroups map[string]string
-	// Tick is the dispatcher's period for budgets and coalescing (default 10ms).
+	// Tick is the dispatcher's period (default 10ms).
 	Tick time.Duration
 }
 
 func (c Config) withDefaults() Config {
 	if c.Budget <= 0 {
 		c.Budget = 20
+	}
+	if c.AppBudget <= 0 {
+		c.AppBudget = 200
 	}
 	if c.QueueLimit <= 0 {
 		c.QueueLimit = 200
@@ -123,20 +154,24 @@ func (c Config) withDefaults() Config {
 
 // Metrics are the lane's counters; any field may be nil.
 type Metrics struct {
-	// Sent counts messages sent, by priority; Latency observes queued-to-sent.
+	// Sent counts messages sent, by priority; Latency observes queued-to-sent
+	// of the oldest event a message carries.
 	Sent    func(p room.Priority)
 	Latency func(p room.Priority, d time.Duration)
 	// Shed counts events dropped, by priority and reason (queue_full,
 	// too_large, send_queue_full, send_failed, dropped_by_im, and for High
 	// only room_closed: a failed send after the room's RoomClosed).
 	Shed func(p room.Priority, reason string)
-	// Merged counts events folded into a Batch message; Coalesced counts
-	// values replaced by a newer one before they were sent (heat, rank and
-	// fuel, and mic rows of a room whose High queue is over QueueLimit).
+	// Merged counts events that went without a message of their own: in a
+	// Batch, or folded into a count. Coalesced counts values replaced by a
+	// newer one before they were sent (heat, rank, fuel, mic rows, profile,
+	// background, chat switch).
 	Merged    func(n int)
 	Coalesced func()
 	// Retried counts High messages queued again after a failed send.
 	Retried func()
+	// RateLimited counts calls Tencent refused for frequency (sent again).
+	RateLimited func()
 }
 
 // Lane is the direct IM lane. It implements cell.EventSink.
@@ -150,6 +185,23 @@ type Lane struct {
 	rooms map[string]*roomQueue
 	ready map[string]bool // rooms with something queued
 	wake  chan struct{}
+	// pace is the lane's own spending of the app budget, slowed down by
+	// frequency errors (slow) and recovering a second after the last one.
+	pace        gcra
+	slow        float64 // 1 = full pace; halved by each frequency error
+	slowAt      time.Time
+	pausedUntil time.Time
+
+	// sendPace spaces the calls again as workers make them: a message
+	// released on time can wait behind a slow call of its worker, and
+	// several of those going at once would arrive at Tencent closer
+	// together than the budget allows.
+	sendPace *rate.Limiter
+
+	// Dispatcher only: the local spending while Calls is unreachable.
+	fallback   gcra
+	callsDown  bool
+	candidates []candidate
 
 	// Per worker, a High queue and a queue for the rest; a group always uses
 	// the same worker, so its messages keep their order within a class.
@@ -160,13 +212,14 @@ type Lane struct {
 
 // roomQueue is one room's shaped traffic. Guarded by Lane.mu.
 type roomQueue struct {
+	key   string // the room id, or "region:<region>"
 	group string
 	// regional: a region's broadcast group, whose members keep no room
 	// state, so its messages carry no lost_through.
 	regional bool
 	limiter  *rate.Limiter
-	// retry holds High messages to send again exactly as they were (same
-	// Data, same Random), not before retryAt.
+	// retry holds messages to send again exactly as they were (same Data,
+	// same Random), not before retryAt.
 	retry     []Message
 	retryAt   time.Time
 	high      []*item
@@ -174,6 +227,12 @@ type roomQueue struct {
 	low       []*item
 	coalesced map[string]*item // latest value per coalescing type
 	lastFlush map[string]time.Time
+	// folded counts display events folded into counts, by type, and combos
+	// the gifts folded by sender and gift, since foldedAt; they go with the
+	// room's next message.
+	folded   map[string]int
+	combos   map[comboKey]*combo
+	foldedAt time.Time
 	// lost is the newest room_version of an event the lane lost (lost_through);
 	// lostPending says no message carrying it was released yet, lostAt when
 	// it was raised.
@@ -184,7 +243,28 @@ type roomQueue struct {
 	closed bool
 }
 
-// item is a queued event, kept unencoded so bursts can merge and the
+// maxCombos bounds the gift combos a room folds until its next message;
+// further gifts fold into the plain count, so the message stays small.
+const maxCombos = 16
+
+// comboKey names a combo: gifts of one sender and one gift.
+type comboKey struct {
+	sender int64
+	gift   string
+}
+
+// combo is the gifts of one sender and one gift folded together: shown as
+// one "sent gift_name x count".
+type combo struct {
+	SenderUserID int64  `json:"sender_user_id"`
+	GiftID       string `json:"gift_id"`
+	GiftName     string `json:"gift_name"`
+	Count        int64  `json:"count"` // pieces per receiver, summed
+	Cost         int64  `json:"cost"`  // value, summed
+	Gifts        int    `json:"gifts"` // gift events folded
+}
+
+// item is a queued event, kept unencoded so it can join a Batch and the
 // room's lost_through can be added when it is released.
 type item struct {
 	typ      string
@@ -192,20 +272,26 @@ type item struct {
 	env      map[string]any // the envelope
 	size     int            // its encoded size
 	version  int64
-	random   uint32
+	seq      int
 	queued   time.Time
 	merge    bool
-	micRow   bool // carries the whole mic row: a newer one supersedes it
+	// kind names the state the event carries whole (seats, profile,
+	// background, chat): a newer queued event of the same kind supersedes it.
+	kind string
 }
 
 // New starts a lane that sends through s.
 func New(cfg Config, s Sender, m Metrics, log *slog.Logger) *Lane {
 	cfg = cfg.withDefaults()
 	ctx, cancel := context.WithCancel(context.Background())
+	interval, tolerance := Pacing(cfg.AppBudget)
 	l := &Lane{
 		cfg: cfg, send: s, metrics: m, log: log, stop: cancel,
 		rooms: make(map[string]*roomQueue), ready: make(map[string]bool),
 		wake: make(chan struct{}, 1), high: make([]chan Message, cfg.Workers), rest: make([]chan Message, cfg.Workers),
+		pace: gcra{interval: interval, tolerance: tolerance}, slow: 1,
+		fallback: gcra{interval: interval * fallbackDivisor, tolerance: tolerance},
+		sendPace: rate.NewLimiter(rate.Every(interval), max(1, int(tolerance/interval))),
 	}
 	for i := range l.high {
 		l.high[i], l.rest[i] = make(chan Message, 256), make(chan Message, 32)
@@ -216,6 +302,11 @@ func New(cfg Config, s Sender, m Metrics, log *slog.Logger) *Lane {
 	go l.dispatch(ctx)
 	return l
 }
+
+// fallbackDivisor: while the shared budget cannot be asked, a lane spends
+// 1/fallbackDivisor of the app budget on its own; a fleet of more nodes
+// than that may then meet frequency errors, which slow every lane down.
+const fallbackDivisor = 4
 
 // Close stops the lane; queued messages are dropped (the lane is best effort).
 func (l *Lane) Close() {
@@ -249,7 +340,7 @@ func (l *Lane) Publish(batch []room.Committed) {
 			if it == nil {
 				continue
 			}
-			it.micRow = micRow
+			it.seq, it.kind = seq, stateKind(ev.Type, micRow)
 			q := l.queueLocked(c.RoomID, l.cfg.GroupOf(c.RoomID), false)
 			q.closed = q.closed || ev.Type == room.EventRoomClosed
 			l.enqueueLocked(c.RoomID, q, it, lanes.Coalesce)
@@ -258,13 +349,33 @@ func (l *Lane) Publish(batch []room.Committed) {
 				if g := l.cfg.RegionalGroups[region]; g != "" && show {
 					key := "region:" + region
 					copied := *it
-					copied.random, copied.micRow = rand.Uint32(), false
+					copied.kind = ""
 					l.enqueueLocked(key, l.queueLocked(key, g, true), &copied, lanes.Coalesce)
 				}
 			}
 		}
 	}
 	l.signal()
+}
+
+// stateKind names the room state an event carries whole, so that a newer
+// event of the kind supersedes a queued older one (docs/im-messages.md,
+// the kinds table); "" for events that must each be delivered. Heat, rank
+// and fuel are coalesced by type instead.
+func stateKind(t room.EventType, micRow bool) string {
+	switch t {
+	case room.EventRoomMicChanged, room.EventRoomMicSeatLocked:
+		if micRow {
+			return "seats"
+		}
+	case room.EventRoomProfileUpdated:
+		return "profile"
+	case room.EventRoomBackgroundChanged:
+		return "background"
+	case room.EventRoomChatEnabledChanged:
+		return "chat"
+	}
+	return ""
 }
 
 // seat is one mic seat as clients show it.
@@ -317,12 +428,12 @@ const lostThroughSize = len(`,"lost_through":`) + 20
 // largest High event, a mic row, is far below the default MaxBytes.
 func (l *Lane) newItem(typ string, lanes room.Lanes, env map[string]any, version int64, now time.Time) *item {
 	data, err := json.Marshal(env)
-	if err != nil || len(data)+lostThroughSize > l.cfg.MaxBytes {
+	if err != nil || len(data)+lostThroughSize+batchOverhead > l.cfg.MaxBytes {
 		l.shed(lanes.Priority, "too_large")
 		l.log.Error("im event not sendable", "type", typ, "bytes", len(data), "err", err)
 		return nil
 	}
-	return &item{typ: typ, priority: lanes.Priority, env: env, size: len(data), version: version, random: rand.Uint32(), queued: now, merge: lanes.Merge}
+	return &item{typ: typ, priority: lanes.Priority, env: env, size: len(data), version: version, queued: now, merge: lanes.Merge}
 }
 
 // queueLocked returns the queue of key, made on first use.
@@ -330,8 +441,9 @@ func (l *Lane) queueLocked(key, group string, regional bool) *roomQueue {
 	q := l.rooms[key]
 	if q == nil {
 		q = &roomQueue{
-			group: group, regional: regional, limiter: rate.NewLimiter(rate.Limit(l.cfg.Budget), max(1, int(l.cfg.Budget/4))),
-			coalesced: make(map[string]*item), lastFlush: make(map[string]time.Time),
+			key: key, group: group, regional: regional, limiter: rate.NewLimiter(rate.Limit(l.cfg.Budget), max(1, int(l.cfg.Budget/4))),
+			coalesced: make(map[string]*item), lastFlush: make(map[string]time.Time), folded: make(map[string]int),
+			combos: make(map[comboKey]*combo),
 		}
 		l.rooms[key] = q
 	}
@@ -342,61 +454,134 @@ func (l *Lane) enqueueLocked(key string, q *roomQueue, it *item, coalesce bool) 
 	l.ready[key] = true
 	switch {
 	case coalesce:
-		if q.coalesced[it.typ] != nil && l.metrics.Coalesced != nil {
-			l.metrics.Coalesced()
+		if old := q.coalesced[it.typ]; old != nil {
+			it.queued = old.queued
+			l.coalesced()
 		}
 		q.coalesced[it.typ] = it
 	case it.priority == room.PriorityHigh:
+		q.high = l.supersede(q.high, it)
 		q.high = append(q.high, it)
-		if len(q.high) > l.cfg.QueueLimit {
-			l.supersedeMicRowLocked(q)
-		}
 	default:
+		q.normal, q.low = l.supersede(q.normal, it), l.supersede(q.low, it)
 		if it.priority == room.PriorityNormal {
 			q.normal = append(q.normal, it)
 		} else {
 			q.low = append(q.low, it)
 		}
 		for len(q.normal)+len(q.low) > l.cfg.QueueLimit {
-			var shed *item
-			if len(q.low) > 0 {
-				shed, q.low = q.low[0], q.low[1:]
-			} else {
-				shed, q.normal = q.normal[0], q.normal[1:]
-			}
-			l.lostLocked(q, shed.priority, "queue_full", shed.version)
+			l.overflowLocked(q)
 		}
 	}
 }
 
-// supersedeMicRowLocked bounds a room's High queue without losing a High
-// event: the oldest queued mic row that a newer queued mic row supersedes
-// is removed (counted as coalesced). Other High events stay.
-func (l *Lane) supersedeMicRowLocked(q *roomQueue) {
-	newest := -1
-	for i := len(q.high) - 1; i >= 0 && newest < 0; i-- {
-		if q.high[i].micRow {
-			newest = i
+// supersede removes the queued event of newer's kind (at most one is ever
+// queued): newer carries a newer version of the same state. The state has
+// been waiting since the older one was queued, and newer keeps that time,
+// so a room whose state keeps changing keeps its place in the turn order.
+func (l *Lane) supersede(items []*item, newer *item) []*item {
+	if newer.kind == "" {
+		return items
+	}
+	for i, it := range items {
+		if it.kind == newer.kind {
+			newer.queued = it.queued
+			l.coalesced()
+			return slices.Delete(items, i, i+1)
 		}
 	}
-	for i := range newest {
-		if q.high[i].micRow {
-			q.high = slices.Delete(q.high, i, i+1)
-			if l.metrics.Coalesced != nil {
-				l.metrics.Coalesced()
+	return items
+}
+
+func (l *Lane) coalesced() {
+	if l.metrics.Coalesced != nil {
+		l.metrics.Coalesced()
+	}
+}
+
+// overflowLocked makes room in a queue over QueueLimit: the oldest Low
+// event, or else the oldest Normal one, folds into its type's count (a gift
+// into its sender's combo of that gift) when it is a display event
+// (foldable) whose state, if any (the online count), a newer queued event
+// carries; otherwise it is lost and raises lost_through.
+func (l *Lane) overflowLocked(q *roomQueue) {
+	var it *item
+	if len(q.low) > 0 {
+		it, q.low = q.low[0], q.low[1:]
+	} else {
+		it, q.normal = q.normal[0], q.normal[1:]
+	}
+	if foldable(it) && (it.version == 0 || !carriesOnline(it) || l.newerOnlineLocked(q, it.version)) {
+		if len(q.folded)+len(q.combos) == 0 {
+			q.foldedAt = it.queued
+		}
+		g, gift := it.env["data"].(*room.RoomGiftSentEvent)
+		k := comboKey{}
+		if gift {
+			k = comboKey{g.SenderUserID, g.GiftID}
+		}
+		if c := q.combos[k]; gift && (c != nil || len(q.combos) < maxCombos) {
+			if c == nil {
+				c = &combo{SenderUserID: g.SenderUserID, GiftID: g.GiftID, GiftName: g.GiftName}
+				q.combos[k] = c
 			}
-			return
+			c.Count, c.Cost, c.Gifts = c.Count+int64(g.Count), c.Cost+g.Cost, c.Gifts+1
+		} else {
+			q.folded[it.typ]++
+		}
+		if l.metrics.Merged != nil {
+			l.metrics.Merged(1)
+		}
+		return
+	}
+	l.lostLocked(q, it.priority, "queue_full", it.version)
+}
+
+// foldable reports whether an event may be folded into a count: a display
+// event, mergeable (joins, leaves, robots) or a gift, which carries no room
+// state (its heat, rank and charm travel in their own latest-wins events).
+func foldable(it *item) bool {
+	return it.merge || it.typ == string(room.EventRoomGiftSent)
+}
+
+// carriesOnline reports whether an event carries the online count.
+func carriesOnline(it *item) bool {
+	return it.typ == string(room.EventRoomUserJoined) || it.typ == string(room.EventRoomUserLeft)
+}
+
+// newerOnlineLocked reports whether a queued join or leave newer than
+// version carries the room's online count.
+func (l *Lane) newerOnlineLocked(q *roomQueue, version int64) bool {
+	for _, list := range [][]*item{q.normal, q.low} {
+		for _, it := range list {
+			if it.version > version && carriesOnline(it) {
+				return true
+			}
 		}
 	}
+	return false
 }
 
 // lostLocked counts an event (or message) the room will not see and raises
 // the room's lost_through, so its next message tells clients to repair.
 func (l *Lane) lostLocked(q *roomQueue, p room.Priority, reason string, version int64) {
 	l.shed(p, reason)
-	if version > q.lost && !q.regional {
-		q.lost, q.lostPending, q.lostAt = version, true, time.Now()
+	if q.regional {
+		return
 	}
+	if version > q.lost {
+		q.lost, q.lostAt = version, time.Now()
+	}
+	// Announced again even when nothing newer was lost: the lost message
+	// may have been the one telling it.
+	q.lostPending = q.lost > 0
+}
+
+// noticeDueLocked reports whether a room must tell its lost_through
+// although it has no event to send: its last message was lost, so no later
+// message would tell clients (for lostKeep at most).
+func noticeDueLocked(q *roomQueue, now time.Time) bool {
+	return q.lostPending && now.Sub(q.lostAt) < lostKeep
 }
 
 func (l *Lane) shed(p room.Priority, reason string) {
@@ -405,160 +590,358 @@ func (l *Lane) shed(p room.Priority, reason string) {
 	}
 }
 
-// dispatch hands each room's next message to the workers when the room's
-// budget allows, every tick or when woken.
+// dispatch hands messages to the workers as the budgets allow, every tick
+// or when woken.
 func (l *Lane) dispatch(ctx context.Context) {
 	defer l.wg.Done()
 	t := time.NewTicker(l.cfg.Tick)
 	defer t.Stop()
+	var last time.Time
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-l.wake:
+			// A wake sends fresh events at once, but at most one round
+			// per fifth of a tick: a busy node's commits wake it often,
+			// and every round looks at every ready room.
+			if time.Since(last) < l.cfg.Tick/5 {
+				continue
+			}
 		case <-t.C:
 		}
-		l.due(time.Now())
+		last = time.Now()
+		l.round(ctx, last)
 	}
 }
 
-// lostKeep is how long an idle room's queue is kept only to carry its
-// lost_through on a next message.
-const lostKeep = time.Minute
+// Scheduling constants.
+const (
+	// promoteAfter: a room waiting this long is served with the rooms that
+	// have High pending, so no room starves behind them.
+	promoteAfter = time.Second
+	// callsTimeout bounds one request to the shared budget.
+	callsTimeout = 100 * time.Millisecond
+	// rateLimitPause is how long the lane sends nothing after a frequency
+	// error; its pace falls by slowFactor (down to minSlow) and recovers
+	// fully within slowRecovery, starting a second after the last error.
+	rateLimitPause = 100 * time.Millisecond
+	slowFactor     = 0.7
+	minSlow        = 1.0 / 32
+	slowRecovery   = 2 * time.Second
+	// lostKeep is how long an idle room's queue is kept only to carry its
+	// lost_through on a next message.
+	lostKeep = time.Minute
+)
 
-// due hands, for every ready room, as many messages to the workers as its
-// budget allows now. When the workers are behind (a slow endpoint, a
-// saturated machine), a High message waits in its room's queue for the next
-// tick and anything else is shed: the lane never waits and never sheds High.
-func (l *Lane) due(now time.Time) {
+// round is one turn of the dispatcher: it counts the rooms that could send
+// now, asks the budgets for that many calls (without holding the lane's
+// lock over a request to the shared budget, so Publish never waits for
+// it), and gives the calls to the rooms waiting longest, rooms with High
+// pending first, one message each.
+func (l *Lane) round(ctx context.Context, now time.Time) {
+	l.mu.Lock()
+	l.recoverLocked(now)
+	want := 0
+	if !now.Before(l.pausedUntil) {
+		for key := range l.ready {
+			if l.eligibleLocked(l.rooms[key], now) {
+				want++
+			}
+		}
+		want = min(want, l.pace.available(now))
+	}
+	l.mu.Unlock()
+
+	granted := want
+	if want > 0 && l.cfg.Calls != nil {
+		granted = l.takeShared(ctx, now, want)
+	}
+
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if granted > 0 {
+		l.pace.take(now, granted)
+		l.releaseLocked(now, granted)
+	}
+	l.tidyLocked(now)
+}
+
+// takeShared asks the shared budget for n calls; while it cannot be asked,
+// the lane spends from its fallback share.
+func (l *Lane) takeShared(ctx context.Context, now time.Time, n int) int {
+	cctx, cancel := context.WithTimeout(ctx, callsTimeout)
+	got, err := l.cfg.Calls.Take(cctx, n)
+	cancel()
+	if err == nil {
+		if l.callsDown {
+			l.callsDown = false
+			l.log.Info("im app budget shared again")
+		}
+		return got
+	}
+	if ctx.Err() != nil {
+		return 0
+	}
+	if !l.callsDown {
+		l.callsDown = true
+		l.log.Warn("im app budget cannot be shared; spending a quarter of it alone", "err", err)
+	}
+	got = min(n, l.fallback.available(now))
+	l.fallback.take(now, got)
+	return got
+}
+
+// candidate is a room that can send now, with its place in the turn order.
+type candidate struct {
+	key   string
+	q     *roomQueue
+	tier  int // 0: High pending (or waiting long), 1: the rest
+	since time.Time
+}
+
+// releaseLocked gives n calls to the rooms that can send now, in turn
+// order, one message each.
+func (l *Lane) releaseLocked(now time.Time, n int) {
+	cands := l.candidates[:0]
 	for key := range l.ready {
 		q := l.rooms[key]
-		for {
-			m, ok := l.nextLocked(q, now)
-			if !ok {
-				break
-			}
-			m.RoomID, m.GroupID, m.Released, m.closed, m.regional = key, q.group, now, q.closed, q.regional
-			w := shard(m.GroupID, len(l.high))
-			if m.Priority == room.PriorityHigh {
-				select {
-				case l.high[w] <- m:
-					continue
-				default:
-					q.retry = append([]Message{m}, q.retry...)
-				}
-				break
-			}
-			select {
-			case l.rest[w] <- m:
-			default:
-				l.lostLocked(q, m.Priority, "send_queue_full", m.version)
-			}
+		if !l.eligibleLocked(q, now) {
+			continue
 		}
-		if len(q.retry)+len(q.high)+len(q.normal)+len(q.low)+len(q.coalesced) == 0 {
-			// An idle room holds nothing, but only once its budget has
-			// refilled and no coalesced value went out within the period (a
-			// fresh queue starts with a full budget), and no loss waits to be
-			// told; until then it stays ready, so it is looked at again.
-			recent := q.limiter.TokensAt(now) < float64(q.limiter.Burst())
-			for _, t := range q.lastFlush {
-				recent = recent || now.Sub(t) < l.cfg.CoalesceEvery
+		high, since := l.waitingLocked(q, now)
+		tier := 1
+		if high || now.Sub(since) >= promoteAfter {
+			tier = 0
+		}
+		cands = append(cands, candidate{key: key, q: q, tier: tier, since: since})
+	}
+	sort.Slice(cands, func(i, j int) bool {
+		if cands[i].tier != cands[j].tier {
+			return cands[i].tier < cands[j].tier
+		}
+		return cands[i].since.Before(cands[j].since)
+	})
+	for _, c := range cands[:min(n, len(cands))] {
+		q := c.q
+		m, ok := l.nextLocked(q, now)
+		if !ok {
+			continue
+		}
+		q.limiter.AllowN(now, 1)
+		m.RoomID, m.GroupID, m.Released, m.closed, m.regional = c.key, q.group, now, q.closed, q.regional
+		w := shard(m.GroupID, len(l.high))
+		if m.Priority == room.PriorityHigh {
+			select {
+			case l.high[w] <- m:
+			default:
+				q.retry = append([]Message{m}, q.retry...)
 			}
-			recent = recent || q.lostPending && now.Sub(q.lostAt) < lostKeep
-			if !recent {
-				delete(l.ready, key)
-				delete(l.rooms, key)
-			}
+			continue
+		}
+		select {
+		case l.rest[w] <- m:
+		default:
+			l.lostLocked(q, m.Priority, "send_queue_full", m.version)
+		}
+	}
+	clear(cands)
+	l.candidates = cands[:0]
+}
+
+// tidyLocked forgets idle rooms, but only once their budget has refilled
+// and no coalesced value went out within the period (a fresh queue starts
+// with a full budget), and no loss waits to be told; until then a room
+// stays ready, so it is looked at again.
+func (l *Lane) tidyLocked(now time.Time) {
+	for key := range l.ready {
+		q := l.rooms[key]
+		if len(q.retry)+len(q.high)+len(q.normal)+len(q.low)+len(q.coalesced)+len(q.folded)+len(q.combos) > 0 {
+			continue
+		}
+		recent := q.limiter.TokensAt(now) < float64(q.limiter.Burst())
+		for _, t := range q.lastFlush {
+			recent = recent || now.Sub(t) < l.cfg.CoalesceEvery
+		}
+		recent = recent || q.lostPending && now.Sub(q.lostAt) < lostKeep
+		if !recent {
+			delete(l.ready, key)
+			delete(l.rooms, key)
 		}
 	}
 }
 
-// nextLocked picks the room's next message if a token is available: a
-// High message to send again, then High, then a due coalesced value, then
-// Normal, then Low; when more mergeable events wait than one second of
-// budget, they go as one Batch.
-func (l *Lane) nextLocked(q *roomQueue, now time.Time) (Message, bool) {
-	var dueType string
+// dueTypeLocked returns a coalesced type whose value may go now, or "".
+func (l *Lane) dueTypeLocked(q *roomQueue, now time.Time) string {
 	for typ := range q.coalesced {
 		if now.Sub(q.lastFlush[typ]) >= l.cfg.CoalesceEvery {
-			dueType = typ
-			break
+			return typ
 		}
 	}
-	retry := len(q.retry) > 0 && !now.Before(q.retryAt)
-	if !retry && len(q.high) == 0 && dueType == "" && len(q.normal) == 0 && len(q.low) == 0 {
-		return Message{}, false
+	return ""
+}
+
+// eligibleLocked reports whether a room has something to send now and its
+// group's budget allows a message.
+func (l *Lane) eligibleLocked(q *roomQueue, now time.Time) bool {
+	pending := len(q.retry) > 0 && !now.Before(q.retryAt) || len(q.high)+len(q.normal)+len(q.low)+len(q.folded)+len(q.combos) > 0 ||
+		l.dueTypeLocked(q, now) != "" || noticeDueLocked(q, now)
+	return pending && q.limiter.TokensAt(now) >= 1
+}
+
+// waitingLocked reports whether the room has High to send now and since
+// when its oldest pending event waits.
+func (l *Lane) waitingLocked(q *roomQueue, now time.Time) (high bool, since time.Time) {
+	since = now
+	older := func(t time.Time) {
+		if t.Before(since) {
+			since = t
+		}
 	}
-	if !q.limiter.AllowN(now, 1) {
-		return Message{}, false
+	if len(q.retry) > 0 && !now.Before(q.retryAt) {
+		older(q.retry[0].Queued)
+		high = q.retry[0].Priority == room.PriorityHigh
 	}
-	var (
-		items []*item
-		p     room.Priority
-	)
-	switch {
-	case retry:
+	for _, list := range [][]*item{q.high, q.normal, q.low} {
+		if len(list) > 0 {
+			older(list[0].queued)
+		}
+	}
+	for typ, it := range q.coalesced {
+		if now.Sub(q.lastFlush[typ]) >= l.cfg.CoalesceEvery {
+			older(it.queued)
+		}
+	}
+	if len(q.folded)+len(q.combos) > 0 {
+		older(q.foldedAt)
+	}
+	if noticeDueLocked(q, now) {
+		older(q.lostAt)
+	}
+	return high || len(q.high) > 0, since
+}
+
+// batchOverhead is room for a Batch's own fields around its events
+// (type, room_id, room_version, lost_through, folded counts); comboSize is
+// room for one folded gift combo (its gift id and name are a catalogue's
+// short strings).
+const (
+	batchOverhead = 400
+	comboSize     = 300
+)
+
+// nextLocked takes the room's next message: a message to send again as it
+// was, or else everything pending that fits in MaxBytes, in one message:
+// High events first (oldest first), then due coalesced values, then Normal,
+// then Low, with the counts of folded display events.
+func (l *Lane) nextLocked(q *roomQueue, now time.Time) (Message, bool) {
+	if len(q.retry) > 0 && !now.Before(q.retryAt) {
 		m := q.retry[0]
 		q.retry = q.retry[1:]
 		return m, true
-	case len(q.high) > 0:
-		// High is never shed; a burst of it goes as one Batch instead.
-		items, p = l.takeLocked(q.high, true), room.PriorityHigh
-		q.high = q.high[len(items):]
-	case dueType != "":
-		items, p = []*item{q.coalesced[dueType]}, q.coalesced[dueType].priority
-		delete(q.coalesced, dueType)
-		q.lastFlush[dueType] = now
-	case len(q.normal) > 0:
-		items, p = l.takeLocked(q.normal, false), room.PriorityNormal
-		q.normal = q.normal[len(items):]
-	default:
-		items, p = l.takeLocked(q.low, false), room.PriorityLow
-		q.low = q.low[len(items):]
 	}
-	return l.encodeLocked(q, items, p), true
+	var items []*item
+	size := batchOverhead
+	if len(q.combos) > 0 {
+		size += len(q.combos) * comboSize
+	}
+	fits := func(it *item) bool { return size+it.size+1 <= l.cfg.MaxBytes }
+	take := func(list []*item) []*item {
+		n := 0
+		for ; n < len(list) && fits(list[n]); n++ {
+			size += list[n].size + 1
+			items = append(items, list[n])
+		}
+		return list[n:]
+	}
+	q.high = take(q.high)
+	types := slices.Sorted(maps.Keys(q.coalesced))
+	for _, typ := range types {
+		it := q.coalesced[typ]
+		if now.Sub(q.lastFlush[typ]) >= l.cfg.CoalesceEvery && fits(it) {
+			size += it.size + 1
+			items = append(items, it)
+			delete(q.coalesced, typ)
+			q.lastFlush[typ] = now
+		}
+	}
+	q.normal = take(q.normal)
+	q.low = take(q.low)
+	var f *foldedEvents
+	if len(q.folded)+len(q.combos) > 0 {
+		f = &foldedEvents{counts: q.folded}
+		for _, c := range q.combos {
+			f.combos = append(f.combos, c)
+		}
+		slices.SortFunc(f.combos, func(a, b *combo) int {
+			if a.SenderUserID != b.SenderUserID {
+				return int(a.SenderUserID - b.SenderUserID)
+			}
+			return strings.Compare(a.GiftID, b.GiftID)
+		})
+		q.folded, q.combos = make(map[string]int), make(map[comboKey]*combo)
+	}
+	if len(items) == 0 && f == nil && !noticeDueLocked(q, now) {
+		return Message{}, false
+	}
+	return l.encodeLocked(q, items, f), true
 }
 
-// takeLocked returns the items the next message carries: the first one
-// and, when the queue is longer than a second of budget (always for High),
-// the consecutive mergeable items after it that fit under MaxBytes.
-func (l *Lane) takeLocked(items []*item, high bool) []*item {
-	first := items[0]
-	if !high && (!first.merge || float64(len(items)) <= l.cfg.Budget) {
-		return items[:1]
-	}
-	size, n := batchOverhead+first.size, 1
-	for ; n < len(items) && (high || items[n].merge) && size+items[n].size+1 <= l.cfg.MaxBytes; n++ {
-		size += items[n].size + 1
-	}
-	return items[:n]
+// foldedEvents are the display events a message carries as counts and
+// combos.
+type foldedEvents struct {
+	counts map[string]int
+	combos []*combo
 }
 
-// batchOverhead is room for a Batch's own fields around its events.
-const batchOverhead = 200
-
-// encodeLocked makes the message of one event, or a Batch of several, oldest
-// first. Every message to a room's own group carries the room's
-// lost_through once the lane has lost one of its events.
-func (l *Lane) encodeLocked(q *roomQueue, items []*item, p room.Priority) Message {
-	first, last := items[0], items[len(items)-1]
+// encodeLocked makes the message of one event, or a Batch of several (in
+// key order, oldest first, with the counts of folded display events).
+// Every message to a room's own group carries the room's lost_through once
+// the lane has lost one of its events.
+func (l *Lane) encodeLocked(q *roomQueue, items []*item, f *foldedEvents) Message {
+	slices.SortStableFunc(items, func(a, b *item) int {
+		if a.version != b.version {
+			return int(a.version - b.version)
+		}
+		return a.seq - b.seq
+	})
+	m := Message{Priority: room.PriorityLow, Random: rand.Uint32()}
+	for i, it := range items {
+		m.Priority = higher(m.Priority, it.priority)
+		m.version = max(m.version, it.version)
+		if i == 0 || it.queued.Before(m.Queued) {
+			m.Queued = it.queued
+		}
+	}
 	msg := map[string]any{}
-	typ := first.typ
-	if len(items) == 1 {
-		maps.Copy(msg, first.env)
+	if len(items) == 1 && f == nil {
+		m.Type = items[0].typ
+		maps.Copy(msg, items[0].env)
 	} else {
 		events := make([]map[string]any, len(items))
 		for i, it := range items {
 			events[i] = it.env
 		}
-		typ = "Batch"
-		msg["type"], msg["room_id"], msg["events"] = typ, first.env["room_id"], events
-		if last.version > 0 {
-			msg["room_version"] = last.version
+		m.Type = "Batch"
+		msg["type"], msg["room_id"], msg["events"] = m.Type, q.roomID(items), events
+		if m.version > 0 {
+			msg["room_version"] = m.version
 		}
-		if l.metrics.Merged != nil {
+		if f != nil {
+			if len(f.counts) > 0 {
+				msg["folded"] = f.counts
+			}
+			if len(f.combos) > 0 {
+				msg["folded_gifts"] = f.combos
+			}
+		}
+		if len(items) == 0 { // folded events, or only the notice of a loss
+			m.Queued = q.foldedAt
+			if f == nil {
+				m.Queued = q.lostAt
+			}
+		}
+		if l.metrics.Merged != nil && len(items) > 1 {
 			l.metrics.Merged(len(items))
 		}
 	}
@@ -567,19 +950,51 @@ func (l *Lane) encodeLocked(q *roomQueue, items []*item, p room.Priority) Messag
 		q.lostPending = false
 	}
 	// Encoding cannot fail: every envelope was encoded once in newItem.
-	data, _ := json.Marshal(msg)
-	return Message{Type: typ, Priority: p, Data: data, Random: first.random, Queued: first.queued, version: last.version}
+	m.Data, _ = json.Marshal(msg)
+	return m
 }
 
-// failed takes back a message whose send failed. A High message is queued
-// to be sent again as it was, after a backoff, unless its room has closed;
-// a message Tencent dropped gets a new Random, since Tencent would drop a
-// resend with the same one as a duplicate. Anything else is counted as lost.
+// roomID is the room of a queue's Batch: its room, or for a regional
+// queue, which mixes rooms, the room of the first event.
+func (q *roomQueue) roomID(items []*item) any {
+	if q.regional && len(items) > 0 {
+		return items[0].env["room_id"]
+	}
+	return q.key
+}
+
+// higher is the higher of two priorities.
+func higher(a, b room.Priority) room.Priority {
+	switch {
+	case a == room.PriorityHigh || b == room.PriorityHigh:
+		return room.PriorityHigh
+	case a == room.PriorityNormal || b == room.PriorityNormal:
+		return room.PriorityNormal
+	}
+	return room.PriorityLow
+}
+
+// failed takes back a message whose send failed. A message refused for
+// frequency goes again first, as it was, whatever its priority, and the
+// whole lane slows down. A High message is queued to be sent again as it
+// was, after a backoff, unless its room has closed; a message Tencent
+// dropped gets a new Random, since Tencent would drop a resend with the
+// same one as a duplicate. Anything else is counted as lost.
 func (l *Lane) failed(m Message, reason string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	q := l.queueLocked(m.RoomID, m.GroupID, m.regional)
+	l.ready[m.RoomID] = true
+	m.attempts++
 	switch {
+	case reason == "rate_limited":
+		q.retry = append([]Message{m}, q.retry...)
+		q.retryAt = time.Time{}
+		l.slowLocked(time.Now())
+		if l.metrics.RateLimited != nil {
+			l.metrics.RateLimited()
+		}
+		return
 	case m.Priority != room.PriorityHigh:
 		l.lostLocked(q, m.Priority, reason, m.version)
 		return
@@ -590,13 +1005,36 @@ func (l *Lane) failed(m Message, reason string) {
 	if reason == "dropped_by_im" {
 		m.Random = rand.Uint32()
 	}
-	m.attempts++
 	q.retry = append(q.retry, m)
 	q.retryAt = time.Now().Add(retryBackoff(m.attempts))
-	l.ready[m.RoomID] = true
 	if l.metrics.Retried != nil {
 		l.metrics.Retried()
 	}
+}
+
+// slowLocked answers a frequency error: the lane pauses, and its pace
+// falls.
+func (l *Lane) slowLocked(now time.Time) {
+	l.slow = max(l.slow*slowFactor, minSlow)
+	l.slowAt, l.pausedUntil = now, now.Add(rateLimitPause)
+	l.setPaceLocked()
+	l.log.Warn("im send refused for frequency; slowing down", "pace", l.slow)
+}
+
+// recoverLocked brings the pace back to full, from a second after the last
+// frequency error, within slowRecovery.
+func (l *Lane) recoverLocked(now time.Time) {
+	if l.slow >= 1 || now.Sub(l.slowAt) < time.Second {
+		return
+	}
+	l.slow = min(1, l.slow+float64(l.cfg.Tick)/float64(slowRecovery))
+	l.setPaceLocked()
+}
+
+func (l *Lane) setPaceLocked() {
+	interval, _ := Pacing(l.cfg.AppBudget * l.slow)
+	l.pace.interval = interval
+	l.sendPace.SetLimit(rate.Every(interval))
 }
 
 // retryBackoff is the wait before a failed High message's next attempt:
@@ -605,8 +1043,7 @@ func retryBackoff(attempts int) time.Duration {
 	return min(100*time.Millisecond<<min(attempts-1, 6), 5*time.Second)
 }
 
-// worker sends messages. A failed send goes back to the lane (failed): a
-// High message is sent again, anything else is counted as lost.
+// worker sends messages. A failed send goes back to the lane (failed).
 func (l *Lane) worker(ctx context.Context, high, rest <-chan Message) {
 	defer l.wg.Done()
 	for {
@@ -621,6 +1058,9 @@ func (l *Lane) worker(ctx context.Context, high, rest <-chan Message) {
 			case m = <-rest:
 			}
 		}
+		if l.sendPace.Wait(ctx) != nil {
+			return // the lane is closing
+		}
 		sctx, cancel := context.WithTimeout(ctx, l.cfg.SendTimeout)
 		err := l.send.Send(sctx, m)
 		cancel()
@@ -634,6 +1074,8 @@ func (l *Lane) worker(ctx context.Context, high, rest <-chan Message) {
 			}
 		case errors.Is(err, context.Canceled) && ctx.Err() != nil:
 			return
+		case errors.Is(err, ErrRateLimited):
+			l.failed(m, "rate_limited")
 		case errors.Is(err, ErrDropped):
 			l.failed(m, "dropped_by_im")
 		default:

@@ -122,7 +122,8 @@ func TestFailedHighIsSentAgain(t *testing.T) {
 	defer lane.Close()
 	const n = 30
 	for v := int64(1); v <= n; v++ {
-		lane.Publish(micChange("r1", v, 100+v))
+		// Without the mic row: each must be delivered, none supersedes another.
+		lane.Publish(committed("r1", v, room.EventRoomMicChanged, &room.RoomMicChangedEvent{Action: room.MicTake, UserID: 100 + v}))
 	}
 	poll.Until(t, 30*time.Second, "every mic change", poll.Bool(func() bool { return len(delivered(t, &f.recorder)) == n }))
 	for k, got := range delivered(t, &f.recorder) {
@@ -228,11 +229,13 @@ func TestLostEventsRaiseLostThrough(t *testing.T) {
 	var c shedCounts
 	lane := im.New(im.Config{Budget: 5, QueueLimit: 10}, rec, c.metrics(), quiet)
 	defer lane.Close()
+	// Admin changes carry state (admin:<user>), so over the queue limit they
+	// are lost, not folded into a count.
 	for v := int64(1); v <= 100; v++ {
-		lane.Publish(committed("r1", v, room.EventRoomGiftSent, &room.RoomGiftSentEvent{SenderUserID: v}))
+		lane.Publish(committed("r1", v, room.EventRoomAdminChanged, &room.RoomAdminChangedEvent{UserID: v}))
 	}
 	lane.Publish(micChange("r1", 101, 7))
-	gift := string(room.EventRoomGiftSent)
+	gift := string(room.EventRoomAdminChanged)
 	poll.Until(t, 30*time.Second, "the mic change and the last gift", poll.Bool(func() bool {
 		got := delivered(t, rec)
 		return got[eventKey{string(room.EventRoomMicChanged), 101, 0}] == 1 && got[eventKey{gift, 100, 0}] == 1
@@ -259,5 +262,34 @@ func TestLostEventsRaiseLostThrough(t *testing.T) {
 	}
 	if newest != missing[len(missing)-1] {
 		t.Fatalf("lost_through %d, the newest gift shed is %d", newest, missing[len(missing)-1])
+	}
+}
+
+// TestLossOfTheLastMessageIsTold: when a room's last message is lost, the
+// room sends a message with no event carrying its lost_through, so clients
+// learn of the loss although nothing newer comes.
+func TestLossOfTheLastMessageIsTold(t *testing.T) {
+	f := &flaky{fail: func(attempt int, _ im.Message) error {
+		if attempt == 1 {
+			return errors.New("connection reset")
+		}
+		return nil
+	}}
+	var c shedCounts
+	lane := im.New(im.Config{}, f, c.metrics(), quiet)
+	defer lane.Close()
+	lane.Publish(committed("r1", 5, room.EventRoomGiftSent, &room.RoomGiftSentEvent{SenderUserID: 7}))
+	poll.Until(t, 10*time.Second, "the notice", poll.Bool(func() bool { return len(f.all()) == 1 }))
+	var m struct {
+		Type        string            `json:"type"`
+		RoomID      string            `json:"room_id"`
+		Events      []json.RawMessage `json:"events"`
+		LostThrough int64             `json:"lost_through"`
+	}
+	if err := json.Unmarshal(f.all()[0].msg.Data, &m); err != nil {
+		t.Fatal(err)
+	}
+	if m.Type != "Batch" || m.RoomID != "r1" || len(m.Events) != 0 || m.LostThrough != 5 || c.get("Normal/send_failed") != 1 {
+		t.Fatalf("notice %+v, shed %v", m, c.shed)
 	}
 }

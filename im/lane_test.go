@@ -136,13 +136,8 @@ func TestBurstStaysInBudgetAndKeepsHigh(t *testing.T) {
 		gotHigh, heat := 0, ""
 		for _, s := range rec.all() {
 			gotHigh += countType(t, [][]byte{s.msg.Data}, room.EventRoomMicChanged)
-			switch s.msg.Type {
-			case string(room.EventRoomHeatChanged):
-				var env struct {
-					Data map[string]int64 `json:"data"`
-				}
-				_ = json.Unmarshal(s.msg.Data, &env)
-				heat = fmt.Sprint(env.Data["heat"])
+			for _, h := range heatsIn(t, s.msg.Data) {
+				heat = fmt.Sprint(h)
 			}
 		}
 		return gotHigh == high && heat == lastHeat
@@ -160,7 +155,7 @@ func TestBurstStaysInBudgetAndKeepsHigh(t *testing.T) {
 	}
 	var heats []time.Time
 	for _, s := range all {
-		if s.msg.Type == string(room.EventRoomHeatChanged) {
+		if len(heatsIn(t, s.msg.Data)) > 0 {
 			heats = append(heats, s.at)
 		}
 	}
@@ -226,5 +221,98 @@ func TestBigEventsAlsoGoToTheRegionalGroup(t *testing.T) {
 	}))
 	if groups["r1"] != 2 || groups["region-sg"] != 1 {
 		t.Fatalf("messages by group: %v", groups)
+	}
+}
+
+// heatsIn lists the heat values a message carries, alone or in a Batch.
+func heatsIn(t *testing.T, data []byte) []int64 {
+	var env struct {
+		Type   string            `json:"type"`
+		Data   json.RawMessage   `json:"data"`
+		Events []json.RawMessage `json:"events"`
+	}
+	if err := json.Unmarshal(data, &env); err != nil {
+		t.Fatalf("message data %q: %v", data, err)
+	}
+	if env.Type == string(room.EventRoomHeatChanged) {
+		var heat struct {
+			Heat int64 `json:"heat"`
+		}
+		if err := json.Unmarshal(env.Data, &heat); err != nil {
+			t.Fatal(err)
+		}
+		return []int64{heat.Heat}
+	}
+	var out []int64
+	for _, e := range env.Events {
+		out = append(out, heatsIn(t, e)...)
+	}
+	return out
+}
+
+// TestOverflowFoldsDisplayEventsIntoCounts: over its queue limit a room's
+// oldest joins fold into a count that goes with its next message; the
+// newest join (the online count) is always sent itself.
+func TestOverflowFoldsDisplayEventsIntoCounts(t *testing.T) {
+	rec := &recorder{}
+	var c counts
+	lane := im.New(im.Config{QueueLimit: 10}, rec, c.metrics(), quiet)
+	defer lane.Close()
+	var batch []room.Committed
+	for v := int64(1); v <= 30; v++ {
+		batch = append(batch, committed("r1", v, room.EventRoomUserJoined, &room.RoomUserJoinedEvent{UserID: v, OnlineCount: int(v)})...)
+	}
+	lane.Publish(batch)
+	poll.Until(t, 10*time.Second, "a message", poll.Bool(func() bool { return len(rec.all()) > 0 }))
+	var m struct {
+		RoomID string         `json:"room_id"`
+		Folded map[string]int `json:"folded"`
+	}
+	data := rec.all()[0].msg.Data
+	if err := json.Unmarshal(data, &m); err != nil {
+		t.Fatal(err)
+	}
+	keys := eventsIn(t, data)
+	if m.RoomID != "r1" || m.Folded[string(room.EventRoomUserJoined)] != 20 || len(keys) != 10 || keys[9].version != 30 {
+		t.Fatalf("room %q, folded %v, events %v; want 20 folded and the newest 10 sent", m.RoomID, m.Folded, keys)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.shed) != 0 {
+		t.Fatalf("shed %v; display events over the limit fold instead", c.shed)
+	}
+}
+
+// TestOverflowFoldsGiftsIntoCombos: over the queue limit, gifts fold into
+// one combo per sender and gift, with their pieces and value summed.
+func TestOverflowFoldsGiftsIntoCombos(t *testing.T) {
+	rec := &recorder{}
+	lane := im.New(im.Config{QueueLimit: 10}, rec, im.Metrics{}, quiet)
+	defer lane.Close()
+	var batch []room.Committed
+	for v := int64(1); v <= 30; v++ {
+		batch = append(batch, committed("r1", v, room.EventRoomGiftSent,
+			&room.RoomGiftSentEvent{SenderUserID: 100 + v%2, GiftID: "rose", GiftName: "Rose", Count: 3, Cost: 30})...)
+	}
+	lane.Publish(batch)
+	poll.Until(t, 10*time.Second, "a message", poll.Bool(func() bool { return len(rec.all()) > 0 }))
+	var m struct {
+		FoldedGifts []struct {
+			Sender int64 `json:"sender_user_id"`
+			Count  int64 `json:"count"`
+			Cost   int64 `json:"cost"`
+			Gifts  int   `json:"gifts"`
+		} `json:"folded_gifts"`
+	}
+	data := rec.all()[0].msg.Data
+	if err := json.Unmarshal(data, &m); err != nil {
+		t.Fatal(err)
+	}
+	if len(m.FoldedGifts) != 2 || m.FoldedGifts[0].Gifts+m.FoldedGifts[1].Gifts != 20 ||
+		m.FoldedGifts[0].Count != 3*int64(m.FoldedGifts[0].Gifts) || m.FoldedGifts[1].Cost != 30*int64(m.FoldedGifts[1].Gifts) {
+		t.Fatalf("combos %+v; want two senders' 20 gifts", m.FoldedGifts)
+	}
+	if n := len(eventsIn(t, data)); n != 10 {
+		t.Fatalf("%d gifts sent one by one, want the newest 10", n)
 	}
 }

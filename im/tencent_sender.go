@@ -29,8 +29,11 @@ func (s TencentSender) Send(ctx context.Context, m Message) error {
 	_, err := s.Client.SendGroupMsg(ctx, tencent.Msg{
 		GroupID: m.GroupID, Random: m.Random, Priority: string(m.Priority), Desc: m.Type, Data: m.Data,
 	})
-	if errors.Is(err, tencent.ErrDropped) {
+	switch {
+	case errors.Is(err, tencent.ErrDropped):
 		return fmt.Errorf("%w: %w", ErrDropped, err)
+	case errors.Is(err, tencent.ErrRateLimited):
+		return fmt.Errorf("%w: %w", ErrRateLimited, err)
 	}
 	return tencentError(err)
 }

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"runtime/pprof"
+	"strconv"
 	"strings"
 	"time"
 
@@ -16,8 +17,11 @@ import (
 
 // setupBench registers the flags of "roomctl bench".
 func setupBench(fs *flag.FlagSet) func(ctx context.Context, _ *client, _ []string, out io.Writer) error {
-	only := fs.String("only", "throughput,hot,recovery,memory,relay,im", "scenarios to run, comma-separated (also: gifts = gift-storm,gift-rooms)")
-	imFor := fs.Duration("im-duration", 10*time.Second, "how long the IM scenario drives load")
+	only := fs.String("only", "throughput,hot,recovery,memory,relay,im,im-hot", "scenarios to run, comma-separated (also: gifts = gift-storm,gift-rooms)")
+	imFor := fs.Duration("im-duration", 15*time.Second, "how long each IM scenario drives load")
+	imRooms := fs.String("im-rooms", "300,1000", "im: rooms with traffic, comma-separated")
+	imRate := fs.String("im-rate", "2", "im: mic changes per second per room, comma-separated")
+	imBudget := fs.String("im-budget", "200", "im: Tencent app budget of send_group_msg (calls/s), comma-separated")
 	relayEvents := fs.Int("relay-events", 100_000, "events in the relay throughput scenario")
 	relayRate := fs.Int("relay-rate", 1000, "steady input rate (events/s) of the relay lag and outage scenarios")
 	outage := fs.Duration("outage", 60*time.Second, "broker outage in the relay drain scenario")
@@ -114,6 +118,16 @@ func setupBench(fs *flag.FlagSet) func(ctx context.Context, _ *client, _ []strin
 				rows, err = bench.RelayScenarios(ctx, env, rdir, *relayEvents, *relayRate, *outage)
 				_ = os.RemoveAll(rdir)
 			case "im":
+				var cases []bench.IMBudgetCase
+				cases, err = imCases(*imRooms, *imRate, *imBudget)
+				for _, c := range cases {
+					var r []bench.Row
+					if r, err = bench.IMBudget(ctx, env, c, *imFor); err != nil {
+						break
+					}
+					rows = append(rows, r...)
+				}
+			case "im-hot":
 				rows, err = bench.IMScenario(ctx, env, 1000, 1000, 10, *imFor)
 			case "gift-storm":
 				rows, err = bench.GiftStorm(ctx, env, *giftCallers, *giftCount, *giftLatency)
@@ -135,6 +149,43 @@ func setupBench(fs *flag.FlagSet) func(ctx context.Context, _ *client, _ []strin
 		}
 		return nil
 	}
+}
+
+// imCases is every combination of the im scenario's rooms, rates and budgets.
+func imCases(roomsFlag, ratesFlag, budgetsFlag string) ([]bench.IMBudgetCase, error) {
+	list := func(flag, v string, positive func(float64) bool) ([]float64, error) {
+		var out []float64
+		for _, part := range strings.Split(v, ",") {
+			f, err := strconv.ParseFloat(strings.TrimSpace(part), 64)
+			if err != nil || !positive(f) {
+				return nil, usagef("-%s %q: want positive numbers, comma-separated", flag, v)
+			}
+			out = append(out, f)
+		}
+		return out, nil
+	}
+	whole := func(f float64) bool { return f >= 1 && f == float64(int(f)) }
+	rooms, err := list("im-rooms", roomsFlag, whole)
+	if err != nil {
+		return nil, err
+	}
+	rates, err := list("im-rate", ratesFlag, func(f float64) bool { return f > 0 && f <= 1000 })
+	if err != nil {
+		return nil, err
+	}
+	budgets, err := list("im-budget", budgetsFlag, whole)
+	if err != nil {
+		return nil, err
+	}
+	var out []bench.IMBudgetCase
+	for _, r := range rooms {
+		for _, rate := range rates {
+			for _, b := range budgets {
+				out = append(out, bench.IMBudgetCase{Rooms: int(r), Rate: rate, Budget: int(b)})
+			}
+		}
+	}
+	return out, nil
 }
 
 // setupMigrate registers the flags of "roomctl migrate".

@@ -264,3 +264,15 @@ func TestDiff(t *testing.T) {
 		t.Fatalf("diff of equal snapshots = %q", d)
 	}
 }
+
+func TestIMCasesRefuseBadLists(t *testing.T) {
+	cases, err := imCases("300,1000", "2", "200")
+	if err != nil || len(cases) != 2 || cases[1].Rooms != 1000 || cases[1].Rate != 2 || cases[1].Budget != 200 {
+		t.Fatalf("cases %+v, %v", cases, err)
+	}
+	for _, bad := range [][3]string{{"0", "2", "200"}, {"300", "x", "200"}, {"300", "2", "1.5"}, {"", "2", "200"}} {
+		if _, err := imCases(bad[0], bad[1], bad[2]); err == nil {
+			t.Errorf("%v accepted", bad)
+		}
+	}
+}

@@ -19,6 +19,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -98,13 +99,17 @@ func (c *Client) call(ctx context.Context, service, command string, req, out any
 		return fmt.Errorf("tencent im %s: encode request: %w", command, err)
 	}
 	path := "/v4/" + service + "/" + command
-	lim := c.limiter(path)
+	paced := slices.Contains(c.cfg.Paced, command)
+	var lim *rate.Limiter
+	if !paced {
+		lim = c.limiter(path)
+	}
 	for retry := 0; ; retry++ {
 		again, err := c.attempt(ctx, lim, path, command, body, out)
 		if err == nil {
 			return nil
 		}
-		if !again || retry >= c.cfg.Retries {
+		if !again || retry >= c.cfg.Retries || paced && errors.Is(err, ErrRateLimited) {
 			return err
 		}
 		d := c.backoff(retry)
@@ -121,10 +126,12 @@ func (c *Client) call(ctx context.Context, service, command string, req, out any
 	}
 }
 
-// attempt makes one HTTP request and reports whether its failure is worth retrying.
+// attempt makes one HTTP request (after waiting for lim, unless nil) and reports whether its failure is worth retrying.
 func (c *Client) attempt(ctx context.Context, lim *rate.Limiter, path, command string, body []byte, out any) (again bool, err error) {
-	if err := lim.Wait(ctx); err != nil {
-		return false, fmt.Errorf("tencent im %s: wait for the call budget: %w: %w", command, ErrRateLimited, err)
+	if lim != nil {
+		if err := lim.Wait(ctx); err != nil {
+			return false, fmt.Errorf("tencent im %s: wait for the call budget: %w: %w", command, ErrRateLimited, err)
+		}
 	}
 	sig, err := c.userSig()
 	if err != nil {

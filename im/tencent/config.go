@@ -48,6 +48,10 @@ type Config struct {
 	Timeout time.Duration
 	// CallsPerSecond is the client-side budget per REST command (DefaultCallsPerSecond).
 	CallsPerSecond int
+	// Paced lists the commands whose calls the caller paces itself, such as send_group_msg, whose budget
+	// the IM lane schedules across rooms and nodes: the client keeps no budget for them and returns their
+	// rate-limit answers (ErrRateLimited) at once instead of retrying, so the caller's pacing sees them.
+	Paced []string
 	// SigTTL is the validity of the admin UserSig (DefaultSigTTL, at least one minute).
 	SigTTL time.Duration
 	// Retries is how many times a transport error, 10002 or a rate-limit code is retried (DefaultRetries).

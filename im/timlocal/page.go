@@ -90,7 +90,8 @@ func (s *Server) servePage(w http.ResponseWriter, _ *http.Request) {
 	}
 }
 
-// serveStats answers {"groups": {id: GroupStats}, "calls": {command: n}, "hanging": n, "faults": Faults}.
+// serveStats answers {"groups": {id: GroupStats}, "calls": {command: n}, "limits": {command: CallStats},
+// "hanging": n, "faults": Faults}.
 func (s *Server) serveStats(w http.ResponseWriter, _ *http.Request) {
 	faults := s.CurrentFaults()
 	s.mu.Lock()
@@ -102,9 +103,13 @@ func (s *Server) serveStats(w http.ResponseWriter, _ *http.Request) {
 	for c, n := range s.calls {
 		calls[c] = n
 	}
+	limits := make(map[string]CallStats, len(s.windows))
+	for c, cw := range s.windows {
+		limits[c] = cw.stats
+	}
 	hanging := s.hanging
 	s.mu.Unlock()
-	writeJSON(w, http.StatusOK, map[string]any{"groups": groups, "calls": calls, "hanging": hanging, "faults": faults})
+	writeJSON(w, http.StatusOK, map[string]any{"groups": groups, "calls": calls, "limits": limits, "hanging": hanging, "faults": faults})
 }
 
 // serveMessages answers {"group": id, "last_seq": n, "messages": [...]} with the recent messages whose

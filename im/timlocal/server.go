@@ -3,7 +3,9 @@
 // /v4/{service}/{command} URL with its query parameters, UserSig verification with the official library,
 // HTTP 200 with the ActionStatus/ErrorCode/ErrorInfo envelope, Tencent's error codes, the 5-minute
 // duplicate check on Random, and the 40 messages/s per group frequency control that drops lower
-// priorities while answering success. Groups live in memory and, with Persist, in a file that outlives
+// priorities while answering success, and the app-wide limit of each command (DefaultAPIRate calls in
+// any one second for the whole app, whoever calls: every node of a fleet shares it), answered with 60007
+// past it. Groups live in memory and, with Persist, in a file that outlives
 // the process.
 //
 // Besides the API it serves, under /local/, a page showing what each group would have shown its members,
@@ -27,7 +29,6 @@ import (
 	"time"
 
 	"github.com/tencentyun/tls-sig-api-v2-golang/tencentyun"
-	"golang.org/x/time/rate"
 )
 
 // Defaults applied by New to zero-valued Config fields.
@@ -58,7 +59,8 @@ type Config struct {
 	Admin     string
 	// GroupRate is the per-group message limit per second (DefaultGroupRate).
 	GroupRate int
-	// APIRate is the per-command call limit per second, answered with 60007 beyond it (DefaultAPIRate).
+	// APIRate is the app-wide limit of each command: at most this many calls of one command are accepted
+	// in any one-second window, whoever makes them; the others are answered 60007 (DefaultAPIRate).
 	APIRate int
 	// MaxMsgBytes limits the bytes of a message's element contents, answered with 80002 (DefaultMaxMsgBytes).
 	MaxMsgBytes int
@@ -153,17 +155,18 @@ type Server struct {
 	cfg      Config
 	now      func() time.Time
 	mux      *http.ServeMux
-	limiters map[string]*rate.Limiter // one per command; fixed at New
-	verified sync.Map                 // identifier+usersig -> when it last verified
+	verified sync.Map // identifier+usersig -> when it last verified
 
 	faultMu sync.Mutex
 	faults  Faults
 	release chan struct{} // closed and replaced by SetFaults to free hung requests
 
-	mu      sync.Mutex
-	groups  map[string]*group
-	calls   map[string]uint64 // HTTP requests per command
-	hanging int               // requests held by the Hang fault now
+	mu     sync.Mutex
+	groups map[string]*group
+	calls  map[string]uint64 // HTTP requests per command
+	// windows holds each command's accepted calls of the last second and its counts.
+	windows map[string]*callWindow
+	hanging int // requests held by the Hang fault now
 	autoID  uint64
 	request uint64 // RequestId counter
 	// statePath is the file Persist keeps the groups in ("" keeps them in memory only); saveErr is the
@@ -184,18 +187,15 @@ func New(cfg Config) *Server {
 		cfg.MaxMsgBytes = DefaultMaxMsgBytes
 	}
 	s := &Server{
-		cfg:      cfg,
-		now:      cfg.Clock,
-		limiters: make(map[string]*rate.Limiter),
-		release:  make(chan struct{}),
-		groups:   make(map[string]*group),
-		calls:    make(map[string]uint64),
+		cfg:     cfg,
+		now:     cfg.Clock,
+		release: make(chan struct{}),
+		groups:  make(map[string]*group),
+		calls:   make(map[string]uint64),
+		windows: make(map[string]*callWindow),
 	}
 	if s.now == nil {
 		s.now = time.Now
-	}
-	for command := range commands {
-		s.limiters[command] = rate.NewLimiter(rate.Limit(cfg.APIRate), cfg.APIRate)
 	}
 	s.mux = http.NewServeMux()
 	s.mux.HandleFunc("/v4/", s.serveAPI)
@@ -363,7 +363,7 @@ func (s *Server) handle(r *http.Request, service, command string, pathOK bool, b
 	if handler == nil {
 		return fail(10003, "invalid command %q", command)
 	}
-	if s.CurrentFaults().RateLimit || !s.limiters[command].AllowN(now, 1) {
+	if s.CurrentFaults().RateLimit || !s.admitCall(command, now) {
 		return fail(60007, "REST API call frequency over the limit")
 	}
 	if readErr != nil {
@@ -512,4 +512,49 @@ func (s *Server) write(w http.ResponseWriter, rep reply) {
 	out["RequestId"] = "Id-local-" + strconv.FormatUint(id, 10)
 	w.Header().Set("Content-Type", "application/json; charset=utf-8")
 	_ = json.NewEncoder(w).Encode(out)
+}
+
+// CallStats counts the authenticated calls of one command against the app-wide limit (APIRate).
+type CallStats struct {
+	// Accepted counts calls within the limit; Refused counts calls answered 60007 for it.
+	Accepted uint64 `json:"accepted"`
+	Refused  uint64 `json:"refused"`
+	// MaxPerSecond is the most calls accepted in any one-second window.
+	MaxPerSecond int `json:"max_per_second"`
+}
+
+// callWindow is one command's accepted calls within the last second, in arrival order, and its counts.
+type callWindow struct {
+	times []time.Time
+	stats CallStats
+}
+
+// admitCall applies the app-wide limit of command over the sliding window (now-1s, now].
+func (s *Server) admitCall(command string, now time.Time) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	w := s.windows[command]
+	if w == nil {
+		w = &callWindow{}
+		s.windows[command] = w
+	}
+	w.times = inWindow(w.times, now)
+	if len(w.times) >= s.cfg.APIRate {
+		w.stats.Refused++
+		return false
+	}
+	w.times = append(w.times, now)
+	w.stats.Accepted++
+	w.stats.MaxPerSecond = max(w.stats.MaxPerSecond, len(w.times))
+	return true
+}
+
+// CallStats returns the counts of command against the app-wide limit.
+func (s *Server) CallStats(command string) CallStats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if w := s.windows[command]; w != nil {
+		return w.stats
+	}
+	return CallStats{}
 }

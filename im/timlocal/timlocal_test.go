@@ -421,8 +421,16 @@ func TestAPIRateLimit(t *testing.T) {
 	}
 	// Budgets are per command.
 	e.mustOK(t, "destroy_group", `{"GroupId":"r0"}`)
-	e.clk.Advance(time.Second)
+	// The window slides: a call is accepted once the one a second before it has left the window.
+	e.clk.Advance(999 * time.Millisecond)
+	if a := e.call(t, "create_group", `{"Type":"AVChatRoom","GroupId":"r9","Name":"n"}`); a.ErrorCode != 60007 {
+		t.Fatalf("within the same second: %d, want 60007", a.ErrorCode)
+	}
+	e.clk.Advance(time.Millisecond)
 	e.mustOK(t, "create_group", `{"Type":"AVChatRoom","GroupId":"r9","Name":"n"}`)
+	if st := e.srv.CallStats("create_group"); st.Accepted != 4 || st.Refused != 2 || st.MaxPerSecond != 3 {
+		t.Fatalf("create_group stats %+v", st)
+	}
 }
 
 func TestMuteAndBan(t *testing.T) {

@@ -20,7 +20,7 @@ var (
 	// adapters are the packages that talk to one technology. The lease
 	// package keeps its local implementation beside the interface, so it is
 	// not listed; the Redis one (lease/redislease) is.
-	adapters = []string{"store/sqlite", "store/mysql", "outbox/natsbus", "im/tencent", "im/timlocal", "lease/redislease"}
+	adapters = []string{"store/sqlite", "store/mysql", "outbox/natsbus", "im/tencent", "im/timlocal", "lease/redislease", "im/redisbudget"}
 	// wiring is where concrete adapters are put together: the daemon's Main
 	// (which cmd/room-service runs), the commands, the benchmarks.
 	wiring = []string{"cmd/...", "internal/daemon", "bench"}

@@ -33,6 +33,7 @@ import (
 	"hyapp/room-service/cell"
 	"hyapp/room-service/config"
 	"hyapp/room-service/im"
+	"hyapp/room-service/im/redisbudget"
 	"hyapp/room-service/im/tencent"
 	"hyapp/room-service/im/timlocal"
 	"hyapp/room-service/lease"
@@ -279,7 +280,9 @@ func (m *Main) openIM(localAddr string) (*im.Lane, http.Handler, error) {
 			return nil, nil, err
 		}
 		tc = tencent.Config{SDKAppID: 1400000000, SecretKey: hex.EncodeToString(key), Admin: "administrator", Endpoint: "http://" + localAddr}
-		tl := timlocal.New(timlocal.Config{SDKAppID: tc.SDKAppID, SecretKey: tc.SecretKey, Admin: tc.Admin})
+		// Tencent's limits, as configured: the service meets them in development too.
+		tl := timlocal.New(timlocal.Config{SDKAppID: tc.SDKAppID, SecretKey: tc.SecretKey, Admin: tc.Admin,
+			APIRate: max(cfg.TIMAppBudget, cfg.TIMCallBudget)})
 		// Its groups outlive a restart, so /local/ still shows them (and their mutes and bans) after kill -9.
 		if err := tl.Persist(filepath.Join(cfg.DataDir, "timlocal-groups.json")); err != nil {
 			return nil, nil, err
@@ -289,6 +292,8 @@ func (m *Main) openIM(localAddr string) (*im.Lane, http.Handler, error) {
 		id, _ := strconv.ParseUint(cfg.TIMSDKAppID, 10, 64) // checked by Validate
 		tc.SDKAppID = id
 	}
+	// The lane schedules send_group_msg against the app budget; the client paces the other commands.
+	tc.CallsPerSecond, tc.Paced = cfg.TIMCallBudget, []string{"send_group_msg"}
 	client, err := tencent.New(tc, m.Log.With("component", "tencent-im"))
 	if err != nil {
 		return nil, nil, err
@@ -297,8 +302,14 @@ func (m *Main) openIM(localAddr string) (*im.Lane, http.Handler, error) {
 	regional, _ := cfg.RegionalGroups() // checked by Validate
 	sender := im.RecreatingSender{Sender: im.TencentSender{Client: client}, Groups: im.TencentGroups{Client: client},
 		Recreated: m.metrics.laneRecreated}
-	return im.New(im.Config{Budget: float64(cfg.IMBudget), RegionalGroups: regional},
-		sender, m.metrics.lane, m.Log.With("component", "im-lane")), local, nil
+	lc := im.Config{Budget: float64(cfg.IMBudget), AppBudget: float64(cfg.TIMAppBudget), RegionalGroups: regional}
+	if m.redis != nil { // fleet mode: the nodes share the app budget
+		interval, tolerance := im.Pacing(lc.AppBudget)
+		if lc.Calls, err = redisbudget.New(m.redis, redisbudget.Key(tc.SDKAppID, "send_group_msg"), interval, tolerance); err != nil {
+			return nil, nil, err
+		}
+	}
+	return im.New(lc, sender, m.metrics.lane, m.Log.With("component", "im-lane")), local, nil
 }
 
 // NewMain returns a Main with the default configuration.

@@ -108,18 +108,20 @@ func newControlMetrics(reg prometheus.Registerer, recreated *prometheus.CounterV
 func newLaneMetrics(reg prometheus.Registerer) im.Metrics {
 	sent := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "room_im_sent_total", Help: "IM messages sent, by priority."}, []string{"priority"})
 	shed := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "room_im_shed_total", Help: "IM events the lane dropped, by priority and reason."}, []string{"priority", "reason"})
-	merged := prometheus.NewCounter(prometheus.CounterOpts{Name: "room_im_merged_total", Help: "IM events merged into Batch messages."})
+	merged := prometheus.NewCounter(prometheus.CounterOpts{Name: "room_im_merged_total", Help: "IM events sent without a message of their own: in a Batch, or folded into a count."})
 	coalesced := prometheus.NewCounter(prometheus.CounterOpts{Name: "room_im_coalesced_total", Help: "Display values replaced by a newer one before they were sent."})
 	retried := prometheus.NewCounter(prometheus.CounterOpts{Name: "room_im_retried_total", Help: "High IM messages queued again after a failed send."})
+	rateLimited := prometheus.NewCounter(prometheus.CounterOpts{Name: "room_im_rate_limited_total", Help: "IM sends Tencent refused for frequency (sent again; the lane slows down)."})
 	latency := prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "room_im_latency_seconds", Help: "Committed-to-sent delay of IM messages, by priority.", Buckets: prometheus.ExponentialBuckets(0.001, 2, 14)}, []string{"priority"})
-	reg.MustRegister(sent, shed, merged, coalesced, retried, latency)
+	reg.MustRegister(sent, shed, merged, coalesced, retried, rateLimited, latency)
 	return im.Metrics{
-		Sent:      func(p room.Priority) { sent.WithLabelValues(string(p)).Inc() },
-		Shed:      func(p room.Priority, reason string) { shed.WithLabelValues(string(p), reason).Inc() },
-		Merged:    func(n int) { merged.Add(float64(n)) },
-		Coalesced: coalesced.Inc,
-		Retried:   retried.Inc,
-		Latency:   func(p room.Priority, d time.Duration) { latency.WithLabelValues(string(p)).Observe(d.Seconds()) },
+		Sent:        func(p room.Priority) { sent.WithLabelValues(string(p)).Inc() },
+		Shed:        func(p room.Priority, reason string) { shed.WithLabelValues(string(p), reason).Inc() },
+		Merged:      func(n int) { merged.Add(float64(n)) },
+		Coalesced:   coalesced.Inc,
+		Retried:     retried.Inc,
+		RateLimited: rateLimited.Inc,
+		Latency:     func(p room.Priority, d time.Duration) { latency.WithLabelValues(string(p)).Observe(d.Seconds()) },
 	}
 }
 

@@ -1,0 +1,39 @@
+package im
+
+import (
+	"testing"
+	"time"
+)
+
+// TestPacingBoundsEverySecond: a caller taking every call the pacing allows,
+// at every millisecond, gets at most BudgetShare of the app budget plus the
+// tolerance's few calls in any one-second window.
+func TestPacingBoundsEverySecond(t *testing.T) {
+	for _, app := range []float64{1, 20, 200, 1000} {
+		interval, tolerance := Pacing(app)
+		g := gcra{interval: interval, tolerance: tolerance}
+		start := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+		var grants []time.Time
+		for ms := range 5000 {
+			now := start.Add(time.Duration(ms) * time.Millisecond)
+			n := g.available(now)
+			g.take(now, n)
+			for range n {
+				grants = append(grants, now)
+			}
+		}
+		bound := int(app*BudgetShare) + int(tolerance/interval) + 1
+		for i := range grants {
+			j := i
+			for j < len(grants) && grants[j].Sub(grants[i]) < time.Second {
+				j++
+			}
+			if j-i > bound || j-i > int(app)+1 {
+				t.Fatalf("app %v: %d calls within one second, bound %d", app, j-i, bound)
+			}
+		}
+		if got := float64(len(grants)) / 5; got < app*BudgetShare*0.95 {
+			t.Fatalf("app %v: %.1f calls/s granted", app, got)
+		}
+	}
+}
