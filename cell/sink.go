@@ -43,19 +43,3 @@ func (n OutboxNotifier) Publish(batch []room.Committed) {
 		}
 	}
 }
-
-// OutboxWaker is an EventSink that calls Wake when a batch wrote outbox
-// rows: the outbox relay then publishes them at once instead of at its next poll.
-type OutboxWaker struct{ Wake func() }
-
-// Publish implements EventSink.
-func (w OutboxWaker) Publish(batch []room.Committed) {
-	for _, c := range batch {
-		for _, ev := range c.Events {
-			if ev.Lanes().Outbox {
-				w.Wake()
-				return
-			}
-		}
-	}
-}

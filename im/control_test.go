@@ -40,7 +40,7 @@ func newControlWorld(t *testing.T, mod func(*im.Control)) *controlWorld {
 	}
 	t.Cleanup(func() { _ = bus.Close() })
 	var rel *relay.Relay
-	w := &controlWorld{world: newWorld(t, cell.OutboxWaker{Wake: func() { rel.Wake() }}), bus: bus, terminated: map[string]int{}}
+	w := &controlWorld{world: newWorld(t, cell.OutboxNotifier{Notify: func(roomID string) { rel.Notify(roomID) }}), bus: bus, terminated: map[string]int{}}
 	rel = relay.New(w.db, bus, relay.LeaseGate{Lease: lease.NewLocal()}, relay.Config{PollInterval: 10 * time.Millisecond}, relay.Metrics{}, quiet)
 	control := &im.Control{Bus: bus, API: im.TencentGroups{Client: w.client}, MaxBackoff: 50 * time.Millisecond, Log: quiet,
 		Metrics: im.ControlMetrics{

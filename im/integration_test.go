@@ -171,7 +171,7 @@ func TestLostMuteIsRetriedFromTheOutbox(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = bus.Close() })
 	var rel *relay.Relay
-	w := newWorld(t, cell.OutboxWaker{Wake: func() { rel.Wake() }})
+	w := newWorld(t, cell.OutboxNotifier{Notify: func(roomID string) { rel.Notify(roomID) }})
 	rel = relay.New(w.db, bus, relay.LeaseGate{Lease: lease.NewLocal()}, relay.Config{PollInterval: 10 * time.Millisecond}, relay.Metrics{}, quiet)
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
