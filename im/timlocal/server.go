@@ -173,6 +173,8 @@ type Server struct {
 	// last write's failure.
 	statePath string
 	saveErr   error
+	saveTimer *time.Timer // a write is due; under mu
+	writeMu   sync.Mutex  // one write of the state file at a time
 }
 
 // New returns a Server for cfg with defaults applied to its zero fields.

@@ -26,10 +26,12 @@ type savedGroup struct {
 }
 
 // Persist makes the groups outlive the process: it loads the groups saved in path, if the file exists,
-// and from then on rewrites the file after every call that creates, destroys or changes a group (its
-// name, mute-all, mutes and bans). Each write goes to a temporary file that is renamed over path, so a
-// killed process leaves the old or the new state, never a torn one. Messages are not kept. Call Persist
-// before serving; a file that cannot be read or parsed is an error and changes nothing.
+// and from then on rewrites the file within saveDelay of a call that creates, destroys or changes a
+// group (its name, mute-all, mutes and bans), once for all the changes of that time, and at Flush. Each
+// write goes to a temporary file that is renamed over path, so a killed process leaves the old or the
+// new state, never a torn one; it loses at most the changes of the last saveDelay (the service creates
+// a group again that a send finds missing). Messages are not kept. Call Persist before serving; a file
+// that cannot be read or parsed is an error and changes nothing.
 func (s *Server) Persist(path string) error {
 	var saved []savedGroup
 	data, err := os.ReadFile(path)
@@ -58,13 +60,45 @@ func (s *Server) Persist(path string) error {
 	return nil
 }
 
-// saveLocked writes the groups to the state file, if there is one; the caller holds s.mu. A failed write
-// does not fail the call that changed the group (its effect is real); it is kept for the page and
-// retried by the next change.
+// saveDelay bounds how long a change waits to be written: rewriting every group per change made
+// creating many rooms cost time that grows with the number of rooms.
+const saveDelay = 100 * time.Millisecond
+
+// saveLocked schedules a write of the groups to the state file, if there is one; the caller holds s.mu.
+// A failed write does not fail the call that changed the group (its effect is real); it is kept for the
+// page and retried by the next change.
 func (s *Server) saveLocked() {
-	if s.statePath == "" {
+	if s.statePath == "" || s.saveTimer != nil {
 		return
 	}
+	s.saveTimer = time.AfterFunc(saveDelay, func() { _ = s.Flush() })
+}
+
+// Flush writes the groups' changes not written yet to the state file now and returns the last write's
+// error. The service calls it when it stops.
+func (s *Server) Flush() error {
+	s.writeMu.Lock() // writes go out in the order their contents were read
+	defer s.writeMu.Unlock()
+	s.mu.Lock()
+	if s.saveTimer == nil {
+		err := s.saveErr
+		s.mu.Unlock()
+		return err
+	}
+	s.saveTimer.Stop()
+	s.saveTimer = nil
+	saved := s.savedLocked()
+	path := s.statePath
+	s.mu.Unlock()
+	err := writeAtomic(path, saved)
+	s.mu.Lock()
+	s.saveErr = err
+	s.mu.Unlock()
+	return err
+}
+
+// savedLocked is what the state file keeps of the groups now; the caller holds s.mu.
+func (s *Server) savedLocked() []savedGroup {
 	saved := make([]savedGroup, 0, len(s.groups))
 	now := s.now()
 	for _, id := range slices.Sorted(maps.Keys(s.groups)) {
@@ -74,7 +108,7 @@ func (s *Server) saveLocked() {
 			Muted: active(g.muted, now), Banned: active(g.banned, now),
 		})
 	}
-	s.saveErr = writeAtomic(s.statePath, saved)
+	return saved
 }
 
 func writeAtomic(path string, v any) error {

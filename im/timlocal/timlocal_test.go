@@ -761,13 +761,24 @@ func TestPersist(t *testing.T) {
 	e.mustOK(t, "forbid_send_msg", `{"GroupId":"room-1","Members_Account":["peter"],"ShutUpTime":600}`)
 	e.mustOK(t, "ban_group_member", `{"GroupId":"room-1","Members_Account":["x"],"Duration":3600}`)
 	e.mustOK(t, "destroy_group", `{"GroupId":"room-2"}`)
+	poll.Until(t, 10*time.Second, "the changes written within saveDelay", func() error {
+		data, err := os.ReadFile(path)
+		if err != nil || !bytes.Contains(data, []byte(`"x"`)) || bytes.Contains(data, []byte("room-2")) {
+			return fmt.Errorf("state file %s, %v", data, err)
+		}
+		return nil
+	})
+	e.createRoom(t, "room-3")
+	if err := e.srv.Flush(); err != nil { // what a stopping service does
+		t.Fatal(err)
+	}
 
 	again := timlocal.New(timlocal.Config{SDKAppID: appID, SecretKey: key, Admin: admin, Clock: e.clk.Now})
 	if err := again.Persist(path); err != nil {
 		t.Fatal(err)
 	}
-	if got := again.Groups(); len(got) != 1 || got[0] != "room-1" {
-		t.Fatalf("groups after restart %v, want [room-1]", got)
+	if got := again.Groups(); len(got) != 2 || got[0] != "room-1" || got[1] != "room-3" {
+		t.Fatalf("groups after restart %v, want [room-1 room-3]", got)
 	}
 	if g, _ := again.Group("room-1"); g.Name != "renamed" || !g.ShutUpAll || g.Type != "AVChatRoom" {
 		t.Fatalf("group after restart %+v", g)

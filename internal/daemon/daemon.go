@@ -113,6 +113,7 @@ type Main struct {
 	unready   time.Time              // when drain turned readiness false; under drainMu
 	health    *grpchealth.StaticChecker
 	timClient *tencent.Client
+	timLocal  *timlocal.Server // the local Tencent endpoint, without tim_sdkappid
 	lane      *im.Lane
 	registry  *cell.Registry
 	server    *http.Server
@@ -287,7 +288,7 @@ func (m *Main) openIM(localAddr string) (*im.Lane, http.Handler, error) {
 		if err := tl.Persist(filepath.Join(cfg.DataDir, "timlocal-groups.json")); err != nil {
 			return nil, nil, err
 		}
-		local = tl
+		local, m.timLocal = tl, tl
 	} else {
 		id, _ := strconv.ParseUint(cfg.TIMSDKAppID, 10, 64) // checked by Validate
 		tc.SDKAppID = id
@@ -539,6 +540,11 @@ func (m *Main) close(ctx context.Context) error {
 	}
 	if m.lane != nil {
 		m.lane.Close() // best effort: what is still queued is not sent
+	}
+	if m.timLocal != nil {
+		if err := m.timLocal.Flush(); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	// The cells and the relay released their leases: renewal and the
 	// membership record can go.
