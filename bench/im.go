@@ -25,23 +25,14 @@ import (
 // the most messages one group got in a second (against the budget and
 // Tencent's 40), and what the lane shed by class.
 func IMScenario(ctx context.Context, env Env, hotRate, rooms, rate int, d time.Duration) ([]Row, error) {
-	const sdk, key, admin, budget = 1400000002, "bench-key", "administrator", 20
+	const budget = 20
 	// Tencent allows 200 calls per second per API by default; a deployment this
 	// busy raises that by contract, so the local endpoint here does too.
-	local := timlocal.New(timlocal.Config{SDKAppID: sdk, SecretKey: key, Admin: admin, APIRate: 1_000_000})
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	local, client, stop, err := localTencent(1_000_000, 1_000_000)
 	if err != nil {
 		return nil, err
 	}
-	srv := &http.Server{Handler: local}
-	go func() { _ = srv.Serve(ln) }()
-	defer func() { _ = srv.Close() }()
-	client, err := tencent.New(tencent.Config{SDKAppID: sdk, SecretKey: key, Admin: admin, Endpoint: "http://" + ln.Addr().String(),
-		CallsPerSecond: 1_000_000, Paced: []string{"send_group_msg"}}, quiet)
-	if err != nil {
-		return nil, err
-	}
-	defer client.Close()
+	defer stop()
 
 	var mu sync.Mutex
 	lat := map[room.Priority][]time.Duration{}
@@ -163,21 +154,11 @@ func (c IMBudgetCase) Bound() time.Duration {
 // group carrying that mic row or a newer one) beside the bound, the calls
 // per second against the budget, and what the lane merged and superseded.
 func IMBudget(ctx context.Context, env Env, c IMBudgetCase, d time.Duration) ([]Row, error) {
-	const sdk, key, admin = 1400000004, "bench-key", "administrator"
-	local := timlocal.New(timlocal.Config{SDKAppID: sdk, SecretKey: key, Admin: admin, APIRate: c.Budget})
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	local, client, stop, err := localTencent(c.Budget, c.Budget*9/10)
 	if err != nil {
 		return nil, err
 	}
-	srv := &http.Server{Handler: local}
-	go func() { _ = srv.Serve(ln) }()
-	defer func() { _ = srv.Close() }()
-	client, err := tencent.New(tencent.Config{SDKAppID: sdk, SecretKey: key, Admin: admin, Endpoint: "http://" + ln.Addr().String(),
-		CallsPerSecond: c.Budget * 9 / 10, Paced: []string{"send_group_msg"}}, quiet)
-	if err != nil {
-		return nil, err
-	}
-	defer client.Close()
+	defer stop()
 
 	var mu sync.Mutex
 	var merged, superseded, rateLimited, highShed int
@@ -345,4 +326,25 @@ func carriesMicRow(data string, version int64) bool {
 		}
 	}
 	return false
+}
+
+// localTencent serves a local Tencent-compatible endpoint that allows
+// apiRate calls per second of each command, and returns it with a client
+// pacing send_group_msg to callRate, and a stop for both.
+func localTencent(apiRate, callRate int) (*timlocal.Server, *tencent.Client, func(), error) {
+	const sdk, key, admin = 1400000002, "bench-key", "administrator"
+	local := timlocal.New(timlocal.Config{SDKAppID: sdk, SecretKey: key, Admin: admin, APIRate: apiRate})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	srv := &http.Server{Handler: local}
+	go func() { _ = srv.Serve(ln) }()
+	client, err := tencent.New(tencent.Config{SDKAppID: sdk, SecretKey: key, Admin: admin, Endpoint: "http://" + ln.Addr().String(),
+		CallsPerSecond: callRate, Paced: []string{"send_group_msg"}}, quiet)
+	if err != nil {
+		_ = srv.Close()
+		return nil, nil, nil, err
+	}
+	return local, client, func() { client.Close(); _ = srv.Close() }, nil
 }

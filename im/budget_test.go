@@ -5,14 +5,11 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/http/httptest"
-	"os"
 	"path/filepath"
 	"slices"
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 
 	"hyapp/room-service/cell"
 	"hyapp/room-service/im"
@@ -20,6 +17,7 @@ import (
 	"hyapp/room-service/im/tencent"
 	"hyapp/room-service/im/timlocal"
 	"hyapp/room-service/internal/poll"
+	"hyapp/room-service/internal/redistest"
 	"hyapp/room-service/lease"
 	"hyapp/room-service/room"
 	"hyapp/room-service/store/sqlite"
@@ -254,26 +252,6 @@ func TestAppBudgetManyBusyRooms(t *testing.T) {
 	}
 }
 
-// redisClient connects to the test Redis (ROOM_TEST_REDIS_ADDR, default
-// 127.0.0.1:6379) on database db, which these tests own, flushed. Without
-// Redis the test skips, unless CI is set: then it fails.
-func redisClient(t *testing.T, db int) *redis.Client {
-	t.Helper()
-	addr := os.Getenv("ROOM_TEST_REDIS_ADDR")
-	if addr == "" {
-		addr = "127.0.0.1:6379"
-	}
-	c := redis.NewClient(&redis.Options{Addr: addr, DB: db, DialTimeout: time.Second, MaxRetries: -1})
-	t.Cleanup(func() { _ = c.Close() })
-	if err := c.FlushDB(context.Background()).Err(); err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("Redis on %s is required in CI: %v", addr, err)
-		}
-		t.Skipf("no Redis on %s: %v", addr, err)
-	}
-	return c
-}
-
 // micRow is a commit of a mic change with the whole mic row: user on seat 1.
 func micRow(roomID string, version, user int64) []room.Committed {
 	return micChange(roomID, version, user)
@@ -285,7 +263,7 @@ func micRow(roomID string, version, user int64) []room.Committed {
 // second, although each alone has more rooms than the budget can serve at
 // once, and every room's last mic row arrives.
 func TestTwoLanesShareTheAppBudget(t *testing.T) {
-	rc := redisClient(t, 13)
+	rc := redistest.Client(t, 13)
 	const app, rooms, perSecond = 100, 200, 2
 	local, url := endpoint(t, app)
 	interval, tolerance := im.Pacing(app)

@@ -5,8 +5,6 @@ import (
 
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/types/descriptorpb"
-
-	roomv1 "hyapp/room-service/gen/room/v1"
 )
 
 // TestEveryMethodIsRouted reads every method of every service from the
@@ -15,38 +13,20 @@ import (
 // one sent again after an unknown outcome is a command with a command_id
 // or a read without side effects.
 func TestEveryMethodIsRouted(t *testing.T) {
-	seen := map[string]bool{}
-	services := roomv1.File_room_v1_room_proto.Services()
-	for i := range services.Len() {
-		methods := services.Get(i).Methods()
-		for j := range methods.Len() {
-			md := methods.Get(j)
-			procedure := "/" + string(md.Parent().FullName()) + "/" + string(md.Name())
-			seen[procedure] = true
-			rte, ok := routes[procedure]
-			if !ok {
-				t.Errorf("%s has no route: add it to routes", procedure)
-				continue
-			}
-			in := md.Input().Fields()
-			switch {
-			case rte.hop != nil && rte.node && in.ByName("node_id") == nil:
-				t.Errorf("%s goes to the node it names, but %s has no node_id", procedure, md.Input().FullName())
-			case rte.hop != nil && !rte.node && in.ByName("room_id") == nil:
-				t.Errorf("%s goes to its room's owner, but %s has no room_id", procedure, md.Input().FullName())
-			case rte.node && rte.hop == nil:
-				t.Errorf("%s goes to the node it names, but has no hop", procedure)
-			}
-			if rte.idempotent && in.ByName("command_id") == nil && !readOnly(md) {
-				t.Errorf("%s is retried after an unknown outcome, but it has no command_id and may have side effects", procedure)
-			}
+	everyMethod(t, "routes", routes, func(procedure string, md protoreflect.MethodDescriptor, rte route) {
+		in := md.Input().Fields()
+		switch {
+		case rte.hop != nil && rte.node && in.ByName("node_id") == nil:
+			t.Errorf("%s goes to the node it names, but %s has no node_id", procedure, md.Input().FullName())
+		case rte.hop != nil && !rte.node && in.ByName("room_id") == nil:
+			t.Errorf("%s goes to its room's owner, but %s has no room_id", procedure, md.Input().FullName())
+		case rte.node && rte.hop == nil:
+			t.Errorf("%s goes to the node it names, but has no hop", procedure)
 		}
-	}
-	for procedure := range routes {
-		if !seen[procedure] {
-			t.Errorf("routes names %s, which no service has", procedure)
+		if rte.idempotent && in.ByName("command_id") == nil && !readOnly(md) {
+			t.Errorf("%s is retried after an unknown outcome, but it has no command_id and may have side effects", procedure)
 		}
-	}
+	})
 }
 
 func readOnly(md protoreflect.MethodDescriptor) bool {

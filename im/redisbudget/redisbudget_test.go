@@ -2,7 +2,6 @@ package redisbudget_test
 
 import (
 	"context"
-	"os"
 	"slices"
 	"sync"
 	"testing"
@@ -13,6 +12,7 @@ import (
 
 	"hyapp/room-service/im"
 	"hyapp/room-service/im/redisbudget"
+	"hyapp/room-service/internal/redistest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -22,25 +22,8 @@ var _ im.Budget = (*redisbudget.Budget)(nil)
 // testDB is the Redis database these tests own; it is flushed at start.
 const testDB = 12
 
-// client connects to the test Redis (ROOM_TEST_REDIS_ADDR, default
-// 127.0.0.1:6379) on testDB, flushed. Without Redis the test skips, unless
-// CI is set: then it fails.
-func client(t *testing.T) *redis.Client {
-	t.Helper()
-	addr := os.Getenv("ROOM_TEST_REDIS_ADDR")
-	if addr == "" {
-		addr = "127.0.0.1:6379"
-	}
-	c := redis.NewClient(&redis.Options{Addr: addr, DB: testDB, DialTimeout: time.Second, MaxRetries: -1})
-	t.Cleanup(func() { _ = c.Close() })
-	if err := c.FlushDB(context.Background()).Err(); err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("Redis on %s is required in CI: %v", addr, err)
-		}
-		t.Skipf("no Redis on %s: %v", addr, err)
-	}
-	return c
-}
+// client is the test Redis's database testDB, flushed.
+func client(t *testing.T) *redis.Client { return redistest.Client(t, testDB) }
 
 func TestNewRefusesBadInput(t *testing.T) {
 	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})

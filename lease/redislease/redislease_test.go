@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -16,6 +15,7 @@ import (
 	"go.uber.org/goleak"
 
 	"hyapp/room-service/internal/poll"
+	"hyapp/room-service/internal/redistest"
 	"hyapp/room-service/lease"
 	"hyapp/room-service/lease/leasetest"
 	"hyapp/room-service/store/mysql/mysqltest"
@@ -23,25 +23,8 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// server is the Redis the tests use: ROOM_TEST_REDIS_ADDR, by default
-// 127.0.0.1:6379 as .ci/run starts it. Without it tests skip, unless CI is
-// set: then they fail.
-func server(t *testing.T) string {
-	t.Helper()
-	addr := os.Getenv("ROOM_TEST_REDIS_ADDR")
-	if addr == "" {
-		addr = "127.0.0.1:6379"
-	}
-	c := redis.NewClient(&redis.Options{Addr: addr, DialTimeout: time.Second, MaxRetries: -1})
-	defer c.Close()
-	if err := c.Ping(context.Background()).Err(); err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("Redis on %s is required in CI: %v", addr, err)
-		}
-		t.Skipf("no Redis on %s: %v", addr, err)
-	}
-	return addr
-}
+// server is the test Redis's address (see redistest.Addr).
+func server(t *testing.T) string { return redistest.Addr(t) }
 
 // testKeys is a key prefix of the test's own; its keys are deleted when the
 // test ends.
