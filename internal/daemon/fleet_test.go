@@ -166,6 +166,7 @@ type fleet struct {
 	run    string   // a random prefix for node and room ids
 	stream []string // the flags naming the fleet's own stream and subjects
 	redis  string   // the nodes' Redis URL
+	env    []string // more environment for every node
 	nodes  []*node
 	// resent counts calls the gateway sent again to another node after a
 	// retryable answer (a node down, a room moving).
@@ -253,14 +254,14 @@ type node struct {
 func newFleet(t *testing.T, n int) *fleet { return newFleetOn(t, n, fleetRedis) }
 
 // newFleetOn starts n nodes whose Redis is redisURL.
-func newFleetOn(t *testing.T, n int, redisURL string) *fleet {
+func newFleetOn(t *testing.T, n int, redisURL string, env ...string) *fleet {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("starts service processes")
 	}
 	reachable(t, "Redis", "127.0.0.1:6379")
 	reachable(t, "NATS", "127.0.0.1:4222")
-	f := &fleet{t: t, dsn: mysqltest.DSN(t), run: strings.ToLower(rand.Text()[:8]), redis: redisURL}
+	f := &fleet{t: t, dsn: mysqltest.DSN(t), run: strings.ToLower(rand.Text()[:8]), redis: redisURL, env: env}
 	f.stream = ownStream(t, f.run)
 	for i := range n {
 		nd := &node{id: fmt.Sprintf("%s-n%d", f.run, i+1), addr: freeAddr(t), dir: t.TempDir()}
@@ -279,8 +280,8 @@ func (f *fleet) start(nd *node) {
 	f.t.Helper()
 	// Fleet mode as an operator turns it on: the environment.
 	nd.cmd, _ = spawn(f.t, append([]string{"-listen", nd.addr, "-data-dir", nd.dir, "-snapshot-every", "50"}, f.stream...),
-		[]string{"ROOM_REDIS_URL=" + f.redis, "ROOM_NODE_ID=" + nd.id, "ROOM_ADVERTISE_ADDR=" + nd.addr,
-			"ROOM_LEASE_TTL=" + fleetTTL.String(), "ROOM_MYSQL_DSN=" + f.dsn, "ROOM_NATS_URL=" + fleetNATS})
+		append([]string{"ROOM_REDIS_URL=" + f.redis, "ROOM_NODE_ID=" + nd.id, "ROOM_ADVERTISE_ADDR=" + nd.addr,
+			"ROOM_LEASE_TTL=" + fleetTTL.String(), "ROOM_MYSQL_DSN=" + f.dsn, "ROOM_NATS_URL=" + fleetNATS}, f.env...))
 }
 
 // call sends one command as a gateway with several endpoints would: to a
