@@ -1,6 +1,7 @@
 package rpc
 
 import (
+	"encoding/json"
 	"mime"
 	"net/http"
 	"net/url"
@@ -11,7 +12,9 @@ import (
 // without credentials. A request that may change something (any method
 // but GET and HEAD) must be application/json, so a browser cannot send it
 // cross-site without a preflight, and must not come from another origin
-// (Origin, Sec-Fetch-Site): 415 and 403 otherwise.
+// (Origin, Sec-Fetch-Site): 415 and 403 otherwise, with a JSON body that
+// names a stable reason (unsupported_media_type, cross_origin), as the
+// API's ErrorInfo does.
 func DevOnly(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method == http.MethodGet || r.Method == http.MethodHead {
@@ -19,15 +22,23 @@ func DevOnly(h http.Handler) http.Handler {
 			return
 		}
 		if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/json" {
-			http.Error(w, "only application/json is accepted", http.StatusUnsupportedMediaType)
+			refuseDev(w, http.StatusUnsupportedMediaType, "unsupported_media_type", "only application/json is accepted")
 			return
 		}
 		if !sameOrigin(r) {
-			http.Error(w, "cross-origin requests are refused", http.StatusForbidden)
+			refuseDev(w, http.StatusForbidden, "cross_origin", "requests from another origin are refused")
 			return
 		}
 		h.ServeHTTP(w, r)
 	})
+}
+
+// refuseDev answers a refused development request.
+func refuseDev(w http.ResponseWriter, status int, reason, message string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(map[string]string{"reason": reason, "message": message})
 }
 
 // sameOrigin reports whether r comes from no browser page or from a page

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"crypto/rand"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -161,7 +162,7 @@ func TestASlowBodyIsCutOff(t *testing.T) {
 // loopback, /local/faults takes JSON from its own origin only.
 func TestDevelopmentEndpointsRefuseCrossSiteWrites(t *testing.T) {
 	m, _ := runMain(t, t.TempDir())
-	post := func(contentType, origin string) int {
+	post := func(contentType, origin string) (int, string) {
 		req, err := http.NewRequest(http.MethodPost, "http://"+m.Addr+"/local/faults", strings.NewReader(`{"fail_next":0}`))
 		if err != nil {
 			t.Fatal(err)
@@ -174,19 +175,21 @@ func TestDevelopmentEndpointsRefuseCrossSiteWrites(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		_ = res.Body.Close()
-		return res.StatusCode
+		defer res.Body.Close()
+		var refusal struct{ Reason string }
+		_ = json.NewDecoder(res.Body).Decode(&refusal)
+		return res.StatusCode, refusal.Reason
 	}
-	if code := post("text/plain", ""); code != http.StatusUnsupportedMediaType {
-		t.Errorf("text/plain: %d", code)
+	if code, reason := post("text/plain", ""); code != http.StatusUnsupportedMediaType || reason != "unsupported_media_type" {
+		t.Errorf("text/plain: %d %q", code, reason)
 	}
-	if code := post("application/json", "https://evil.example"); code != http.StatusForbidden {
-		t.Errorf("another origin: %d", code)
+	if code, reason := post("application/json", "https://evil.example"); code != http.StatusForbidden || reason != "cross_origin" {
+		t.Errorf("another origin: %d %q", code, reason)
 	}
-	if code := post("application/json", "http://"+m.Addr); code != http.StatusOK {
+	if code, _ := post("application/json", "http://"+m.Addr); code != http.StatusOK {
 		t.Errorf("its own origin: %d", code)
 	}
-	if code := post("application/json", ""); code != http.StatusOK {
+	if code, _ := post("application/json", ""); code != http.StatusOK {
 		t.Errorf("a tool: %d", code)
 	}
 	http.DefaultClient.CloseIdleConnections()
