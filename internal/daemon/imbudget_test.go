@@ -23,7 +23,7 @@ import (
 // more. The nodes share the budget through Redis: together they never make
 // more than budget calls in any second, and none is refused; both send.
 func TestTwoNodesShareTheIMAppBudget(t *testing.T) {
-	const budget, sdk, key, admin = 40, 1400000077, "two-node-budget-key", "administrator"
+	const budget, sdk, key, admin = 200, 1400000077, "two-node-budget-key", "administrator"
 	tim := timlocal.New(timlocal.Config{SDKAppID: sdk, SecretKey: key, Admin: admin, APIRate: budget})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
