@@ -17,7 +17,7 @@ import (
 	"hyapp/room-service/im/tencent"
 	"hyapp/room-service/im/timlocal"
 	"hyapp/room-service/internal/poll"
-	"hyapp/room-service/internal/redistest"
+	"hyapp/room-service/internal/servicetest"
 	"hyapp/room-service/lease"
 	"hyapp/room-service/room"
 	"hyapp/room-service/store/sqlite"
@@ -263,7 +263,7 @@ func micRow(roomID string, version, user int64) []room.Committed {
 // second, although each alone has more rooms than the budget can serve at
 // once, and every room's last mic row arrives.
 func TestTwoLanesShareTheAppBudget(t *testing.T) {
-	rc := redistest.Client(t, 13)
+	rc := servicetest.Redis(t, 13)
 	const app, rooms, perSecond = 100, 200, 2
 	local, url := endpoint(t, app)
 	interval, tolerance := im.Pacing(app)

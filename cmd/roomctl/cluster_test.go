@@ -5,15 +5,14 @@ import (
 	"crypto/rand"
 	"fmt"
 	"net"
-	"os"
 	"regexp"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"hyapp/room-service/internal/servicetest"
 	"hyapp/room-service/store/mysql/mysqltest"
 )
 
@@ -23,19 +22,6 @@ func startNode(t *testing.T, addr string, args ...string) {
 	m := runDaemon(t, append([]string{"-listen", addr}, args...)...)
 	t.Setenv("ROOM_ADDR", "http://"+m.Addr)
 	t.Setenv("ROOM_TOKEN", testToken)
-}
-
-// needs skips the test when addr does not answer, or fails it in CI.
-func needs(t *testing.T, what, addr string) {
-	t.Helper()
-	c, err := net.DialTimeout("tcp", addr, time.Second)
-	if err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("%s on %s is required in CI: %v", what, addr, err)
-		}
-		t.Skipf("no %s on %s: %v", what, addr, err)
-	}
-	_ = c.Close()
 }
 
 func TestClusterAndDrainOfASingleNode(t *testing.T) {
@@ -63,8 +49,8 @@ func TestClusterAndDrainOfASingleNode(t *testing.T) {
 // hands it off, after which the node is listed as draining and the room as
 // held by nobody, still last claimed by the node.
 func TestClusterAndDrainInAFleet(t *testing.T) {
-	needs(t, "Redis", "127.0.0.1:6379")
-	needs(t, "NATS", "127.0.0.1:4222")
+	servicetest.Need(t, "Redis", "127.0.0.1:6379")
+	servicetest.Need(t, "NATS", "127.0.0.1:4222")
 	dsn := mysqltest.DSN(t)
 	id := rand.Text()[:8]
 	// The node's own stream and subjects on the shared NATS server.

@@ -12,7 +12,7 @@ import (
 
 	"hyapp/room-service/im"
 	"hyapp/room-service/im/redisbudget"
-	"hyapp/room-service/internal/redistest"
+	"hyapp/room-service/internal/servicetest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -23,7 +23,7 @@ var _ im.Budget = (*redisbudget.Budget)(nil)
 const testDB = 12
 
 // client is the test Redis's database testDB, flushed.
-func client(t *testing.T) *redis.Client { return redistest.Client(t, testDB) }
+func client(t *testing.T) *redis.Client { return servicetest.Redis(t, testDB) }
 
 func TestNewRefusesBadInput(t *testing.T) {
 	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})

@@ -17,6 +17,7 @@ import (
 	roomv1 "hyapp/room-service/gen/room/v1"
 	"hyapp/room-service/gen/room/v1/roomv1connect"
 	"hyapp/room-service/internal/poll"
+	"hyapp/room-service/internal/servicetest"
 	"hyapp/room-service/lease/redislease"
 	"hyapp/room-service/rpc"
 	"hyapp/room-service/store/mysql/mysqltest"
@@ -73,8 +74,8 @@ func counter(t *testing.T, m *Main, name string) float64 {
 // and replays no command. A second Drain hands off nothing; an unknown
 // node, an empty id and a call without the token are refused.
 func TestFleetDrainHandsOffThroughAnyNode(t *testing.T) {
-	reachable(t, "Redis", "127.0.0.1:6379")
-	reachable(t, "NATS", "127.0.0.1:4222")
+	servicetest.Need(t, "Redis", "127.0.0.1:6379")
+	servicetest.Need(t, "NATS", "127.0.0.1:4222")
 	dsn := mysqltest.DSN(t)
 	id := rand.Text()[:8]
 	const token = "drain-token-0123456789abcdef-0123"

@@ -8,7 +8,6 @@ import (
 	mrand "math/rand/v2"
 	"net"
 	"net/http"
-	"os"
 	"os/exec"
 	"strings"
 	"sync"
@@ -25,22 +24,10 @@ import (
 	roomv1 "hyapp/room-service/gen/room/v1"
 	"hyapp/room-service/gen/room/v1/roomv1connect"
 	"hyapp/room-service/internal/poll"
+	"hyapp/room-service/internal/servicetest"
 	"hyapp/room-service/lease/redislease"
 	"hyapp/room-service/store/mysql/mysqltest"
 )
-
-// reachable skips the test when addr does not answer, or fails it in CI.
-func reachable(t *testing.T, what, addr string) {
-	t.Helper()
-	c, err := net.DialTimeout("tcp", addr, time.Second)
-	if err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("%s on %s is required in CI: %v", what, addr, err)
-		}
-		t.Skipf("no %s on %s: %v", what, addr, err)
-	}
-	_ = c.Close()
-}
 
 // TestFleetNodesShareRoomsThroughTheRedisLease runs two nodes in fleet
 // mode on one MySQL, NATS and Redis, with their keys under a prefix of
@@ -49,8 +36,8 @@ func reachable(t *testing.T, what, addr string) {
 // loads the room); both are members; and once the first shuts down it has
 // released its lease and left, so the second serves the room itself.
 func TestFleetNodesShareRoomsThroughTheRedisLease(t *testing.T) {
-	reachable(t, "Redis", "127.0.0.1:6379")
-	reachable(t, "NATS", "127.0.0.1:4222")
+	servicetest.Need(t, "Redis", "127.0.0.1:6379")
+	servicetest.Need(t, "NATS", "127.0.0.1:4222")
 	dsn := mysqltest.DSN(t)
 	id := rand.Text()[:8]
 	redisURL := "redis://127.0.0.1:6379/7"
@@ -259,8 +246,8 @@ func newFleetOn(t *testing.T, n int, redisURL string, env ...string) *fleet {
 	if testing.Short() {
 		t.Skip("starts service processes")
 	}
-	reachable(t, "Redis", "127.0.0.1:6379")
-	reachable(t, "NATS", "127.0.0.1:4222")
+	servicetest.Need(t, "Redis", "127.0.0.1:6379")
+	servicetest.Need(t, "NATS", "127.0.0.1:4222")
 	f := &fleet{t: t, dsn: mysqltest.DSN(t), run: strings.ToLower(rand.Text()[:8]), redis: redisURL, env: env}
 	f.stream = ownStream(t, f.run)
 	for i := range n {
@@ -584,7 +571,7 @@ func TestFleetRollingRestart(t *testing.T) {
 // no call fails for good and every acknowledged command is logged exactly
 // once at its version.
 func TestFleetSurvivesARedisOutage(t *testing.T) {
-	reachable(t, "Redis", "127.0.0.1:6379")
+	servicetest.Need(t, "Redis", "127.0.0.1:6379")
 	proxy := mysqltest.NewProxy(t, "127.0.0.1:6379")
 	f := newFleetOn(t, 3, "redis://"+proxy.Addr()+"/11")
 	rooms := f.createRooms(6)

@@ -20,6 +20,7 @@ import (
 	roomv1 "hyapp/room-service/gen/room/v1"
 	"hyapp/room-service/gen/room/v1/roomv1connect"
 	"hyapp/room-service/internal/poll"
+	"hyapp/room-service/internal/servicetest"
 	"hyapp/room-service/rpc"
 	"hyapp/room-service/store/mysql/mysqltest"
 )
@@ -200,8 +201,8 @@ func TestDevelopmentEndpointsRefuseCrossSiteWrites(t *testing.T) {
 // room is forwarded with the credential and the assertion, and the owner
 // serves it; a mismatch is refused with nothing applied.
 func TestAForwardedCallIsCheckedByTheOwner(t *testing.T) {
-	reachable(t, "Redis", "127.0.0.1:6379")
-	reachable(t, "NATS", "127.0.0.1:4222")
+	servicetest.Need(t, "Redis", "127.0.0.1:6379")
+	servicetest.Need(t, "NATS", "127.0.0.1:4222")
 	dsn := mysqltest.DSN(t)
 	id := strings.ToLower(rand.Text()[:8])
 	stream := ownStream(t, "s"+id)

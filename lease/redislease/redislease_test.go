@@ -15,7 +15,7 @@ import (
 	"go.uber.org/goleak"
 
 	"hyapp/room-service/internal/poll"
-	"hyapp/room-service/internal/redistest"
+	"hyapp/room-service/internal/servicetest"
 	"hyapp/room-service/lease"
 	"hyapp/room-service/lease/leasetest"
 	"hyapp/room-service/store/mysql/mysqltest"
@@ -23,8 +23,8 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// server is the test Redis's address (see redistest.Addr).
-func server(t *testing.T) string { return redistest.Addr(t) }
+// server is the test Redis's address (see servicetest.RedisAddr).
+func server(t *testing.T) string { return servicetest.RedisAddr(t) }
 
 // testKeys is a key prefix of the test's own; its keys are deleted when the
 // test ends.

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"os"
 	"strconv"
 	"strings"
@@ -19,6 +18,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/goleak"
 
+	"hyapp/room-service/internal/servicetest"
 	"hyapp/room-service/outbox"
 	"hyapp/room-service/outbox/natsbus"
 )
@@ -61,17 +61,7 @@ func openEmbedded(tb testing.TB, cfg natsbus.Config) *natsbus.Bus {
 
 // externalOrSkip skips without the real server, unless CI is set, where a
 // missing service fails the run.
-func externalOrSkip(tb testing.TB) {
-	tb.Helper()
-	c, err := net.DialTimeout("tcp", externalAddr, time.Second)
-	if err != nil {
-		if os.Getenv("CI") != "" {
-			tb.Fatalf("nats on %s is required in CI: %v", externalAddr, err)
-		}
-		tb.Skipf("no nats on %s: %v", externalAddr, err)
-	}
-	_ = c.Close()
-}
+func externalOrSkip(tb testing.TB) { tb.Helper(); servicetest.Need(tb, "NATS", externalAddr) }
 
 // openExternal opens a Bus on the real server with a stream and subject
 // prefix of its own, deleted when the test ends.

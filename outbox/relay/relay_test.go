@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"os"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
@@ -19,6 +18,7 @@ import (
 	"go.uber.org/goleak"
 
 	"hyapp/room-service/internal/poll"
+	"hyapp/room-service/internal/servicetest"
 	"hyapp/room-service/lease"
 	"hyapp/room-service/outbox"
 	"hyapp/room-service/outbox/natsbus"
@@ -58,14 +58,7 @@ func openBus(t testing.TB, cfg natsbus.Config) *natsbus.Bus {
 // of its own, deleted when the test ends.
 func external(t *testing.T) *natsbus.Bus {
 	t.Helper()
-	c, err := net.DialTimeout("tcp", "127.0.0.1:4222", time.Second)
-	if err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("NATS on 127.0.0.1:4222 is required in CI: %v", err)
-		}
-		t.Skipf("no NATS on 127.0.0.1:4222: %v", err)
-	}
-	_ = c.Close()
+	servicetest.Need(t, "NATS", "127.0.0.1:4222")
 	id := rand.Text()[:10]
 	b := openBus(t, natsbus.Config{URL: "nats://127.0.0.1:4222", Stream: "rs_relay_" + id, SubjectPrefix: "rsrelay" + id + ".events"})
 	t.Cleanup(func() { _ = b.JetStream().DeleteStream(context.Background(), b.Stream()) })
