@@ -94,3 +94,28 @@ func TestAFullNodeOfBusyRoomsRefusesNewRooms(t *testing.T) {
 	}
 	createRoom(t, reg, "b") // a is idle again: it makes room
 }
+
+// TestAReadIsAUse: a room whose snapshot was just read (without the
+// mailbox) is not the least recently used one.
+func TestAReadIsAUse(t *testing.T) {
+	repo := openRepo(t)
+	reg := newRegistry(t, repo, cell.Config{MaxRooms: 2, SnapshotEvery: 1000}, nil)
+	createRoom(t, reg, "a")
+	createRoom(t, reg, "b")
+	for range 2 { // the first read builds the snapshot; the second is answered without the mailbox
+		if _, err := reg.Snapshot(context.Background(), "a"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mustSubmit(t, reg, env("b", "j", 10, &room.JoinRoom{}))
+	if _, err := reg.Snapshot(context.Background(), "a"); err != nil { // a is now the most recently used
+		t.Fatal(err)
+	}
+	createRoom(t, reg, "c")
+	if _, found, _ := repo.GetLatestSnapshot(context.Background(), "a"); found {
+		t.Fatal("a was passivated right after it was read; b was the least recently used")
+	}
+	if _, found, _ := repo.GetLatestSnapshot(context.Background(), "b"); !found {
+		t.Fatal("b, the least recently used, was not passivated")
+	}
+}
