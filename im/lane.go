@@ -566,7 +566,9 @@ func (l *Lane) newerOnlineLocked(q *roomQueue, version int64) bool {
 // the room's lost_through, so its next message tells clients to repair.
 func (l *Lane) lostLocked(q *roomQueue, p room.Priority, reason string, version int64) {
 	l.shed(p, reason)
-	if q.regional {
+	// A closed room's group is going away: a notice would reach nobody, and
+	// a sender that recreates missing groups would bring it back.
+	if q.regional || q.closed {
 		return
 	}
 	if version > q.lost {
@@ -985,6 +987,7 @@ func (l *Lane) failed(m Message, reason string) {
 	defer l.mu.Unlock()
 	q := l.queueLocked(m.RoomID, m.GroupID, m.regional)
 	l.ready[m.RoomID] = true
+	q.closed = q.closed || m.closed // the queue may have been forgotten since
 	m.attempts++
 	switch {
 	case reason == "rate_limited":
@@ -998,7 +1001,7 @@ func (l *Lane) failed(m Message, reason string) {
 	case m.Priority != room.PriorityHigh:
 		l.lostLocked(q, m.Priority, reason, m.version)
 		return
-	case m.closed || q.closed:
+	case q.closed:
 		l.lostLocked(q, m.Priority, "room_closed", m.version)
 		return
 	}

@@ -219,6 +219,26 @@ func TestHighOfAClosedRoomEnds(t *testing.T) {
 	if n := c.get("High/send_failed"); n != 0 {
 		t.Fatalf("%d High events counted as send_failed", n)
 	}
+	// Rounds go on for another room; none of them tells the closed room of
+	// its loss, since a group recreated for that notice would outlive the room.
+	f.mu.Lock()
+	tried := len(f.attempts)
+	f.mu.Unlock()
+	for v := int64(1); v <= 3; v++ {
+		lane.Publish(micChange("r2", v, 7))
+		poll.Until(t, 30*time.Second, "the other room's message", poll.Bool(func() bool {
+			f.mu.Lock()
+			defer f.mu.Unlock()
+			return len(f.attempts) > 0 && f.attempts[len(f.attempts)-1].RoomID == "r2" && len(f.attempts) >= tried+int(v)
+		}))
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, m := range f.attempts[tried:] {
+		if m.RoomID == "r1" {
+			t.Fatalf("after its RoomClosed the closed room was sent %s", m.Data)
+		}
+	}
 }
 
 // TestLostEventsRaiseLostThrough: when the lane sheds events of a room
