@@ -15,7 +15,7 @@ func (r *Registry) plugIn() features {
 		settle: r.cfg.SettleInCommit, commands: r.store, metrics: r.metrics, log: r.log,
 	}
 	return newFeatures(
-		roomCreation{store: r.store}.feature(),
+		roomCreation{}.feature(),
 		rulesSwitch{rules: r.cfg.Rules}.feature(),
 		gifts.feature(),
 		r.builtin.rockets.feature(),

@@ -74,6 +74,8 @@ type Cell struct {
 	view atomic.Pointer[view]
 
 	// Owned by the cell goroutine.
+	// fresh: the room has no row yet; its next commit creates it.
+	fresh        bool
 	state        *room.State
 	lastSnapshot int64 // version of the newest stored snapshot
 	recent       *recentIDs
@@ -205,7 +207,11 @@ func (c *Cell) handle(batch []*request) (stop string) {
 		}
 	}
 	for _, r := range batch {
-		if r.env == nil {
+		switch {
+		case r.env != nil:
+		case c.fresh: // a create that has not committed: no room yet
+			r.reply <- response{err: room.ErrRoomNotFound}
+		default:
 			r.reply <- response{snap: c.snapshot(), result: Result{RoomVersion: c.state.Version}}
 		}
 	}
@@ -534,6 +540,9 @@ func resultLabel(p *pending) string {
 func (c *Cell) buildBatch(cmds []*pending, base int64, prevStatus room.Status) (store.Batch, error) {
 	now := c.reg.cfg.Clock()
 	b := store.Batch{RoomID: c.roomID, OwnerEpoch: c.epoch, BaseVersion: base}
+	if c.fresh {
+		b.CreatedBy = c.reg.cfg.NodeID
+	}
 	for _, p := range cmds {
 		if !p.applied || p.result.Duplicate {
 			continue
@@ -580,6 +589,7 @@ func (c *Cell) buildBatch(cmds []*pending, base int64, prevStatus room.Status) (
 // what the sink gets once every caller has its answer.
 func (c *Cell) committed(cmds []*pending, b store.Batch) []room.Committed {
 	c.reg.metrics.BatchSize.Observe(float64(len(b.Commands)))
+	c.fresh = false
 	if b.Snapshot != nil {
 		c.lastSnapshot = b.Snapshot.RoomVersion
 	}
@@ -649,6 +659,7 @@ func (c *Cell) reload() error {
 	if !found {
 		return room.ErrRoomNotFound
 	}
+	c.fresh = false // a row exists: commits advance it
 	rec, err := Recover(c.reg.ctx, c.reg.store, meta)
 	if err != nil {
 		return err

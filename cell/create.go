@@ -1,47 +1,22 @@
 package cell
 
 import (
-	"context"
-	"errors"
 	"time"
 
 	"hyapp/room-service/room"
 	"hyapp/room-service/store"
 )
 
-// roomCreation is the feature that creates rooms. A room must have its
-// metadata stored before its first command (recovery and the owner claim
-// read it), so CreateRoom saves it when it is submitted, before the room
-// loads; the batch that commits CreateRoom writes it again, so the row
-// always matches the command that created the room, whatever a racing
-// create saved before.
-type roomCreation struct {
-	store interface {
-		SaveRoomMeta(ctx context.Context, meta store.RoomMeta) error
-	}
-}
+// roomCreation is the feature that creates rooms. A room has no row
+// before its CreateRoom commits: the registry starts the cell of a room that
+// a CreateRoom finds missing from an empty state (a fresh cell), and the
+// batch that commits the CreateRoom inserts the row, claimed at epoch 1, in
+// the same transaction (store.Batch.CreatedBy). So a created room costs one
+// shared commit, and a create that did not commit leaves nothing behind.
+type roomCreation struct{}
 
 func (rc roomCreation) feature() Feature {
-	return Feature{Admit: rc.admit, Contribute: rc.contribute}
-}
-
-// admit stores the metadata of a room about to be created. For a room that
-// already has commands it lets the command through: the cell answers a
-// retry of its CreateRoom from the log and refuses anything else with
-// room_exists.
-func (rc roomCreation) admit(ctx context.Context, env *room.Envelope) error {
-	c, ok := env.Command.(*room.CreateRoom)
-	if !ok {
-		return nil
-	}
-	err := rc.store.SaveRoomMeta(ctx, store.RoomMeta{
-		RoomID: env.RoomID, OwnerUserID: c.OwnerUserID, HostUserID: c.HostUserID,
-		SeatCount: c.SeatCount, Mode: c.Mode, Status: string(room.StatusCreating),
-	})
-	if errors.Is(err, store.ErrConflict) {
-		return nil
-	}
-	return err
+	return Feature{Contribute: rc.contribute}
 }
 
 // contribute writes the created room's metadata with its CreateRoom.

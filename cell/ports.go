@@ -20,8 +20,6 @@ type Store interface {
 	ReleaseRoom(ctx context.Context, roomID string, epoch int64) error
 	// GetRoomMeta reads a room's metadata; found is false when the room does not exist.
 	GetRoomMeta(ctx context.Context, roomID string) (store.RoomMeta, bool, error)
-	// SaveRoomMeta stores a room's metadata before its first command; a room with commands is ErrConflict.
-	SaveRoomMeta(ctx context.Context, meta store.RoomMeta) error
 	// GetCommands reads the committed commands among commandIDs, keyed by command id.
 	GetCommands(ctx context.Context, roomID string, commandIDs []string) (map[string]store.CommandRecord, error)
 	// CommitBatches commits the batches in one transaction, each fenced on its own.

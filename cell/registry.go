@@ -215,8 +215,12 @@ func (r *Registry) Snapshot(ctx context.Context, roomID string) (*roomv1.RoomSna
 }
 
 func (r *Registry) call(ctx context.Context, roomID string, env *room.Envelope) (response, error) {
+	var create bool
+	if env != nil {
+		_, create = env.Command.(*room.CreateRoom)
+	}
 	for range 3 {
-		c, err := r.cell(ctx, roomID)
+		c, err := r.cell(ctx, roomID, create)
 		if err != nil {
 			return response{}, err
 		}
@@ -246,8 +250,9 @@ func (r *Registry) call(ctx context.Context, roomID string, env *room.Envelope) 
 	return response{}, room.Errorf(room.ErrUnavailable, "room %s is restarting; retry", roomID)
 }
 
-// cell returns the room's loaded cell, loading it once if needed.
-func (r *Registry) cell(ctx context.Context, roomID string) (*Cell, error) {
+// cell returns the room's loaded cell, loading it once if needed. For a
+// create, a room without a row loads as a fresh cell (see roomCreation).
+func (r *Registry) cell(ctx context.Context, roomID string, create bool) (*Cell, error) {
 	for {
 		r.mu.Lock()
 		if r.closed {
@@ -283,7 +288,7 @@ func (r *Registry) cell(ctx context.Context, roomID string) (*Cell, error) {
 			r.mu.Unlock()
 			select {
 			case <-wait:
-				if pending != nil && errors.Is(pending.err, store.ErrNotFound) {
+				if pending != nil && errors.Is(pending.err, store.ErrNotFound) && !create {
 					return nil, pending.err // no need to look again for a room that is not there
 				}
 				continue
@@ -303,7 +308,7 @@ func (r *Registry) cell(ctx context.Context, roomID string) (*Cell, error) {
 		r.loading[roomID] = l
 		r.mu.Unlock()
 
-		c, err := r.load(ctx, roomID)
+		c, err := r.load(ctx, roomID, create)
 		r.mu.Lock()
 		delete(r.loading, roomID)
 		var release lease.Handle // released after the lock: a lease call may be a network call
@@ -349,7 +354,7 @@ func (r *Registry) leastRecentlyUsedLocked() *Cell {
 }
 
 // load takes the lease, claims the room's epoch and recovers its state.
-func (r *Registry) load(ctx context.Context, roomID string) (*Cell, error) {
+func (r *Registry) load(ctx context.Context, roomID string, create bool) (*Cell, error) {
 	select {
 	case r.recoverys <- struct{}{}:
 		defer func() { <-r.recoverys }()
@@ -362,7 +367,7 @@ func (r *Registry) load(ctx context.Context, roomID string) (*Cell, error) {
 		r.metrics.Recoveries.WithLabelValues("lease").Inc()
 		return nil, err
 	}
-	c, err := r.recoverCell(roomID, h)
+	c, err := r.recoverCell(roomID, h, create)
 	if err != nil {
 		_ = h.Release(r.ctx)
 		result := "error"
@@ -383,7 +388,7 @@ func (r *Registry) load(ctx context.Context, roomID string) (*Cell, error) {
 	return c, nil
 }
 
-func (r *Registry) recoverCell(roomID string, h lease.Handle) (c *Cell, err error) {
+func (r *Registry) recoverCell(roomID string, h lease.Handle, create bool) (c *Cell, err error) {
 	defer func() {
 		// A panic while rebuilding (a corrupt snapshot the decoder chokes on)
 		// fails this load instead of wedging the room's loaders.
@@ -392,6 +397,14 @@ func (r *Registry) recoverCell(roomID string, h lease.Handle) (c *Cell, err erro
 			c, err = nil, room.Errorf(room.ErrRecoveryFailed, "room %s: panic while rebuilding: %v", roomID, p)
 		}
 	}()
+	if create {
+		switch _, found, err := r.store.GetRoomMeta(r.ctx, roomID); {
+		case err != nil:
+			return nil, err
+		case !found:
+			return r.freshCell(roomID, h), nil
+		}
+	}
 	claim, err := r.store.ClaimRoom(r.ctx, roomID, r.cfg.NodeID)
 	if err != nil {
 		return nil, err
@@ -414,13 +427,28 @@ func (r *Registry) recoverCell(roomID string, h lease.Handle) (c *Cell, err erro
 		r.log.Info("room taken over from an owner that did not release it", "room_id", roomID,
 			"previous_node", claim.PreviousNode, "epoch", claim.Epoch, "replayed", len(rec.Replayed))
 	}
-	c = &Cell{
-		reg: r, roomID: roomID, epoch: claim.Epoch, lease: h,
+	c = r.newCell(roomID, claim.Epoch, h)
+	c.adopt(rec)
+	return c, nil
+}
+
+// freshCell is the cell of a room that a CreateRoom found without a row: an
+// empty state at owner epoch 1, whose first commit inserts the row (see
+// roomCreation). A room that is created meanwhile fences that commit.
+func (r *Registry) freshCell(roomID string, h lease.Handle) *Cell {
+	r.metrics.Claims.WithLabelValues(claimNew).Inc()
+	c := r.newCell(roomID, 1, h)
+	c.fresh = true
+	c.adopt(&Recovered{State: room.Genesis(roomID, 0, 0, 0, "", room.StatusCreating)})
+	return c
+}
+
+func (r *Registry) newCell(roomID string, epoch int64, h lease.Handle) *Cell {
+	return &Cell{
+		reg: r, roomID: roomID, epoch: epoch, lease: h,
 		mailbox: newMailbox(r.cfg.MailboxSize), done: make(chan struct{}), evict: make(chan chan bool),
 		log: r.log.With("room_id", roomID),
 	}
-	c.adopt(rec)
-	return c, nil
 }
 
 // Kinds of room_claims_total.

@@ -463,7 +463,7 @@ func (rk *rocketLaunches) fire(ctx context.Context, roomID string, due []store.T
 	ctx, cancel := context.WithTimeout(ctx, wakeTimeout)
 	defer cancel()
 	r := rk.reg
-	_, err := r.cell(ctx, roomID)
+	_, err := r.cell(ctx, roomID, false)
 	if err == nil {
 		if lt := rk.timers(roomID); lt != nil {
 			for _, l := range ls {

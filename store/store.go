@@ -139,8 +139,15 @@ type Batch struct {
 	Settle []string
 	// Meta, when set, replaces the room's owner, host, seat count and mode.
 	// The batch holding CreateRoom sets it, so the row always matches the
-	// command that created the room, whatever a racing create saved before.
+	// command that created the room.
 	Meta *RoomMeta
+	// CreatedBy, when set, makes this the batch that creates its room, on
+	// node CreatedBy: the room has no row yet, and the commit inserts it
+	// (Meta's fields, owner epoch OwnerEpoch, owner node CreatedBy) before
+	// fencing the batch. A room that already has a row makes the batch, and
+	// every later batch of the room in the same call, store.ErrFenced, with
+	// nothing written. It needs Meta and a BaseVersion of 0.
+	CreatedBy string
 	// Timers are set with the batch: each replaces a timer of the same id in
 	// the room. A batch that is fenced or refused sets none.
 	Timers []Timer

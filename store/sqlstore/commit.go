@@ -91,6 +91,10 @@ type outboxRow struct {
 // refuses the merged writes; the caller rolls back and isolates the batches.
 func (db *DB) commitMerged(ctx context.Context, tx *sql.Tx, batches []store.Batch, order []int, results []error) error {
 	now := time.Now().UnixMilli() // after the wait for the writer
+	order, err := db.create(ctx, tx, batches, order, results, now)
+	if err != nil {
+		return err
+	}
 	pass, err := db.fence(ctx, tx, batches, order, results, now)
 	if err != nil {
 		return err
@@ -137,6 +141,10 @@ func (db *DB) commitMerged(ctx context.Context, tx *sql.Tx, batches []store.Batc
 // commitIsolated commits each batch in its own savepoint.
 func (db *DB) commitIsolated(ctx context.Context, tx *sql.Tx, batches []store.Batch, order []int, results []error) error {
 	now := time.Now().UnixMilli()
+	order, err := db.create(ctx, tx, batches, order, results, now)
+	if err != nil {
+		return err
+	}
 	fence := tx.StmtContext(ctx, db.stmts.advanceFenced)
 	update, insert := tx.StmtContext(ctx, db.stmts.updateSnapshot), tx.StmtContext(ctx, db.stmts.insertSnapshot)
 	for _, i := range order {
@@ -164,6 +172,49 @@ func (db *DB) commitIsolated(ctx context.Context, tx *sql.Tx, batches []store.Ba
 		}
 	}
 	return nil
+}
+
+// create inserts the rows of the rooms that batches of order create (see
+// store.Batch.CreatedBy), claimed at the batch's owner epoch, and returns
+// order without the batches of rooms that already had a row: those, and
+// every other batch of their rooms, get store.ErrFenced in results. A
+// created row is then fenced and advanced like any other.
+func (db *DB) create(ctx context.Context, tx *sql.Tx, batches []store.Batch, order []int, results []error, now int64) ([]int, error) {
+	var stmt *sql.Stmt
+	var exists map[string]bool
+	for _, i := range order {
+		b := &batches[i]
+		if b.CreatedBy == "" || exists[b.RoomID] {
+			continue
+		}
+		if stmt == nil {
+			stmt = tx.StmtContext(ctx, db.stmts.insertCreated)
+		}
+		m := b.Meta
+		_, err := stmt.ExecContext(ctx, b.RoomID, m.OwnerUserID, m.HostUserID, m.SeatCount, m.Mode, b.OwnerEpoch, b.CreatedBy, now, now)
+		switch err = db.d.MapErr(err); {
+		case err == nil:
+		case errors.Is(err, store.ErrConflict):
+			if exists == nil {
+				exists = make(map[string]bool)
+			}
+			exists[b.RoomID] = true
+		default:
+			return nil, fmt.Errorf("create room=%s: %w", b.RoomID, err)
+		}
+	}
+	if exists == nil {
+		return order, nil
+	}
+	kept := make([]int, 0, len(order))
+	for _, i := range order {
+		if b := &batches[i]; exists[b.RoomID] {
+			results[i] = fmt.Errorf("commit batch room=%s creating the room: it exists: %w", b.RoomID, store.ErrFenced)
+			continue
+		}
+		kept = append(kept, i)
+	}
+	return kept, nil
 }
 
 // writeRows writes a fenced batch's commands, outbox rows, settles, timers,

@@ -19,6 +19,9 @@ type scanner interface{ Scan(dest ...any) error }
 // validateBatch checks a batch before any SQL runs: its commands follow its
 // base version and every row names its room. A failure is store.ErrConflict.
 func validateBatch(b *store.Batch) error {
+	if b.CreatedBy != "" && (b.Meta == nil || b.BaseVersion != 0 || b.Meta.RoomID != b.RoomID) {
+		return fmt.Errorf("a batch creating its room needs its metadata and base version 0: %w", store.ErrConflict)
+	}
 	for i := range b.Commands {
 		c := &b.Commands[i]
 		if c.RoomID != b.RoomID {

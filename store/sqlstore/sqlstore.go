@@ -57,6 +57,7 @@ type statements struct {
 	advanceHead, advanceFenced, headVersion  *sql.Stmt
 	updateSnapshot, insertSnapshot           *sql.Stmt
 	updateMeta, insertMeta, claim, readClaim *sql.Stmt
+	insertCreated                            *sql.Stmt
 	previousOwner, release                   *sql.Stmt
 	markPublished, markFailed                *sql.Stmt
 	lockOutbox, failOutbox                   *sql.Stmt
@@ -126,6 +127,8 @@ func (db *DB) prepare(ctx context.Context) error {
 		WHERE room_id = ? AND room_version = 0`)
 	s.insertMeta = prep(w, `INSERT INTO rooms (room_id, owner_user_id, host_user_id, seat_count, mode, status, created_at, updated_at)
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?)`)
+	s.insertCreated = prep(w, `INSERT INTO rooms (room_id, owner_user_id, host_user_id, seat_count, mode, status, owner_epoch, owner_node, created_at, updated_at)
+		VALUES (?, ?, ?, ?, ?, 'creating', ?, ?, ?, ?)`)
 	s.previousOwner = prep(w, `SELECT owner_node FROM rooms WHERE room_id = ?`+db.d.ForUpdate())
 	s.release = prep(w, `UPDATE rooms SET owner_node = '' WHERE room_id = ? AND owner_epoch = ?`)
 	s.claim = prep(w, `UPDATE rooms SET owner_epoch = owner_epoch + 1, owner_node = ?, updated_at = ? WHERE room_id = ?`)

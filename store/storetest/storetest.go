@@ -57,6 +57,7 @@ func Run(t *testing.T, newRepo func(t *testing.T) store.Repository) {
 		{"CommitBatchesDuplicateKeys", testCommitBatchesDuplicateKeys},
 		{"CommitBatchesWithoutCommands", testCommitBatchesWithoutCommands},
 		{"CommitBatchesMeta", testCommitBatchesMeta},
+		{"CommitBatchesCreate", testCommitBatchesCreate},
 		{"CommitBatchesManyRooms", testCommitBatchesManyRooms},
 		{"SnapshotNeverBackwards", testSnapshotNeverBackwards},
 		{"SnapshotConcurrent", testSnapshotConcurrent},
@@ -523,6 +524,71 @@ func testCommitBatchesMeta(t *testing.T, repo store.Repository) {
 	want := store.RoomMeta{RoomID: id, OwnerUserID: 77, HostUserID: 78, SeatCount: 15, Mode: "party", Status: "open"}
 	if got != want {
 		t.Fatalf("meta after the batch: %+v, want %+v", got, want)
+	}
+}
+
+// A batch with CreatedBy inserts its room's row, claimed by that node at the
+// batch's epoch, and commits like any other; a room that exists fences it,
+// and the room's later batches in the call, writing nothing, while the other
+// batches commit. The same holds when a duplicate key elsewhere in the call
+// makes the batches commit one by one.
+func testCommitBatchesCreate(t *testing.T, repo store.Repository) {
+	creating := func(id string, n int) store.Batch {
+		b := newBatch(id, 1, 0, n)
+		b.Status, b.CreatedBy = "open", "node-c"
+		b.Meta = &store.RoomMeta{RoomID: id, OwnerUserID: 77, HostUserID: 78, SeatCount: 15, Mode: "party"}
+		return b
+	}
+	for _, isolated := range []bool{false, true} {
+		fresh, taken, other := newRoomID(t), newRoomID(t), newRoomID(t)
+		mustSaveMeta(t, repo, testMeta(taken))
+		takenClaim := mustClaim(t, repo, taken, "node-a") // epoch 1, head 0: what a fresh batch expects
+		mustSaveMeta(t, repo, testMeta(other))
+		otherClaim := mustClaim(t, repo, other, "node-a")
+		mustCommitOK(t, repo, newBatch(other, otherClaim.Epoch, 0, 1))
+
+		otherNext := newBatch(other, otherClaim.Epoch, 1, 1)
+		if isolated { // a duplicate command id: refused alone, after the merged attempt
+			otherNext.Commands[0].CommandID = command(other, 1).CommandID
+		}
+		takenNext := newBatch(taken, 1, 1, 1)
+		takenNext.Commands[0].CommandID, takenNext.Outbox[0].EventID = "taken-next", taken+"/next"
+		want := error(nil)
+		if isolated {
+			want = store.ErrConflict
+		}
+		// Four rooms pass: enough for a database that fences them in bulk.
+		more, most := newRoomID(t), newRoomID(t)
+		first, next := creating(fresh, 2), newBatch(fresh, 1, 2, 1)
+		mustCommit(t, repo, []store.Batch{first, creating(taken, 1), creating(more, 1), takenNext, otherNext, next, creating(most, 1)},
+			nil, store.ErrFenced, nil, store.ErrFenced, want, nil, nil)
+		for _, id := range []string{more, most} {
+			if info := mustRoomInfo(t, repo, id); info.HeadVersion != 1 || info.OwnerEpoch != 1 {
+				t.Fatalf("created room: head %d epoch %d, want 1, 1", info.HeadVersion, info.OwnerEpoch)
+			}
+		}
+
+		got := mustGetMeta(t, repo, fresh)
+		if w := (store.RoomMeta{RoomID: fresh, OwnerUserID: 77, HostUserID: 78, SeatCount: 15, Mode: "party", Status: "open"}); got != w {
+			t.Fatalf("created room: %+v, want %+v", got, w)
+		}
+		if info := mustRoomInfo(t, repo, fresh); info.HeadVersion != 3 || info.OwnerEpoch != 1 || info.OwnerNode != "node-c" {
+			t.Fatalf("created room: head %d epoch %d node %q, want 3, 1, node-c", info.HeadVersion, info.OwnerEpoch, info.OwnerNode)
+		}
+		assertCommands(t, mustListCommands(t, repo, fresh, 0), append(first.Commands, next.Commands...))
+		assertUntouched(t, repo, taken, 0)
+		if claim := mustClaim(t, repo, taken, "node-a"); claim.Epoch != takenClaim.Epoch+1 {
+			t.Fatalf("the existing room's epoch moved to %d", claim.Epoch-1)
+		}
+	}
+	ctx := t.Context()
+	bad := creating(newRoomID(t), 1)
+	bad.Meta = nil
+	if results, err := repo.CommitBatches(ctx, []store.Batch{bad}); err != nil || !errors.Is(results[0], store.ErrConflict) {
+		t.Fatalf("a creating batch without metadata: %v, %v; want ErrConflict", results, err)
+	}
+	if _, found, err := repo.GetRoomMeta(ctx, bad.RoomID); err != nil || found {
+		t.Fatalf("a refused creating batch left a room: found %v, err %v", found, err)
 	}
 }
 
