@@ -36,6 +36,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -270,7 +271,7 @@ type item struct {
 	typ      string
 	priority room.Priority
 	env      map[string]any // the envelope
-	size     int            // its encoded size
+	data     []byte         // env encoded, once the item is taken (see encode)
 	version  int64
 	seq      int
 	queued   time.Time
@@ -337,9 +338,6 @@ func (l *Lane) Publish(batch []room.Committed) {
 				env["seats"] = seatView(c.Seats)
 			}
 			it := l.newItem(string(ev.Type), lanes, env, c.RoomVersion, now)
-			if it == nil {
-				continue
-			}
 			it.seq, it.kind = seq, stateKind(ev.Type, micRow)
 			q := l.queueLocked(c.RoomID, l.cfg.GroupOf(c.RoomID), false)
 			q.closed = q.closed || ev.Type == room.EventRoomClosed
@@ -406,9 +404,8 @@ func (l *Lane) PublishRobot(roomID, eventType string, payload json.RawMessage) {
 	now := time.Now()
 	env := map[string]any{"type": eventType, "room_id": roomID, "robot": true, "at": now.UnixMilli(), "data": payload}
 	l.mu.Lock()
-	if it := l.newItem(eventType, room.Lanes{IM: true, Priority: room.PriorityLow, Merge: true}, env, 0, now); it != nil {
-		l.enqueueLocked(roomID, l.queueLocked(roomID, l.cfg.GroupOf(roomID), false), it, false)
-	}
+	it := l.newItem(eventType, room.Lanes{IM: true, Priority: room.PriorityLow, Merge: true}, env, 0, now)
+	l.enqueueLocked(roomID, l.queueLocked(roomID, l.cfg.GroupOf(roomID), false), it, false)
 	l.mu.Unlock()
 	l.signal()
 }
@@ -423,17 +420,29 @@ func (l *Lane) signal() {
 // lostThroughSize is room for the lost_through field added on release.
 const lostThroughSize = len(`,"lost_through":`) + 20
 
-// newItem encodes env once to check its size; an event that cannot be sent
-// within MaxBytes is counted and dropped (nil). With MaxSeats = 20 the
-// largest High event, a mic row, is far below the default MaxBytes.
+// newItem queues an event unencoded: most events of a busy room are
+// superseded, coalesced, folded or shed before any message could carry them,
+// and those are never encoded (see encode).
 func (l *Lane) newItem(typ string, lanes room.Lanes, env map[string]any, version int64, now time.Time) *item {
-	data, err := json.Marshal(env)
-	if err != nil || len(data)+lostThroughSize+batchOverhead > l.cfg.MaxBytes {
-		l.shed(lanes.Priority, "too_large")
-		l.log.Error("im event not sendable", "type", typ, "bytes", len(data), "err", err)
-		return nil
+	return &item{typ: typ, priority: lanes.Priority, env: env, version: version, queued: now, merge: lanes.Merge}
+}
+
+// encode encodes the item as a message is made, and reports whether it can
+// be sent at all: an event that cannot fit in MaxBytes alone is counted and
+// dropped. With MaxSeats = 20 the largest High event, a mic row, is far below
+// the default MaxBytes.
+func (l *Lane) encode(it *item) bool {
+	if it.data != nil {
+		return true
 	}
-	return &item{typ: typ, priority: lanes.Priority, env: env, size: len(data), version: version, queued: now, merge: lanes.Merge}
+	data, err := json.Marshal(it.env)
+	if err != nil || len(data)+lostThroughSize+batchOverhead > l.cfg.MaxBytes {
+		l.shed(it.priority, "too_large")
+		l.log.Error("im event not sendable", "type", it.typ, "bytes", len(data), "err", err)
+		return false
+	}
+	it.data = data
+	return true
 }
 
 // queueLocked returns the queue of key, made on first use.
@@ -847,22 +856,28 @@ func (l *Lane) nextLocked(q *roomQueue, now time.Time) (Message, bool) {
 	if len(q.combos) > 0 {
 		size += len(q.combos) * comboSize
 	}
-	fits := func(it *item) bool { return size+it.size+1 <= l.cfg.MaxBytes }
-	take := func(list []*item) []*item {
-		n := 0
-		for ; n < len(list) && fits(list[n]); n++ {
-			size += list[n].size + 1
-			items = append(items, list[n])
+	add := func(it *item) bool {
+		if size+len(it.data)+1 > l.cfg.MaxBytes {
+			return false
 		}
-		return list[n:]
+		size += len(it.data) + 1
+		items = append(items, it)
+		return true
+	}
+	take := func(list []*item) []*item {
+		for len(list) > 0 && (!l.encode(list[0]) || add(list[0])) {
+			list = list[1:]
+		}
+		return list
 	}
 	q.high = take(q.high)
 	types := slices.Sorted(maps.Keys(q.coalesced))
 	for _, typ := range types {
 		it := q.coalesced[typ]
-		if now.Sub(q.lastFlush[typ]) >= l.cfg.CoalesceEvery && fits(it) {
-			size += it.size + 1
-			items = append(items, it)
+		if now.Sub(q.lastFlush[typ]) < l.cfg.CoalesceEvery {
+			continue
+		}
+		if !l.encode(it) || add(it) {
 			delete(q.coalesced, typ)
 			q.lastFlush[typ] = now
 		}
@@ -915,43 +930,48 @@ func (l *Lane) encodeLocked(q *roomQueue, items []*item, f *foldedEvents) Messag
 			m.Queued = it.queued
 		}
 	}
-	msg := map[string]any{}
-	if len(items) == 1 && f == nil {
-		m.Type = items[0].typ
-		maps.Copy(msg, items[0].env)
-	} else {
-		events := make([]map[string]any, len(items))
-		for i, it := range items {
-			events[i] = it.env
-		}
-		m.Type = "Batch"
-		msg["type"], msg["room_id"], msg["events"] = m.Type, q.roomID(items), events
-		if m.version > 0 {
-			msg["room_version"] = m.version
-		}
-		if f != nil {
-			if len(f.counts) > 0 {
-				msg["folded"] = f.counts
-			}
-			if len(f.combos) > 0 {
-				msg["folded_gifts"] = f.combos
-			}
-		}
-		if len(items) == 0 { // folded events, or only the notice of a loss
-			m.Queued = q.foldedAt
-			if f == nil {
-				m.Queued = q.lostAt
-			}
-		}
-		if l.metrics.Merged != nil && len(items) > 1 {
-			l.metrics.Merged(len(items))
-		}
-	}
-	if q.lost > 0 && !q.regional {
-		msg["lost_through"] = q.lost
+	lost := q.lost > 0 && !q.regional
+	if lost {
 		q.lostPending = false
 	}
-	// Encoding cannot fail: every envelope was encoded once in newItem.
+	if len(items) == 1 && f == nil {
+		m.Type, m.Data = items[0].typ, items[0].data
+		if lost { // the envelope, one field more
+			m.Data = append(strconv.AppendInt(append(slices.Clip(m.Data[:len(m.Data)-1]), `,"lost_through":`...), q.lost, 10), '}')
+		}
+		return m
+	}
+	events := make([]json.RawMessage, len(items))
+	for i, it := range items {
+		events[i] = it.data
+	}
+	m.Type = "Batch"
+	msg := map[string]any{}
+	msg["type"], msg["room_id"], msg["events"] = m.Type, q.roomID(items), events
+	if m.version > 0 {
+		msg["room_version"] = m.version
+	}
+	if f != nil {
+		if len(f.counts) > 0 {
+			msg["folded"] = f.counts
+		}
+		if len(f.combos) > 0 {
+			msg["folded_gifts"] = f.combos
+		}
+	}
+	if len(items) == 0 { // folded events, or only the notice of a loss
+		m.Queued = q.foldedAt
+		if f == nil {
+			m.Queued = q.lostAt
+		}
+	}
+	if l.metrics.Merged != nil && len(items) > 1 {
+		l.metrics.Merged(len(items))
+	}
+	if lost {
+		msg["lost_through"] = q.lost
+	}
+	// Encoding cannot fail: every event was encoded when it was taken.
 	m.Data, _ = json.Marshal(msg)
 	return m
 }

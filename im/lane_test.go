@@ -1,12 +1,14 @@
 package im_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -314,5 +316,42 @@ func TestOverflowFoldsGiftsIntoCombos(t *testing.T) {
 	}
 	if n := len(eventsIn(t, data)); n != 10 {
 		t.Fatalf("%d gifts sent one by one, want the newest 10", n)
+	}
+}
+
+// encodeCounter is event data that counts its encodings.
+type encodeCounter struct {
+	N     int64
+	count *atomic.Int64
+}
+
+func (e encodeCounter) MarshalJSON() ([]byte, error) {
+	e.count.Add(1)
+	return json.Marshal(map[string]int64{"n": e.N})
+}
+
+// TestSupersededEventsAreNeverEncoded: a room whose profile changes far
+// faster than its group's budget sends only the newest profile, and the
+// lane encodes only what it sends, not each superseded change.
+func TestSupersededEventsAreNeverEncoded(t *testing.T) {
+	rec := &recorder{block: make(chan struct{})}
+	lane := im.New(im.Config{Budget: 5}, rec, im.Metrics{}, quiet)
+	defer lane.Close()
+	var encoded atomic.Int64
+	const n = 500
+	for v := int64(1); v <= n; v++ {
+		lane.Publish(committed("r1", v, room.EventRoomProfileUpdated, encodeCounter{N: v, count: &encoded}))
+	}
+	close(rec.block)
+	poll.Until(t, 30*time.Second, "the newest profile", poll.Bool(func() bool {
+		for _, s := range rec.all() {
+			if bytes.Contains(s.msg.Data, []byte(`"n":500`)) {
+				return true
+			}
+		}
+		return false
+	}))
+	if got := encoded.Load(); got > int64(len(rec.all()))+1 {
+		t.Fatalf("%d profile changes encoded for %d messages sent", got, len(rec.all()))
 	}
 }
