@@ -50,7 +50,11 @@ func testRulesChangeAcrossCrash(t *testing.T, open func(testing.TB) store.Reposi
 		t.Run(tc.name, func(t *testing.T) {
 			repo := open(t)
 			crashed := &cutRepo{Repository: repo}
+			// 10:00 UTC: the hour the test jumps crosses no midnight, in
+			// UTC or in Riyadh, so the rocket's day does not end whatever
+			// the hour the test runs at.
 			clock := &testClock{}
+			clock.set(time.Now().UTC().Truncate(24 * time.Hour).Add(10 * time.Hour))
 			cfg := rocketConfig(time.Hour, clock)
 			cfg.NodeID = "crashed"
 			before := cfg.Rules
