@@ -125,3 +125,32 @@ func (s *State) presenceVacate(user int64, action string, env *Envelope, events 
 	ev.Data.(*RoomMicChangedEvent).OperatorUserID = noUser
 	return append(events, ev)
 }
+
+// MaxHeartbeatUsers bounds the users of one heartbeat: a gateway batches
+// the members it serves, a thousand at a time at most.
+const MaxHeartbeatUsers = 1000
+
+// Refusals of a heartbeat. Each changes nothing.
+var (
+	// ErrTooManyUsers: a heartbeat names no user or more than MaxHeartbeatUsers.
+	ErrTooManyUsers = sentinel(CodeInvalid, "too_many_users", "user_ids must hold 1 to MaxHeartbeatUsers users")
+	// ErrBadUserID: a heartbeat names a user id that is not positive.
+	ErrBadUserID = sentinel(CodeInvalid, "bad_user_id", "user ids are positive")
+)
+
+// CheckHeartbeat validates a heartbeat: a room id and 1..MaxHeartbeatUsers
+// positive user ids (a user listed twice counts twice).
+func CheckHeartbeat(roomID string, users []int64) error {
+	if err := CheckRoomID(roomID); err != nil {
+		return err
+	}
+	if len(users) == 0 || len(users) > MaxHeartbeatUsers {
+		return Errorf(ErrTooManyUsers, "%d users, want 1..%d", len(users), MaxHeartbeatUsers)
+	}
+	for _, u := range users {
+		if u <= 0 || u == SystemOperator {
+			return Errorf(ErrBadUserID, "user %d", u)
+		}
+	}
+	return nil
+}
