@@ -107,13 +107,8 @@ func (p *presence) room(roomID string) *roomPresence {
 	return p.rooms[roomID]
 }
 
-// index adds (or removes) the user's membership of rp in the user index.
-func (p *presence) index(user int64, rp *roomPresence, member bool) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.indexLocked(user, rp, member)
-}
-
+// indexLocked adds (or removes) the user's membership of rp in the user
+// index. p.mu is held.
 func (p *presence) indexLocked(user int64, rp *roomPresence, member bool) {
 	rooms := p.users[user]
 	if member {
