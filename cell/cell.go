@@ -65,6 +65,10 @@ type Cell struct {
 	done    chan struct{}
 	evict   chan chan bool // asks the cell to passivate; it answers whether it does
 	used    atomic.Int64   // the registry's tick of its last call
+	// touched is the unix ns of the last call served without the mailbox
+	// that keeps the room in use (a heartbeat): the idle timeout counts
+	// from it too.
+	touched atomic.Int64
 
 	// Reads without the mailbox (Registry.Snapshot): head is the version
 	// the room last committed (stored before any caller is answered), view
@@ -127,6 +131,10 @@ func (c *Cell) run() {
 			}
 			idle.Reset(c.reg.cfg.IdleTimeout)
 		case <-idle.C:
+			if rest := c.reg.cfg.IdleTimeout - time.Duration(time.Now().UnixNano()-c.touched.Load()); rest > 0 {
+				idle.Reset(rest) // in use without the mailbox: not idle
+				continue
+			}
 			if c.reg.detachIdle(c) {
 				c.finish(stopIdle)
 				return

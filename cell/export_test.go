@@ -23,3 +23,21 @@ func Queued(r *Registry, roomID string) int {
 	}
 	return c.mailbox.len()
 }
+
+// PresenceWake runs one presence wakeup of a loaded room now, as its timer
+// does, and returns the expiries it submitted and how many committed; -1
+// when the room is not loaded or a wakeup is running.
+func PresenceWake(r *Registry, roomID string) (submitted, committed int) {
+	rp := r.builtin.presence.room(roomID)
+	if rp == nil {
+		return -1, -1
+	}
+	rp.mu.Lock()
+	if rp.running {
+		rp.mu.Unlock()
+		return -1, -1
+	}
+	rp.running = true
+	rp.mu.Unlock()
+	return rp.wake(context.Background())
+}

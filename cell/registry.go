@@ -72,6 +72,14 @@ type Config struct {
 	// so the reconciler may refund charges older than the window plus the
 	// commit timeout without racing a late commit.
 	GiftApplyWindow time.Duration
+	// PresenceTimeout: a member not seen for this long (no heartbeat, no
+	// login callback, no command of their own) leaves the room through a
+	// logged ExpirePresence. A seated member silent for a third of it
+	// counts as offline.
+	PresenceTimeout time.Duration
+	// MicOfflineGrace: a seated member offline this long loses the seat
+	// (and stays in the room); one seen again within it keeps the seat.
+	MicOfflineGrace time.Duration
 }
 
 // DefaultConfig returns the defaults.
@@ -81,6 +89,7 @@ func DefaultConfig() Config {
 		IdleTimeout: 10 * time.Minute, CommitTimeout: 5 * time.Second, CommitWorkers: 1,
 		CommitMaxRooms: 2048, CommitMaxCommands: 8192, MaxRecoveries: 32, RecentIDs: 256, Clock: time.Now,
 		WalletTimeout: 3 * time.Second, GiftApplyWindow: 30 * time.Second, TimerScanEvery: 2 * time.Second,
+		PresenceTimeout: 90 * time.Second, MicOfflineGrace: 30 * time.Second,
 	}
 }
 
@@ -118,6 +127,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Rules == nil {
 		c.Rules = room.DefaultRules()
+	}
+	if c.PresenceTimeout <= 0 {
+		c.PresenceTimeout = d.PresenceTimeout
+	}
+	if c.MicOfflineGrace <= 0 {
+		c.MicOfflineGrace = d.MicOfflineGrace
 	}
 	return c
 }

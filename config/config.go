@@ -92,6 +92,11 @@ type Config struct {
 	MaxRooms         int           `yaml:"max_rooms" help:"rooms loaded at once on this node; one more passivates the least recently used idle room (node_full when all are busy)"`
 	CreateRoomRate   int           `yaml:"create_room_rate" help:"rooms each caller may create per second on one node, in bursts of twice as many (0: no bound)"`
 
+	// Presence: members who disconnect without LeaveRoom.
+	PresenceTimeout  time.Duration `yaml:"presence_timeout" help:"a member not seen for this long (no Heartbeat, no Tencent IM login, no command of their own) leaves the room; a seated member silent for a third of it counts as offline"`
+	MicOfflineGrace  time.Duration `yaml:"mic_offline_grace" help:"a seated member offline (logged out, disconnected or silent) this long loses the seat and stays in the room"`
+	TIMCallbackToken string        `yaml:"tim_callback_token" help:"the callback authentication token set in Tencent IM's console; when set, Tencent's callbacks are served at /tim/callback (State.StateChange drives presence); empty: not served" secret:"true"`
+
 	// Lists, set in the YAML file only.
 	CallerList   []CallerConfig `yaml:"callers" nested:"true"`
 	Gifts        []gift.Gift    `yaml:"gifts" nested:"true"`
@@ -131,6 +136,7 @@ func Default() Config {
 		Gifts: gift.DefaultGifts(), LuckyTable: gift.DefaultLucky(), RocketLevels: defaultRocketLevels(),
 		AdminListen: "127.0.0.1:0", MaxRequestBytes: 1 << 20, MaxConnections: 4096,
 		HTTPReadTimeout: 10 * time.Second, HTTPWriteTimeout: 30 * time.Second, HTTPIdleTimeout: 2 * time.Minute, HTTP2MaxStreams: 250, CreateRoomRate: 20, MaxRooms: 100_000,
+		PresenceTimeout: 90 * time.Second, MicOfflineGrace: 30 * time.Second,
 	}
 }
 
@@ -421,6 +427,12 @@ func (c Config) Validate() error {
 			p = append(p, fmt.Errorf("%s must be positive, got %v", d.key, d.v))
 		}
 	}
+	if c.PresenceTimeout < minPresenceTimeout || c.PresenceTimeout > maxPresence {
+		p = append(p, fmt.Errorf("presence_timeout %v is outside %v..%v", c.PresenceTimeout, minPresenceTimeout, maxPresence))
+	}
+	if c.MicOfflineGrace < time.Second || c.MicOfflineGrace > maxPresence {
+		p = append(p, fmt.Errorf("mic_offline_grace %v is outside 1s..%v", c.MicOfflineGrace, maxPresence))
+	}
 	for _, id := range c.PlatformUsers {
 		if id <= 0 {
 			p = append(p, fmt.Errorf("platform_operators holds %d; user ids are positive", id))
@@ -428,6 +440,13 @@ func (c Config) Validate() error {
 	}
 	return errors.Join(p...)
 }
+
+// Bounds of the presence settings: a heartbeat every 30 s or so needs a
+// timeout well above it.
+const (
+	minPresenceTimeout = 3 * time.Second
+	maxPresence        = 24 * time.Hour
+)
 
 // HasCredentials reports whether any caller credential is configured.
 // Without one every call is served, which only a loopback listen allows.

@@ -8,12 +8,13 @@ import (
 	"testing"
 )
 
-// allCommandTypes lists the 21 commands of command.go and rules.go.
+// allCommandTypes lists the 22 commands of command.go, rules.go and presence.go.
 var allCommandTypes = []CommandType{
 	CmdCreateRoom, CmdCloseRoom, CmdJoinRoom, CmdLeaveRoom, CmdTakeMic, CmdLeaveMic, CmdMoveMic,
 	CmdKickFromMic, CmdLockMicSeat, CmdMuteMicSeat, CmdSetMyMic, CmdKickUser, CmdMuteUser,
 	CmdUnbanUser, CmdSetAdmin, CmdUpdateProfile, CmdChangeBackground, CmdSetChatEnabled,
 	CmdSendGift, CmdLaunchRocket, CmdSetRules,
+	CmdExpirePresence,
 }
 
 // sample is a command and an operator for which it succeeds on the fixture
@@ -64,11 +65,12 @@ func samples() map[CommandType]sample {
 		CmdSendGift:         {uCarol, rose(1, uAlice), false},
 		CmdLaunchRocket:     {SystemOperator, launchFixtureRocket(), true},
 		CmdSetRules:         {SystemOperator, NewSetRules(&Rules{RankSize: 3, RocketLevels: []RocketLevel{{Fuel: 5, Countdown: 1000}}}), true},
+		CmdExpirePresence:   {SystemOperator, &ExpirePresence{Leave: []int64{uAlice}, Unseat: []SeatExpiry{{uBob, 4}}}, true},
 	}
 }
 
 func TestAllCommandsCovered(t *testing.T) {
-	if len(allCommandTypes) != 21 || len(factories) != len(allCommandTypes) {
+	if len(allCommandTypes) != 22 || len(factories) != len(allCommandTypes) {
 		t.Fatalf("%d command types listed, %d registered; update the tests", len(allCommandTypes), len(factories))
 	}
 	smp := samples()
@@ -1009,6 +1011,8 @@ func TestEveryPathOffASeat(t *testing.T) {
 		{MicRoomKick, envAt(uAdmin, at, &KickUser{TargetUserID: uAlice, DurationSeconds: 60})},
 		{MicRoomClose, envAt(uOwner, at, &CloseRoom{})},
 		{MicRoomLeave, envAt(uAlice, at, &LeaveRoom{})},
+		{MicPresenceTimeout, presenceEnv(at, &ExpirePresence{Leave: []int64{uAlice}})},
+		{MicOffline, presenceEnv(at, &ExpirePresence{Unseat: []SeatExpiry{{uAlice, 3}}})},
 	}
 	for _, p := range paths {
 		t.Run(p.action, func(t *testing.T) {

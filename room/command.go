@@ -492,6 +492,7 @@ var factories = map[CommandType]func() Command{
 	CmdSendGift:         func() Command { return new(SendGift) },
 	CmdLaunchRocket:     func() Command { return new(LaunchRocket) },
 	CmdSetRules:         func() Command { return new(SetRules) },
+	CmdExpirePresence:   func() Command { return new(ExpirePresence) },
 }
 
 // EncodeCommand returns the command log payload of env.

@@ -145,7 +145,7 @@ type RoomUserJoinedEvent struct {
 // RoomUserLeftEvent is the payload of RoomUserLeft.
 type RoomUserLeftEvent struct {
 	UserID      int64  `json:"user_id"`
-	Reason      string `json:"reason"` // leave | kicked | room_closed
+	Reason      string `json:"reason"` // leave | presence_timeout
 	OnlineCount int    `json:"online_count"`
 }
 

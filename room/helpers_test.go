@@ -242,6 +242,7 @@ func requireReason(t testing.TB, err error, want *Error) {
 var offSeatActions = map[string]bool{
 	MicLeave: true, MicMove: true, MicKick: true, MicLockEvict: true,
 	MicRoomKick: true, MicRoomClose: true, MicRoomLeave: true,
+	MicPresenceTimeout: true, MicOffline: true,
 }
 
 // checkMicIntervals checks DESIGN 2.3 "every path off a seat closes the mic

@@ -17,6 +17,9 @@ type access struct {
 	actor func(req any) int64
 	// audit: every call is logged with its caller, scope and user.
 	audit bool
+	// anyUser: the call vouches for many users at once (Heartbeat), so
+	// its caller must hold act-as-any besides the scope.
+	anyUser bool
 }
 
 // operatorOf reads operator_user_id, which every room command has.
@@ -83,6 +86,10 @@ var accessTable = map[string]access{
 	roomv1connect.OperatorServiceRequeueDeadOutboxProcedure: operatorRPC,
 	roomv1connect.OperatorServiceListNodesProcedure:         operatorRPC,
 	roomv1connect.OperatorServiceDrainProcedure:             operatorRPC,
+	// A heartbeat keeps many users present at once: a caller that may only
+	// act for the users it asserts could keep anyone's seat taken, so it
+	// needs act-as-any as well.
+	roomv1connect.RoomServiceHeartbeatProcedure: {scope: auth.Room, anyUser: true},
 }
 
 // The request types the actor funcs read.

@@ -101,6 +101,8 @@ func authGate(callers *auth.Callers, users UserVerifier) connect.RequestGateFunc
 			return ctx, toConnect(ctx, nil, room.Errorf(ErrMissingScope, "%s declares no scope", spec.Procedure))
 		case !c.Has(a.scope):
 			return ctx, toConnect(ctx, nil, room.Errorf(ErrMissingScope, "%s needs scope %s", spec.Procedure, a.scope))
+		case a.anyUser && !c.Has(auth.ActAsAny):
+			return ctx, toConnect(ctx, nil, room.Errorf(ErrMissingScope, "%s vouches for many users: it needs scope %s and %s", spec.Procedure, a.scope, auth.ActAsAny))
 		}
 		p := principal{caller: c}
 		if a.actor != nil && !c.Has(auth.ActAsAny) {

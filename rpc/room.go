@@ -23,6 +23,7 @@ import (
 type Engine interface {
 	Submit(ctx context.Context, env *room.Envelope) (cell.Result, error)
 	Snapshot(ctx context.Context, roomID string) (*roomv1.RoomSnapshot, error)
+	Heartbeat(ctx context.Context, roomID string, users []int64) (cell.HeartbeatResult, error)
 }
 
 // RoomStore is what RoomHandler reads from storage (a store.Repository

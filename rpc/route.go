@@ -77,6 +77,8 @@ var routes = map[string]route{
 	roomv1connect.OperatorServiceDrainProcedure: {
 		hop: hop[roomv1.DrainRequest, roomv1.DrainResponse](roomv1connect.OperatorServiceDrainProcedure), node: true,
 	},
+	// Presence lives in the owner's memory; a heartbeat is safe to repeat.
+	roomv1connect.RoomServiceHeartbeatProcedure: owned[roomv1.HeartbeatRequest, roomv1.HeartbeatResponse](roomv1connect.RoomServiceHeartbeatProcedure),
 }
 
 // owned is the route of an idempotent procedure its room's owner serves.

@@ -72,6 +72,7 @@ func methods(c *client) map[string]method {
 		"RequeueDeadOutbox": bind(o.RequeueDeadOutbox),
 		"CreditCoins":       bind(w.CreditCoins),
 		"GetBalance":        bind(w.GetBalance),
+		"Heartbeat":         bind(r.Heartbeat),
 	}
 }
 

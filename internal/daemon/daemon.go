@@ -420,6 +420,7 @@ func (m *Main) Run(ctx context.Context) error {
 		CommitWorkers: tuning.CommitWorkers, CommitMaxRooms: tuning.CommitMaxRooms,
 		Rules: rules, Wallet: m.ledger, WalletTimeout: cfg.WalletTimeout, GiftApplyWindow: cfg.GiftApplyWindow,
 		TimerScanEvery: cfg.RocketScan, SettleInCommit: true, // the embedded ledger shares the room store's database
+		PresenceTimeout: cfg.PresenceTimeout, MicOfflineGrace: cfg.MicOfflineGrace,
 	}, db, leases, cell.Sinks{lane, cell.OutboxNotifier{Notify: relay.Notify}}, m.metrics.cell, m.Log)
 
 	platform := make(map[int64]bool, len(cfg.PlatformUsers))
@@ -436,6 +437,7 @@ func (m *Main) Run(ctx context.Context) error {
 	opts.Health = m.health
 	mux := rpc.NewMux(rooms, rpc.NewOperatorHandler(db, relay.Wake, m.Log), rpc.NewWalletHandler(m.ledger, m.Log), opts, m.Log)
 	mux.Handle("/readyz", readyz(m.health))
+	m.mountTIMCallback(mux)
 	if local != nil {
 		// The zero-configuration Tencent IM: the REST API the lane calls.
 		if err := m.mountLocalIM(mux, local, imLn); err != nil {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"strconv"
 	"time"
 
 	"golang.org/x/net/netutil"
@@ -122,4 +123,18 @@ func (m *Main) shutdownSide(ctx context.Context) []error {
 		}
 	}
 	return errs
+}
+
+// mountTIMCallback serves Tencent IM's callbacks at rpc.TIMCallbackPath
+// when a callback token is configured; without one the path is not served
+// (it answers unknown_procedure, HTTP 501, as any path the API does not serve). The callbacks' state changes reach
+// the rooms loaded on this node.
+func (m *Main) mountTIMCallback(mux *http.ServeMux) {
+	token := m.Config.TIMCallbackToken
+	if token == "" {
+		return
+	}
+	appID, _ := strconv.ParseUint(m.Config.TIMSDKAppID, 10, 64) // checked by Validate; 0 (local endpoint): any
+	mux.Handle(rpc.TIMCallbackPath, rpc.TIMCallback(token, appID, m.registry, time.Now, m.Log.With("component", "tim-callback")))
+	m.Log.Info("Tencent IM callbacks served", "path", rpc.TIMCallbackPath)
 }

@@ -5161,6 +5161,125 @@ func (x *RoomEvent) GetPayloadJson() string {
 	return ""
 }
 
+// HeartbeatRequest names members of one room that are connected now.
+type HeartbeatRequest struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	RoomId string                 `protobuf:"bytes,1,opt,name=room_id,json=roomId,proto3" json:"room_id,omitempty"`
+	// 1 to 1,000 positive user ids.
+	UserIds       []int64 `protobuf:"varint,2,rep,packed,name=user_ids,json=userIds,proto3" json:"user_ids,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HeartbeatRequest) Reset() {
+	*x = HeartbeatRequest{}
+	mi := &file_room_v1_room_proto_msgTypes[78]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HeartbeatRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HeartbeatRequest) ProtoMessage() {}
+
+func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_room_v1_room_proto_msgTypes[78]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HeartbeatRequest.ProtoReflect.Descriptor instead.
+func (*HeartbeatRequest) Descriptor() ([]byte, []int) {
+	return file_room_v1_room_proto_rawDescGZIP(), []int{78}
+}
+
+func (x *HeartbeatRequest) GetRoomId() string {
+	if x != nil {
+		return x.RoomId
+	}
+	return ""
+}
+
+func (x *HeartbeatRequest) GetUserIds() []int64 {
+	if x != nil {
+		return x.UserIds
+	}
+	return nil
+}
+
+// HeartbeatResponse says which listed users the heartbeat counted.
+type HeartbeatResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Listed users who are members: seen now.
+	Members int32 `protobuf:"varint,1,opt,name=members,proto3" json:"members,omitempty"`
+	// How many listed users are not members of the room (left, timed out,
+	// kicked, never joined): the heartbeat joined none of them.
+	NotMembers int32 `protobuf:"varint,2,opt,name=not_members,json=notMembers,proto3" json:"not_members,omitempty"`
+	// Those users, in the order given.
+	NotMemberUserIds []int64 `protobuf:"varint,3,rep,packed,name=not_member_user_ids,json=notMemberUserIds,proto3" json:"not_member_user_ids,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *HeartbeatResponse) Reset() {
+	*x = HeartbeatResponse{}
+	mi := &file_room_v1_room_proto_msgTypes[79]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HeartbeatResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HeartbeatResponse) ProtoMessage() {}
+
+func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_room_v1_room_proto_msgTypes[79]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HeartbeatResponse.ProtoReflect.Descriptor instead.
+func (*HeartbeatResponse) Descriptor() ([]byte, []int) {
+	return file_room_v1_room_proto_rawDescGZIP(), []int{79}
+}
+
+func (x *HeartbeatResponse) GetMembers() int32 {
+	if x != nil {
+		return x.Members
+	}
+	return 0
+}
+
+func (x *HeartbeatResponse) GetNotMembers() int32 {
+	if x != nil {
+		return x.NotMembers
+	}
+	return 0
+}
+
+func (x *HeartbeatResponse) GetNotMemberUserIds() []int64 {
+	if x != nil {
+		return x.NotMemberUserIds
+	}
+	return nil
+}
+
 var File_room_v1_room_proto protoreflect.FileDescriptor
 
 const file_room_v1_room_proto_rawDesc = "" +
@@ -5551,7 +5670,15 @@ const file_room_v1_room_proto_rawDesc = "" +
 	"\froom_version\x18\x04 \x01(\x03R\vroomVersion\x12\x10\n" +
 	"\x03seq\x18\x05 \x01(\x05R\x03seq\x12$\n" +
 	"\x0eoccurred_at_ms\x18\x06 \x01(\x03R\foccurredAtMs\x12!\n" +
-	"\fpayload_json\x18\a \x01(\tR\vpayloadJson*P\n" +
+	"\fpayload_json\x18\a \x01(\tR\vpayloadJson\"F\n" +
+	"\x10HeartbeatRequest\x12\x17\n" +
+	"\aroom_id\x18\x01 \x01(\tR\x06roomId\x12\x19\n" +
+	"\buser_ids\x18\x02 \x03(\x03R\auserIds\"}\n" +
+	"\x11HeartbeatResponse\x12\x18\n" +
+	"\amembers\x18\x01 \x01(\x05R\amembers\x12\x1f\n" +
+	"\vnot_members\x18\x02 \x01(\x05R\n" +
+	"notMembers\x12-\n" +
+	"\x13not_member_user_ids\x18\x03 \x03(\x03R\x10notMemberUserIds*P\n" +
 	"\bGiftKind\x12\x19\n" +
 	"\x15GIFT_KIND_UNSPECIFIED\x10\x00\x12\x14\n" +
 	"\x10GIFT_KIND_NORMAL\x10\x01\x12\x13\n" +
@@ -5561,7 +5688,7 @@ const file_room_v1_room_proto_rawDesc = "" +
 	"\x17ROOM_STATUS_UNSPECIFIED\x10\x00\x12\x18\n" +
 	"\x14ROOM_STATUS_CREATING\x10\x01\x12\x14\n" +
 	"\x10ROOM_STATUS_OPEN\x10\x02\x12\x16\n" +
-	"\x12ROOM_STATUS_CLOSED\x10\x032\x8c\r\n" +
+	"\x12ROOM_STATUS_CLOSED\x10\x032\xd5\r\n" +
 	"\vRoomService\x12E\n" +
 	"\n" +
 	"CreateRoom\x12\x1a.room.v1.CreateRoomRequest\x1a\x1b.room.v1.CreateRoomResponse\x12B\n" +
@@ -5586,7 +5713,8 @@ const file_room_v1_room_proto_rawDesc = "" +
 	"\x13PublishRobotDisplay\x12#.room.v1.PublishRobotDisplayRequest\x1a$.room.v1.PublishRobotDisplayResponse\x12G\n" +
 	"\tListRooms\x12\x19.room.v1.ListRoomsRequest\x1a\x1a.room.v1.ListRoomsResponse\"\x03\x90\x02\x01\x12?\n" +
 	"\bSendGift\x12\x18.room.v1.SendGiftRequest\x1a\x19.room.v1.SendGiftResponse\x12G\n" +
-	"\tListGifts\x12\x19.room.v1.ListGiftsRequest\x1a\x1a.room.v1.ListGiftsResponse\"\x03\x90\x02\x012\xa5\x01\n" +
+	"\tListGifts\x12\x19.room.v1.ListGiftsRequest\x1a\x1a.room.v1.ListGiftsResponse\"\x03\x90\x02\x01\x12G\n" +
+	"\tHeartbeat\x12\x19.room.v1.HeartbeatRequest\x1a\x1a.room.v1.HeartbeatResponse\"\x03\x90\x02\x022\xa5\x01\n" +
 	"\rWalletService\x12H\n" +
 	"\vCreditCoins\x12\x1b.room.v1.CreditCoinsRequest\x1a\x1c.room.v1.CreditCoinsResponse\x12J\n" +
 	"\n" +
@@ -5612,7 +5740,7 @@ func file_room_v1_room_proto_rawDescGZIP() []byte {
 }
 
 var file_room_v1_room_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_room_v1_room_proto_msgTypes = make([]protoimpl.MessageInfo, 79)
+var file_room_v1_room_proto_msgTypes = make([]protoimpl.MessageInfo, 81)
 var file_room_v1_room_proto_goTypes = []any{
 	(GiftKind)(0),                       // 0: room.v1.GiftKind
 	(RoomStatus)(0),                     // 1: room.v1.RoomStatus
@@ -5694,13 +5822,15 @@ var file_room_v1_room_proto_goTypes = []any{
 	(*MicSeat)(nil),                     // 77: room.v1.MicSeat
 	(*Restriction)(nil),                 // 78: room.v1.Restriction
 	(*RoomEvent)(nil),                   // 79: room.v1.RoomEvent
-	nil,                                 // 80: room.v1.GetOutboxStatusResponse.DeadEntry
+	(*HeartbeatRequest)(nil),            // 80: room.v1.HeartbeatRequest
+	(*HeartbeatResponse)(nil),           // 81: room.v1.HeartbeatResponse
+	nil,                                 // 82: room.v1.GetOutboxStatusResponse.DeadEntry
 }
 var file_room_v1_room_proto_depIdxs = []int32{
 	6,  // 0: room.v1.ListGiftsResponse.gifts:type_name -> room.v1.Gift
 	0,  // 1: room.v1.Gift.kind:type_name -> room.v1.GiftKind
 	15, // 2: room.v1.ListNodesResponse.nodes:type_name -> room.v1.FleetNode
-	80, // 3: room.v1.GetOutboxStatusResponse.dead:type_name -> room.v1.GetOutboxStatusResponse.DeadEntry
+	82, // 3: room.v1.GetOutboxStatusResponse.dead:type_name -> room.v1.GetOutboxStatusResponse.DeadEntry
 	68, // 4: room.v1.GetRoomSnapshotResponse.snapshot:type_name -> room.v1.RoomSnapshot
 	1,  // 5: room.v1.ListRoomsRequest.status:type_name -> room.v1.RoomStatus
 	62, // 6: room.v1.ListRoomsResponse.rooms:type_name -> room.v1.RoomSummary
@@ -5745,47 +5875,49 @@ var file_room_v1_room_proto_depIdxs = []int32{
 	60, // 45: room.v1.RoomService.ListRooms:input_type -> room.v1.ListRoomsRequest
 	2,  // 46: room.v1.RoomService.SendGift:input_type -> room.v1.SendGiftRequest
 	4,  // 47: room.v1.RoomService.ListGifts:input_type -> room.v1.ListGiftsRequest
-	7,  // 48: room.v1.WalletService.CreditCoins:input_type -> room.v1.CreditCoinsRequest
-	9,  // 49: room.v1.WalletService.GetBalance:input_type -> room.v1.GetBalanceRequest
-	63, // 50: room.v1.OperatorService.ListCommands:input_type -> room.v1.ListCommandsRequest
-	66, // 51: room.v1.OperatorService.GetStoredSnapshot:input_type -> room.v1.GetStoredSnapshotRequest
-	16, // 52: room.v1.OperatorService.GetOutboxStatus:input_type -> room.v1.GetOutboxStatusRequest
-	18, // 53: room.v1.OperatorService.RequeueDeadOutbox:input_type -> room.v1.RequeueDeadOutboxRequest
-	11, // 54: room.v1.OperatorService.Drain:input_type -> room.v1.DrainRequest
-	13, // 55: room.v1.OperatorService.ListNodes:input_type -> room.v1.ListNodesRequest
-	21, // 56: room.v1.RoomService.CreateRoom:output_type -> room.v1.CreateRoomResponse
-	23, // 57: room.v1.RoomService.CloseRoom:output_type -> room.v1.CloseRoomResponse
-	25, // 58: room.v1.RoomService.JoinRoom:output_type -> room.v1.JoinRoomResponse
-	27, // 59: room.v1.RoomService.LeaveRoom:output_type -> room.v1.LeaveRoomResponse
-	29, // 60: room.v1.RoomService.TakeMic:output_type -> room.v1.TakeMicResponse
-	31, // 61: room.v1.RoomService.LeaveMic:output_type -> room.v1.LeaveMicResponse
-	33, // 62: room.v1.RoomService.MoveMic:output_type -> room.v1.MoveMicResponse
-	35, // 63: room.v1.RoomService.KickFromMic:output_type -> room.v1.KickFromMicResponse
-	37, // 64: room.v1.RoomService.LockMicSeat:output_type -> room.v1.LockMicSeatResponse
-	39, // 65: room.v1.RoomService.MuteMicSeat:output_type -> room.v1.MuteMicSeatResponse
-	41, // 66: room.v1.RoomService.SetMyMic:output_type -> room.v1.SetMyMicResponse
-	43, // 67: room.v1.RoomService.KickUser:output_type -> room.v1.KickUserResponse
-	45, // 68: room.v1.RoomService.MuteUser:output_type -> room.v1.MuteUserResponse
-	47, // 69: room.v1.RoomService.UnbanUser:output_type -> room.v1.UnbanUserResponse
-	49, // 70: room.v1.RoomService.SetAdmin:output_type -> room.v1.SetAdminResponse
-	51, // 71: room.v1.RoomService.UpdateProfile:output_type -> room.v1.UpdateProfileResponse
-	53, // 72: room.v1.RoomService.ChangeBackground:output_type -> room.v1.ChangeBackgroundResponse
-	55, // 73: room.v1.RoomService.SetChatEnabled:output_type -> room.v1.SetChatEnabledResponse
-	59, // 74: room.v1.RoomService.GetRoomSnapshot:output_type -> room.v1.GetRoomSnapshotResponse
-	57, // 75: room.v1.RoomService.PublishRobotDisplay:output_type -> room.v1.PublishRobotDisplayResponse
-	61, // 76: room.v1.RoomService.ListRooms:output_type -> room.v1.ListRoomsResponse
-	3,  // 77: room.v1.RoomService.SendGift:output_type -> room.v1.SendGiftResponse
-	5,  // 78: room.v1.RoomService.ListGifts:output_type -> room.v1.ListGiftsResponse
-	8,  // 79: room.v1.WalletService.CreditCoins:output_type -> room.v1.CreditCoinsResponse
-	10, // 80: room.v1.WalletService.GetBalance:output_type -> room.v1.GetBalanceResponse
-	64, // 81: room.v1.OperatorService.ListCommands:output_type -> room.v1.ListCommandsResponse
-	67, // 82: room.v1.OperatorService.GetStoredSnapshot:output_type -> room.v1.GetStoredSnapshotResponse
-	17, // 83: room.v1.OperatorService.GetOutboxStatus:output_type -> room.v1.GetOutboxStatusResponse
-	19, // 84: room.v1.OperatorService.RequeueDeadOutbox:output_type -> room.v1.RequeueDeadOutboxResponse
-	12, // 85: room.v1.OperatorService.Drain:output_type -> room.v1.DrainResponse
-	14, // 86: room.v1.OperatorService.ListNodes:output_type -> room.v1.ListNodesResponse
-	56, // [56:87] is the sub-list for method output_type
-	25, // [25:56] is the sub-list for method input_type
+	80, // 48: room.v1.RoomService.Heartbeat:input_type -> room.v1.HeartbeatRequest
+	7,  // 49: room.v1.WalletService.CreditCoins:input_type -> room.v1.CreditCoinsRequest
+	9,  // 50: room.v1.WalletService.GetBalance:input_type -> room.v1.GetBalanceRequest
+	63, // 51: room.v1.OperatorService.ListCommands:input_type -> room.v1.ListCommandsRequest
+	66, // 52: room.v1.OperatorService.GetStoredSnapshot:input_type -> room.v1.GetStoredSnapshotRequest
+	16, // 53: room.v1.OperatorService.GetOutboxStatus:input_type -> room.v1.GetOutboxStatusRequest
+	18, // 54: room.v1.OperatorService.RequeueDeadOutbox:input_type -> room.v1.RequeueDeadOutboxRequest
+	11, // 55: room.v1.OperatorService.Drain:input_type -> room.v1.DrainRequest
+	13, // 56: room.v1.OperatorService.ListNodes:input_type -> room.v1.ListNodesRequest
+	21, // 57: room.v1.RoomService.CreateRoom:output_type -> room.v1.CreateRoomResponse
+	23, // 58: room.v1.RoomService.CloseRoom:output_type -> room.v1.CloseRoomResponse
+	25, // 59: room.v1.RoomService.JoinRoom:output_type -> room.v1.JoinRoomResponse
+	27, // 60: room.v1.RoomService.LeaveRoom:output_type -> room.v1.LeaveRoomResponse
+	29, // 61: room.v1.RoomService.TakeMic:output_type -> room.v1.TakeMicResponse
+	31, // 62: room.v1.RoomService.LeaveMic:output_type -> room.v1.LeaveMicResponse
+	33, // 63: room.v1.RoomService.MoveMic:output_type -> room.v1.MoveMicResponse
+	35, // 64: room.v1.RoomService.KickFromMic:output_type -> room.v1.KickFromMicResponse
+	37, // 65: room.v1.RoomService.LockMicSeat:output_type -> room.v1.LockMicSeatResponse
+	39, // 66: room.v1.RoomService.MuteMicSeat:output_type -> room.v1.MuteMicSeatResponse
+	41, // 67: room.v1.RoomService.SetMyMic:output_type -> room.v1.SetMyMicResponse
+	43, // 68: room.v1.RoomService.KickUser:output_type -> room.v1.KickUserResponse
+	45, // 69: room.v1.RoomService.MuteUser:output_type -> room.v1.MuteUserResponse
+	47, // 70: room.v1.RoomService.UnbanUser:output_type -> room.v1.UnbanUserResponse
+	49, // 71: room.v1.RoomService.SetAdmin:output_type -> room.v1.SetAdminResponse
+	51, // 72: room.v1.RoomService.UpdateProfile:output_type -> room.v1.UpdateProfileResponse
+	53, // 73: room.v1.RoomService.ChangeBackground:output_type -> room.v1.ChangeBackgroundResponse
+	55, // 74: room.v1.RoomService.SetChatEnabled:output_type -> room.v1.SetChatEnabledResponse
+	59, // 75: room.v1.RoomService.GetRoomSnapshot:output_type -> room.v1.GetRoomSnapshotResponse
+	57, // 76: room.v1.RoomService.PublishRobotDisplay:output_type -> room.v1.PublishRobotDisplayResponse
+	61, // 77: room.v1.RoomService.ListRooms:output_type -> room.v1.ListRoomsResponse
+	3,  // 78: room.v1.RoomService.SendGift:output_type -> room.v1.SendGiftResponse
+	5,  // 79: room.v1.RoomService.ListGifts:output_type -> room.v1.ListGiftsResponse
+	81, // 80: room.v1.RoomService.Heartbeat:output_type -> room.v1.HeartbeatResponse
+	8,  // 81: room.v1.WalletService.CreditCoins:output_type -> room.v1.CreditCoinsResponse
+	10, // 82: room.v1.WalletService.GetBalance:output_type -> room.v1.GetBalanceResponse
+	64, // 83: room.v1.OperatorService.ListCommands:output_type -> room.v1.ListCommandsResponse
+	67, // 84: room.v1.OperatorService.GetStoredSnapshot:output_type -> room.v1.GetStoredSnapshotResponse
+	17, // 85: room.v1.OperatorService.GetOutboxStatus:output_type -> room.v1.GetOutboxStatusResponse
+	19, // 86: room.v1.OperatorService.RequeueDeadOutbox:output_type -> room.v1.RequeueDeadOutboxResponse
+	12, // 87: room.v1.OperatorService.Drain:output_type -> room.v1.DrainResponse
+	14, // 88: room.v1.OperatorService.ListNodes:output_type -> room.v1.ListNodesResponse
+	57, // [57:89] is the sub-list for method output_type
+	25, // [25:57] is the sub-list for method input_type
 	25, // [25:25] is the sub-list for extension type_name
 	25, // [25:25] is the sub-list for extension extendee
 	0,  // [0:25] is the sub-list for field type_name
@@ -5803,7 +5935,7 @@ func file_room_v1_room_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_room_v1_room_proto_rawDesc), len(file_room_v1_room_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   79,
+			NumMessages:   81,
 			NumExtensions: 0,
 			NumServices:   3,
 		},

@@ -95,6 +95,8 @@ const (
 	RoomServiceSendGiftProcedure = "/room.v1.RoomService/SendGift"
 	// RoomServiceListGiftsProcedure is the fully-qualified name of the RoomService's ListGifts RPC.
 	RoomServiceListGiftsProcedure = "/room.v1.RoomService/ListGifts"
+	// RoomServiceHeartbeatProcedure is the fully-qualified name of the RoomService's Heartbeat RPC.
+	RoomServiceHeartbeatProcedure = "/room.v1.RoomService/Heartbeat"
 	// WalletServiceCreditCoinsProcedure is the fully-qualified name of the WalletService's CreditCoins
 	// RPC.
 	WalletServiceCreditCoinsProcedure = "/room.v1.WalletService/CreditCoins"
@@ -175,6 +177,14 @@ type RoomServiceClient interface {
 	SendGift(context.Context, *connect.Request[v1.SendGiftRequest]) (*connect.Response[v1.SendGiftResponse], error)
 	// Returns the gift catalogue.
 	ListGifts(context.Context, *connect.Request[v1.ListGiftsRequest]) (*connect.Response[v1.ListGiftsResponse], error)
+	// Tells the room's owner that the listed members are connected: each is
+	// seen now, so the presence timeout (presence_timeout, default 90 s)
+	// starts again and an offline seated member keeps the seat. Called by the
+	// gateway for the users it serves, up to 1,000 per call, every 30 s or so.
+	// It is not a logged command (no command_id; repeating it is harmless),
+	// never joins anyone, and answers which listed users are not members. The
+	// caller needs the room scope and act-as-any: it vouches for many users.
+	Heartbeat(context.Context, *connect.Request[v1.HeartbeatRequest]) (*connect.Response[v1.HeartbeatResponse], error)
 }
 
 // NewRoomServiceClient constructs a client for the room.v1.RoomService service. By default, it uses
@@ -329,6 +339,13 @@ func NewRoomServiceClient(httpClient connect.HTTPClient, baseURL string, opts ..
 			connect.WithIdempotency(connect.IdempotencyNoSideEffects),
 			connect.WithClientOptions(opts...),
 		),
+		heartbeat: connect.NewClient[v1.HeartbeatRequest, v1.HeartbeatResponse](
+			httpClient,
+			baseURL+RoomServiceHeartbeatProcedure,
+			connect.WithSchema(roomServiceMethods.ByName("Heartbeat")),
+			connect.WithIdempotency(connect.IdempotencyIdempotent),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -357,6 +374,7 @@ type roomServiceClient struct {
 	listRooms           *connect.Client[v1.ListRoomsRequest, v1.ListRoomsResponse]
 	sendGift            *connect.Client[v1.SendGiftRequest, v1.SendGiftResponse]
 	listGifts           *connect.Client[v1.ListGiftsRequest, v1.ListGiftsResponse]
+	heartbeat           *connect.Client[v1.HeartbeatRequest, v1.HeartbeatResponse]
 }
 
 // CreateRoom calls room.v1.RoomService.CreateRoom.
@@ -474,6 +492,11 @@ func (c *roomServiceClient) ListGifts(ctx context.Context, req *connect.Request[
 	return c.listGifts.CallUnary(ctx, req)
 }
 
+// Heartbeat calls room.v1.RoomService.Heartbeat.
+func (c *roomServiceClient) Heartbeat(ctx context.Context, req *connect.Request[v1.HeartbeatRequest]) (*connect.Response[v1.HeartbeatResponse], error) {
+	return c.heartbeat.CallUnary(ctx, req)
+}
+
 // RoomServiceHandler is an implementation of the room.v1.RoomService service.
 type RoomServiceHandler interface {
 	// Creates the room; room_id is chosen by the caller. The operator must be the owner (or platform staff).
@@ -529,6 +552,14 @@ type RoomServiceHandler interface {
 	SendGift(context.Context, *connect.Request[v1.SendGiftRequest]) (*connect.Response[v1.SendGiftResponse], error)
 	// Returns the gift catalogue.
 	ListGifts(context.Context, *connect.Request[v1.ListGiftsRequest]) (*connect.Response[v1.ListGiftsResponse], error)
+	// Tells the room's owner that the listed members are connected: each is
+	// seen now, so the presence timeout (presence_timeout, default 90 s)
+	// starts again and an offline seated member keeps the seat. Called by the
+	// gateway for the users it serves, up to 1,000 per call, every 30 s or so.
+	// It is not a logged command (no command_id; repeating it is harmless),
+	// never joins anyone, and answers which listed users are not members. The
+	// caller needs the room scope and act-as-any: it vouches for many users.
+	Heartbeat(context.Context, *connect.Request[v1.HeartbeatRequest]) (*connect.Response[v1.HeartbeatResponse], error)
 }
 
 // NewRoomServiceHandler builds an HTTP handler from the service implementation. It returns the path
@@ -679,6 +710,13 @@ func NewRoomServiceHandler(svc RoomServiceHandler, opts ...connect.HandlerOption
 		connect.WithIdempotency(connect.IdempotencyNoSideEffects),
 		connect.WithHandlerOptions(opts...),
 	)
+	roomServiceHeartbeatHandler := connect.NewUnaryHandler(
+		RoomServiceHeartbeatProcedure,
+		svc.Heartbeat,
+		connect.WithSchema(roomServiceMethods.ByName("Heartbeat")),
+		connect.WithIdempotency(connect.IdempotencyIdempotent),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/room.v1.RoomService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case RoomServiceCreateRoomProcedure:
@@ -727,6 +765,8 @@ func NewRoomServiceHandler(svc RoomServiceHandler, opts ...connect.HandlerOption
 			roomServiceSendGiftHandler.ServeHTTP(w, r)
 		case RoomServiceListGiftsProcedure:
 			roomServiceListGiftsHandler.ServeHTTP(w, r)
+		case RoomServiceHeartbeatProcedure:
+			roomServiceHeartbeatHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -826,6 +866,10 @@ func (UnimplementedRoomServiceHandler) SendGift(context.Context, *connect.Reques
 
 func (UnimplementedRoomServiceHandler) ListGifts(context.Context, *connect.Request[v1.ListGiftsRequest]) (*connect.Response[v1.ListGiftsResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("room.v1.RoomService.ListGifts is not implemented"))
+}
+
+func (UnimplementedRoomServiceHandler) Heartbeat(context.Context, *connect.Request[v1.HeartbeatRequest]) (*connect.Response[v1.HeartbeatResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("room.v1.RoomService.Heartbeat is not implemented"))
 }
 
 // WalletServiceClient is a client for the room.v1.WalletService service.

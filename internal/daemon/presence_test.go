@@ -1,0 +1,83 @@
+package daemon
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+
+	roomv1 "hyapp/room-service/gen/room/v1"
+	"hyapp/room-service/internal/poll"
+	"hyapp/room-service/rpc"
+)
+
+// TestTIMCallbackIsServedWithItsToken: with tim_callback_token set, the API
+// port serves Tencent's callbacks: a signed Disconnect of a seated member
+// reaches their room (the seat goes after the grace), a callback signed
+// with another token is refused; without a token the path is not served.
+func TestTIMCallbackIsServedWithItsToken(t *testing.T) {
+	const cbToken = "tencent-console-callback-token"
+	m, client := runMain(t, t.TempDir(), "-tim-callback-token", cbToken, "-mic-offline-grace", "1s")
+	ctx := context.Background()
+	for _, req := range []any{
+		&roomv1.CreateRoomRequest{RoomId: "cb", CommandId: "c", OperatorUserId: 1, OwnerUserId: 1, SeatCount: 8},
+		&roomv1.JoinRoomRequest{RoomId: "cb", CommandId: "j", OperatorUserId: 10},
+		&roomv1.TakeMicRequest{RoomId: "cb", CommandId: "t", OperatorUserId: 10, SeatIndex: 2},
+	} {
+		var err error
+		switch r := req.(type) {
+		case *roomv1.CreateRoomRequest:
+			_, err = client.CreateRoom(ctx, connect.NewRequest(r))
+		case *roomv1.JoinRoomRequest:
+			_, err = client.JoinRoom(ctx, connect.NewRequest(r))
+		case *roomv1.TakeMicRequest:
+			_, err = client.TakeMic(ctx, connect.NewRequest(r))
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	callback := func(addr, tok string) (int, string) {
+		rt := strconv.FormatInt(time.Now().Unix(), 10)
+		url := fmt.Sprintf("http://%s%s?SdkAppid=1400000000&CallbackCommand=State.StateChange&contenttype=json&RequestTime=%s&Sign=%s",
+			addr, rpc.TIMCallbackPath, rt, rpc.TIMSign(tok, rt))
+		body := fmt.Sprintf(`{"CallbackCommand":"State.StateChange","EventTime":%d,"Info":{"Action":"Disconnect","To_Account":"10","Reason":"TimeOut"}}`, time.Now().UnixMilli())
+		res, err := http.Post(url, "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		var ans struct{ ActionStatus, ErrorInfo string }
+		_ = json.NewDecoder(res.Body).Decode(&ans)
+		return res.StatusCode, ans.ActionStatus + " " + ans.ErrorInfo
+	}
+	if code, ans := callback(m.Addr, "not-the-token"); code != http.StatusUnauthorized || ans != "FAIL bad_signature" {
+		t.Fatalf("callback signed with another token: %d %q", code, ans)
+	}
+	if code, ans := callback(m.Addr, cbToken); code != http.StatusOK || ans != "OK " {
+		t.Fatalf("signed callback: %d %q", code, ans)
+	}
+	poll.Until(t, 15*time.Second, "the disconnected member's seat to go", poll.Bool(func() bool {
+		res, err := client.GetRoomSnapshot(ctx, connect.NewRequest(&roomv1.GetRoomSnapshotRequest{RoomId: "cb"}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res.Msg.GetSnapshot().GetSeats()[2].GetUserId() == 0
+	}))
+	res, err := client.GetRoomSnapshot(ctx, connect.NewRequest(&roomv1.GetRoomSnapshotRequest{RoomId: "cb"}))
+	if err != nil || len(res.Msg.GetSnapshot().GetMembers()) != 1 {
+		t.Fatalf("after the seat went: %v, %v; want 10 still in the room", res, err)
+	}
+
+	plain, _ := runMain(t, t.TempDir())
+	if code, _ := callback(plain.Addr, cbToken); code != http.StatusNotImplemented {
+		t.Fatalf("callback without a configured token: %d, want 501 (unknown_procedure: not served)", code)
+	}
+	http.DefaultClient.CloseIdleConnections()
+}
