@@ -477,7 +477,7 @@ func (r *Registry) Heartbeat(ctx context.Context, roomID string, users []int64) 
 		return HeartbeatResult{}, err
 	}
 	for range 3 {
-		c, err := r.cell(ctx, roomID)
+		c, err := r.cell(ctx, roomID, false)
 		if err != nil {
 			return HeartbeatResult{}, err
 		}
