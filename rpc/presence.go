@@ -64,13 +64,22 @@ type Presence interface {
 	UserOffline(user, eventAt int64) int
 }
 
+// TIMForwardedHeader marks a callback one node passed on to the others.
+const TIMForwardedHeader = "X-Room-Forwarded"
+
 // TIMCallback returns the handler of Tencent IM's callbacks. token is the
 // callback authentication token set in Tencent's console (required);
 // sdkAppID, when not 0, must be the SdkAppid of every callback. State
 // changes reach presence: Login marks the user seen, Logout and Disconnect
 // offline, in the rooms loaded on this node; other callback commands are
 // acknowledged and ignored.
-func TIMCallback(token string, sdkAppID uint64, presence Presence, now func() time.Time, log *slog.Logger) http.Handler {
+//
+// Tencent calls one address, so one node of a fleet gets each callback:
+// fanout, when set, passes a state change that Tencent sent (not one a node
+// passed on, marked TIMForwardedHeader) to the other nodes, as it came: its
+// query and body, so each checks Tencent's signature itself and no node
+// trusts another.
+func TIMCallback(token string, sdkAppID uint64, presence Presence, fanout func(rawQuery string, body []byte), now func() time.Time, log *slog.Logger) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodPost {
 			timAnswer(w, http.StatusMethodNotAllowed, "method_not_allowed")
@@ -112,6 +121,9 @@ func TIMCallback(token string, sdkAppID uint64, presence Presence, now func() ti
 			// An account that is no user of this service (an admin identifier).
 			timAnswer(w, http.StatusOK, "")
 			return
+		}
+		if fanout != nil && r.Header.Get(TIMForwardedHeader) == "" {
+			fanout(r.URL.RawQuery, body)
 		}
 		switch cb.Info.Action {
 		case "Login":

@@ -130,7 +130,7 @@ func TestTIMCallback(t *testing.T) {
 	must(t, s.rooms.JoinRoom, &roomv1.JoinRoomRequest{RoomId: "cb", CommandId: "j", OperatorUserId: 10})
 	presence := &recordingPresence{Presence: s.reg}
 	now := time.Now()
-	srv := httptest.NewServer(rpc.TIMCallback(cbToken, appID, presence, func() time.Time { return now }, quiet))
+	srv := httptest.NewServer(rpc.TIMCallback(cbToken, appID, presence, nil, func() time.Time { return now }, quiet))
 	t.Cleanup(srv.Close)
 
 	body := func(action, account string) string {

@@ -106,7 +106,8 @@ func TestFleetNodesShareRoomsThroughTheRedisLease(t *testing.T) {
 // The fleet tests run several service processes on one MariaDB database,
 // the local Redis and the local NATS: the services .ci/run starts. Each
 // fleet test uses a Redis database of its own (7: two in-process nodes,
-// 8: the process fleets, 9: the drain test; roomctl's uses 10): fleets
+// 8: the process fleets, 9: the drain test, 4: the callback fan-out;
+// roomctl's uses 10): fleets
 // that share one see each other's members, and a leaving node could hand
 // a room to a node of another fleet, which does not know the room.
 const (

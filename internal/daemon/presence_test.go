@@ -81,3 +81,50 @@ func TestTIMCallbackIsServedWithItsToken(t *testing.T) {
 	}
 	http.DefaultClient.CloseIdleConnections()
 }
+
+// TestTIMCallbackReachesEveryNode: Tencent calls one address, so the node
+// that gets a state change passes it on to the others: a Disconnect sent to
+// a node that does not hold the member's room still takes the member off
+// the seat after the grace (the member's silence alone would take 20
+// minutes with a presence_timeout of an hour).
+func TestTIMCallbackReachesEveryNode(t *testing.T) {
+	const cbToken = "tencent-console-callback-token"
+	f := newFleetOn(t, 2, "redis://127.0.0.1:6379/4", "ROOM_TIM_CALLBACK_TOKEN="+cbToken,
+		"ROOM_MIC_OFFLINE_GRACE=1s", "ROOM_PRESENCE_TIMEOUT=1h")
+	owner, other := f.nodes[0], f.nodes[1]
+	ctx := context.Background()
+	if _, err := owner.client.CreateRoom(ctx, connect.NewRequest(&roomv1.CreateRoomRequest{RoomId: "cb", CommandId: "c", OperatorUserId: 1, OwnerUserId: 1, SeatCount: 8})); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := owner.client.JoinRoom(ctx, connect.NewRequest(&roomv1.JoinRoomRequest{RoomId: "cb", CommandId: "j", OperatorUserId: 10})); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := owner.client.TakeMic(ctx, connect.NewRequest(&roomv1.TakeMicRequest{RoomId: "cb", CommandId: "t", OperatorUserId: 10, SeatIndex: 2})); err != nil {
+		t.Fatal(err)
+	}
+	nodes, err := owner.ops.ListNodes(ctx, connect.NewRequest(&roomv1.ListNodesRequest{RoomIds: true}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range nodes.Msg.GetNodes() {
+		if n.GetNodeId() == other.id && len(n.GetRoomIds()) != 0 {
+			t.Fatalf("the node the callback goes to holds %v", n.GetRoomIds())
+		}
+	}
+	rt := strconv.FormatInt(time.Now().Unix(), 10)
+	url := fmt.Sprintf("http://%s%s?CallbackCommand=State.StateChange&contenttype=json&RequestTime=%s&Sign=%s",
+		other.addr, rpc.TIMCallbackPath, rt, rpc.TIMSign(cbToken, rt))
+	body := fmt.Sprintf(`{"CallbackCommand":"State.StateChange","EventTime":%d,"Info":{"Action":"Disconnect","To_Account":"10"}}`, time.Now().UnixMilli())
+	res, err := http.Post(url, "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = res.Body.Close()
+	if res.StatusCode != http.StatusOK {
+		t.Fatalf("callback to the other node: %d", res.StatusCode)
+	}
+	poll.Until(t, 30*time.Second, "the disconnected member's seat to go", poll.Bool(func() bool {
+		res, err := other.client.GetRoomSnapshot(ctx, connect.NewRequest(&roomv1.GetRoomSnapshotRequest{RoomId: "cb"}))
+		return err == nil && res.Msg.GetSnapshot().GetSeats()[2].GetUserId() == 0
+	}))
+}

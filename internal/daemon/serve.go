@@ -1,9 +1,12 @@
 package daemon
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"strconv"
@@ -127,14 +130,59 @@ func (m *Main) shutdownSide(ctx context.Context) []error {
 
 // mountTIMCallback serves Tencent IM's callbacks at rpc.TIMCallbackPath
 // when a callback token is configured; without one the path is not served
-// (it answers unknown_procedure, HTTP 501, as any path the API does not serve). The callbacks' state changes reach
-// the rooms loaded on this node.
+// (it answers unknown_procedure, HTTP 501, as any path the API does not
+// serve). The callbacks' state changes reach the rooms loaded on this node
+// and, in fleet mode, are passed on to the other nodes for theirs.
 func (m *Main) mountTIMCallback(mux *http.ServeMux) {
 	token := m.Config.TIMCallbackToken
 	if token == "" {
 		return
 	}
 	appID, _ := strconv.ParseUint(m.Config.TIMSDKAppID, 10, 64) // checked by Validate; 0 (local endpoint): any
-	mux.Handle(rpc.TIMCallbackPath, rpc.TIMCallback(token, appID, m.registry, time.Now, m.Log.With("component", "tim-callback")))
+	log := m.Log.With("component", "tim-callback")
+	var fanout func(string, []byte)
+	if m.members != nil {
+		fanout = m.timFanout(log)
+	}
+	mux.Handle(rpc.TIMCallbackPath, rpc.TIMCallback(token, appID, m.registry, fanout, time.Now, log))
 	m.Log.Info("Tencent IM callbacks served", "path", rpc.TIMCallbackPath)
+}
+
+// timFanoutTimeout bounds passing one callback on to the other nodes.
+const timFanoutTimeout = 2 * time.Second
+
+// timFanout passes a callback on to every other node of the membership, in
+// the background and best effort: a node that misses it still notices the
+// member's silence (presence_timeout).
+func (m *Main) timFanout(log *slog.Logger) func(string, []byte) {
+	client := &http.Client{Timeout: timFanoutTimeout}
+	return func(rawQuery string, body []byte) {
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), timFanoutTimeout)
+			defer cancel()
+			members, err := m.members.Members(ctx)
+			if err != nil {
+				log.Warn("pass a callback on: read the membership", "err", err)
+				return
+			}
+			for _, mb := range members {
+				if mb.NodeID == m.Config.NodeID || mb.Addr == "" {
+					continue
+				}
+				req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+mb.Addr+rpc.TIMCallbackPath+"?"+rawQuery, bytes.NewReader(body))
+				if err != nil {
+					continue
+				}
+				req.Header.Set("Content-Type", "application/json")
+				req.Header.Set(rpc.TIMForwardedHeader, m.Config.NodeID)
+				res, err := client.Do(req)
+				if err != nil {
+					log.Warn("pass a callback on", "node_id", mb.NodeID, "err", err)
+					continue
+				}
+				_, _ = io.Copy(io.Discard, res.Body)
+				_ = res.Body.Close()
+			}
+		}()
+	}
 }
