@@ -214,7 +214,9 @@ func (r *Registry) Snapshot(ctx context.Context, roomID string) (*roomv1.RoomSna
 	return resp.snap, err
 }
 
-func (r *Registry) call(ctx context.Context, roomID string, env *room.Envelope) (response, error) {
+func (r *Registry) call(ctx context.Context, roomID string, env *room.Envelope) (resp response, err error) {
+	ctx, span := startCall(ctx, roomID, env)
+	defer func() { endCall(span, resp, err) }()
 	for range 3 {
 		c, err := r.cell(ctx, roomID)
 		if err != nil {
@@ -222,11 +224,13 @@ func (r *Registry) call(ctx context.Context, roomID string, env *room.Envelope) 
 		}
 		c.used.Store(r.uses.Add(1))
 		req := &request{env: env, reply: make(chan response, 1)}
+		req.traced(span)
 		if !c.mailbox.push(req) {
 			select {
 			case <-c.done:
 				continue // the cell stopped with a full mailbox: try its successor
 			default:
+				r.metrics.MailboxFull.Inc()
 				return response{}, room.ErrMailboxFull
 			}
 		}
