@@ -114,6 +114,17 @@ func TraceParent(ctx context.Context) string {
 	return FormatTraceParent(sc)
 }
 
+// StartFrom starts a span in the trace of traceparent (a stored W3C
+// traceparent: an outbox row's, an IM message's); with "" it starts
+// nothing. opts may link further traces.
+func StartFrom(ctx context.Context, traceparent, name string, opts ...trace.SpanStartOption) (context.Context, trace.Span) {
+	sc := ParseTraceParent(traceparent)
+	if !sc.IsSampled() {
+		return ctx, noop
+	}
+	return Tracer.Start(trace.ContextWithRemoteSpanContext(ctx, sc), name, opts...)
+}
+
 // FormatTraceParent encodes sc as a W3C traceparent header value.
 func FormatTraceParent(sc trace.SpanContext) string {
 	tid, sid := sc.TraceID(), sc.SpanID()
