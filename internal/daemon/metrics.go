@@ -88,7 +88,7 @@ func newRoutingMetrics(reg prometheus.Registerer) rpc.RoutingMetrics {
 	}
 	return rpc.RoutingMetrics{
 		Forward: func(r string) { forwards.WithLabelValues(r).Inc() },
-		Hop:     func(d time.Duration) { hop.Observe(d.Seconds()) },
+		Hop:     func(ctx context.Context, d time.Duration) { obs.Observe(ctx, hop, d.Seconds()) },
 	}
 }
 
