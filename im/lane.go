@@ -63,8 +63,8 @@ type Message struct {
 	version  int64    // the newest room_version the message carries
 	traces   []string // traceparents of its traced events, the oldest first (see trace.go)
 	attempts int      // failed sends so far
-	closed   bool  // released after its room's RoomClosed
-	regional bool  // to a region's broadcast group
+	closed   bool     // released after its room's RoomClosed
+	regional bool     // to a region's broadcast group
 }
 
 // ErrDropped is returned by a Sender when Tencent accepted the call but

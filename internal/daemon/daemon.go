@@ -102,27 +102,27 @@ type Main struct {
 	workers workers
 	metrics *metrics
 
-	repo      store.Repository
-	ledger    ledger
-	bus       *natsbus.Bus
-	redis     *redis.Client          // fleet mode only
-	members   *redislease.Membership // fleet mode only
-	owners    rpc.Owners             // fleet mode only: routes a room's calls to its owner
-	hops      *http.Client           // fleet mode only: calls to other nodes
-	draining  atomic.Bool            // set by drain: rooms nobody holds go to other nodes
-	drainMu   sync.Mutex             // one drain at a time; a second waits for the first
-	unready   time.Time              // when drain turned readiness false; under drainMu
-	health    *grpchealth.StaticChecker // drain turns it NOT_SERVING
-	ready     *readiness                // health and the dependencies: /readyz, gRPC health
+	repo     store.Repository
+	ledger   ledger
+	bus      *natsbus.Bus
+	redis    *redis.Client             // fleet mode only
+	members  *redislease.Membership    // fleet mode only
+	owners   rpc.Owners                // fleet mode only: routes a room's calls to its owner
+	hops     *http.Client              // fleet mode only: calls to other nodes
+	draining atomic.Bool               // set by drain: rooms nobody holds go to other nodes
+	drainMu  sync.Mutex                // one drain at a time; a second waits for the first
+	unready  time.Time                 // when drain turned readiness false; under drainMu
+	health   *grpchealth.StaticChecker // drain turns it NOT_SERVING
+	ready    *readiness                // health and the dependencies: /readyz, gRPC health
 	// traceShutdown flushes and stops the tracer provider (a no-op when
 	// tracing is off).
 	traceShutdown func(context.Context) error
-	timClient *tencent.Client
-	timLocal  *timlocal.Server // the local Tencent endpoint, without tim_sdkappid
-	lane      *im.Lane
-	registry  *cell.Registry
-	server    *http.Server
-	side      []*http.Server // the admin surface, the local IM endpoint off the API port
+	timClient     *tencent.Client
+	timLocal      *timlocal.Server // the local Tencent endpoint, without tim_sdkappid
+	lane          *im.Lane
+	registry      *cell.Registry
+	server        *http.Server
+	side          []*http.Server // the admin surface, the local IM endpoint off the API port
 
 	closeOnce sync.Once
 	closeErr  error
