@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"connectrpc.com/grpchealth"
-	"github.com/prometheus/client_golang/prometheus"
 	driver "github.com/go-sql-driver/mysql"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"hyapp/room-service/internal/poll"
 	"hyapp/room-service/internal/servicetest"
@@ -121,5 +121,3 @@ func TestReadinessWaitsOutTheGrace(t *testing.T) {
 		t.Fatalf("after the dependency answered: %s", why)
 	}
 }
-
-
