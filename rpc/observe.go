@@ -47,6 +47,8 @@ func (rt *router) hop(ctx context.Context, rte route, addr string, req connect.A
 	if span.IsRecording() {
 		span.SetAttributes(attribute.String("rpc.procedure", req.Spec().Procedure), attribute.String("server.address", addr))
 		header = maps.Clone(header)
+		delete(header, "Traceparent") // the caller's, passed on as it came: the hop's own span replaces it
+		delete(header, "Tracestate")
 		obs.Inject(ctx, propagation.MapCarrier(header))
 	}
 	start := time.Now()

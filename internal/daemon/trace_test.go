@@ -147,6 +147,18 @@ func TestOneCommandsTraceAcrossTheFleet(t *testing.T) {
 		if rpcs != 2 {
 			t.Errorf("trace %s: %d API spans, want 2 (the receiving node and the owner)", id, rpcs)
 		}
+		// The owner's API span is a child of the hop.
+		var hop string
+		for _, s := range spansOf(id, other) {
+			if s.Name == "room.forward" {
+				hop = s.SpanContext.SpanID
+			}
+		}
+		for _, s := range spansOf(id, owner) {
+			if strings.HasPrefix(s.Name, "room.v1.RoomService/") && s.Parent.SpanID != hop {
+				t.Errorf("trace %s: the owner's %s has parent %s, want the hop %s", id, s.Name, s.Parent.SpanID, hop)
+			}
+		}
 	}
 	for _, s := range spansOf(micTrace, owner) {
 		if s.Name == "store.commit" && !slices.ContainsFunc(s.Attributes, func(a struct {
