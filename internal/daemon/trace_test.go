@@ -6,6 +6,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -169,6 +172,24 @@ func TestOneCommandsTraceAcrossTheFleet(t *testing.T) {
 		}) {
 			t.Errorf("store.commit has no batch size: %+v", s.Attributes)
 		}
+	}
+
+	// The latency of the traced call carries its trace id as an exemplar,
+	// served in the OpenMetrics format.
+	req, err := http.NewRequest(http.MethodGet, "http://"+owner.addr+"/metrics", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Accept", "application/openmetrics-text; version=1.0.0")
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(res.Body)
+	_ = res.Body.Close()
+	exemplar := regexp.MustCompile(`room_rpc_duration_seconds_bucket\{[^}]*procedure="/room.v1.RoomService/TakeMic"[^}]*\} \d+ # \{trace_id="` + micTrace + `"\}`)
+	if !strings.HasPrefix(res.Header.Get("Content-Type"), "application/openmetrics-text") || !exemplar.Match(body) {
+		t.Errorf("/metrics (%s) has no TakeMic latency exemplar of trace %s", res.Header.Get("Content-Type"), micTrace)
 	}
 
 	// The durable fact of the mic change carries the trace on.
