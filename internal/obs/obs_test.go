@@ -39,9 +39,6 @@ func TestUntracedStartsNothing(t *testing.T) {
 		span.End()
 		_, span = StartFrom(ctx, "", "publish")
 		span.End()
-		if TraceParent(ctx) != "" {
-			t.Fatal("a traceparent without a span")
-		}
 	})
 	if allocs != 0 {
 		t.Fatalf("%v allocations per untraced step, want 0", allocs)
@@ -70,9 +67,9 @@ func TestStartForParentsAndLinks(t *testing.T) {
 }
 
 func TestTraceParentRoundTrip(t *testing.T) {
-	ctx, span := Tracer.Start(context.Background(), "cmd")
+	_, span := Tracer.Start(context.Background(), "cmd")
 	defer span.End()
-	tp := TraceParent(ctx)
+	tp := FormatTraceParent(span.SpanContext())
 	if !strings.HasPrefix(tp, "00-"+span.SpanContext().TraceID().String()+"-") || !strings.HasSuffix(tp, "-01") {
 		t.Fatalf("traceparent %q", tp)
 	}

@@ -103,17 +103,6 @@ func StartFor(ctx context.Context, name string, parents []trace.SpanContext, opt
 	return Tracer.Start(trace.ContextWithSpanContext(ctx, first), name, opts...)
 }
 
-// TraceParent is the W3C traceparent of the span in ctx when it is
-// sampled, else "": what an outbox row and an IM event keep of the
-// command that made them.
-func TraceParent(ctx context.Context) string {
-	sc := trace.SpanContextFromContext(ctx)
-	if !sc.IsSampled() {
-		return ""
-	}
-	return FormatTraceParent(sc)
-}
-
 // StartFrom starts a span in the trace of traceparent (a stored W3C
 // traceparent: an outbox row's, an IM message's); with "" it starts
 // nothing. opts may link further traces.
