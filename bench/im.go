@@ -38,8 +38,12 @@ func IMScenario(ctx context.Context, env Env, hotRate, rooms, rate int, d time.D
 	lat := map[room.Priority][]time.Duration{}
 	shed := map[string]int{}
 	lane := im.New(im.Config{Budget: budget, AppBudget: 1_000_000}, im.TencentSender{Client: client}, im.Metrics{
-		Latency: func(p room.Priority, d time.Duration) { mu.Lock(); lat[p] = append(lat[p], d); mu.Unlock() },
-		Shed:    func(p room.Priority, reason string) { mu.Lock(); shed[string(p)]++; mu.Unlock() },
+		Latency: func(_ context.Context, p room.Priority, d time.Duration) {
+			mu.Lock()
+			lat[p] = append(lat[p], d)
+			mu.Unlock()
+		},
+		Shed: func(p room.Priority, reason string) { mu.Lock(); shed[string(p)]++; mu.Unlock() },
 	}, quiet)
 	defer lane.Close()
 

@@ -167,7 +167,7 @@ func RelayScenarios(ctx context.Context, env Env, dir string, events, rate int, 
 	var mu sync.Mutex
 	var lags []time.Duration
 	relay := relay.New(repo, bus, relay.LeaseGate{Lease: lease.NewLocal()}, relay.Config{PollInterval: 50 * time.Millisecond},
-		relay.Metrics{Lag: func(d time.Duration) { mu.Lock(); lags = append(lags, d); mu.Unlock() }}, log)
+		relay.Metrics{Lag: func(_ context.Context, d time.Duration) { mu.Lock(); lags = append(lags, d); mu.Unlock() }}, log)
 	backlog, err := newProducer(ctx, repo, "tp", 1000)
 	if err != nil {
 		return nil, err

@@ -11,7 +11,12 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
 	roomv1 "hyapp/room-service/gen/room/v1"
+	"hyapp/room-service/internal/obs"
 	"hyapp/room-service/lease"
 	"hyapp/room-service/outbox"
 	"hyapp/room-service/room"
@@ -34,6 +39,10 @@ type Result struct {
 type request struct {
 	env   *room.Envelope
 	reply chan response
+	// span is the caller's span when it records (see trace.go), queued
+	// when the request entered the mailbox; nil otherwise.
+	span   trace.Span
+	queued time.Time
 }
 
 type response struct {
@@ -98,6 +107,7 @@ type pending struct {
 	fromLog bool // answered from the command log (or the recent ids): a retry
 	seats   []room.Seat
 	logged  *recentEntry // answered from the log row a Feature found
+	trace   string       // the request's traceparent, set when its batch is built
 }
 
 func (c *Cell) run() {
@@ -108,13 +118,15 @@ func (c *Cell) run() {
 	// work answers everything queued, batch by batch.
 	work := func() (stop string) {
 		for {
-			if depth := c.mailbox.len(); depth > 0 {
+			depth := c.mailbox.len()
+			if depth > 0 {
 				c.reg.metrics.MailboxDepth.Observe(float64(depth))
 			}
 			batch = c.mailbox.take(batch[:0], c.reg.cfg.MaxBatch)
 			if len(batch) == 0 {
 				return ""
 			}
+			waited(batch, depth)
 			stop = c.safeHandle(batch)
 			clear(batch)
 			if stop != "" {
@@ -211,7 +223,7 @@ func (c *Cell) handle(batch []*request) (stop string) {
 		label := resultLabel(p)
 		c.reg.metrics.Commands.WithLabelValues(string(p.req.env.Command.Type()), label).Inc()
 		if p.err != nil {
-			c.log.Debug("command refused", "command_id", p.req.env.CommandID, "type", string(p.req.env.Command.Type()), "reason", label)
+			c.log.DebugContext(p.req.ctx(), "command refused", "command_id", p.req.env.CommandID, "type", string(p.req.env.Command.Type()), "reason", label)
 		}
 	}
 	for _, r := range batch {
@@ -244,7 +256,16 @@ func (c *Cell) attempt(batch []*request, stored map[string]store.CommandRecord) 
 	}
 	b, err := c.buildBatch(cmds, base, prevStatus)
 	if err == nil {
-		err = c.reg.committer.commit(b)
+		_, span := obs.StartFor(c.reg.ctx, "cell.commit", parents(batch, (*request).spanContext))
+		if span.IsRecording() {
+			span.SetAttributes(attribute.String("room.id", c.roomID), attribute.Int("room.batch_commands", len(b.Commands)),
+				attribute.Int("room.outbox_rows", len(b.Outbox)))
+		}
+		err = c.reg.committer.commit(span.SpanContext(), b)
+		if err != nil && span.IsRecording() {
+			span.SetStatus(codes.Error, err.Error())
+		}
+		span.End()
 	}
 	if err != nil {
 		return nil, nil, err
@@ -354,9 +375,14 @@ func (c *Cell) stamp(env *room.Envelope) {
 
 // apply applies a command to the state, or records its refusal.
 func (c *Cell) apply(p *pending, seen map[string]*pending) {
+	span := p.req.start("cell.apply")
+	defer span.End()
 	events, err := room.Apply(c.state, p.req.env)
 	if err != nil {
 		p.err = err
+		if span.IsRecording() {
+			span.SetAttributes(attribute.String("room.reason", room.AsError(err).Reason))
+		}
 		return
 	}
 	c.applied(p, events, seen)
@@ -385,7 +411,14 @@ func (c *Cell) decideRun(run []*pending, f *Feature, seen map[string]*pending, s
 		fresh, envs = append(fresh, p), append(envs, env)
 	}
 	if len(fresh) > 0 {
-		verdicts := f.Prepare(c.reg.ctx, c.state, envs)
+		// One span for the run's preparation (a gift run's wallet charge):
+		// under the first traced command, linking the others.
+		ctx, span := obs.StartFor(c.reg.ctx, "cell.prepare", parents(fresh, func(p *pending) trace.SpanContext { return p.req.spanContext() }))
+		if span.IsRecording() {
+			span.SetAttributes(attribute.Int("room.run_commands", len(fresh)))
+		}
+		verdicts := f.Prepare(ctx, c.state, envs)
+		span.End()
 		if len(verdicts) != len(fresh) {
 			panic(fmt.Sprintf("a feature prepared %d commands and returned %d verdicts", len(fresh), len(verdicts)))
 		}
@@ -423,7 +456,7 @@ func (c *Cell) settle(p *pending, v Verdict, seen map[string]*pending) {
 			// Prepared a moment ago against the same state: unreachable,
 			// and worth knowing about (a gift's charge stays pending until
 			// the reconciler refunds it).
-			c.log.Error("prepared command refused on apply", "command_id", env.CommandID, "type", string(env.Command.Type()), "err", p.err)
+			c.log.ErrorContext(p.req.ctx(), "prepared command refused on apply", "command_id", env.CommandID, "type", string(env.Command.Type()), "err", p.err)
 		}
 	}
 }
@@ -556,6 +589,7 @@ func (c *Cell) buildBatch(cmds []*pending, base int64, prevStatus room.Status) (
 			continue
 		}
 		env := p.req.env
+		p.trace = p.req.traceParent()
 		b.Commands = append(b.Commands, store.CommandRecord{
 			RoomID: c.roomID, RoomVersion: p.result.RoomVersion, CommandID: env.CommandID,
 			CommandType: string(env.Command.Type()), Payload: p.payload, Replayable: true, CreatedAt: now,
@@ -573,6 +607,7 @@ func (c *Cell) buildBatch(cmds []*pending, base int64, prevStatus room.Status) (
 				EventID: fmt.Sprintf("%s/%d/%d", c.roomID, p.result.RoomVersion, seq), RoomID: c.roomID,
 				RoomVersion: p.result.RoomVersion, Seq: seq, EventType: string(ev.Type), Payload: data,
 				OwnerEpoch: c.epoch, Status: outbox.StatusPending, CreatedAt: now, NextAttemptAt: now,
+				TraceContext: p.trace,
 			})
 			seq++
 		}
@@ -611,6 +646,7 @@ func (c *Cell) committed(cmds []*pending, b store.Batch) []room.Committed {
 		out = append(out, room.Committed{
 			RoomID: c.roomID, RoomVersion: p.result.RoomVersion, CommandID: env.CommandID,
 			CommandType: env.Command.Type(), Operator: env.Operator, At: env.At, Events: p.events, Seats: p.seats,
+			Trace: p.trace,
 		})
 	}
 	c.reg.features.committed(out)

@@ -5,6 +5,11 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
+	"hyapp/room-service/internal/obs"
 	"hyapp/room-service/store"
 )
 
@@ -32,6 +37,7 @@ type batchStore interface {
 type commitReq struct {
 	batch store.Batch
 	done  chan error
+	trace trace.SpanContext // the cell's commit span when traced
 }
 
 func newCommitter(st batchStore, workers, maxRooms, maxCommands int, timeout time.Duration, m *Metrics) *committer {
@@ -49,8 +55,9 @@ func newCommitter(st batchStore, workers, maxRooms, maxCommands int, timeout tim
 // commit queues b and waits for its outcome. Once queued, the outcome is
 // awaited whatever happens to the caller: an abandoned commit would leave
 // the cell not knowing its own state.
-func (c *committer) commit(b store.Batch) error {
-	req := &commitReq{batch: b, done: make(chan error, 1)}
+// sc is the cell's commit span: the transaction's span joins its trace.
+func (c *committer) commit(sc trace.SpanContext, b store.Batch) error {
+	req := &commitReq{batch: b, done: make(chan error, 1), trace: sc}
 	select {
 	case c.in <- req:
 	case <-c.quit:
@@ -88,10 +95,24 @@ func (c *committer) work() {
 func (c *committer) flush(reqs []*commitReq, batches []store.Batch) {
 	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
 	defer cancel()
+	// One transaction serves many commands: its span is in the trace of
+	// the first traced one and links the others.
+	ctx, span := obs.StartFor(ctx, "store.commit", parents(reqs, func(r *commitReq) trace.SpanContext { return r.trace }))
+	defer span.End()
 	start := time.Now()
 	results, err := c.store.CommitBatches(ctx, batches)
-	c.metrics.CommitSeconds.Observe(time.Since(start).Seconds())
+	obs.Observe(ctx, c.metrics.CommitSeconds, time.Since(start).Seconds())
 	c.metrics.TxnRooms.Observe(float64(len(batches)))
+	if span.IsRecording() {
+		commands := 0
+		for _, b := range batches {
+			commands += len(b.Commands)
+		}
+		span.SetAttributes(attribute.Int("db.batch_rooms", len(batches)), attribute.Int("db.batch_commands", commands))
+		if err != nil {
+			span.SetStatus(codes.Error, err.Error())
+		}
+	}
 	for i, r := range reqs {
 		switch {
 		case err != nil:

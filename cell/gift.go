@@ -6,6 +6,10 @@ import (
 	"log/slog"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+
+	"hyapp/room-service/internal/obs"
 	"hyapp/room-service/room"
 	"hyapp/room-service/store"
 	"hyapp/room-service/wallet"
@@ -81,17 +85,25 @@ func (gp *giftPayments) charge(ctx context.Context, run []*room.Envelope, charge
 		return
 	}
 	callCtx, cancel := context.WithTimeout(ctx, gp.timeout)
+	callCtx, span := obs.Start(callCtx, "wallet.charge")
 	start := time.Now()
 	results, err := gp.wallet.Charge(callCtx, charges)
+	obs.Observe(callCtx, gp.metrics.WalletSeconds, time.Since(start).Seconds())
+	if span.IsRecording() {
+		span.SetAttributes(attribute.Int("wallet.charges", len(charges)))
+		if err != nil {
+			span.SetStatus(codes.Error, err.Error())
+		}
+	}
+	span.End()
 	cancel()
-	gp.metrics.WalletSeconds.Observe(time.Since(start).Seconds())
 	if err == nil && len(results) != len(charges) {
 		err = errors.New("wallet answered a different number of charges")
 	}
 	if err != nil {
 		// The charges may or may not exist: a retry replays them by key, and
 		// the reconciler refunds what no retry commits.
-		gp.log.Warn("wallet charge failed; outcome unknown", "room_id", run[0].RoomID, "gifts", len(charged), "err", err)
+		gp.log.WarnContext(ctx, "wallet charge failed; outcome unknown", "room_id", run[0].RoomID, "gifts", len(charged), "err", err)
 		refuse(room.Errorf(room.ErrUnavailable, "the wallet did not answer; retry with the same command_id"))
 		return
 	}

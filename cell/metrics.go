@@ -9,6 +9,7 @@ type Metrics struct {
 	TxnRooms       prometheus.Histogram   // room batches per database transaction
 	CommitSeconds  prometheus.Histogram   // one CommitBatches call
 	MailboxDepth   prometheus.Histogram   // queued requests seen when a cell starts a batch
+	MailboxFull    prometheus.Counter     // requests refused at once: the room's mailbox was full
 	LoadedCells    prometheus.Gauge
 	Recoveries     *prometheus.CounterVec // by result
 	Claims         *prometheus.CounterVec // rooms claimed, by how the previous owner left (see claimKind)
@@ -38,6 +39,9 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		MailboxDepth: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "room_mailbox_depth", Help: "Requests queued in a cell's mailbox when it starts a batch.", Buckets: exp(1, 12),
 		}),
+		MailboxFull: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "room_mailbox_full_total", Help: "Requests refused at once because the room's mailbox was full (mailbox_full).",
+		}),
 		LoadedCells: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "room_cells_loaded", Help: "Room cells loaded on this node.",
 		}),
@@ -66,7 +70,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.Commands, m.BatchSize, m.TxnRooms, m.CommitSeconds, m.MailboxDepth, m.LoadedCells,
+		reg.MustRegister(m.Commands, m.BatchSize, m.TxnRooms, m.CommitSeconds, m.MailboxDepth, m.MailboxFull, m.LoadedCells,
 			m.Recoveries, m.Claims, m.ReplayLength, m.RecoverSeconds, m.Stops, m.RocketWakeups, m.WalletSeconds)
 	}
 	return m

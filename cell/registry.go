@@ -229,7 +229,9 @@ func (r *Registry) Snapshot(ctx context.Context, roomID string) (*roomv1.RoomSna
 	return resp.snap, err
 }
 
-func (r *Registry) call(ctx context.Context, roomID string, env *room.Envelope) (response, error) {
+func (r *Registry) call(ctx context.Context, roomID string, env *room.Envelope) (resp response, err error) {
+	ctx, span := startCall(ctx, roomID, env)
+	defer func() { endCall(span, resp, err) }()
 	var create bool
 	if env != nil {
 		_, create = env.Command.(*room.CreateRoom)
@@ -241,11 +243,13 @@ func (r *Registry) call(ctx context.Context, roomID string, env *room.Envelope) 
 		}
 		c.used.Store(r.uses.Add(1))
 		req := &request{env: env, reply: make(chan response, 1)}
+		req.traced(span)
 		if !c.mailbox.push(req) {
 			select {
 			case <-c.done:
 				continue // the cell stopped with a full mailbox: try its successor
 			default:
+				r.metrics.MailboxFull.Inc()
 				return response{}, room.ErrMailboxFull
 			}
 		}

@@ -61,10 +61,11 @@ type Message struct {
 	// sender.
 	Queued, Released time.Time
 
-	version  int64 // the newest room_version the message carries
-	attempts int   // failed sends so far
-	closed   bool  // released after its room's RoomClosed
-	regional bool  // to a region's broadcast group
+	version  int64    // the newest room_version the message carries
+	traces   []string // traceparents of its traced events, the oldest first (see trace.go)
+	attempts int      // failed sends so far
+	closed   bool     // released after its room's RoomClosed
+	regional bool     // to a region's broadcast group
 }
 
 // ErrDropped is returned by a Sender when Tencent accepted the call but
@@ -158,7 +159,7 @@ type Metrics struct {
 	// Sent counts messages sent, by priority; Latency observes queued-to-sent
 	// of the oldest event a message carries.
 	Sent    func(p room.Priority)
-	Latency func(p room.Priority, d time.Duration)
+	Latency func(ctx context.Context, p room.Priority, d time.Duration)
 	// Shed counts events dropped, by priority and reason (queue_full,
 	// too_large, send_queue_full, send_failed, dropped_by_im, and for High
 	// only room_closed: a failed send after the room's RoomClosed).
@@ -279,6 +280,9 @@ type item struct {
 	// kind names the state the event carries whole (seats, profile,
 	// background, chat): a newer queued event of the same kind supersedes it.
 	kind string
+	// trace is the traceparent of the command that caused the event, "" when
+	// it was not traced.
+	trace string
 }
 
 // New starts a lane that sends through s.
@@ -338,7 +342,7 @@ func (l *Lane) Publish(batch []room.Committed) {
 				env["seats"] = seatView(c.Seats)
 			}
 			it := l.newItem(string(ev.Type), lanes, env, c.RoomVersion, now)
-			it.seq, it.kind = seq, stateKind(ev.Type, micRow)
+			it.seq, it.kind, it.trace = seq, stateKind(ev.Type, micRow), c.Trace
 			q := l.queueLocked(c.RoomID, l.cfg.GroupOf(c.RoomID), false)
 			q.closed = q.closed || ev.Type == room.EventRoomClosed
 			l.enqueueLocked(c.RoomID, q, it, lanes.Coalesce)
@@ -930,6 +934,7 @@ func (l *Lane) encodeLocked(q *roomQueue, items []*item, f *foldedEvents) Messag
 			m.Queued = it.queued
 		}
 	}
+	m.traces = traces(items)
 	lost := q.lost > 0 && !q.regional
 	if lost {
 		q.lostPending = false
@@ -1085,7 +1090,9 @@ func (l *Lane) worker(ctx context.Context, high, rest <-chan Message) {
 			return // the lane is closing
 		}
 		sctx, cancel := context.WithTimeout(ctx, l.cfg.SendTimeout)
+		sctx, span := startSend(sctx, m)
 		err := l.send.Send(sctx, m)
+		endSend(span, err)
 		cancel()
 		switch {
 		case err == nil:
@@ -1093,7 +1100,7 @@ func (l *Lane) worker(ctx context.Context, high, rest <-chan Message) {
 				l.metrics.Sent(m.Priority)
 			}
 			if l.metrics.Latency != nil {
-				l.metrics.Latency(m.Priority, time.Since(m.Queued))
+				l.metrics.Latency(sctx, m.Priority, time.Since(m.Queued))
 			}
 		case errors.Is(err, context.Canceled) && ctx.Err() != nil:
 			return
@@ -1103,7 +1110,7 @@ func (l *Lane) worker(ctx context.Context, high, rest <-chan Message) {
 			l.failed(m, "dropped_by_im")
 		default:
 			l.failed(m, "send_failed")
-			l.log.Debug("im send failed", "group", m.GroupID, "type", m.Type, "err", err)
+			l.log.DebugContext(sctx, "im send failed", "group", m.GroupID, "type", m.Type, "err", err)
 		}
 	}
 }

@@ -50,4 +50,8 @@ type Record struct {
 	// CreatedAt is the commit time; PublishedAt is set when the broker acknowledged.
 	CreatedAt   time.Time
 	PublishedAt time.Time
+	// TraceContext is the W3C traceparent of the command that wrote the
+	// row, "" when it was not traced: the publish joins that trace, and
+	// the message carries it on to consumers.
+	TraceContext string
 }

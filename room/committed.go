@@ -15,4 +15,7 @@ type Committed struct {
 	// Seats is the seat list after the command, set when it changed a seat
 	// (so the IM lane can show the whole mic row); nil otherwise.
 	Seats []Seat
+	// Trace is the W3C traceparent of the command's span when it was
+	// traced, "" otherwise: the IM lane sends its events within that trace.
+	Trace string
 }

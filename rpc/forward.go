@@ -36,7 +36,9 @@ const ForwardedBy = "Room-Forwarded-By"
 // forwardHeaders are the caller's headers a hop passes on: its credential
 // and its user assertion, which the owner checks again. The deadline
 // travels as the protocol's timeout header, from ctx.
-var forwardHeaders = []string{"Authorization", UserHeader}
+// The caller's trace context goes on as it came, unless this node traces
+// the hop (see hop).
+var forwardHeaders = []string{"Authorization", UserHeader, "Traceparent", "Tracestate"}
 
 // Routing tunes how calls reach the node that owns their room. Zero values
 // take the defaults.
@@ -67,8 +69,8 @@ type RoutingMetrics struct {
 	// failed and the call gave up), and loop_guard (a forwarded call
 	// arrived and was served here).
 	Forward func(result string)
-	// Hop observes the latency of one hop.
-	Hop func(time.Duration)
+	// Hop observes the latency of one hop; ctx carries the hop's span.
+	Hop func(ctx context.Context, d time.Duration)
 }
 
 // Results of RoutingMetrics.Forward.
@@ -120,7 +122,7 @@ func newRouter(owners Owners, fleet Fleet, node string, r Routing, log *slog.Log
 		rt.metrics.Forward = func(string) {}
 	}
 	if rt.metrics.Hop == nil {
-		rt.metrics.Hop = func(time.Duration) {}
+		rt.metrics.Hop = func(context.Context, time.Duration) {}
 	}
 	return rt
 }
@@ -172,10 +174,7 @@ func (rt *router) toNode(ctx context.Context, req connect.AnyRequest, next conne
 	case !found:
 		return nil, toConnect(ctx, rt.log, room.Errorf(ErrNodeNotFound, "no live node has id %q", id))
 	}
-	header := rt.header(req)
-	start := time.Now()
-	res, err := rte.hop(ctx, rt.client, addr, req, header)
-	rt.metrics.Hop(time.Since(start))
+	res, err := rt.hop(ctx, rte, addr, req, rt.header(req))
 	switch {
 	case err == nil || connect.IsWireError(err):
 		rt.metrics.Forward(ForwardOK)
@@ -242,9 +241,7 @@ func (rt *router) attempt(ctx context.Context, req connect.AnyRequest, next conn
 		res, err = next(ctx, req)
 		return res, moving(err) && ctx.Err() == nil, err
 	}
-	start := time.Now()
-	res, err = rte.hop(ctx, rt.client, addr, req, header)
-	rt.metrics.Hop(time.Since(start))
+	res, err = rt.hop(ctx, rte, addr, req, header)
 	switch {
 	case err == nil || connect.IsWireError(err) && !moving(err):
 		rt.metrics.Forward(ForwardOK)

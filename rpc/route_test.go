@@ -149,7 +149,7 @@ func (f *fleet) start(t *testing.T, id string, owners rpc.Owners, wrap ...func(*
 	mux := rpc.NewMux(rooms, rpc.NewOperatorHandler(db, nil, quiet), rpc.NewWalletHandler(ledger, quiet), rpc.Options{
 		Token: token, Owners: owners, NodeID: id,
 		Routing: rpc.Routing{Client: hopClient, Attempts: 5, Backoff: 5 * time.Millisecond, Metrics: rpc.RoutingMetrics{
-			Hop: func(time.Duration) { hops.Add(1) },
+			Hop: func(context.Context, time.Duration) { hops.Add(1) },
 		}},
 	}, quiet)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")

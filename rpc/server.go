@@ -55,6 +55,13 @@ type Options struct {
 	NodeID string
 	// Routing tunes forwarding; used only with Owners.
 	Routing Routing
+	// Tracing, when set, is the outermost interceptor: it starts each
+	// call's span (honouring the caller's traceparent) before the callers
+	// are authorised, so refusals are traced and audit lines carry the
+	// trace id. nil: calls are not traced.
+	Tracing connect.Interceptor
+	// Calls observes every call the API serves (nil funcs: nothing).
+	Calls CallMetrics
 	// Fleet serves Drain and ListNodes, and with Owners sends a Drain to
 	// the node it names; nil: Drain answers not_in_fleet and ListNodes
 	// lists nothing.
@@ -83,7 +90,7 @@ func NewMux(rooms *RoomHandler, ops *OperatorHandler, wallets *WalletHandler, op
 		// than it saves on the wire.
 		connect.WithCompressMinBytes(compressMinBytes),
 		connect.WithRequestGate(authGate(callersOf(opts), opts.Users)),
-		connect.WithInterceptors(refuseMalformed(log), authorize(log)),
+		connect.WithInterceptors(interceptors(opts, log)...),
 		connect.WithRecover(func(ctx context.Context, spec connect.Spec, _ http.Header, p any) error {
 			log.ErrorContext(ctx, "handler panic", "procedure", spec.Procedure, "panic", p)
 			return toConnect(ctx, log, room.Errorf(room.ErrInternal, "panic in %s", spec.Procedure))
@@ -112,6 +119,20 @@ func NewMux(rooms *RoomHandler, ops *OperatorHandler, wallets *WalletHandler, op
 	return mux
 }
 
+// interceptors are the API's interceptors, outermost first: tracing,
+// the call metrics, then the refusal of malformed requests and the
+// authorisation.
+func interceptors(opts Options, log *slog.Logger) []connect.Interceptor {
+	var out []connect.Interceptor
+	if opts.Tracing != nil {
+		out = append(out, opts.Tracing)
+	}
+	if opts.Calls.Served != nil {
+		out = append(out, observeCalls(opts.Calls))
+	}
+	return append(out, refuseMalformed(log), authorize(log))
+}
+
 // serviceNames are the API's services.
 var serviceNames = []string{roomv1connect.RoomServiceName, roomv1connect.OperatorServiceName, roomv1connect.WalletServiceName}
 
@@ -135,7 +156,9 @@ func mountAdmin(mux *http.ServeMux, opts Options) {
 	mux.Handle(grpcreflect.NewHandlerV1(reflector))
 	mux.Handle(grpcreflect.NewHandlerV1Alpha(reflector))
 	if opts.Metrics != nil {
-		mux.Handle("/metrics", promhttp.HandlerFor(opts.Metrics, promhttp.HandlerOpts{}))
+		// OpenMetrics when the scraper asks for it: the latency histograms'
+		// exemplars (trace ids) travel only in that format.
+		mux.Handle("/metrics", promhttp.HandlerFor(opts.Metrics, promhttp.HandlerOpts{EnableOpenMetrics: true}))
 	}
 }
 

@@ -36,6 +36,7 @@ import (
 	"hyapp/room-service/im/redisbudget"
 	"hyapp/room-service/im/tencent"
 	"hyapp/room-service/im/timlocal"
+	"hyapp/room-service/internal/obs"
 	"hyapp/room-service/lease"
 	"hyapp/room-service/lease/redislease"
 	"hyapp/room-service/outbox/natsbus"
@@ -101,23 +102,27 @@ type Main struct {
 	workers workers
 	metrics *metrics
 
-	repo      store.Repository
-	ledger    ledger
-	bus       *natsbus.Bus
-	redis     *redis.Client          // fleet mode only
-	members   *redislease.Membership // fleet mode only
-	owners    rpc.Owners             // fleet mode only: routes a room's calls to its owner
-	hops      *http.Client           // fleet mode only: calls to other nodes
-	draining  atomic.Bool            // set by drain: rooms nobody holds go to other nodes
-	drainMu   sync.Mutex             // one drain at a time; a second waits for the first
-	unready   time.Time              // when drain turned readiness false; under drainMu
-	health    *grpchealth.StaticChecker
-	timClient *tencent.Client
-	timLocal  *timlocal.Server // the local Tencent endpoint, without tim_sdkappid
-	lane      *im.Lane
-	registry  *cell.Registry
-	server    *http.Server
-	side      []*http.Server // the admin surface, the local IM endpoint off the API port
+	repo     store.Repository
+	ledger   ledger
+	bus      *natsbus.Bus
+	redis    *redis.Client             // fleet mode only
+	members  *redislease.Membership    // fleet mode only
+	owners   rpc.Owners                // fleet mode only: routes a room's calls to its owner
+	hops     *http.Client              // fleet mode only: calls to other nodes
+	draining atomic.Bool               // set by drain: rooms nobody holds go to other nodes
+	drainMu  sync.Mutex                // one drain at a time; a second waits for the first
+	unready  time.Time                 // when drain turned readiness false; under drainMu
+	health   *grpchealth.StaticChecker // drain turns it NOT_SERVING
+	ready    *readiness                // health and the dependencies: /readyz, gRPC health
+	// traceShutdown flushes and stops the tracer provider (a no-op when
+	// tracing is off).
+	traceShutdown func(context.Context) error
+	timClient     *tencent.Client
+	timLocal      *timlocal.Server // the local Tencent endpoint, without tim_sdkappid
+	lane          *im.Lane
+	registry      *cell.Registry
+	server        *http.Server
+	side          []*http.Server // the admin surface, the local IM endpoint off the API port
 
 	closeOnce sync.Once
 	closeErr  error
@@ -304,6 +309,7 @@ func (m *Main) openIM(localAddr string) (*im.Lane, http.Handler, error) {
 	sender := im.RecreatingSender{Sender: im.TencentSender{Client: client}, Groups: im.TencentGroups{Client: client},
 		Recreated: m.metrics.laneRecreated}
 	lc := im.Config{Budget: float64(cfg.IMBudget), AppBudget: float64(cfg.TIMAppBudget), RegionalGroups: regional}
+	newAppBudgetGauge(m.metrics.registry, lc.AppBudget)
 	if m.redis != nil { // fleet mode: the nodes share the app budget
 		interval, tolerance := im.Pacing(lc.AppBudget)
 		if lc.Calls, err = redisbudget.New(m.redis, redisbudget.Key(tc.SDKAppID, "send_group_msg"), interval, tolerance); err != nil {
@@ -338,12 +344,30 @@ func (m *Main) Run(ctx context.Context) error {
 	m.Log.Info("starting room-service", cfg.Redacted()...)
 	m.metrics = newMetrics()
 	m.health = grpchealth.NewStaticChecker(rpc.ServiceNames()...)
+	m.ready = newReadiness(m.health, m.metrics.registry)
+	nodeID := cfg.NodeID
+	if nodeID == "" {
+		nodeID, _ = os.Hostname()
+	}
+	var tracing rpc.Options
+	if err := m.setupTracing(ctx, nodeID, &tracing); err != nil {
+		return fmt.Errorf("tracing: %w", err)
+	}
 
 	db, tuning, err := m.openStore(ctx)
 	if err != nil {
 		return fmt.Errorf("open storage: %w", err)
 	}
 	m.repo = db
+	m.ready.add("storage", func(ctx context.Context) error {
+		_, _, err := db.GetRoomMeta(ctx, "~readyz")
+		return err
+	})
+	if err := m.workers.Go("outbox-gauges", func(ctx context.Context) error {
+		return newOutboxGauges(m.metrics.registry).watch(ctx, outboxStats(db))
+	}); err != nil {
+		return err
+	}
 	if cfg.CommitWorkers > 0 {
 		tuning.CommitWorkers = cfg.CommitWorkers
 	}
@@ -374,17 +398,20 @@ func (m *Main) Run(ctx context.Context) error {
 	if err := m.workers.Go("reconciler", loop(func(ctx context.Context) { reconciler.Run(ctx, reconcileEvery) })); err != nil {
 		return err
 	}
-	nodeID := cfg.NodeID
-	if nodeID == "" {
-		nodeID, _ = os.Hostname()
-	}
 	leases, err := m.openLeases(ctx, nodeID)
 	if err != nil {
 		return fmt.Errorf("open leases: %w", err)
 	}
+	if m.redis != nil {
+		m.ready.add("lease", func(ctx context.Context) error { return m.redis.Ping(ctx).Err() })
+	}
 
 	if m.bus, err = m.openBus(ctx); err != nil {
 		return fmt.Errorf("open message queue: %w", err)
+	}
+	m.ready.add("nats", func(ctx context.Context) error { return m.bus.Conn().FlushWithContext(ctx) })
+	if err := m.workers.Go("health", m.ready.run); err != nil {
+		return err
 	}
 	relay := relay.New(db, m.bus, relay.LeaseGate{Lease: leases},
 		relay.Config{MaxAttempts: int32(cfg.RelayAttempts)}, m.metrics.relay, m.Log.With("component", "relay"))
@@ -434,9 +461,10 @@ func (m *Main) Run(ctx context.Context) error {
 		return err
 	}
 	opts.Metrics, opts.NodeID, opts.Owners, opts.Routing, opts.Fleet = m.metrics.registry, nodeID, m.owners, m.routing(), nodeFleet{m: m, self: nodeID}
-	opts.Health = m.health
+	opts.Health, opts.Tracing, opts.Calls = m.ready, tracing.Tracing, newCallMetrics(m.metrics.registry)
 	mux := rpc.NewMux(rooms, rpc.NewOperatorHandler(db, relay.Wake, m.Log), rpc.NewWalletHandler(m.ledger, m.Log), opts, m.Log)
-	mux.Handle("/readyz", readyz(m.health))
+	mux.Handle("/readyz", m.ready.readyz())
+	mux.Handle("/livez", livez())
 	m.mountTIMCallback(mux)
 	if local != nil {
 		// The zero-configuration Tencent IM: the REST API the lane calls.
@@ -583,6 +611,11 @@ func (m *Main) close(ctx context.Context) error {
 			errs = append(errs, fmt.Errorf("close storage: %w", err))
 		}
 	}
+	if m.traceShutdown != nil {
+		if err := m.traceShutdown(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("flush traces: %w", err))
+		}
+	}
 	return errors.Join(errs...)
 }
 
@@ -616,28 +649,13 @@ func (m *Main) drain(ctx context.Context) (int, error) {
 	return n, err
 }
 
-// readyz answers whether load balancers should send calls here: 200 while
-// the node serves, 503 once it drains (SIGTERM or the Drain call). A
-// draining node still answers the calls that reach it, forwarding them to
-// the rooms' next owners, for drain_grace after readiness turned false.
-// gRPC health (grpc.health.v1) reports the same.
-func readyz(h grpchealth.Checker) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		res, err := h.Check(r.Context(), &grpchealth.CheckRequest{})
-		if err != nil || res.Status != grpchealth.StatusServing {
-			http.Error(w, "draining", http.StatusServiceUnavailable)
-			return
-		}
-		_, _ = w.Write([]byte("ready\n"))
-	})
-}
-
 func newLogger(cfg config.Config) *slog.Logger {
 	var level slog.Level
 	_ = level.UnmarshalText([]byte(strings.ToUpper(cfg.LogLevel)))
 	opts := &slog.HandlerOptions{Level: level}
+	// Lines logged with a traced context carry trace_id and span_id.
 	if cfg.LogFormat == "json" {
-		return slog.New(slog.NewJSONHandler(os.Stderr, opts))
+		return slog.New(obs.LogHandler(slog.NewJSONHandler(os.Stderr, opts)))
 	}
-	return slog.New(slog.NewTextHandler(os.Stderr, opts))
+	return slog.New(obs.LogHandler(slog.NewTextHandler(os.Stderr, opts)))
 }

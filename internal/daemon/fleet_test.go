@@ -237,6 +237,7 @@ type node struct {
 	cmd      *exec.Cmd
 	client   roomv1connect.RoomServiceClient
 	ops      roomv1connect.OperatorServiceClient
+	stdout   *syncBuffer // the child's standard output (spans, with OTEL_TRACES_EXPORTER=console)
 }
 
 func newFleet(t *testing.T, n int) *fleet { return newFleetOn(t, n, fleetRedis) }
@@ -252,7 +253,7 @@ func newFleetOn(t *testing.T, n int, redisURL string, env ...string) *fleet {
 	f := &fleet{t: t, dsn: mysqltest.DSN(t), run: strings.ToLower(rand.Text()[:8]), redis: redisURL, env: env}
 	f.stream = ownStream(t, f.run)
 	for i := range n {
-		nd := &node{id: fmt.Sprintf("%s-n%d", f.run, i+1), addr: freeAddr(t), dir: t.TempDir()}
+		nd := &node{id: fmt.Sprintf("%s-n%d", f.run, i+1), addr: freeAddr(t), dir: t.TempDir(), stdout: new(syncBuffer)}
 		// A restarted node listens on the same address: its clients stay
 		// (and load goroutines read them while the test restarts nodes).
 		nd.client = roomv1connect.NewRoomServiceClient(http.DefaultClient, "http://"+nd.addr)
@@ -267,7 +268,7 @@ func newFleetOn(t *testing.T, n int, redisURL string, env ...string) *fleet {
 func (f *fleet) start(nd *node) {
 	f.t.Helper()
 	// Fleet mode as an operator turns it on: the environment.
-	nd.cmd, _ = spawn(f.t, append([]string{"-listen", nd.addr, "-data-dir", nd.dir, "-snapshot-every", "50"}, f.stream...),
+	nd.cmd, _ = spawnTo(f.t, nd.stdout, append([]string{"-listen", nd.addr, "-data-dir", nd.dir, "-snapshot-every", "50"}, f.stream...),
 		append([]string{"ROOM_REDIS_URL=" + f.redis, "ROOM_NODE_ID=" + nd.id, "ROOM_ADVERTISE_ADDR=" + nd.addr,
 			"ROOM_LEASE_TTL=" + fleetTTL.String(), "ROOM_MYSQL_DSN=" + f.dsn, "ROOM_NATS_URL=" + fleetNATS}, f.env...))
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -81,7 +82,15 @@ func startChildWith(t *testing.T, dir string, args ...string) (*exec.Cmd, string
 // pipe, and kills it when the test ends.
 func spawn(t *testing.T, args, env []string) (*exec.Cmd, string) {
 	t.Helper()
+	return spawnTo(t, nil, args, env)
+}
+
+// spawnTo is spawn with the child's standard output written to stdout
+// (nil: discarded).
+func spawnTo(t *testing.T, stdout io.Writer, args, env []string) (*exec.Cmd, string) {
+	t.Helper()
 	cmd := exec.Command(os.Args[0], args...)
+	cmd.Stdout = stdout
 	cmd.Env = append(append(os.Environ(), childEnv+"=1"), env...)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {

@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"context"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -8,6 +9,7 @@ import (
 
 	"hyapp/room-service/cell"
 	"hyapp/room-service/im"
+	"hyapp/room-service/internal/obs"
 	"hyapp/room-service/lease/redislease"
 	"hyapp/room-service/outbox/relay"
 	"hyapp/room-service/room"
@@ -86,7 +88,7 @@ func newRoutingMetrics(reg prometheus.Registerer) rpc.RoutingMetrics {
 	}
 	return rpc.RoutingMetrics{
 		Forward: func(r string) { forwards.WithLabelValues(r).Inc() },
-		Hop:     func(d time.Duration) { hop.Observe(d.Seconds()) },
+		Hop:     func(ctx context.Context, d time.Duration) { obs.Observe(ctx, hop, d.Seconds()) },
 	}
 }
 
@@ -121,7 +123,9 @@ func newLaneMetrics(reg prometheus.Registerer) im.Metrics {
 		Coalesced:   coalesced.Inc,
 		Retried:     retried.Inc,
 		RateLimited: rateLimited.Inc,
-		Latency:     func(p room.Priority, d time.Duration) { latency.WithLabelValues(string(p)).Observe(d.Seconds()) },
+		Latency: func(ctx context.Context, p room.Priority, d time.Duration) {
+			obs.Observe(ctx, latency.WithLabelValues(string(p)), d.Seconds())
+		},
 	}
 }
 
@@ -142,6 +146,6 @@ func newRelayMetrics(reg prometheus.Registerer) relay.Metrics {
 			failed.WithLabelValues(kind).Inc()
 		},
 		Dead: dead.Inc,
-		Lag:  func(d time.Duration) { lag.Observe(d.Seconds()) },
+		Lag:  func(ctx context.Context, d time.Duration) { obs.Observe(ctx, lag, d.Seconds()) },
 	}
 }

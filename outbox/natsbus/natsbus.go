@@ -24,8 +24,10 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/trace"
 
 	roomv1 "hyapp/room-service/gen/room/v1"
+	"hyapp/room-service/internal/obs"
 	"hyapp/room-service/outbox"
 )
 
@@ -300,6 +302,9 @@ func (b *Bus) Publish(ctx context.Context, r outbox.Record) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, b.cfg.PublishTimeout)
 	defer cancel()
+	if sc := trace.SpanContextFromContext(ctx); sc.IsSampled() {
+		h[HeaderTraceParent] = []string{obs.FormatTraceParent(sc)} // the publish's own span
+	}
 	msg := &nats.Msg{Subject: b.Subject(r.EventType, r.RoomID), Data: data, Header: h}
 	// ExpectStream makes the broker refuse the message if the subject were
 	// ever captured by another stream, instead of acking it there.

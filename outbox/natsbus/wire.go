@@ -23,6 +23,10 @@ const (
 	HeaderRoomID      = "Room-Id"
 	HeaderRoomVersion = "Room-Version"
 	HeaderEventType   = "Event-Type"
+	// HeaderTraceParent is the W3C trace context of the publish (or of the
+	// command that wrote the row), when it was traced: a consumer continues
+	// the trace from it.
+	HeaderTraceParent = "traceparent"
 
 	// ContentType is the value of HeaderContentType: the body is a
 	// protobuf-encoded room.v1.RoomEvent.
@@ -81,6 +85,9 @@ func Encode(r outbox.Record) ([]byte, nats.Header, error) {
 	h[HeaderRoomID] = []string{r.RoomID}
 	h[HeaderRoomVersion] = []string{strconv.FormatInt(r.RoomVersion, 10)}
 	h[HeaderEventType] = []string{r.EventType}
+	if r.TraceContext != "" {
+		h[HeaderTraceParent] = []string{r.TraceContext}
+	}
 	return data, h, nil
 }
 

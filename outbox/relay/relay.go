@@ -102,7 +102,9 @@ type Metrics struct {
 	Failed    func(transient bool)
 	Dead      func()
 	// Lag observes commit-to-acknowledge delay.
-	Lag func(d time.Duration)
+	// Lag observes the commit-to-acknowledge delay; ctx carries the
+	// publish's span when the row was traced.
+	Lag func(ctx context.Context, d time.Duration)
 }
 
 // Relay delivers committed outbox rows to the message queue: at least once,
@@ -360,11 +362,13 @@ func (r *Relay) chain(ctx context.Context, roomID string) (more bool) {
 			r.backoff(roomID, row.NextAttemptAt)
 			return false
 		}
-		err := r.pub.Publish(ctx, row)
+		pctx, span := startPublish(ctx, row)
+		err := r.pub.Publish(pctx, row)
+		endPublish(span, err)
 		if err == nil {
 			acked = append(acked, row.EventID)
 			if r.metrics.Lag != nil && !row.CreatedAt.IsZero() {
-				r.metrics.Lag(r.now().Sub(row.CreatedAt))
+				r.metrics.Lag(pctx, r.now().Sub(row.CreatedAt))
 			}
 			r.brokerOK()
 			continue

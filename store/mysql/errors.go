@@ -14,6 +14,7 @@ import (
 // Server error numbers the adapter tells apart.
 const (
 	erDupKeyName      = 1061 // ER_DUP_KEYNAME: an index of that name exists
+	erDupFieldName    = 1060 // ER_DUP_FIELDNAME: a column of that name exists
 	erDupEntry        = 1062 // ER_DUP_ENTRY
 	erLockWaitTimeout = 1205 // ER_LOCK_WAIT_TIMEOUT
 	erLockDeadlock    = 1213 // ER_LOCK_DEADLOCK

@@ -40,8 +40,8 @@ func Migrate(ctx context.Context, dsn string) error {
 // commits DDL at once, so a migration cannot share a transaction with its
 // schema_migrations row: every migration is written to be run again
 // (CREATE TABLE IF NOT EXISTS), which covers a crash between the two. MySQL
-// has no ADD KEY IF NOT EXISTS, so a migration that adds an index and fails
-// because the index is there counts as applied.
+// has no ADD KEY (or ADD COLUMN) IF NOT EXISTS, so a migration that adds an
+// index or a column and fails because it is there counts as applied.
 // A named lock, held on the one connection that migrates, makes nodes that
 // start together take turns; the second finds the work done. It returns the
 // server's version string (MariaDB's names MariaDB).
@@ -109,7 +109,7 @@ func migrate(ctx context.Context, cfg *mysql.Config) (version string, err error)
 		if err != nil {
 			return "", fmt.Errorf("read migration %s: %w", name, err)
 		}
-		if _, err := conn.ExecContext(ctx, string(body)); err != nil && !isDupKeyName(err) {
+		if _, err := conn.ExecContext(ctx, string(body)); err != nil && !isAlreadyThere(err) {
 			return "", fmt.Errorf("migrate version=%s: %w", version, mapErr(err))
 		}
 		if _, err := conn.ExecContext(ctx, `INSERT INTO schema_migrations (version, applied_at) VALUES (?, ?)`,
@@ -135,7 +135,9 @@ func migrateLockName(dbName string) string {
 	return prefix + hex.EncodeToString(sum[:16])
 }
 
-func isDupKeyName(err error) bool {
+// isAlreadyThere reports whether a migration failed because the index or
+// column it adds exists.
+func isAlreadyThere(err error) bool {
 	var me *mysql.MySQLError
-	return errors.As(err, &me) && me.Number == erDupKeyName
+	return errors.As(err, &me) && (me.Number == erDupKeyName || me.Number == erDupFieldName)
 }

@@ -15,7 +15,7 @@ import (
 )
 
 const outboxColumns = `id, event_id, room_id, room_version, seq, event_type, payload, owner_epoch,
-	status, attempts, last_error, next_attempt_at, created_at, published_at`
+	status, attempts, last_error, next_attempt_at, created_at, published_at, trace_context`
 
 // OutboxSQL is the outbox's SQL as a dialect spells it: the statements
 // whose plans the adapters' tests check.
@@ -70,7 +70,7 @@ func OutboxQueries(d *Dialect) OutboxSQL {
 const maxLastError = 4096
 
 func outboxSize(r *outbox.Record) int {
-	return len(r.EventID) + len(r.RoomID) + len(r.EventType) + len(r.Payload) + rowOverhead
+	return len(r.EventID) + len(r.RoomID) + len(r.EventType) + len(r.Payload) + len(r.TraceContext) + rowOverhead
 }
 
 // SaveOutbox inserts the records as pending rows, all or none, keeping each

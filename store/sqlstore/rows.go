@@ -74,8 +74,12 @@ func scanCommand(s scanner) (store.CommandRecord, error) {
 // zero NextAttemptAt becomes CreatedAt, so a new row is due at once.
 func outboxArgs(dst []any, r *outbox.Record, epoch int64, now int64) []any {
 	created := millis(r.CreatedAt, now)
+	var trace any // NULL: not traced
+	if r.TraceContext != "" {
+		trace = r.TraceContext
+	}
 	return append(dst, r.EventID, r.RoomID, r.RoomVersion, r.Seq, r.EventType, r.Payload, epoch,
-		millis(r.NextAttemptAt, created), created)
+		millis(r.NextAttemptAt, created), created, trace)
 }
 
 // commandArgs appends one room_command_log row; a zero CreatedAt becomes now.
@@ -116,17 +120,19 @@ func fromMillis(ms sql.NullInt64) time.Time {
 // scanOutbox reads room_outbox rows selected in outboxColumns order
 // (id, event_id, room_id, room_version, seq, event_type, payload,
 // owner_epoch, status, attempts, last_error, next_attempt_at, created_at,
-// published_at) and closes rows. Errors are the driver's, unmapped.
+// published_at, trace_context) and closes rows. Errors are the driver's, unmapped.
 func scanOutbox(rows *sql.Rows) ([]outbox.Record, error) {
 	defer rows.Close()
 	var out []outbox.Record
 	for rows.Next() {
 		var r outbox.Record
 		var next, created, published sql.NullInt64
+		var trace sql.NullString
 		if err := rows.Scan(&r.ID, &r.EventID, &r.RoomID, &r.RoomVersion, &r.Seq, &r.EventType, &r.Payload,
-			&r.OwnerEpoch, &r.Status, &r.Attempts, &r.LastError, &next, &created, &published); err != nil {
+			&r.OwnerEpoch, &r.Status, &r.Attempts, &r.LastError, &next, &created, &published, &trace); err != nil {
 			return nil, err
 		}
+		r.TraceContext = trace.String
 		r.NextAttemptAt, r.CreatedAt, r.PublishedAt = fromMillis(next), fromMillis(created), fromMillis(published)
 		out = append(out, r)
 	}

@@ -166,8 +166,8 @@ func (db *DB) prepare(ctx context.Context) error {
 	}
 	if s.insertOutbox, err = db.newBulkInsert(ctx,
 		`INSERT INTO room_outbox (event_id, room_id, room_version, seq, event_type, payload, owner_epoch,
-			next_attempt_at, created_at, status, last_error) VALUES `,
-		`(?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', '')`); err != nil {
+			next_attempt_at, created_at, trace_context, status, last_error) VALUES `,
+		`(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', '')`); err != nil {
 		return err
 	}
 	return nil

@@ -1040,6 +1040,8 @@ func testOutbox(t *testing.T, repo store.Repository) {
 	ctx := t.Context()
 	id := newRoomID(t)
 	rows := []outbox.Record{event(id, 1, 0), event(id, 1, 1), event(id, 2, 0)}
+	const traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+	rows[1].TraceContext = traceparent // a traced command's row; the others have none
 	later := event(id, 3, 0)
 	later.NextAttemptAt = time.Now().Add(time.Hour)
 	if err := repo.SaveOutbox(ctx, append(rows, later)); err != nil {
@@ -1049,6 +1051,11 @@ func testOutbox(t *testing.T, repo store.Repository) {
 	pending := mustPending(t, repo, id)
 	if ids := eventIDs(pending); !slices.Equal(ids, eventIDs(rows)) {
 		t.Fatalf("pending = %v, want %v (the later row is not due)", ids, eventIDs(rows))
+	}
+	for i, r := range pending {
+		if r.TraceContext != rows[i].TraceContext {
+			t.Fatalf("row %s: trace context %q, want %q", r.EventID, r.TraceContext, rows[i].TraceContext)
+		}
 	}
 	if got, err := repo.ListPendingOutbox(ctx, 1); err != nil || len(got) > 1 {
 		t.Fatalf("ListPendingOutbox(1) = %d rows, %v; want at most 1", len(got), err)
