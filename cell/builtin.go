@@ -14,10 +14,11 @@ func (r *Registry) plugIn() features {
 		wallet: r.cfg.Wallet, timeout: r.cfg.WalletTimeout, window: r.cfg.GiftApplyWindow,
 		settle: r.cfg.SettleInCommit, commands: r.store, metrics: r.metrics, log: r.log,
 	}
-	return newFeatures(
+	return newFeatures(append([]Feature{
 		roomCreation{store: r.store}.feature(),
 		rulesSwitch{rules: r.cfg.Rules}.feature(),
 		gifts.feature(),
 		r.builtin.rockets.feature(),
-	)
+		giftRecords{}.feature(),
+	}, r.cfg.Features...)...)
 }

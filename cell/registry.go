@@ -72,6 +72,9 @@ type Config struct {
 	// so the reconciler may refund charges older than the window plus the
 	// commit timeout without racing a late commit.
 	GiftApplyWindow time.Duration
+	// Features are plugged in after the built-in ones (the room directory's
+	// projector).
+	Features []Feature
 }
 
 // DefaultConfig returns the defaults.
