@@ -77,6 +77,11 @@ var routes = map[string]route{
 	roomv1connect.OperatorServiceDrainProcedure: {
 		hop: hop[roomv1.DrainRequest, roomv1.DrainResponse](roomv1connect.OperatorServiceDrainProcedure), node: true,
 	},
+	// Members are read from the room's live state at its owner; gift
+	// records and the journal from the shared database.
+	roomv1connect.RoomServiceListMembersProcedure:         owned[roomv1.ListMembersRequest, roomv1.ListMembersResponse](roomv1connect.RoomServiceListMembersProcedure),
+	roomv1connect.RoomServiceListGiftRecordsProcedure:     {},
+	roomv1connect.WalletServiceListWalletEntriesProcedure: {},
 }
 
 // owned is the route of an idempotent procedure its room's owner serves.

@@ -72,6 +72,9 @@ func methods(c *client) map[string]method {
 		"RequeueDeadOutbox": bind(o.RequeueDeadOutbox),
 		"CreditCoins":       bind(w.CreditCoins),
 		"GetBalance":        bind(w.GetBalance),
+		"ListMembers":       bind(r.ListMembers),
+		"ListGiftRecords":   bind(r.ListGiftRecords),
+		"ListWalletEntries": bind(w.ListWalletEntries),
 	}
 }
 
