@@ -105,20 +105,22 @@ func (db *DB) writeDirectory(ctx context.Context, rows []store.DirectoryRow, tai
 	})
 }
 
-// ListDirectory lists directory rows of q.Status (and q.Region and q.Mode
-// when set) in q.Order, highest first and ties by room id, highest first,
-// after q.After, at most q.Limit, in one statement: one consistent read.
-// An unknown order lists nothing.
-func (db *DB) ListDirectory(ctx context.Context, q store.DirectoryQuery) ([]store.DirectoryRow, error) {
+// DirectoryListing returns the statement that lists q and its arguments;
+// ok is false for an unknown order. Status is always a condition, so every
+// order reads the index led by status (or by status and region) backwards
+// from the cursor, without a sort.
+func (d *Dialect) DirectoryListing(q store.DirectoryQuery) (query string, args []any, ok bool) {
 	col, ok := directoryOrderColumn[q.Order]
-	if !ok || q.Limit <= 0 {
-		return nil, nil
+	if !ok {
+		return "", nil, false
 	}
 	where := `status = ?`
-	args := []any{q.Status}
+	args = []any{q.Status}
+	index := "room_directory_" + string(q.Order)
 	if q.Region != "" {
 		where += ` AND region = ?`
 		args = append(args, q.Region)
+		index = "room_directory_region_" + string(q.Order)
 	}
 	if q.Mode != "" {
 		where += ` AND mode = ?`
@@ -129,8 +131,20 @@ func (db *DB) ListDirectory(ctx context.Context, q store.DirectoryQuery) ([]stor
 		args = append(args, q.After.Value, q.After.Value, q.After.RoomID)
 	}
 	args = append(args, q.Limit)
-	rows, err := db.read.QueryContext(ctx, `SELECT `+directoryColumns+` FROM room_directory WHERE `+where+
-		` ORDER BY `+col+` DESC, room_id DESC LIMIT ?`, args...)
+	return `SELECT ` + directoryColumns + ` FROM room_directory` + d.ForceIndex(index) + ` WHERE ` + where +
+		` ORDER BY ` + col + ` DESC, room_id DESC LIMIT ?`, args, true
+}
+
+// ListDirectory lists directory rows of q.Status (and q.Region and q.Mode
+// when set) in q.Order, highest first and ties by room id, highest first,
+// after q.After, at most q.Limit, in one statement: one consistent read.
+// An unknown order lists nothing.
+func (db *DB) ListDirectory(ctx context.Context, q store.DirectoryQuery) ([]store.DirectoryRow, error) {
+	query, args, ok := db.d.DirectoryListing(q)
+	if !ok || q.Limit <= 0 {
+		return nil, nil
+	}
+	rows, err := db.read.QueryContext(ctx, query, args...)
 	var out []store.DirectoryRow
 	if err == nil {
 		out, err = scanDirectory(rows)
