@@ -220,30 +220,71 @@ func (h *RoomHandler) ListMembers(ctx context.Context, r *connect.Request[roomv1
 	for _, c := range snap.GetEconomy().GetContributions() {
 		contrib[c.GetUserId()] = c.GetValue()
 	}
-	key := func(mb *roomv1.Member) memberKey {
+	page := firstMembers(snap.GetMembers(), size+1, func(mb *roomv1.Member) (memberKey, bool) {
+		k := memberKey{mb.GetJoinedAtMs(), mb.GetUserId()}
 		if byContribution {
-			return memberKey{-contrib[mb.GetUserId()], mb.GetUserId()}
+			k.value = -contrib[mb.GetUserId()]
 		}
-		return memberKey{mb.GetJoinedAtMs(), mb.GetUserId()}
-	}
-	var page []*roomv1.Member
-	for _, mb := range snap.GetMembers() {
-		if !more || compareMemberKey(key(mb), from) > 0 {
-			page = append(page, mb)
-		}
-	}
-	slices.SortFunc(page, func(a, b *roomv1.Member) int { return compareMemberKey(key(a), key(b)) })
+		return k, !more || compareMemberKey(k, from) > 0
+	})
 	out := &roomv1.ListMembersResponse{RoomVersion: snap.GetRoomVersion(), OnlineCount: snap.GetOnlineCount()}
 	if len(page) > size {
-		last := key(page[size-1])
+		last := page[size-1].key
 		out.NextPageToken = pageToken(kind, last.value, strconv.FormatInt(last.user, 10))
 		page = page[:size]
 	}
 	out.Members = make([]*roomv1.MemberEntry, 0, len(page))
-	for _, mb := range page {
-		out.Members = append(out.Members, &roomv1.MemberEntry{Member: mb, Contribution: contrib[mb.GetUserId()]})
+	for _, e := range page {
+		out.Members = append(out.Members, &roomv1.MemberEntry{Member: e.member, Contribution: contrib[e.member.GetUserId()]})
 	}
 	return connect.NewResponse(out), nil
+}
+
+// keyedMember is a member and its position in a ListMembers order.
+type keyedMember struct {
+	key    memberKey
+	member *roomv1.Member
+}
+
+// firstMembers returns, in order, the n members with the lowest keys among
+// those key admits. A hot room holds up to 100,000 members and a page a few
+// hundred: a bounded max-heap keeps the n lowest in one pass, without
+// sorting the room.
+func firstMembers(members []*roomv1.Member, n int, key func(*roomv1.Member) (memberKey, bool)) []keyedMember {
+	h := make([]keyedMember, 0, min(n, len(members)))
+	less := func(i, j int) bool { return compareMemberKey(h[i].key, h[j].key) > 0 } // max-heap
+	down := func(i int) {
+		for {
+			c := 2*i + 1
+			if c >= len(h) {
+				return
+			}
+			if c+1 < len(h) && less(c+1, c) {
+				c++
+			}
+			if !less(c, i) {
+				return
+			}
+			h[i], h[c] = h[c], h[i]
+			i = c
+		}
+	}
+	for _, mb := range members {
+		k, ok := key(mb)
+		switch {
+		case !ok:
+		case len(h) < n:
+			h = append(h, keyedMember{k, mb})
+			for i := len(h) - 1; i > 0 && less(i, (i-1)/2); i = (i - 1) / 2 {
+				h[i], h[(i-1)/2] = h[(i-1)/2], h[i]
+			}
+		case compareMemberKey(k, h[0].key) < 0:
+			h[0] = keyedMember{k, mb}
+			down(0)
+		}
+	}
+	slices.SortFunc(h, func(a, b keyedMember) int { return compareMemberKey(a.key, b.key) })
+	return h
 }
 
 // ListGiftRecords implements RoomService.
