@@ -80,7 +80,7 @@ func (GiftKind) EnumDescriptor() ([]byte, []int) {
 	return file_room_v1_room_proto_rawDescGZIP(), []int{0}
 }
 
-// RoomOrder is the order of the hot list. Ties are broken by room_id.
+// RoomOrder is the order of the hot list. Ties go by room_id, highest first.
 type RoomOrder int32
 
 const (
