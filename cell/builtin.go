@@ -16,11 +16,12 @@ func (r *Registry) plugIn() features {
 		wallet: r.cfg.Wallet, timeout: r.cfg.WalletTimeout, window: r.cfg.GiftApplyWindow,
 		settle: r.cfg.SettleInCommit, commands: r.store, metrics: r.metrics, log: r.log,
 	}
-	return newFeatures(
+	return newFeatures(append([]Feature{
 		roomCreation{}.feature(),
 		rulesSwitch{rules: r.cfg.Rules}.feature(),
 		gifts.feature(),
 		r.builtin.rockets.feature(),
 		r.builtin.presence.feature(),
-	)
+		giftRecords{}.feature(),
+	}, r.cfg.Features...)...)
 }

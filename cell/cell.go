@@ -650,6 +650,7 @@ func (c *Cell) committed(cmds []*pending, b store.Batch) []room.Committed {
 		})
 	}
 	c.reg.features.committed(out)
+	c.reg.features.settled(c.state, c.epoch)
 	return out
 }
 
@@ -722,6 +723,7 @@ func (c *Cell) adopt(rec *Recovered) {
 		c.recent.add(r.CommandID, recentEntry{version: r.RoomVersion, typ: room.CommandType(r.CommandType), payload: r.Payload})
 	}
 	c.reg.features.loaded(c.state)
+	c.reg.features.settled(c.state, c.epoch)
 }
 
 // passivate asks the cell to stop as an idle one does, and waits until it

@@ -53,6 +53,10 @@ type Feature struct {
 	// Fire runs on the timer scanner's goroutines with the due timers of
 	// TimerKind of one room.
 	Fire func(ctx context.Context, roomID string, due []store.Timer)
+	// Settled runs on the room's goroutine each time the state is the
+	// room's committed state anew: once loaded or reloaded, and after each
+	// batch committed (after Committed). epoch is the room's owner epoch.
+	Settled func(s *room.State, epoch int64)
 }
 
 // Verdict is a Feature's decision on one command of a prepared run. The
@@ -129,6 +133,14 @@ func (fs features) stopped(roomID string) {
 	for _, f := range fs.all {
 		if f.Stopped != nil {
 			f.Stopped(roomID)
+		}
+	}
+}
+
+func (fs features) settled(s *room.State, epoch int64) {
+	for _, f := range fs.all {
+		if f.Settled != nil {
+			f.Settled(s, epoch)
 		}
 	}
 }

@@ -80,6 +80,9 @@ type Config struct {
 	// MicOfflineGrace: a seated member offline this long loses the seat
 	// (and stays in the room); one seen again within it keeps the seat.
 	MicOfflineGrace time.Duration
+	// Features are plugged in after the built-in ones (the room directory's
+	// projector).
+	Features []Feature
 }
 
 // DefaultConfig returns the defaults.

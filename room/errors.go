@@ -29,6 +29,10 @@ type Error struct {
 	Code    Code
 	Reason  string
 	Message string
+	// Metadata are facts a client acts on (the balance and the amount
+	// needed of insufficient_balance), sent as the ErrorInfo's metadata.
+	// Keys are stable like the reason; nil for most errors.
+	Metadata map[string]string
 }
 
 func (e *Error) Error() string {

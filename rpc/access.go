@@ -90,10 +90,19 @@ var accessTable = map[string]access{
 	// act for the users it asserts could keep anyone's seat taken, so it
 	// needs act-as-any as well.
 	roomv1connect.RoomServiceHeartbeatProcedure: {scope: auth.Room, anyUser: true},
+	// A room's members are shown to anyone in the lobby.
+	roomv1connect.RoomServiceListMembersProcedure: roomQuery,
+	// Gift records and a wallet's journal are the user's own: a caller
+	// without act-as-any lists those of the asserted user only (gift
+	// records by user_id, not by room).
+	roomv1connect.RoomServiceListGiftRecordsProcedure:     {scope: auth.Room, actor: userOf},
+	roomv1connect.WalletServiceListWalletEntriesProcedure: {scope: auth.Room, actor: userOf},
 }
 
 // The request types the actor funcs read.
 var (
 	_ interface{ GetOperatorUserId() int64 } = (*roomv1.SendGiftRequest)(nil)
 	_ interface{ GetUserId() int64 }         = (*roomv1.GetBalanceRequest)(nil)
+	_ interface{ GetUserId() int64 }         = (*roomv1.ListGiftRecordsRequest)(nil)
+	_ interface{ GetUserId() int64 }         = (*roomv1.ListWalletEntriesRequest)(nil)
 )

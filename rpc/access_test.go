@@ -93,8 +93,9 @@ func TestEveryMethodChecksItsCaller(t *testing.T) {
 		roomv1connect.OperatorServiceName: auth.Operator,
 	}
 	wantMethod := map[string]auth.Scope{
-		roomv1connect.WalletServiceCreditCoinsProcedure: auth.WalletCredit,
-		roomv1connect.WalletServiceGetBalanceProcedure:  auth.Room,
+		roomv1connect.WalletServiceCreditCoinsProcedure:       auth.WalletCredit,
+		roomv1connect.WalletServiceGetBalanceProcedure:        auth.Room,
+		roomv1connect.WalletServiceListWalletEntriesProcedure: auth.Room,
 	}
 	call := func(path, tok string) (string, string) {
 		h := http.Header{"Content-Type": {"application/json"}}

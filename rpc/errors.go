@@ -52,7 +52,7 @@ func toConnect(ctx context.Context, log *slog.Logger, err error) error {
 		code = connect.CodeInternal
 	}
 	out := connect.NewError(code, errors.New(msg))
-	if detail, derr := connect.NewErrorDetail(&errdetails.ErrorInfo{Reason: e.Reason, Domain: ErrorDomain}); derr == nil {
+	if detail, derr := connect.NewErrorDetail(&errdetails.ErrorInfo{Reason: e.Reason, Domain: ErrorDomain, Metadata: e.Metadata}); derr == nil {
 		out.AddDetail(detail)
 	}
 	return out
@@ -75,4 +75,24 @@ func Reason(err error) string {
 		}
 	}
 	return ""
+}
+
+// ErrorMetadata returns the ErrorInfo metadata of an error returned by this
+// service's API (the balance and the amount needed of insufficient_balance),
+// or nil when it carries none.
+func ErrorMetadata(err error) map[string]string {
+	var ce *connect.Error
+	if !errors.As(err, &ce) {
+		return nil
+	}
+	for _, d := range ce.Details() {
+		v, derr := d.Value()
+		if derr != nil {
+			continue
+		}
+		if info, ok := v.(*errdetails.ErrorInfo); ok && info.GetDomain() == ErrorDomain {
+			return info.GetMetadata()
+		}
+	}
+	return nil
 }

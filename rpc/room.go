@@ -50,6 +50,10 @@ type RoomHandler struct {
 	platform func(userID int64) bool
 	creates  *perCaller // set by NewMux from Options.CreateRoomRate
 	log      *slog.Logger
+	// The read models of the lists, when rooms serves them (nil: their
+	// lists answer list_not_served).
+	directory   DirectoryReader
+	giftRecords GiftRecordReader
 }
 
 // RobotDisplay shows robot display events (the IM lane).
@@ -110,14 +114,19 @@ var _ roomv1connect.RoomServiceHandler = (*RoomHandler)(nil)
 // engine, rooms, catalogue and robots are required. platform reports
 // whether a user is platform staff, who may act as any room's owner (nil:
 // nobody is); staff act as such only on calls whose caller holds the
-// platform scope.
+// platform scope. When rooms also reads the room directory
+// (DirectoryReader) and gift records (GiftRecordReader), as the SQL stores
+// do, the hot list and ListGiftRecords are served from it.
 func NewRoomHandler(engine Engine, rooms RoomStore, catalogue *gift.Catalogue, robots RobotDisplay, platform func(int64) bool, log *slog.Logger) *RoomHandler {
 	if platform == nil {
 		platform = func(int64) bool { return false }
 	}
-	return &RoomHandler{
+	h := &RoomHandler{
 		engine: engine, rooms: rooms, gifts: app.NewGifts(catalogue, engine), robots: robots, platform: platform, log: log,
 	}
+	h.directory, _ = rooms.(DirectoryReader)
+	h.giftRecords, _ = rooms.(GiftRecordReader)
+	return h
 }
 
 // header is what every mutating request has.
@@ -316,21 +325,18 @@ func (h *RoomHandler) GetRoomSnapshot(ctx context.Context, r *connect.Request[ro
 	return connect.NewResponse(out), nil
 }
 
-// Page sizes of ListRooms.
-const (
-	defaultPageSize = 100
-	maxPageSize     = 500
-)
-
 // ListRooms implements RoomService.
 func (h *RoomHandler) ListRooms(ctx context.Context, r *connect.Request[roomv1.ListRoomsRequest]) (*connect.Response[roomv1.ListRoomsResponse], error) {
 	m := r.Msg
-	size := int(m.GetPageSize())
-	switch {
-	case size < 0 || size > maxPageSize:
-		return nil, toConnect(ctx, h.log, room.Errorf(room.ErrInvalidArgument, "page_size must be 0..%d", maxPageSize))
-	case size == 0:
-		size = defaultPageSize
+	size, err := pageSize(m.GetPageSize())
+	if err != nil {
+		return nil, toConnect(ctx, h.log, err)
+	}
+	if m.GetOrderBy() != roomv1.RoomOrder_ROOM_ORDER_UNSPECIFIED {
+		return h.listHot(ctx, m, size)
+	}
+	if m.GetRegion() != "" || m.GetMode() != "" {
+		return nil, toConnect(ctx, h.log, room.Errorf(room.ErrInvalidArgument, "region and mode filter the hot list: set order_by"))
 	}
 	var want room.Status
 	if m.GetStatus() != roomv1.RoomStatus_ROOM_STATUS_UNSPECIFIED {
@@ -341,22 +347,36 @@ func (h *RoomHandler) ListRooms(ctx context.Context, r *connect.Request[roomv1.L
 	}
 	after, err := base64.RawURLEncoding.DecodeString(m.GetPageToken())
 	if err != nil {
-		return nil, toConnect(ctx, h.log, room.Errorf(room.ErrInvalidArgument, "bad page_token"))
+		return nil, toConnect(ctx, h.log, room.Errorf(ErrInvalidPageToken, "bad page_token"))
 	}
 	rooms, err := h.rooms.ListRooms(ctx, string(after), size)
 	if err != nil {
 		return nil, toConnect(ctx, h.log, err)
+	}
+	var dir map[string]store.DirectoryRow
+	if h.directory != nil && len(rooms) > 0 {
+		ids := make([]string, len(rooms))
+		for i, ri := range rooms {
+			ids[i] = ri.Meta.RoomID
+		}
+		if dir, err = h.directory.GetDirectory(ctx, ids); err != nil {
+			return nil, toConnect(ctx, h.log, err)
+		}
 	}
 	out := &roomv1.ListRoomsResponse{}
 	for _, ri := range rooms {
 		if want != "" && room.Status(ri.Meta.Status) != want {
 			continue
 		}
-		out.Rooms = append(out.Rooms, &roomv1.RoomSummary{
+		s := &roomv1.RoomSummary{
 			RoomId: ri.Meta.RoomID, OwnerUserId: ri.Meta.OwnerUserID, HostUserId: ri.Meta.HostUserID,
 			SeatCount: ri.Meta.SeatCount, Mode: ri.Meta.Mode, Status: snapshot.StatusToProto(room.Status(ri.Meta.Status)),
 			RoomVersion: ri.HeadVersion, OwnerEpoch: ri.OwnerEpoch, OwnerNode: ri.OwnerNode,
-		})
+		}
+		if d, ok := dir[ri.Meta.RoomID]; ok {
+			withDirectory(s, &d)
+		}
+		out.Rooms = append(out.Rooms, s)
 	}
 	if len(rooms) == size {
 		out.NextPageToken = base64.RawURLEncoding.EncodeToString([]byte(rooms[len(rooms)-1].Meta.RoomID))

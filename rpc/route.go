@@ -79,6 +79,11 @@ var routes = map[string]route{
 	},
 	// Presence lives in the owner's memory; a heartbeat is safe to repeat.
 	roomv1connect.RoomServiceHeartbeatProcedure: owned[roomv1.HeartbeatRequest, roomv1.HeartbeatResponse](roomv1connect.RoomServiceHeartbeatProcedure),
+	// Members are read from the room's live state at its owner; gift
+	// records and the journal from the shared database.
+	roomv1connect.RoomServiceListMembersProcedure:         owned[roomv1.ListMembersRequest, roomv1.ListMembersResponse](roomv1connect.RoomServiceListMembersProcedure),
+	roomv1connect.RoomServiceListGiftRecordsProcedure:     {},
+	roomv1connect.WalletServiceListWalletEntriesProcedure: {},
 }
 
 // owned is the route of an idempotent procedure its room's owner serves.

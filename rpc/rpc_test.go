@@ -82,7 +82,12 @@ func startWith(t *testing.T, opts rpc.Options, log *slog.Logger) *stack {
 		t.Fatal(err)
 	}
 	ledger := walletledger.New(db.SQLStore(), walletledger.Options{})
-	reg := cell.New(cell.Config{Wallet: ledger}, db, lease.NewLocal(), nopSink{}, nil, quiet)
+	// The room directory's projector writes often, so the hot list catches up fast.
+	directory := cell.NewDirectory(db, "node-1", 20*time.Millisecond, quiet)
+	dirCtx, stopDirectory := context.WithCancel(context.Background())
+	directoryDone := make(chan struct{})
+	go func() { defer close(directoryDone); directory.Run(dirCtx) }()
+	reg := cell.New(cell.Config{Wallet: ledger, Features: []cell.Feature{directory.Feature()}}, db, lease.NewLocal(), nopSink{}, nil, quiet)
 	catalogue, err := gift.New(gift.DefaultGifts(), gift.Settings{Lucky: gift.DefaultLucky(), MaxPayoutBP: 9500, RegionalThreshold: 10_000})
 	if err != nil {
 		t.Fatal(err)
@@ -121,6 +126,8 @@ func startWith(t *testing.T, opts rpc.Options, log *slog.Logger) *stack {
 		if err := reg.Close(ctx); err != nil {
 			t.Errorf("registry close: %v", err)
 		}
+		stopDirectory()
+		<-directoryDone
 		if err := ledger.Close(); err != nil {
 			t.Errorf("ledger close: %v", err)
 		}
@@ -275,9 +282,9 @@ func TestBadRequestsAreRefusedAndChangeNothing(t *testing.T) {
 		{"target is the operator", call(s.rooms.KickUser, &roomv1.KickUserRequest{RoomId: "r1", CommandId: "c", OperatorUserId: 1, TargetUserId: 1}), connect.CodeInvalidArgument, "bad_target"},
 		{"no target", call(s.rooms.SetAdmin, &roomv1.SetAdminRequest{RoomId: "r1", CommandId: "c", OperatorUserId: 1, Admin: true}), connect.CodeInvalidArgument, "bad_target"},
 		{"unknown status", call(s.rooms.ListRooms, &roomv1.ListRoomsRequest{Status: 99}), connect.CodeInvalidArgument, "invalid_argument"},
-		{"page_size 501", call(s.rooms.ListRooms, &roomv1.ListRoomsRequest{PageSize: 501}), connect.CodeInvalidArgument, "invalid_argument"},
-		{"page_size -1", call(s.rooms.ListRooms, &roomv1.ListRoomsRequest{PageSize: -1}), connect.CodeInvalidArgument, "invalid_argument"},
-		{"bad page_token", call(s.rooms.ListRooms, &roomv1.ListRoomsRequest{PageToken: "not base64!"}), connect.CodeInvalidArgument, "invalid_argument"},
+		{"page_size 501", call(s.rooms.ListRooms, &roomv1.ListRoomsRequest{PageSize: 501}), connect.CodeInvalidArgument, "invalid_page_size"},
+		{"page_size -1", call(s.rooms.ListRooms, &roomv1.ListRoomsRequest{PageSize: -1}), connect.CodeInvalidArgument, "invalid_page_size"},
+		{"bad page_token", call(s.rooms.ListRooms, &roomv1.ListRoomsRequest{PageToken: "not base64!"}), connect.CodeInvalidArgument, "invalid_page_token"},
 		{"known_version -1", call(s.rooms.GetRoomSnapshot, &roomv1.GetRoomSnapshotRequest{RoomId: "r1", KnownVersion: -1}), connect.CodeInvalidArgument, "invalid_argument"},
 		{"member_limit -1", call(s.rooms.GetRoomSnapshot, &roomv1.GetRoomSnapshotRequest{RoomId: "r1", MemberLimit: -1}), connect.CodeInvalidArgument, "invalid_argument"},
 		{"command log limit -1", call(s.ops.ListCommands, &roomv1.ListCommandsRequest{RoomId: "r1", Limit: -1}), connect.CodeInvalidArgument, "invalid_argument"},

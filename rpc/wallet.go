@@ -24,7 +24,8 @@ type WalletHandler struct {
 
 var _ roomv1connect.WalletServiceHandler = (*WalletHandler)(nil)
 
-// NewWalletHandler returns the WalletService handler.
+// NewWalletHandler returns the WalletService handler. ListWalletEntries is
+// served when w also reads its journal (Journal), as the embedded ledger does.
 func NewWalletHandler(w wallet.Wallet, log *slog.Logger) *WalletHandler {
 	return &WalletHandler{wallet: w, log: log}
 }

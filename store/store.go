@@ -154,6 +154,9 @@ type Batch struct {
 	// DoneTimers are ids of the room's timers deleted with the batch, before
 	// its Timers are set; ids the room does not hold are ignored.
 	DoneTimers []string
+	// Gifts are the gift records of the gifts the batch commits (their
+	// RecordID is assigned on insert).
+	Gifts []GiftRecord
 }
 
 // HeadVersion is the room version after the batch.

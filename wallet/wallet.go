@@ -12,6 +12,7 @@ package wallet
 
 import (
 	"context"
+	"strconv"
 	"strings"
 	"time"
 
@@ -43,6 +44,15 @@ var (
 	// ErrBadRequest: a malformed charge or credit (non-positive amount, empty key, ...); nothing changed.
 	ErrBadRequest = room.ErrInvalidArgument
 )
+
+// InsufficientFunds is ErrInsufficientFunds for a balance that does not
+// cover needed: its metadata carry both (keys "balance" and "needed"), so
+// the client can tell the user how much is missing.
+func InsufficientFunds(balance, needed int64) *room.Error {
+	e := room.Errorf(ErrInsufficientFunds, "the balance %d does not cover %d", balance, needed)
+	e.Metadata = map[string]string{"balance": strconv.FormatInt(balance, 10), "needed": strconv.FormatInt(needed, 10)}
+	return e
+}
 
 // Charge is one gift's payment, applied in one ledger transaction: UserID
 // pays Amount and is credited Reward.

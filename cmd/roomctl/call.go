@@ -73,6 +73,9 @@ func methods(c *client) map[string]method {
 		"CreditCoins":       bind(w.CreditCoins),
 		"GetBalance":        bind(w.GetBalance),
 		"Heartbeat":         bind(r.Heartbeat),
+		"ListMembers":       bind(r.ListMembers),
+		"ListGiftRecords":   bind(r.ListGiftRecords),
+		"ListWalletEntries": bind(w.ListWalletEntries),
 	}
 }
 

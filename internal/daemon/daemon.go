@@ -441,6 +441,11 @@ func (m *Main) Run(ctx context.Context) error {
 	}
 	m.lane = lane
 
+	directory, err := m.startDirectory(db, nodeID)
+	if err != nil {
+		_ = ln.Close()
+		return err
+	}
 	m.registry = cell.New(cell.Config{
 		NodeID: nodeID, MailboxSize: cfg.MailboxSize, MaxBatch: cfg.MaxBatch, SnapshotEvery: cfg.SnapshotEvery,
 		IdleTimeout: cfg.IdleTimeout, CommitTimeout: cfg.CommitTimeout, MaxRooms: cfg.MaxRooms,
@@ -448,6 +453,7 @@ func (m *Main) Run(ctx context.Context) error {
 		Rules: rules, Wallet: m.ledger, WalletTimeout: cfg.WalletTimeout, GiftApplyWindow: cfg.GiftApplyWindow,
 		TimerScanEvery: cfg.RocketScan, SettleInCommit: true, // the embedded ledger shares the room store's database
 		PresenceTimeout: cfg.PresenceTimeout, MicOfflineGrace: cfg.MicOfflineGrace,
+		Features: []cell.Feature{directory.Feature()},
 	}, db, leases, cell.Sinks{lane, cell.OutboxNotifier{Notify: relay.Notify}}, m.metrics.cell, m.Log)
 
 	platform := make(map[int64]bool, len(cfg.PlatformUsers))
@@ -496,6 +502,37 @@ func (m *Main) Run(ctx context.Context) error {
 	m.server = server
 	m.Log.Info("serving", "addr", m.Addr)
 	return nil
+}
+
+// directoryEvery is how often the room directory's projector writes.
+const directoryEvery = time.Second
+
+// startDirectory starts the room directory's projector on db, and the
+// backfill of rooms without a row; the projector's final write runs when
+// it is stopped, after the registry closed.
+func (m *Main) startDirectory(db store.Repository, nodeID string) (*cell.Directory, error) {
+	st, ok := db.(interface {
+		cell.DirectoryStore
+		cell.DirectoryBackfill
+	})
+	if !ok {
+		return nil, fmt.Errorf("storage %T keeps no room directory", db)
+	}
+	directory := cell.NewDirectory(st, nodeID, directoryEvery, m.Log.With("component", "directory"))
+	if err := m.workers.Go("directory", loop(directory.Run)); err != nil {
+		return nil, err
+	}
+	err := m.workers.Go("directory-backfill", func(ctx context.Context) error {
+		n, err := cell.Backfill(ctx, st)
+		if n > 0 {
+			m.Log.Info("room directory: rooms without a row written", "rooms", n)
+		}
+		if err != nil && ctx.Err() == nil {
+			return fmt.Errorf("room directory backfill: %w", err)
+		}
+		return nil
+	})
+	return directory, err
 }
 
 // loop adapts a worker loop that returns nothing.

@@ -768,3 +768,48 @@ func TestEndIdleTxOnMySQL(t *testing.T) {
 		t.Fatal("a negative IdleTxTimeout was accepted")
 	}
 }
+
+// TestHotListReadsAnIndexWithoutASort: every order of the room directory,
+// with and without a region and a cursor, reads its index without a sort.
+func TestHotListReadsAnIndexWithoutASort(t *testing.T) {
+	ctx := t.Context()
+	dsn := mysqltest.DSN(t)
+	db := openDSN(t, dsn, Options{})
+	var rows []store.DirectoryRow
+	for i := range 300 {
+		rows = append(rows, store.DirectoryRow{RoomID: fmt.Sprint("r", i), OwnerEpoch: 1, Status: []string{"open", "closed"}[i%2],
+			Region: []string{"sa", "eg", "ae"}[i%3], Mode: "chat", OnlineCount: int32(i % 7), Heat: int64(i), CreatedAt: int64(i % 11)})
+	}
+	if err := db.UpsertDirectory(ctx, rows); err != nil {
+		t.Fatal(err)
+	}
+	raw := rawDB(t, dsn)
+	if _, err := raw.ExecContext(ctx, `ANALYZE TABLE room_directory`); err != nil {
+		t.Fatal(err)
+	}
+	for _, order := range []store.DirectoryOrder{store.OrderHeat, store.OrderOnline, store.OrderNewest} {
+		for _, q := range []store.DirectoryQuery{
+			{Order: order, Status: "open", Limit: 10},
+			{Order: order, Status: "open", Region: "sa", Limit: 10},
+			{Order: order, Status: "open", Region: "sa", Mode: "chat", After: &store.DirectoryCursor{Value: 5, RoomID: "r"}, Limit: 10},
+		} {
+			query, args, _ := dialect.DirectoryListing(q)
+			vals := make([]string, len(args))
+			for i, a := range args {
+				if s, ok := a.(string); ok {
+					vals[i] = "'" + s + "'"
+				} else {
+					vals[i] = fmt.Sprint(a)
+				}
+			}
+			want := "room_directory_"
+			if q.Region != "" {
+				want += "region_"
+			}
+			want += string(order)
+			if key, extra := explain(t, raw, `EXPLAIN `+bind(query, vals...)); key != want || strings.Contains(extra, "filesort") {
+				t.Errorf("%+v: key %q, extra %q; want %s without a sort", q, key, extra, want)
+			}
+		}
+	}
+}

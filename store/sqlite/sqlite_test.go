@@ -464,3 +464,27 @@ func TestCheckpointsRunOffTheWriter(t *testing.T) {
 		return nil
 	})
 }
+
+// TestHotListReadsAnIndexWithoutASort: every order of the room directory,
+// with and without a region and a cursor, is an index range read.
+func TestHotListReadsAnIndexWithoutASort(t *testing.T) {
+	db, _ := openTemp(t, Options{})
+	for _, order := range []store.DirectoryOrder{store.OrderHeat, store.OrderOnline, store.OrderNewest} {
+		for _, q := range []store.DirectoryQuery{
+			{Order: order, Status: "open", Limit: 10},
+			{Order: order, Status: "open", Region: "sa", Limit: 10},
+			{Order: order, Status: "open", Region: "sa", Mode: "chat", After: &store.DirectoryCursor{Value: 5, RoomID: "r"}, Limit: 10},
+			{Order: order, Status: "open", Mode: "chat", After: &store.DirectoryCursor{Value: 5, RoomID: "r"}, Limit: 10},
+		} {
+			query, args, _ := dialect.DirectoryListing(q)
+			plan := queryPlan(t, db, query, args...)
+			want := "USING INDEX room_directory_"
+			if q.Region != "" {
+				want += "region_"
+			}
+			if !strings.Contains(plan, want+string(order)) || strings.Contains(plan, "TEMP B-TREE") {
+				t.Errorf("%+v: plan %q, want %s%s without a sort", q, plan, want, order)
+			}
+		}
+	}
+}

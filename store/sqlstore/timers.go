@@ -14,11 +14,14 @@ import (
 const maxTimerRows = 256
 
 // writeTimersAndSettles settles the gift charges of the batches that passed
-// their fence (through the ledger's SettleFunc) and applies their timer
-// changes, in their order, inside tx, touching rows in (room id, timer id)
-// order. Timers are rare (a rocket ignition or launch), so their statements
-// are not kept prepared.
+// their fence (through the ledger's SettleFunc), inserts their gift records
+// and applies their timer changes, in their order, inside tx, touching rows
+// in (room id, timer id) order. Timers are rare (a rocket ignition or
+// launch), so their statements are not kept prepared.
 func (db *DB) writeTimersAndSettles(ctx context.Context, tx *sql.Tx, batches []*store.Batch, now int64) error {
+	if err := db.writeGiftRecords(ctx, tx, batches); err != nil {
+		return err
+	}
 	var keys []string
 	for _, b := range batches {
 		keys = append(keys, b.Settle...)

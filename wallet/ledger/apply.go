@@ -151,8 +151,8 @@ func (t *txn) charge(in wallet.Charge) (wallet.Receipt, error) {
 	}
 	a := t.accounts[in.UserID]
 	if a.balance < in.Amount {
-		return wallet.Receipt{}, fmt.Errorf("charge key=%q user=%d: balance %d does not cover %d: %w",
-			in.Key, in.UserID, a.balance, in.Amount, wallet.ErrInsufficientFunds)
+		return wallet.Receipt{}, fmt.Errorf("charge key=%q user=%d: %w",
+			in.Key, in.UserID, wallet.InsufficientFunds(a.balance, in.Amount))
 	}
 	debited := a.balance - in.Amount
 	if in.Reward > math.MaxInt64-debited {

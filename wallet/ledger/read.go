@@ -90,21 +90,52 @@ func (l *Ledger) Entries(ctx context.Context, userID int64, afterEntryID int64, 
 	var out []wallet.Entry
 	if err == nil {
 		err = collect(rows, func(rows *sql.Rows) error {
-			var e wallet.Entry
-			var kind string
-			var created int64
-			if err := rows.Scan(&e.EntryID, &e.UserID, &kind, &e.Amount, &e.BalanceAfter, &e.Key, &created); err != nil {
-				return err
-			}
-			e.Kind, e.CreatedAt = wallet.EntryKind(kind), time.UnixMilli(created)
+			e, err := scanEntry(rows)
 			out = append(out, e)
-			return nil
+			return err
 		})
 	}
 	if err != nil {
 		return nil, fmt.Errorf("entries user=%d after=%d: %w", userID, afterEntryID, l.db.MapErr(err))
 	}
 	return out, nil
+}
+
+// EntriesBefore lists up to limit of the user's journal entries with an id
+// below beforeEntryID (0 or less: from the newest), newest first: page
+// with the last id returned. A limit of zero or less lists nothing.
+func (l *Ledger) EntriesBefore(ctx context.Context, userID int64, beforeEntryID int64, limit int) ([]wallet.Entry, error) {
+	if limit <= 0 {
+		return nil, nil
+	}
+	if beforeEntryID <= 0 {
+		beforeEntryID = math.MaxInt64
+	}
+	rows, err := l.db.Reader().QueryContext(ctx, `SELECT entry_id, user_id, kind, amount, balance_after, idem_key, created_at
+		FROM wallet_entries WHERE user_id = ? AND entry_id < ? ORDER BY entry_id DESC LIMIT ?`, userID, beforeEntryID, limit)
+	var out []wallet.Entry
+	if err == nil {
+		err = collect(rows, func(rows *sql.Rows) error {
+			e, err := scanEntry(rows)
+			out = append(out, e)
+			return err
+		})
+	}
+	if err != nil {
+		return nil, fmt.Errorf("entries user=%d before=%d: %w", userID, beforeEntryID, l.db.MapErr(err))
+	}
+	return out, nil
+}
+
+// scanEntry reads one wallet_entries row selected as entry_id, user_id,
+// kind, amount, balance_after, idem_key, created_at.
+func scanEntry(rows *sql.Rows) (wallet.Entry, error) {
+	var e wallet.Entry
+	var kind string
+	var created int64
+	err := rows.Scan(&e.EntryID, &e.UserID, &kind, &e.Amount, &e.BalanceAfter, &e.Key, &created)
+	e.Kind, e.CreatedAt = wallet.EntryKind(kind), time.UnixMilli(created)
+	return e, err
 }
 
 // Totals sums the whole ledger in one statement, so from one snapshot. It

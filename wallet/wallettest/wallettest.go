@@ -30,6 +30,9 @@ type Ledger interface {
 	// Entries lists up to limit of the user's journal entries with an id
 	// above afterEntryID, in id order.
 	Entries(ctx context.Context, userID int64, afterEntryID int64, limit int) ([]wallet.Entry, error)
+	// EntriesBefore lists up to limit of the user's journal entries with an
+	// id below beforeEntryID (0: from the newest), newest first.
+	EntriesBefore(ctx context.Context, userID int64, beforeEntryID int64, limit int) ([]wallet.Entry, error)
 	// Totals sums the whole ledger from one snapshot.
 	Totals(ctx context.Context) (wallet.Totals, error)
 }
@@ -175,8 +178,13 @@ func testInsufficientFunds(t *testing.T, l Ledger) {
 	mustCredit(t, l, u, 50)
 	before := mustEntries(t, l, u)
 	key := newKey(t)
-	if _, err := chargeOne(t, l, charge(key, u, 100, 90)); !errors.Is(err, wallet.ErrInsufficientFunds) {
+	_, err := chargeOne(t, l, charge(key, u, 100, 90))
+	if !errors.Is(err, wallet.ErrInsufficientFunds) {
 		t.Fatalf("Charge over the balance: err %v, want ErrInsufficientFunds", err)
+	}
+	// The refusal says how short the balance is.
+	if md := room.AsError(err).Metadata; md["balance"] != "50" || md["needed"] != "100" {
+		t.Fatalf("ErrInsufficientFunds metadata = %v, want balance 50 and needed 100", md)
 	}
 	mustBalance(t, l, u, 50)
 	if after := mustEntries(t, l, u); len(after) != len(before) {
@@ -801,6 +809,30 @@ func testEntries(t *testing.T, l Ledger) {
 	}
 	if page, err := l.Entries(ctx, u, 0, 0); err != nil || len(page) != 0 {
 		t.Fatalf("Entries(limit 0) = %+v, %v", page, err)
+	}
+	// Newest first, paged by the last id returned.
+	var back []wallet.Entry
+	for before := int64(0); ; {
+		page, err := l.EntriesBefore(ctx, u, before, 4)
+		if err != nil {
+			t.Fatal(err)
+		}
+		back = append(back, page...)
+		if len(page) < 4 {
+			break
+		}
+		before = page[len(page)-1].EntryID
+	}
+	if len(back) != len(got) {
+		t.Fatalf("EntriesBefore pages = %d entries, want %d", len(back), len(got))
+	}
+	for i := range back {
+		if back[i] != got[len(got)-1-i] {
+			t.Fatalf("EntriesBefore entry %d = %+v, want %+v", i, back[i], got[len(got)-1-i])
+		}
+	}
+	if page, err := l.EntriesBefore(ctx, u, got[0].EntryID, 10); err != nil || len(page) != 0 {
+		t.Fatalf("EntriesBefore(the first) = %+v, %v", page, err)
 	}
 	checkAudit(t, l, u)
 }

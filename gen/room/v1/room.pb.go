@@ -80,6 +80,117 @@ func (GiftKind) EnumDescriptor() ([]byte, []int) {
 	return file_room_v1_room_proto_rawDescGZIP(), []int{0}
 }
 
+// RoomOrder is the order of the hot list. Ties go by room_id, highest first.
+type RoomOrder int32
+
+const (
+	// Every room by room_id (the operator listing).
+	RoomOrder_ROOM_ORDER_UNSPECIFIED RoomOrder = 0
+	// Today's heat, highest first.
+	RoomOrder_ROOM_ORDER_HEAT RoomOrder = 1
+	// Members in the room, most first.
+	RoomOrder_ROOM_ORDER_ONLINE RoomOrder = 2
+	// Creation time, newest first.
+	RoomOrder_ROOM_ORDER_NEWEST RoomOrder = 3
+)
+
+// Enum value maps for RoomOrder.
+var (
+	RoomOrder_name = map[int32]string{
+		0: "ROOM_ORDER_UNSPECIFIED",
+		1: "ROOM_ORDER_HEAT",
+		2: "ROOM_ORDER_ONLINE",
+		3: "ROOM_ORDER_NEWEST",
+	}
+	RoomOrder_value = map[string]int32{
+		"ROOM_ORDER_UNSPECIFIED": 0,
+		"ROOM_ORDER_HEAT":        1,
+		"ROOM_ORDER_ONLINE":      2,
+		"ROOM_ORDER_NEWEST":      3,
+	}
+)
+
+func (x RoomOrder) Enum() *RoomOrder {
+	p := new(RoomOrder)
+	*p = x
+	return p
+}
+
+func (x RoomOrder) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (RoomOrder) Descriptor() protoreflect.EnumDescriptor {
+	return file_room_v1_room_proto_enumTypes[1].Descriptor()
+}
+
+func (RoomOrder) Type() protoreflect.EnumType {
+	return &file_room_v1_room_proto_enumTypes[1]
+}
+
+func (x RoomOrder) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use RoomOrder.Descriptor instead.
+func (RoomOrder) EnumDescriptor() ([]byte, []int) {
+	return file_room_v1_room_proto_rawDescGZIP(), []int{1}
+}
+
+// MemberOrder is the order of ListMembers. The page token is a keyset
+// position, so members joining or leaving do not shift later pages.
+type MemberOrder int32
+
+const (
+	// Join time, earliest first, ties by user_id.
+	MemberOrder_MEMBER_ORDER_UNSPECIFIED MemberOrder = 0
+	// Join time, earliest first, ties by user_id.
+	MemberOrder_MEMBER_ORDER_JOINED MemberOrder = 1
+	// The day's gift contribution to the room, highest first, ties by user_id.
+	MemberOrder_MEMBER_ORDER_CONTRIBUTION MemberOrder = 2
+)
+
+// Enum value maps for MemberOrder.
+var (
+	MemberOrder_name = map[int32]string{
+		0: "MEMBER_ORDER_UNSPECIFIED",
+		1: "MEMBER_ORDER_JOINED",
+		2: "MEMBER_ORDER_CONTRIBUTION",
+	}
+	MemberOrder_value = map[string]int32{
+		"MEMBER_ORDER_UNSPECIFIED":  0,
+		"MEMBER_ORDER_JOINED":       1,
+		"MEMBER_ORDER_CONTRIBUTION": 2,
+	}
+)
+
+func (x MemberOrder) Enum() *MemberOrder {
+	p := new(MemberOrder)
+	*p = x
+	return p
+}
+
+func (x MemberOrder) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (MemberOrder) Descriptor() protoreflect.EnumDescriptor {
+	return file_room_v1_room_proto_enumTypes[2].Descriptor()
+}
+
+func (MemberOrder) Type() protoreflect.EnumType {
+	return &file_room_v1_room_proto_enumTypes[2]
+}
+
+func (x MemberOrder) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use MemberOrder.Descriptor instead.
+func (MemberOrder) EnumDescriptor() ([]byte, []int) {
+	return file_room_v1_room_proto_rawDescGZIP(), []int{2}
+}
+
 // RoomStatus is a room's lifecycle state.
 type RoomStatus int32
 
@@ -118,11 +229,11 @@ func (x RoomStatus) String() string {
 }
 
 func (RoomStatus) Descriptor() protoreflect.EnumDescriptor {
-	return file_room_v1_room_proto_enumTypes[1].Descriptor()
+	return file_room_v1_room_proto_enumTypes[3].Descriptor()
 }
 
 func (RoomStatus) Type() protoreflect.EnumType {
-	return &file_room_v1_room_proto_enumTypes[1]
+	return &file_room_v1_room_proto_enumTypes[3]
 }
 
 func (x RoomStatus) Number() protoreflect.EnumNumber {
@@ -131,7 +242,7 @@ func (x RoomStatus) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use RoomStatus.Descriptor instead.
 func (RoomStatus) EnumDescriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{1}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{3}
 }
 
 // SendGiftRequest: one gift, count pieces to each receiver.
@@ -3581,14 +3692,35 @@ func (x *GetRoomSnapshotResponse) GetSnapshot() *RoomSnapshot {
 }
 
 // ListRoomsRequest pages through rooms.
+//
+// Without order_by (ROOM_ORDER_UNSPECIFIED) it lists every room by room_id,
+// for operators. With order_by it lists the room directory, the lobby's
+// hot list: each room's row is written by the node that owns the room,
+// at most about a second after its commands commit, and a page is read
+// from one consistent view of the table. The page token is a keyset
+// position (the order value and room_id of the last room shown), so rows
+// that move do not shift later pages: paging through a directory that does
+// not change shows every room once. A room whose heat or online count
+// changes between two pages is shown where it sorts when each page is
+// read: a room that moved up past the position may be missed by this
+// pass, and a room that moved down past it may be shown twice. Clients
+// that must not show a room twice drop repeated room_ids.
 type ListRoomsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// At most 500; 0 means 100.
 	PageSize int32 `protobuf:"varint,1,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
-	// next_page_token of the previous page.
+	// next_page_token of the previous page, with the same filters and order;
+	// a token of another order is invalid_page_token.
 	PageToken string `protobuf:"bytes,2,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
-	// Only rooms in this status; unspecified lists every room.
-	Status        RoomStatus `protobuf:"varint,3,opt,name=status,proto3,enum=room.v1.RoomStatus" json:"status,omitempty"`
+	// Only rooms in this status; unspecified lists every room (the hot list:
+	// open rooms only).
+	Status RoomStatus `protobuf:"varint,3,opt,name=status,proto3,enum=room.v1.RoomStatus" json:"status,omitempty"`
+	// The hot list's order; unspecified lists every room by room_id.
+	OrderBy RoomOrder `protobuf:"varint,4,opt,name=order_by,json=orderBy,proto3,enum=room.v1.RoomOrder" json:"order_by,omitempty"`
+	// The hot list: only rooms in this region (exact match); empty: any.
+	Region string `protobuf:"bytes,5,opt,name=region,proto3" json:"region,omitempty"`
+	// The hot list: only rooms of this mode (exact match); empty: any.
+	Mode          string `protobuf:"bytes,6,opt,name=mode,proto3" json:"mode,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3644,8 +3776,30 @@ func (x *ListRoomsRequest) GetStatus() RoomStatus {
 	return RoomStatus_ROOM_STATUS_UNSPECIFIED
 }
 
-// ListRoomsResponse is one page of rooms. With a status filter a page may
-// hold fewer rooms than page_size, even none: continue while next_page_token is set.
+func (x *ListRoomsRequest) GetOrderBy() RoomOrder {
+	if x != nil {
+		return x.OrderBy
+	}
+	return RoomOrder_ROOM_ORDER_UNSPECIFIED
+}
+
+func (x *ListRoomsRequest) GetRegion() string {
+	if x != nil {
+		return x.Region
+	}
+	return ""
+}
+
+func (x *ListRoomsRequest) GetMode() string {
+	if x != nil {
+		return x.Mode
+	}
+	return ""
+}
+
+// ListRoomsResponse is one page of rooms. With a status filter and no
+// order_by a page may hold fewer rooms than page_size, even none: continue
+// while next_page_token is set.
 type ListRoomsResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Rooms         []*RoomSummary         `protobuf:"bytes,1,rep,name=rooms,proto3" json:"rooms,omitempty"`
@@ -3698,20 +3852,39 @@ func (x *ListRoomsResponse) GetNextPageToken() string {
 	return ""
 }
 
-// RoomSummary is a room's durable metadata and head.
+// RoomSummary is a room's durable metadata and head and, from the room
+// directory, what a lobby shows of it.
 type RoomSummary struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	RoomId        string                 `protobuf:"bytes,1,opt,name=room_id,json=roomId,proto3" json:"room_id,omitempty"`
-	OwnerUserId   int64                  `protobuf:"varint,2,opt,name=owner_user_id,json=ownerUserId,proto3" json:"owner_user_id,omitempty"`
-	HostUserId    int64                  `protobuf:"varint,3,opt,name=host_user_id,json=hostUserId,proto3" json:"host_user_id,omitempty"`
-	SeatCount     int32                  `protobuf:"varint,4,opt,name=seat_count,json=seatCount,proto3" json:"seat_count,omitempty"`
-	Mode          string                 `protobuf:"bytes,5,opt,name=mode,proto3" json:"mode,omitempty"`
-	Status        RoomStatus             `protobuf:"varint,6,opt,name=status,proto3,enum=room.v1.RoomStatus" json:"status,omitempty"`
-	RoomVersion   int64                  `protobuf:"varint,7,opt,name=room_version,json=roomVersion,proto3" json:"room_version,omitempty"`
-	OwnerEpoch    int64                  `protobuf:"varint,8,opt,name=owner_epoch,json=ownerEpoch,proto3" json:"owner_epoch,omitempty"`
-	OwnerNode     string                 `protobuf:"bytes,9,opt,name=owner_node,json=ownerNode,proto3" json:"owner_node,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	RoomId      string                 `protobuf:"bytes,1,opt,name=room_id,json=roomId,proto3" json:"room_id,omitempty"`
+	OwnerUserId int64                  `protobuf:"varint,2,opt,name=owner_user_id,json=ownerUserId,proto3" json:"owner_user_id,omitempty"`
+	HostUserId  int64                  `protobuf:"varint,3,opt,name=host_user_id,json=hostUserId,proto3" json:"host_user_id,omitempty"`
+	SeatCount   int32                  `protobuf:"varint,4,opt,name=seat_count,json=seatCount,proto3" json:"seat_count,omitempty"`
+	Mode        string                 `protobuf:"bytes,5,opt,name=mode,proto3" json:"mode,omitempty"`
+	Status      RoomStatus             `protobuf:"varint,6,opt,name=status,proto3,enum=room.v1.RoomStatus" json:"status,omitempty"`
+	// The version the row describes (the directory lags the room's head by
+	// up to about a second).
+	RoomVersion int64 `protobuf:"varint,7,opt,name=room_version,json=roomVersion,proto3" json:"room_version,omitempty"`
+	// The owner epoch and node: of the rooms table without order_by, of the
+	// node that wrote the directory row with it.
+	OwnerEpoch int64  `protobuf:"varint,8,opt,name=owner_epoch,json=ownerEpoch,proto3" json:"owner_epoch,omitempty"`
+	OwnerNode  string `protobuf:"bytes,9,opt,name=owner_node,json=ownerNode,proto3" json:"owner_node,omitempty"`
+	// The fields below come from the room directory; the operator listing
+	// (no order_by) fills them too for rooms the directory holds.
+	Title    string `protobuf:"bytes,10,opt,name=title,proto3" json:"title,omitempty"`
+	CoverUrl string `protobuf:"bytes,11,opt,name=cover_url,json=coverUrl,proto3" json:"cover_url,omitempty"`
+	Region   string `protobuf:"bytes,12,opt,name=region,proto3" json:"region,omitempty"`
+	// Members in the room.
+	OnlineCount int32 `protobuf:"varint,13,opt,name=online_count,json=onlineCount,proto3" json:"online_count,omitempty"`
+	// Mic seats taken.
+	SeatsTaken int32 `protobuf:"varint,14,opt,name=seats_taken,json=seatsTaken,proto3" json:"seats_taken,omitempty"`
+	// Gift value received in the room's current business day.
+	Heat        int64 `protobuf:"varint,15,opt,name=heat,proto3" json:"heat,omitempty"`
+	CreatedAtMs int64 `protobuf:"varint,16,opt,name=created_at_ms,json=createdAtMs,proto3" json:"created_at_ms,omitempty"`
+	// When the room's last command applied, unix ms.
+	LastActiveAtMs int64 `protobuf:"varint,17,opt,name=last_active_at_ms,json=lastActiveAtMs,proto3" json:"last_active_at_ms,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *RoomSummary) Reset() {
@@ -3807,6 +3980,726 @@ func (x *RoomSummary) GetOwnerNode() string {
 	return ""
 }
 
+func (x *RoomSummary) GetTitle() string {
+	if x != nil {
+		return x.Title
+	}
+	return ""
+}
+
+func (x *RoomSummary) GetCoverUrl() string {
+	if x != nil {
+		return x.CoverUrl
+	}
+	return ""
+}
+
+func (x *RoomSummary) GetRegion() string {
+	if x != nil {
+		return x.Region
+	}
+	return ""
+}
+
+func (x *RoomSummary) GetOnlineCount() int32 {
+	if x != nil {
+		return x.OnlineCount
+	}
+	return 0
+}
+
+func (x *RoomSummary) GetSeatsTaken() int32 {
+	if x != nil {
+		return x.SeatsTaken
+	}
+	return 0
+}
+
+func (x *RoomSummary) GetHeat() int64 {
+	if x != nil {
+		return x.Heat
+	}
+	return 0
+}
+
+func (x *RoomSummary) GetCreatedAtMs() int64 {
+	if x != nil {
+		return x.CreatedAtMs
+	}
+	return 0
+}
+
+func (x *RoomSummary) GetLastActiveAtMs() int64 {
+	if x != nil {
+		return x.LastActiveAtMs
+	}
+	return 0
+}
+
+// ListMembersRequest pages through a room's members.
+type ListMembersRequest struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	RoomId string                 `protobuf:"bytes,1,opt,name=room_id,json=roomId,proto3" json:"room_id,omitempty"`
+	// At most 500; 0 means 100.
+	Limit int32 `protobuf:"varint,2,opt,name=limit,proto3" json:"limit,omitempty"`
+	// next_page_token of the previous page, with the same order.
+	PageToken     string      `protobuf:"bytes,3,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	OrderBy       MemberOrder `protobuf:"varint,4,opt,name=order_by,json=orderBy,proto3,enum=room.v1.MemberOrder" json:"order_by,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListMembersRequest) Reset() {
+	*x = ListMembersRequest{}
+	mi := &file_room_v1_room_proto_msgTypes[61]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListMembersRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListMembersRequest) ProtoMessage() {}
+
+func (x *ListMembersRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_room_v1_room_proto_msgTypes[61]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListMembersRequest.ProtoReflect.Descriptor instead.
+func (*ListMembersRequest) Descriptor() ([]byte, []int) {
+	return file_room_v1_room_proto_rawDescGZIP(), []int{61}
+}
+
+func (x *ListMembersRequest) GetRoomId() string {
+	if x != nil {
+		return x.RoomId
+	}
+	return ""
+}
+
+func (x *ListMembersRequest) GetLimit() int32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+func (x *ListMembersRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+func (x *ListMembersRequest) GetOrderBy() MemberOrder {
+	if x != nil {
+		return x.OrderBy
+	}
+	return MemberOrder_MEMBER_ORDER_UNSPECIFIED
+}
+
+// ListMembersResponse is one page of members.
+type ListMembersResponse struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Members []*MemberEntry         `protobuf:"bytes,1,rep,name=members,proto3" json:"members,omitempty"`
+	// Set while more members follow.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	// The room version the page was read at.
+	RoomVersion int64 `protobuf:"varint,3,opt,name=room_version,json=roomVersion,proto3" json:"room_version,omitempty"`
+	// Members in the room.
+	OnlineCount   int32 `protobuf:"varint,4,opt,name=online_count,json=onlineCount,proto3" json:"online_count,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListMembersResponse) Reset() {
+	*x = ListMembersResponse{}
+	mi := &file_room_v1_room_proto_msgTypes[62]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListMembersResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListMembersResponse) ProtoMessage() {}
+
+func (x *ListMembersResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_room_v1_room_proto_msgTypes[62]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListMembersResponse.ProtoReflect.Descriptor instead.
+func (*ListMembersResponse) Descriptor() ([]byte, []int) {
+	return file_room_v1_room_proto_rawDescGZIP(), []int{62}
+}
+
+func (x *ListMembersResponse) GetMembers() []*MemberEntry {
+	if x != nil {
+		return x.Members
+	}
+	return nil
+}
+
+func (x *ListMembersResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
+func (x *ListMembersResponse) GetRoomVersion() int64 {
+	if x != nil {
+		return x.RoomVersion
+	}
+	return 0
+}
+
+func (x *ListMembersResponse) GetOnlineCount() int32 {
+	if x != nil {
+		return x.OnlineCount
+	}
+	return 0
+}
+
+// MemberEntry is a member and what they gave the room today.
+type MemberEntry struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Member *Member                `protobuf:"bytes,1,opt,name=member,proto3" json:"member,omitempty"`
+	// Gift value sent in the room in its current business day.
+	Contribution  int64 `protobuf:"varint,2,opt,name=contribution,proto3" json:"contribution,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MemberEntry) Reset() {
+	*x = MemberEntry{}
+	mi := &file_room_v1_room_proto_msgTypes[63]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MemberEntry) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MemberEntry) ProtoMessage() {}
+
+func (x *MemberEntry) ProtoReflect() protoreflect.Message {
+	mi := &file_room_v1_room_proto_msgTypes[63]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MemberEntry.ProtoReflect.Descriptor instead.
+func (*MemberEntry) Descriptor() ([]byte, []int) {
+	return file_room_v1_room_proto_rawDescGZIP(), []int{63}
+}
+
+func (x *MemberEntry) GetMember() *Member {
+	if x != nil {
+		return x.Member
+	}
+	return nil
+}
+
+func (x *MemberEntry) GetContribution() int64 {
+	if x != nil {
+		return x.Contribution
+	}
+	return 0
+}
+
+// ListGiftRecordsRequest names exactly one of room_id and user_id.
+type ListGiftRecordsRequest struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	RoomId string                 `protobuf:"bytes,1,opt,name=room_id,json=roomId,proto3" json:"room_id,omitempty"`
+	UserId int64                  `protobuf:"varint,2,opt,name=user_id,json=userId,proto3" json:"user_id,omitempty"`
+	// With user_id: the gifts the user received; otherwise those they sent.
+	Received bool `protobuf:"varint,3,opt,name=received,proto3" json:"received,omitempty"`
+	// At most 500; 0 means 100.
+	Limit int32 `protobuf:"varint,4,opt,name=limit,proto3" json:"limit,omitempty"`
+	// next_page_token of the previous page, with the same request.
+	PageToken     string `protobuf:"bytes,5,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListGiftRecordsRequest) Reset() {
+	*x = ListGiftRecordsRequest{}
+	mi := &file_room_v1_room_proto_msgTypes[64]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListGiftRecordsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListGiftRecordsRequest) ProtoMessage() {}
+
+func (x *ListGiftRecordsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_room_v1_room_proto_msgTypes[64]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListGiftRecordsRequest.ProtoReflect.Descriptor instead.
+func (*ListGiftRecordsRequest) Descriptor() ([]byte, []int) {
+	return file_room_v1_room_proto_rawDescGZIP(), []int{64}
+}
+
+func (x *ListGiftRecordsRequest) GetRoomId() string {
+	if x != nil {
+		return x.RoomId
+	}
+	return ""
+}
+
+func (x *ListGiftRecordsRequest) GetUserId() int64 {
+	if x != nil {
+		return x.UserId
+	}
+	return 0
+}
+
+func (x *ListGiftRecordsRequest) GetReceived() bool {
+	if x != nil {
+		return x.Received
+	}
+	return false
+}
+
+func (x *ListGiftRecordsRequest) GetLimit() int32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+func (x *ListGiftRecordsRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+// ListGiftRecordsResponse is one page of gift records, newest first.
+type ListGiftRecordsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Records       []*GiftRecord          `protobuf:"bytes,1,rep,name=records,proto3" json:"records,omitempty"`
+	NextPageToken string                 `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListGiftRecordsResponse) Reset() {
+	*x = ListGiftRecordsResponse{}
+	mi := &file_room_v1_room_proto_msgTypes[65]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListGiftRecordsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListGiftRecordsResponse) ProtoMessage() {}
+
+func (x *ListGiftRecordsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_room_v1_room_proto_msgTypes[65]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListGiftRecordsResponse.ProtoReflect.Descriptor instead.
+func (*ListGiftRecordsResponse) Descriptor() ([]byte, []int) {
+	return file_room_v1_room_proto_rawDescGZIP(), []int{65}
+}
+
+func (x *ListGiftRecordsResponse) GetRecords() []*GiftRecord {
+	if x != nil {
+		return x.Records
+	}
+	return nil
+}
+
+func (x *ListGiftRecordsResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
+// GiftRecord is one committed gift to one receiver: a send to three
+// receivers is three records sharing command_id.
+type GiftRecord struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Unique and increasing in commit order.
+	RecordId       int64  `protobuf:"varint,1,opt,name=record_id,json=recordId,proto3" json:"record_id,omitempty"`
+	RoomId         string `protobuf:"bytes,2,opt,name=room_id,json=roomId,proto3" json:"room_id,omitempty"`
+	RoomVersion    int64  `protobuf:"varint,3,opt,name=room_version,json=roomVersion,proto3" json:"room_version,omitempty"`
+	CommandId      string `protobuf:"bytes,4,opt,name=command_id,json=commandId,proto3" json:"command_id,omitempty"`
+	SenderUserId   int64  `protobuf:"varint,5,opt,name=sender_user_id,json=senderUserId,proto3" json:"sender_user_id,omitempty"`
+	ReceiverUserId int64  `protobuf:"varint,6,opt,name=receiver_user_id,json=receiverUserId,proto3" json:"receiver_user_id,omitempty"`
+	GiftId         string `protobuf:"bytes,7,opt,name=gift_id,json=giftId,proto3" json:"gift_id,omitempty"`
+	Count          int32  `protobuf:"varint,8,opt,name=count,proto3" json:"count,omitempty"`
+	// Gift value to this receiver: price x count.
+	Value int64 `protobuf:"varint,9,opt,name=value,proto3" json:"value,omitempty"`
+	// Lucky gifts: the multiplier drawn for the whole send, in basis points.
+	LuckyMultiplierBp int64 `protobuf:"varint,10,opt,name=lucky_multiplier_bp,json=luckyMultiplierBp,proto3" json:"lucky_multiplier_bp,omitempty"`
+	// When the send applied, unix ms.
+	SentAtMs      int64 `protobuf:"varint,11,opt,name=sent_at_ms,json=sentAtMs,proto3" json:"sent_at_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GiftRecord) Reset() {
+	*x = GiftRecord{}
+	mi := &file_room_v1_room_proto_msgTypes[66]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GiftRecord) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GiftRecord) ProtoMessage() {}
+
+func (x *GiftRecord) ProtoReflect() protoreflect.Message {
+	mi := &file_room_v1_room_proto_msgTypes[66]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GiftRecord.ProtoReflect.Descriptor instead.
+func (*GiftRecord) Descriptor() ([]byte, []int) {
+	return file_room_v1_room_proto_rawDescGZIP(), []int{66}
+}
+
+func (x *GiftRecord) GetRecordId() int64 {
+	if x != nil {
+		return x.RecordId
+	}
+	return 0
+}
+
+func (x *GiftRecord) GetRoomId() string {
+	if x != nil {
+		return x.RoomId
+	}
+	return ""
+}
+
+func (x *GiftRecord) GetRoomVersion() int64 {
+	if x != nil {
+		return x.RoomVersion
+	}
+	return 0
+}
+
+func (x *GiftRecord) GetCommandId() string {
+	if x != nil {
+		return x.CommandId
+	}
+	return ""
+}
+
+func (x *GiftRecord) GetSenderUserId() int64 {
+	if x != nil {
+		return x.SenderUserId
+	}
+	return 0
+}
+
+func (x *GiftRecord) GetReceiverUserId() int64 {
+	if x != nil {
+		return x.ReceiverUserId
+	}
+	return 0
+}
+
+func (x *GiftRecord) GetGiftId() string {
+	if x != nil {
+		return x.GiftId
+	}
+	return ""
+}
+
+func (x *GiftRecord) GetCount() int32 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
+func (x *GiftRecord) GetValue() int64 {
+	if x != nil {
+		return x.Value
+	}
+	return 0
+}
+
+func (x *GiftRecord) GetLuckyMultiplierBp() int64 {
+	if x != nil {
+		return x.LuckyMultiplierBp
+	}
+	return 0
+}
+
+func (x *GiftRecord) GetSentAtMs() int64 {
+	if x != nil {
+		return x.SentAtMs
+	}
+	return 0
+}
+
+// ListWalletEntriesRequest pages through a user's journal.
+type ListWalletEntriesRequest struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	UserId int64                  `protobuf:"varint,1,opt,name=user_id,json=userId,proto3" json:"user_id,omitempty"`
+	// At most 500; 0 means 100.
+	Limit int32 `protobuf:"varint,2,opt,name=limit,proto3" json:"limit,omitempty"`
+	// next_page_token of the previous page.
+	PageToken     string `protobuf:"bytes,3,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListWalletEntriesRequest) Reset() {
+	*x = ListWalletEntriesRequest{}
+	mi := &file_room_v1_room_proto_msgTypes[67]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListWalletEntriesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListWalletEntriesRequest) ProtoMessage() {}
+
+func (x *ListWalletEntriesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_room_v1_room_proto_msgTypes[67]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListWalletEntriesRequest.ProtoReflect.Descriptor instead.
+func (*ListWalletEntriesRequest) Descriptor() ([]byte, []int) {
+	return file_room_v1_room_proto_rawDescGZIP(), []int{67}
+}
+
+func (x *ListWalletEntriesRequest) GetUserId() int64 {
+	if x != nil {
+		return x.UserId
+	}
+	return 0
+}
+
+func (x *ListWalletEntriesRequest) GetLimit() int32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+func (x *ListWalletEntriesRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+// ListWalletEntriesResponse is one page of journal entries, newest first.
+type ListWalletEntriesResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Entries       []*WalletEntry         `protobuf:"bytes,1,rep,name=entries,proto3" json:"entries,omitempty"`
+	NextPageToken string                 `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListWalletEntriesResponse) Reset() {
+	*x = ListWalletEntriesResponse{}
+	mi := &file_room_v1_room_proto_msgTypes[68]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListWalletEntriesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListWalletEntriesResponse) ProtoMessage() {}
+
+func (x *ListWalletEntriesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_room_v1_room_proto_msgTypes[68]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListWalletEntriesResponse.ProtoReflect.Descriptor instead.
+func (*ListWalletEntriesResponse) Descriptor() ([]byte, []int) {
+	return file_room_v1_room_proto_rawDescGZIP(), []int{68}
+}
+
+func (x *ListWalletEntriesResponse) GetEntries() []*WalletEntry {
+	if x != nil {
+		return x.Entries
+	}
+	return nil
+}
+
+func (x *ListWalletEntriesResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
+// WalletEntry is one line of the COIN journal.
+type WalletEntry struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	EntryId int64                  `protobuf:"varint,1,opt,name=entry_id,json=entryId,proto3" json:"entry_id,omitempty"`
+	// credit, gift_debit, lucky_reward, refund or refund_reward.
+	Kind string `protobuf:"bytes,2,opt,name=kind,proto3" json:"kind,omitempty"`
+	// Signed: positive for credit, lucky_reward and refund.
+	Amount       int64 `protobuf:"varint,3,opt,name=amount,proto3" json:"amount,omitempty"`
+	BalanceAfter int64 `protobuf:"varint,4,opt,name=balance_after,json=balanceAfter,proto3" json:"balance_after,omitempty"`
+	// The credit's idempotency key, or the gift's charge key ("<room_id> <command_id>").
+	Key           string `protobuf:"bytes,5,opt,name=key,proto3" json:"key,omitempty"`
+	CreatedAtMs   int64  `protobuf:"varint,6,opt,name=created_at_ms,json=createdAtMs,proto3" json:"created_at_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WalletEntry) Reset() {
+	*x = WalletEntry{}
+	mi := &file_room_v1_room_proto_msgTypes[69]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WalletEntry) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WalletEntry) ProtoMessage() {}
+
+func (x *WalletEntry) ProtoReflect() protoreflect.Message {
+	mi := &file_room_v1_room_proto_msgTypes[69]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WalletEntry.ProtoReflect.Descriptor instead.
+func (*WalletEntry) Descriptor() ([]byte, []int) {
+	return file_room_v1_room_proto_rawDescGZIP(), []int{69}
+}
+
+func (x *WalletEntry) GetEntryId() int64 {
+	if x != nil {
+		return x.EntryId
+	}
+	return 0
+}
+
+func (x *WalletEntry) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *WalletEntry) GetAmount() int64 {
+	if x != nil {
+		return x.Amount
+	}
+	return 0
+}
+
+func (x *WalletEntry) GetBalanceAfter() int64 {
+	if x != nil {
+		return x.BalanceAfter
+	}
+	return 0
+}
+
+func (x *WalletEntry) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *WalletEntry) GetCreatedAtMs() int64 {
+	if x != nil {
+		return x.CreatedAtMs
+	}
+	return 0
+}
+
 // ListCommandsRequest reads a room's command log.
 type ListCommandsRequest struct {
 	state        protoimpl.MessageState `protogen:"open.v1"`
@@ -3820,7 +4713,7 @@ type ListCommandsRequest struct {
 
 func (x *ListCommandsRequest) Reset() {
 	*x = ListCommandsRequest{}
-	mi := &file_room_v1_room_proto_msgTypes[61]
+	mi := &file_room_v1_room_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3832,7 +4725,7 @@ func (x *ListCommandsRequest) String() string {
 func (*ListCommandsRequest) ProtoMessage() {}
 
 func (x *ListCommandsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[61]
+	mi := &file_room_v1_room_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3845,7 +4738,7 @@ func (x *ListCommandsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCommandsRequest.ProtoReflect.Descriptor instead.
 func (*ListCommandsRequest) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{61}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *ListCommandsRequest) GetRoomId() string {
@@ -3881,7 +4774,7 @@ type ListCommandsResponse struct {
 
 func (x *ListCommandsResponse) Reset() {
 	*x = ListCommandsResponse{}
-	mi := &file_room_v1_room_proto_msgTypes[62]
+	mi := &file_room_v1_room_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3893,7 +4786,7 @@ func (x *ListCommandsResponse) String() string {
 func (*ListCommandsResponse) ProtoMessage() {}
 
 func (x *ListCommandsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[62]
+	mi := &file_room_v1_room_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3906,7 +4799,7 @@ func (x *ListCommandsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCommandsResponse.ProtoReflect.Descriptor instead.
 func (*ListCommandsResponse) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{62}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *ListCommandsResponse) GetCommands() []*CommandLogEntry {
@@ -3939,7 +4832,7 @@ type CommandLogEntry struct {
 
 func (x *CommandLogEntry) Reset() {
 	*x = CommandLogEntry{}
-	mi := &file_room_v1_room_proto_msgTypes[63]
+	mi := &file_room_v1_room_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3951,7 +4844,7 @@ func (x *CommandLogEntry) String() string {
 func (*CommandLogEntry) ProtoMessage() {}
 
 func (x *CommandLogEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[63]
+	mi := &file_room_v1_room_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3964,7 +4857,7 @@ func (x *CommandLogEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandLogEntry.ProtoReflect.Descriptor instead.
 func (*CommandLogEntry) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{63}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *CommandLogEntry) GetRoomVersion() int64 {
@@ -4019,7 +4912,7 @@ type GetStoredSnapshotRequest struct {
 
 func (x *GetStoredSnapshotRequest) Reset() {
 	*x = GetStoredSnapshotRequest{}
-	mi := &file_room_v1_room_proto_msgTypes[64]
+	mi := &file_room_v1_room_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4031,7 +4924,7 @@ func (x *GetStoredSnapshotRequest) String() string {
 func (*GetStoredSnapshotRequest) ProtoMessage() {}
 
 func (x *GetStoredSnapshotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[64]
+	mi := &file_room_v1_room_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4044,7 +4937,7 @@ func (x *GetStoredSnapshotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetStoredSnapshotRequest.ProtoReflect.Descriptor instead.
 func (*GetStoredSnapshotRequest) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{64}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *GetStoredSnapshotRequest) GetRoomId() string {
@@ -4065,7 +4958,7 @@ type GetStoredSnapshotResponse struct {
 
 func (x *GetStoredSnapshotResponse) Reset() {
 	*x = GetStoredSnapshotResponse{}
-	mi := &file_room_v1_room_proto_msgTypes[65]
+	mi := &file_room_v1_room_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4077,7 +4970,7 @@ func (x *GetStoredSnapshotResponse) String() string {
 func (*GetStoredSnapshotResponse) ProtoMessage() {}
 
 func (x *GetStoredSnapshotResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[65]
+	mi := &file_room_v1_room_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4090,7 +4983,7 @@ func (x *GetStoredSnapshotResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetStoredSnapshotResponse.ProtoReflect.Descriptor instead.
 func (*GetStoredSnapshotResponse) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{65}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *GetStoredSnapshotResponse) GetFound() bool {
@@ -4138,7 +5031,7 @@ type RoomSnapshot struct {
 
 func (x *RoomSnapshot) Reset() {
 	*x = RoomSnapshot{}
-	mi := &file_room_v1_room_proto_msgTypes[66]
+	mi := &file_room_v1_room_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4150,7 +5043,7 @@ func (x *RoomSnapshot) String() string {
 func (*RoomSnapshot) ProtoMessage() {}
 
 func (x *RoomSnapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[66]
+	mi := &file_room_v1_room_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4163,7 +5056,7 @@ func (x *RoomSnapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RoomSnapshot.ProtoReflect.Descriptor instead.
 func (*RoomSnapshot) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{66}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *RoomSnapshot) GetRoomId() string {
@@ -4311,7 +5204,7 @@ type RoomEconomy struct {
 
 func (x *RoomEconomy) Reset() {
 	*x = RoomEconomy{}
-	mi := &file_room_v1_room_proto_msgTypes[67]
+	mi := &file_room_v1_room_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4323,7 +5216,7 @@ func (x *RoomEconomy) String() string {
 func (*RoomEconomy) ProtoMessage() {}
 
 func (x *RoomEconomy) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[67]
+	mi := &file_room_v1_room_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4336,7 +5229,7 @@ func (x *RoomEconomy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RoomEconomy.ProtoReflect.Descriptor instead.
 func (*RoomEconomy) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{67}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *RoomEconomy) GetBusinessDay() int64 {
@@ -4400,7 +5293,7 @@ type EconomyRules struct {
 
 func (x *EconomyRules) Reset() {
 	*x = EconomyRules{}
-	mi := &file_room_v1_room_proto_msgTypes[68]
+	mi := &file_room_v1_room_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4412,7 +5305,7 @@ func (x *EconomyRules) String() string {
 func (*EconomyRules) ProtoMessage() {}
 
 func (x *EconomyRules) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[68]
+	mi := &file_room_v1_room_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4425,7 +5318,7 @@ func (x *EconomyRules) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EconomyRules.ProtoReflect.Descriptor instead.
 func (*EconomyRules) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{68}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *EconomyRules) GetTimeZone() string {
@@ -4474,7 +5367,7 @@ type RocketLevelRule struct {
 
 func (x *RocketLevelRule) Reset() {
 	*x = RocketLevelRule{}
-	mi := &file_room_v1_room_proto_msgTypes[69]
+	mi := &file_room_v1_room_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4486,7 +5379,7 @@ func (x *RocketLevelRule) String() string {
 func (*RocketLevelRule) ProtoMessage() {}
 
 func (x *RocketLevelRule) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[69]
+	mi := &file_room_v1_room_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4499,7 +5392,7 @@ func (x *RocketLevelRule) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RocketLevelRule.ProtoReflect.Descriptor instead.
 func (*RocketLevelRule) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{69}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *RocketLevelRule) GetFuel() int64 {
@@ -4527,7 +5420,7 @@ type RankEntry struct {
 
 func (x *RankEntry) Reset() {
 	*x = RankEntry{}
-	mi := &file_room_v1_room_proto_msgTypes[70]
+	mi := &file_room_v1_room_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4539,7 +5432,7 @@ func (x *RankEntry) String() string {
 func (*RankEntry) ProtoMessage() {}
 
 func (x *RankEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[70]
+	mi := &file_room_v1_room_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4552,7 +5445,7 @@ func (x *RankEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RankEntry.ProtoReflect.Descriptor instead.
 func (*RankEntry) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{70}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *RankEntry) GetUserId() int64 {
@@ -4590,7 +5483,7 @@ type RoomRocket struct {
 
 func (x *RoomRocket) Reset() {
 	*x = RoomRocket{}
-	mi := &file_room_v1_room_proto_msgTypes[71]
+	mi := &file_room_v1_room_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4602,7 +5495,7 @@ func (x *RoomRocket) String() string {
 func (*RoomRocket) ProtoMessage() {}
 
 func (x *RoomRocket) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[71]
+	mi := &file_room_v1_room_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4615,7 +5508,7 @@ func (x *RoomRocket) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RoomRocket.ProtoReflect.Descriptor instead.
 func (*RoomRocket) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{71}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{80}
 }
 
 func (x *RoomRocket) GetLevel() int32 {
@@ -4677,7 +5570,7 @@ type RocketLaunch struct {
 
 func (x *RocketLaunch) Reset() {
 	*x = RocketLaunch{}
-	mi := &file_room_v1_room_proto_msgTypes[72]
+	mi := &file_room_v1_room_proto_msgTypes[81]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4689,7 +5582,7 @@ func (x *RocketLaunch) String() string {
 func (*RocketLaunch) ProtoMessage() {}
 
 func (x *RocketLaunch) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[72]
+	mi := &file_room_v1_room_proto_msgTypes[81]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4702,7 +5595,7 @@ func (x *RocketLaunch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RocketLaunch.ProtoReflect.Descriptor instead.
 func (*RocketLaunch) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{72}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{81}
 }
 
 func (x *RocketLaunch) GetRocketId() int64 {
@@ -4761,7 +5654,7 @@ type RoomProfile struct {
 
 func (x *RoomProfile) Reset() {
 	*x = RoomProfile{}
-	mi := &file_room_v1_room_proto_msgTypes[73]
+	mi := &file_room_v1_room_proto_msgTypes[82]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4773,7 +5666,7 @@ func (x *RoomProfile) String() string {
 func (*RoomProfile) ProtoMessage() {}
 
 func (x *RoomProfile) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[73]
+	mi := &file_room_v1_room_proto_msgTypes[82]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4786,7 +5679,7 @@ func (x *RoomProfile) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RoomProfile.ProtoReflect.Descriptor instead.
 func (*RoomProfile) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{73}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{82}
 }
 
 func (x *RoomProfile) GetTitle() string {
@@ -4839,7 +5732,7 @@ type Member struct {
 
 func (x *Member) Reset() {
 	*x = Member{}
-	mi := &file_room_v1_room_proto_msgTypes[74]
+	mi := &file_room_v1_room_proto_msgTypes[83]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4851,7 +5744,7 @@ func (x *Member) String() string {
 func (*Member) ProtoMessage() {}
 
 func (x *Member) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[74]
+	mi := &file_room_v1_room_proto_msgTypes[83]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4864,7 +5757,7 @@ func (x *Member) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Member.ProtoReflect.Descriptor instead.
 func (*Member) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{74}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{83}
 }
 
 func (x *Member) GetUserId() int64 {
@@ -4928,7 +5821,7 @@ type MicSeat struct {
 
 func (x *MicSeat) Reset() {
 	*x = MicSeat{}
-	mi := &file_room_v1_room_proto_msgTypes[75]
+	mi := &file_room_v1_room_proto_msgTypes[84]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4940,7 +5833,7 @@ func (x *MicSeat) String() string {
 func (*MicSeat) ProtoMessage() {}
 
 func (x *MicSeat) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[75]
+	mi := &file_room_v1_room_proto_msgTypes[84]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4953,7 +5846,7 @@ func (x *MicSeat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MicSeat.ProtoReflect.Descriptor instead.
 func (*MicSeat) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{75}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{84}
 }
 
 func (x *MicSeat) GetIndex() int32 {
@@ -5016,7 +5909,7 @@ type Restriction struct {
 
 func (x *Restriction) Reset() {
 	*x = Restriction{}
-	mi := &file_room_v1_room_proto_msgTypes[76]
+	mi := &file_room_v1_room_proto_msgTypes[85]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5028,7 +5921,7 @@ func (x *Restriction) String() string {
 func (*Restriction) ProtoMessage() {}
 
 func (x *Restriction) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[76]
+	mi := &file_room_v1_room_proto_msgTypes[85]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5041,7 +5934,7 @@ func (x *Restriction) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Restriction.ProtoReflect.Descriptor instead.
 func (*Restriction) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{76}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{85}
 }
 
 func (x *Restriction) GetUserId() int64 {
@@ -5084,7 +5977,7 @@ type RoomEvent struct {
 
 func (x *RoomEvent) Reset() {
 	*x = RoomEvent{}
-	mi := &file_room_v1_room_proto_msgTypes[77]
+	mi := &file_room_v1_room_proto_msgTypes[86]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5096,7 +5989,7 @@ func (x *RoomEvent) String() string {
 func (*RoomEvent) ProtoMessage() {}
 
 func (x *RoomEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[77]
+	mi := &file_room_v1_room_proto_msgTypes[86]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5109,7 +6002,7 @@ func (x *RoomEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RoomEvent.ProtoReflect.Descriptor instead.
 func (*RoomEvent) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{77}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{86}
 }
 
 func (x *RoomEvent) GetEventId() string {
@@ -5173,7 +6066,7 @@ type HeartbeatRequest struct {
 
 func (x *HeartbeatRequest) Reset() {
 	*x = HeartbeatRequest{}
-	mi := &file_room_v1_room_proto_msgTypes[78]
+	mi := &file_room_v1_room_proto_msgTypes[87]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5185,7 +6078,7 @@ func (x *HeartbeatRequest) String() string {
 func (*HeartbeatRequest) ProtoMessage() {}
 
 func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[78]
+	mi := &file_room_v1_room_proto_msgTypes[87]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5198,7 +6091,7 @@ func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatRequest.ProtoReflect.Descriptor instead.
 func (*HeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{78}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{87}
 }
 
 func (x *HeartbeatRequest) GetRoomId() string {
@@ -5231,7 +6124,7 @@ type HeartbeatResponse struct {
 
 func (x *HeartbeatResponse) Reset() {
 	*x = HeartbeatResponse{}
-	mi := &file_room_v1_room_proto_msgTypes[79]
+	mi := &file_room_v1_room_proto_msgTypes[88]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5243,7 +6136,7 @@ func (x *HeartbeatResponse) String() string {
 func (*HeartbeatResponse) ProtoMessage() {}
 
 func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[79]
+	mi := &file_room_v1_room_proto_msgTypes[88]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5256,7 +6149,7 @@ func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*HeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{79}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{88}
 }
 
 func (x *HeartbeatResponse) GetMembers() int32 {
@@ -5534,15 +6427,18 @@ const file_room_v1_room_proto_rawDesc = "" +
 	"\x17GetRoomSnapshotResponse\x12!\n" +
 	"\fnot_modified\x18\x01 \x01(\bR\vnotModified\x12!\n" +
 	"\froom_version\x18\x02 \x01(\x03R\vroomVersion\x121\n" +
-	"\bsnapshot\x18\x03 \x01(\v2\x15.room.v1.RoomSnapshotR\bsnapshot\"{\n" +
+	"\bsnapshot\x18\x03 \x01(\v2\x15.room.v1.RoomSnapshotR\bsnapshot\"\xd6\x01\n" +
 	"\x10ListRoomsRequest\x12\x1b\n" +
 	"\tpage_size\x18\x01 \x01(\x05R\bpageSize\x12\x1d\n" +
 	"\n" +
 	"page_token\x18\x02 \x01(\tR\tpageToken\x12+\n" +
-	"\x06status\x18\x03 \x01(\x0e2\x13.room.v1.RoomStatusR\x06status\"g\n" +
+	"\x06status\x18\x03 \x01(\x0e2\x13.room.v1.RoomStatusR\x06status\x12-\n" +
+	"\border_by\x18\x04 \x01(\x0e2\x12.room.v1.RoomOrderR\aorderBy\x12\x16\n" +
+	"\x06region\x18\x05 \x01(\tR\x06region\x12\x12\n" +
+	"\x04mode\x18\x06 \x01(\tR\x04mode\"g\n" +
 	"\x11ListRoomsResponse\x12*\n" +
 	"\x05rooms\x18\x01 \x03(\v2\x14.room.v1.RoomSummaryR\x05rooms\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xaf\x02\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xa1\x04\n" +
 	"\vRoomSummary\x12\x17\n" +
 	"\aroom_id\x18\x01 \x01(\tR\x06roomId\x12\"\n" +
 	"\rowner_user_id\x18\x02 \x01(\x03R\vownerUserId\x12 \n" +
@@ -5556,7 +6452,72 @@ const file_room_v1_room_proto_rawDesc = "" +
 	"\vowner_epoch\x18\b \x01(\x03R\n" +
 	"ownerEpoch\x12\x1d\n" +
 	"\n" +
-	"owner_node\x18\t \x01(\tR\townerNode\"i\n" +
+	"owner_node\x18\t \x01(\tR\townerNode\x12\x14\n" +
+	"\x05title\x18\n" +
+	" \x01(\tR\x05title\x12\x1b\n" +
+	"\tcover_url\x18\v \x01(\tR\bcoverUrl\x12\x16\n" +
+	"\x06region\x18\f \x01(\tR\x06region\x12!\n" +
+	"\fonline_count\x18\r \x01(\x05R\vonlineCount\x12\x1f\n" +
+	"\vseats_taken\x18\x0e \x01(\x05R\n" +
+	"seatsTaken\x12\x12\n" +
+	"\x04heat\x18\x0f \x01(\x03R\x04heat\x12\"\n" +
+	"\rcreated_at_ms\x18\x10 \x01(\x03R\vcreatedAtMs\x12)\n" +
+	"\x11last_active_at_ms\x18\x11 \x01(\x03R\x0elastActiveAtMs\"\x93\x01\n" +
+	"\x12ListMembersRequest\x12\x17\n" +
+	"\aroom_id\x18\x01 \x01(\tR\x06roomId\x12\x14\n" +
+	"\x05limit\x18\x02 \x01(\x05R\x05limit\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x03 \x01(\tR\tpageToken\x12/\n" +
+	"\border_by\x18\x04 \x01(\x0e2\x14.room.v1.MemberOrderR\aorderBy\"\xb3\x01\n" +
+	"\x13ListMembersResponse\x12.\n" +
+	"\amembers\x18\x01 \x03(\v2\x14.room.v1.MemberEntryR\amembers\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\x12!\n" +
+	"\froom_version\x18\x03 \x01(\x03R\vroomVersion\x12!\n" +
+	"\fonline_count\x18\x04 \x01(\x05R\vonlineCount\"Z\n" +
+	"\vMemberEntry\x12'\n" +
+	"\x06member\x18\x01 \x01(\v2\x0f.room.v1.MemberR\x06member\x12\"\n" +
+	"\fcontribution\x18\x02 \x01(\x03R\fcontribution\"\x9b\x01\n" +
+	"\x16ListGiftRecordsRequest\x12\x17\n" +
+	"\aroom_id\x18\x01 \x01(\tR\x06roomId\x12\x17\n" +
+	"\auser_id\x18\x02 \x01(\x03R\x06userId\x12\x1a\n" +
+	"\breceived\x18\x03 \x01(\bR\breceived\x12\x14\n" +
+	"\x05limit\x18\x04 \x01(\x05R\x05limit\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x05 \x01(\tR\tpageToken\"p\n" +
+	"\x17ListGiftRecordsResponse\x12-\n" +
+	"\arecords\x18\x01 \x03(\v2\x13.room.v1.GiftRecordR\arecords\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xe7\x02\n" +
+	"\n" +
+	"GiftRecord\x12\x1b\n" +
+	"\trecord_id\x18\x01 \x01(\x03R\brecordId\x12\x17\n" +
+	"\aroom_id\x18\x02 \x01(\tR\x06roomId\x12!\n" +
+	"\froom_version\x18\x03 \x01(\x03R\vroomVersion\x12\x1d\n" +
+	"\n" +
+	"command_id\x18\x04 \x01(\tR\tcommandId\x12$\n" +
+	"\x0esender_user_id\x18\x05 \x01(\x03R\fsenderUserId\x12(\n" +
+	"\x10receiver_user_id\x18\x06 \x01(\x03R\x0ereceiverUserId\x12\x17\n" +
+	"\agift_id\x18\a \x01(\tR\x06giftId\x12\x14\n" +
+	"\x05count\x18\b \x01(\x05R\x05count\x12\x14\n" +
+	"\x05value\x18\t \x01(\x03R\x05value\x12.\n" +
+	"\x13lucky_multiplier_bp\x18\n" +
+	" \x01(\x03R\x11luckyMultiplierBp\x12\x1c\n" +
+	"\n" +
+	"sent_at_ms\x18\v \x01(\x03R\bsentAtMs\"h\n" +
+	"\x18ListWalletEntriesRequest\x12\x17\n" +
+	"\auser_id\x18\x01 \x01(\x03R\x06userId\x12\x14\n" +
+	"\x05limit\x18\x02 \x01(\x05R\x05limit\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x03 \x01(\tR\tpageToken\"s\n" +
+	"\x19ListWalletEntriesResponse\x12.\n" +
+	"\aentries\x18\x01 \x03(\v2\x14.room.v1.WalletEntryR\aentries\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xaf\x01\n" +
+	"\vWalletEntry\x12\x19\n" +
+	"\bentry_id\x18\x01 \x01(\x03R\aentryId\x12\x12\n" +
+	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x16\n" +
+	"\x06amount\x18\x03 \x01(\x03R\x06amount\x12#\n" +
+	"\rbalance_after\x18\x04 \x01(\x03R\fbalanceAfter\x12\x10\n" +
+	"\x03key\x18\x05 \x01(\tR\x03key\x12\"\n" +
+	"\rcreated_at_ms\x18\x06 \x01(\x03R\vcreatedAtMs\"i\n" +
 	"\x13ListCommandsRequest\x12\x17\n" +
 	"\aroom_id\x18\x01 \x01(\tR\x06roomId\x12#\n" +
 	"\rafter_version\x18\x02 \x01(\x03R\fafterVersion\x12\x14\n" +
@@ -5682,13 +6643,22 @@ const file_room_v1_room_proto_rawDesc = "" +
 	"\bGiftKind\x12\x19\n" +
 	"\x15GIFT_KIND_UNSPECIFIED\x10\x00\x12\x14\n" +
 	"\x10GIFT_KIND_NORMAL\x10\x01\x12\x13\n" +
-	"\x0fGIFT_KIND_LUCKY\x10\x02*q\n" +
+	"\x0fGIFT_KIND_LUCKY\x10\x02*j\n" +
+	"\tRoomOrder\x12\x1a\n" +
+	"\x16ROOM_ORDER_UNSPECIFIED\x10\x00\x12\x13\n" +
+	"\x0fROOM_ORDER_HEAT\x10\x01\x12\x15\n" +
+	"\x11ROOM_ORDER_ONLINE\x10\x02\x12\x15\n" +
+	"\x11ROOM_ORDER_NEWEST\x10\x03*c\n" +
+	"\vMemberOrder\x12\x1c\n" +
+	"\x18MEMBER_ORDER_UNSPECIFIED\x10\x00\x12\x17\n" +
+	"\x13MEMBER_ORDER_JOINED\x10\x01\x12\x1d\n" +
+	"\x19MEMBER_ORDER_CONTRIBUTION\x10\x02*q\n" +
 	"\n" +
 	"RoomStatus\x12\x1b\n" +
 	"\x17ROOM_STATUS_UNSPECIFIED\x10\x00\x12\x18\n" +
 	"\x14ROOM_STATUS_CREATING\x10\x01\x12\x14\n" +
 	"\x10ROOM_STATUS_OPEN\x10\x02\x12\x16\n" +
-	"\x12ROOM_STATUS_CLOSED\x10\x032\xd5\r\n" +
+	"\x12ROOM_STATUS_CLOSED\x10\x032\xff\x0e\n" +
 	"\vRoomService\x12E\n" +
 	"\n" +
 	"CreateRoom\x12\x1a.room.v1.CreateRoomRequest\x1a\x1b.room.v1.CreateRoomResponse\x12B\n" +
@@ -5714,11 +6684,14 @@ const file_room_v1_room_proto_rawDesc = "" +
 	"\tListRooms\x12\x19.room.v1.ListRoomsRequest\x1a\x1a.room.v1.ListRoomsResponse\"\x03\x90\x02\x01\x12?\n" +
 	"\bSendGift\x12\x18.room.v1.SendGiftRequest\x1a\x19.room.v1.SendGiftResponse\x12G\n" +
 	"\tListGifts\x12\x19.room.v1.ListGiftsRequest\x1a\x1a.room.v1.ListGiftsResponse\"\x03\x90\x02\x01\x12G\n" +
-	"\tHeartbeat\x12\x19.room.v1.HeartbeatRequest\x1a\x1a.room.v1.HeartbeatResponse\"\x03\x90\x02\x022\xa5\x01\n" +
+	"\tHeartbeat\x12\x19.room.v1.HeartbeatRequest\x1a\x1a.room.v1.HeartbeatResponse\"\x03\x90\x02\x02\x12M\n" +
+	"\vListMembers\x12\x1b.room.v1.ListMembersRequest\x1a\x1c.room.v1.ListMembersResponse\"\x03\x90\x02\x01\x12Y\n" +
+	"\x0fListGiftRecords\x12\x1f.room.v1.ListGiftRecordsRequest\x1a .room.v1.ListGiftRecordsResponse\"\x03\x90\x02\x012\x86\x02\n" +
 	"\rWalletService\x12H\n" +
 	"\vCreditCoins\x12\x1b.room.v1.CreditCoinsRequest\x1a\x1c.room.v1.CreditCoinsResponse\x12J\n" +
 	"\n" +
-	"GetBalance\x12\x1a.room.v1.GetBalanceRequest\x1a\x1b.room.v1.GetBalanceResponse\"\x03\x90\x02\x012\xfc\x03\n" +
+	"GetBalance\x12\x1a.room.v1.GetBalanceRequest\x1a\x1b.room.v1.GetBalanceResponse\"\x03\x90\x02\x01\x12_\n" +
+	"\x11ListWalletEntries\x12!.room.v1.ListWalletEntriesRequest\x1a\".room.v1.ListWalletEntriesResponse\"\x03\x90\x02\x012\xfc\x03\n" +
 	"\x0fOperatorService\x12P\n" +
 	"\fListCommands\x12\x1c.room.v1.ListCommandsRequest\x1a\x1d.room.v1.ListCommandsResponse\"\x03\x90\x02\x01\x12_\n" +
 	"\x11GetStoredSnapshot\x12!.room.v1.GetStoredSnapshotRequest\x1a\".room.v1.GetStoredSnapshotResponse\"\x03\x90\x02\x01\x12Y\n" +
@@ -5739,188 +6712,211 @@ func file_room_v1_room_proto_rawDescGZIP() []byte {
 	return file_room_v1_room_proto_rawDescData
 }
 
-var file_room_v1_room_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_room_v1_room_proto_msgTypes = make([]protoimpl.MessageInfo, 81)
+var file_room_v1_room_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
+var file_room_v1_room_proto_msgTypes = make([]protoimpl.MessageInfo, 90)
 var file_room_v1_room_proto_goTypes = []any{
 	(GiftKind)(0),                       // 0: room.v1.GiftKind
-	(RoomStatus)(0),                     // 1: room.v1.RoomStatus
-	(*SendGiftRequest)(nil),             // 2: room.v1.SendGiftRequest
-	(*SendGiftResponse)(nil),            // 3: room.v1.SendGiftResponse
-	(*ListGiftsRequest)(nil),            // 4: room.v1.ListGiftsRequest
-	(*ListGiftsResponse)(nil),           // 5: room.v1.ListGiftsResponse
-	(*Gift)(nil),                        // 6: room.v1.Gift
-	(*CreditCoinsRequest)(nil),          // 7: room.v1.CreditCoinsRequest
-	(*CreditCoinsResponse)(nil),         // 8: room.v1.CreditCoinsResponse
-	(*GetBalanceRequest)(nil),           // 9: room.v1.GetBalanceRequest
-	(*GetBalanceResponse)(nil),          // 10: room.v1.GetBalanceResponse
-	(*DrainRequest)(nil),                // 11: room.v1.DrainRequest
-	(*DrainResponse)(nil),               // 12: room.v1.DrainResponse
-	(*ListNodesRequest)(nil),            // 13: room.v1.ListNodesRequest
-	(*ListNodesResponse)(nil),           // 14: room.v1.ListNodesResponse
-	(*FleetNode)(nil),                   // 15: room.v1.FleetNode
-	(*GetOutboxStatusRequest)(nil),      // 16: room.v1.GetOutboxStatusRequest
-	(*GetOutboxStatusResponse)(nil),     // 17: room.v1.GetOutboxStatusResponse
-	(*RequeueDeadOutboxRequest)(nil),    // 18: room.v1.RequeueDeadOutboxRequest
-	(*RequeueDeadOutboxResponse)(nil),   // 19: room.v1.RequeueDeadOutboxResponse
-	(*CreateRoomRequest)(nil),           // 20: room.v1.CreateRoomRequest
-	(*CreateRoomResponse)(nil),          // 21: room.v1.CreateRoomResponse
-	(*CloseRoomRequest)(nil),            // 22: room.v1.CloseRoomRequest
-	(*CloseRoomResponse)(nil),           // 23: room.v1.CloseRoomResponse
-	(*JoinRoomRequest)(nil),             // 24: room.v1.JoinRoomRequest
-	(*JoinRoomResponse)(nil),            // 25: room.v1.JoinRoomResponse
-	(*LeaveRoomRequest)(nil),            // 26: room.v1.LeaveRoomRequest
-	(*LeaveRoomResponse)(nil),           // 27: room.v1.LeaveRoomResponse
-	(*TakeMicRequest)(nil),              // 28: room.v1.TakeMicRequest
-	(*TakeMicResponse)(nil),             // 29: room.v1.TakeMicResponse
-	(*LeaveMicRequest)(nil),             // 30: room.v1.LeaveMicRequest
-	(*LeaveMicResponse)(nil),            // 31: room.v1.LeaveMicResponse
-	(*MoveMicRequest)(nil),              // 32: room.v1.MoveMicRequest
-	(*MoveMicResponse)(nil),             // 33: room.v1.MoveMicResponse
-	(*KickFromMicRequest)(nil),          // 34: room.v1.KickFromMicRequest
-	(*KickFromMicResponse)(nil),         // 35: room.v1.KickFromMicResponse
-	(*LockMicSeatRequest)(nil),          // 36: room.v1.LockMicSeatRequest
-	(*LockMicSeatResponse)(nil),         // 37: room.v1.LockMicSeatResponse
-	(*MuteMicSeatRequest)(nil),          // 38: room.v1.MuteMicSeatRequest
-	(*MuteMicSeatResponse)(nil),         // 39: room.v1.MuteMicSeatResponse
-	(*SetMyMicRequest)(nil),             // 40: room.v1.SetMyMicRequest
-	(*SetMyMicResponse)(nil),            // 41: room.v1.SetMyMicResponse
-	(*KickUserRequest)(nil),             // 42: room.v1.KickUserRequest
-	(*KickUserResponse)(nil),            // 43: room.v1.KickUserResponse
-	(*MuteUserRequest)(nil),             // 44: room.v1.MuteUserRequest
-	(*MuteUserResponse)(nil),            // 45: room.v1.MuteUserResponse
-	(*UnbanUserRequest)(nil),            // 46: room.v1.UnbanUserRequest
-	(*UnbanUserResponse)(nil),           // 47: room.v1.UnbanUserResponse
-	(*SetAdminRequest)(nil),             // 48: room.v1.SetAdminRequest
-	(*SetAdminResponse)(nil),            // 49: room.v1.SetAdminResponse
-	(*UpdateProfileRequest)(nil),        // 50: room.v1.UpdateProfileRequest
-	(*UpdateProfileResponse)(nil),       // 51: room.v1.UpdateProfileResponse
-	(*ChangeBackgroundRequest)(nil),     // 52: room.v1.ChangeBackgroundRequest
-	(*ChangeBackgroundResponse)(nil),    // 53: room.v1.ChangeBackgroundResponse
-	(*SetChatEnabledRequest)(nil),       // 54: room.v1.SetChatEnabledRequest
-	(*SetChatEnabledResponse)(nil),      // 55: room.v1.SetChatEnabledResponse
-	(*PublishRobotDisplayRequest)(nil),  // 56: room.v1.PublishRobotDisplayRequest
-	(*PublishRobotDisplayResponse)(nil), // 57: room.v1.PublishRobotDisplayResponse
-	(*GetRoomSnapshotRequest)(nil),      // 58: room.v1.GetRoomSnapshotRequest
-	(*GetRoomSnapshotResponse)(nil),     // 59: room.v1.GetRoomSnapshotResponse
-	(*ListRoomsRequest)(nil),            // 60: room.v1.ListRoomsRequest
-	(*ListRoomsResponse)(nil),           // 61: room.v1.ListRoomsResponse
-	(*RoomSummary)(nil),                 // 62: room.v1.RoomSummary
-	(*ListCommandsRequest)(nil),         // 63: room.v1.ListCommandsRequest
-	(*ListCommandsResponse)(nil),        // 64: room.v1.ListCommandsResponse
-	(*CommandLogEntry)(nil),             // 65: room.v1.CommandLogEntry
-	(*GetStoredSnapshotRequest)(nil),    // 66: room.v1.GetStoredSnapshotRequest
-	(*GetStoredSnapshotResponse)(nil),   // 67: room.v1.GetStoredSnapshotResponse
-	(*RoomSnapshot)(nil),                // 68: room.v1.RoomSnapshot
-	(*RoomEconomy)(nil),                 // 69: room.v1.RoomEconomy
-	(*EconomyRules)(nil),                // 70: room.v1.EconomyRules
-	(*RocketLevelRule)(nil),             // 71: room.v1.RocketLevelRule
-	(*RankEntry)(nil),                   // 72: room.v1.RankEntry
-	(*RoomRocket)(nil),                  // 73: room.v1.RoomRocket
-	(*RocketLaunch)(nil),                // 74: room.v1.RocketLaunch
-	(*RoomProfile)(nil),                 // 75: room.v1.RoomProfile
-	(*Member)(nil),                      // 76: room.v1.Member
-	(*MicSeat)(nil),                     // 77: room.v1.MicSeat
-	(*Restriction)(nil),                 // 78: room.v1.Restriction
-	(*RoomEvent)(nil),                   // 79: room.v1.RoomEvent
-	(*HeartbeatRequest)(nil),            // 80: room.v1.HeartbeatRequest
-	(*HeartbeatResponse)(nil),           // 81: room.v1.HeartbeatResponse
-	nil,                                 // 82: room.v1.GetOutboxStatusResponse.DeadEntry
+	(RoomOrder)(0),                      // 1: room.v1.RoomOrder
+	(MemberOrder)(0),                    // 2: room.v1.MemberOrder
+	(RoomStatus)(0),                     // 3: room.v1.RoomStatus
+	(*SendGiftRequest)(nil),             // 4: room.v1.SendGiftRequest
+	(*SendGiftResponse)(nil),            // 5: room.v1.SendGiftResponse
+	(*ListGiftsRequest)(nil),            // 6: room.v1.ListGiftsRequest
+	(*ListGiftsResponse)(nil),           // 7: room.v1.ListGiftsResponse
+	(*Gift)(nil),                        // 8: room.v1.Gift
+	(*CreditCoinsRequest)(nil),          // 9: room.v1.CreditCoinsRequest
+	(*CreditCoinsResponse)(nil),         // 10: room.v1.CreditCoinsResponse
+	(*GetBalanceRequest)(nil),           // 11: room.v1.GetBalanceRequest
+	(*GetBalanceResponse)(nil),          // 12: room.v1.GetBalanceResponse
+	(*DrainRequest)(nil),                // 13: room.v1.DrainRequest
+	(*DrainResponse)(nil),               // 14: room.v1.DrainResponse
+	(*ListNodesRequest)(nil),            // 15: room.v1.ListNodesRequest
+	(*ListNodesResponse)(nil),           // 16: room.v1.ListNodesResponse
+	(*FleetNode)(nil),                   // 17: room.v1.FleetNode
+	(*GetOutboxStatusRequest)(nil),      // 18: room.v1.GetOutboxStatusRequest
+	(*GetOutboxStatusResponse)(nil),     // 19: room.v1.GetOutboxStatusResponse
+	(*RequeueDeadOutboxRequest)(nil),    // 20: room.v1.RequeueDeadOutboxRequest
+	(*RequeueDeadOutboxResponse)(nil),   // 21: room.v1.RequeueDeadOutboxResponse
+	(*CreateRoomRequest)(nil),           // 22: room.v1.CreateRoomRequest
+	(*CreateRoomResponse)(nil),          // 23: room.v1.CreateRoomResponse
+	(*CloseRoomRequest)(nil),            // 24: room.v1.CloseRoomRequest
+	(*CloseRoomResponse)(nil),           // 25: room.v1.CloseRoomResponse
+	(*JoinRoomRequest)(nil),             // 26: room.v1.JoinRoomRequest
+	(*JoinRoomResponse)(nil),            // 27: room.v1.JoinRoomResponse
+	(*LeaveRoomRequest)(nil),            // 28: room.v1.LeaveRoomRequest
+	(*LeaveRoomResponse)(nil),           // 29: room.v1.LeaveRoomResponse
+	(*TakeMicRequest)(nil),              // 30: room.v1.TakeMicRequest
+	(*TakeMicResponse)(nil),             // 31: room.v1.TakeMicResponse
+	(*LeaveMicRequest)(nil),             // 32: room.v1.LeaveMicRequest
+	(*LeaveMicResponse)(nil),            // 33: room.v1.LeaveMicResponse
+	(*MoveMicRequest)(nil),              // 34: room.v1.MoveMicRequest
+	(*MoveMicResponse)(nil),             // 35: room.v1.MoveMicResponse
+	(*KickFromMicRequest)(nil),          // 36: room.v1.KickFromMicRequest
+	(*KickFromMicResponse)(nil),         // 37: room.v1.KickFromMicResponse
+	(*LockMicSeatRequest)(nil),          // 38: room.v1.LockMicSeatRequest
+	(*LockMicSeatResponse)(nil),         // 39: room.v1.LockMicSeatResponse
+	(*MuteMicSeatRequest)(nil),          // 40: room.v1.MuteMicSeatRequest
+	(*MuteMicSeatResponse)(nil),         // 41: room.v1.MuteMicSeatResponse
+	(*SetMyMicRequest)(nil),             // 42: room.v1.SetMyMicRequest
+	(*SetMyMicResponse)(nil),            // 43: room.v1.SetMyMicResponse
+	(*KickUserRequest)(nil),             // 44: room.v1.KickUserRequest
+	(*KickUserResponse)(nil),            // 45: room.v1.KickUserResponse
+	(*MuteUserRequest)(nil),             // 46: room.v1.MuteUserRequest
+	(*MuteUserResponse)(nil),            // 47: room.v1.MuteUserResponse
+	(*UnbanUserRequest)(nil),            // 48: room.v1.UnbanUserRequest
+	(*UnbanUserResponse)(nil),           // 49: room.v1.UnbanUserResponse
+	(*SetAdminRequest)(nil),             // 50: room.v1.SetAdminRequest
+	(*SetAdminResponse)(nil),            // 51: room.v1.SetAdminResponse
+	(*UpdateProfileRequest)(nil),        // 52: room.v1.UpdateProfileRequest
+	(*UpdateProfileResponse)(nil),       // 53: room.v1.UpdateProfileResponse
+	(*ChangeBackgroundRequest)(nil),     // 54: room.v1.ChangeBackgroundRequest
+	(*ChangeBackgroundResponse)(nil),    // 55: room.v1.ChangeBackgroundResponse
+	(*SetChatEnabledRequest)(nil),       // 56: room.v1.SetChatEnabledRequest
+	(*SetChatEnabledResponse)(nil),      // 57: room.v1.SetChatEnabledResponse
+	(*PublishRobotDisplayRequest)(nil),  // 58: room.v1.PublishRobotDisplayRequest
+	(*PublishRobotDisplayResponse)(nil), // 59: room.v1.PublishRobotDisplayResponse
+	(*GetRoomSnapshotRequest)(nil),      // 60: room.v1.GetRoomSnapshotRequest
+	(*GetRoomSnapshotResponse)(nil),     // 61: room.v1.GetRoomSnapshotResponse
+	(*ListRoomsRequest)(nil),            // 62: room.v1.ListRoomsRequest
+	(*ListRoomsResponse)(nil),           // 63: room.v1.ListRoomsResponse
+	(*RoomSummary)(nil),                 // 64: room.v1.RoomSummary
+	(*ListMembersRequest)(nil),          // 65: room.v1.ListMembersRequest
+	(*ListMembersResponse)(nil),         // 66: room.v1.ListMembersResponse
+	(*MemberEntry)(nil),                 // 67: room.v1.MemberEntry
+	(*ListGiftRecordsRequest)(nil),      // 68: room.v1.ListGiftRecordsRequest
+	(*ListGiftRecordsResponse)(nil),     // 69: room.v1.ListGiftRecordsResponse
+	(*GiftRecord)(nil),                  // 70: room.v1.GiftRecord
+	(*ListWalletEntriesRequest)(nil),    // 71: room.v1.ListWalletEntriesRequest
+	(*ListWalletEntriesResponse)(nil),   // 72: room.v1.ListWalletEntriesResponse
+	(*WalletEntry)(nil),                 // 73: room.v1.WalletEntry
+	(*ListCommandsRequest)(nil),         // 74: room.v1.ListCommandsRequest
+	(*ListCommandsResponse)(nil),        // 75: room.v1.ListCommandsResponse
+	(*CommandLogEntry)(nil),             // 76: room.v1.CommandLogEntry
+	(*GetStoredSnapshotRequest)(nil),    // 77: room.v1.GetStoredSnapshotRequest
+	(*GetStoredSnapshotResponse)(nil),   // 78: room.v1.GetStoredSnapshotResponse
+	(*RoomSnapshot)(nil),                // 79: room.v1.RoomSnapshot
+	(*RoomEconomy)(nil),                 // 80: room.v1.RoomEconomy
+	(*EconomyRules)(nil),                // 81: room.v1.EconomyRules
+	(*RocketLevelRule)(nil),             // 82: room.v1.RocketLevelRule
+	(*RankEntry)(nil),                   // 83: room.v1.RankEntry
+	(*RoomRocket)(nil),                  // 84: room.v1.RoomRocket
+	(*RocketLaunch)(nil),                // 85: room.v1.RocketLaunch
+	(*RoomProfile)(nil),                 // 86: room.v1.RoomProfile
+	(*Member)(nil),                      // 87: room.v1.Member
+	(*MicSeat)(nil),                     // 88: room.v1.MicSeat
+	(*Restriction)(nil),                 // 89: room.v1.Restriction
+	(*RoomEvent)(nil),                   // 90: room.v1.RoomEvent
+	(*HeartbeatRequest)(nil),            // 91: room.v1.HeartbeatRequest
+	(*HeartbeatResponse)(nil),           // 92: room.v1.HeartbeatResponse
+	nil,                                 // 93: room.v1.GetOutboxStatusResponse.DeadEntry
 }
 var file_room_v1_room_proto_depIdxs = []int32{
-	6,  // 0: room.v1.ListGiftsResponse.gifts:type_name -> room.v1.Gift
+	8,  // 0: room.v1.ListGiftsResponse.gifts:type_name -> room.v1.Gift
 	0,  // 1: room.v1.Gift.kind:type_name -> room.v1.GiftKind
-	15, // 2: room.v1.ListNodesResponse.nodes:type_name -> room.v1.FleetNode
-	82, // 3: room.v1.GetOutboxStatusResponse.dead:type_name -> room.v1.GetOutboxStatusResponse.DeadEntry
-	68, // 4: room.v1.GetRoomSnapshotResponse.snapshot:type_name -> room.v1.RoomSnapshot
-	1,  // 5: room.v1.ListRoomsRequest.status:type_name -> room.v1.RoomStatus
-	62, // 6: room.v1.ListRoomsResponse.rooms:type_name -> room.v1.RoomSummary
-	1,  // 7: room.v1.RoomSummary.status:type_name -> room.v1.RoomStatus
-	65, // 8: room.v1.ListCommandsResponse.commands:type_name -> room.v1.CommandLogEntry
-	68, // 9: room.v1.GetStoredSnapshotResponse.snapshot:type_name -> room.v1.RoomSnapshot
-	1,  // 10: room.v1.RoomSnapshot.status:type_name -> room.v1.RoomStatus
-	75, // 11: room.v1.RoomSnapshot.profile:type_name -> room.v1.RoomProfile
-	76, // 12: room.v1.RoomSnapshot.members:type_name -> room.v1.Member
-	77, // 13: room.v1.RoomSnapshot.seats:type_name -> room.v1.MicSeat
-	78, // 14: room.v1.RoomSnapshot.chat_mutes:type_name -> room.v1.Restriction
-	78, // 15: room.v1.RoomSnapshot.bans:type_name -> room.v1.Restriction
-	69, // 16: room.v1.RoomSnapshot.economy:type_name -> room.v1.RoomEconomy
-	72, // 17: room.v1.RoomEconomy.rank:type_name -> room.v1.RankEntry
-	72, // 18: room.v1.RoomEconomy.contributions:type_name -> room.v1.RankEntry
-	73, // 19: room.v1.RoomEconomy.rocket:type_name -> room.v1.RoomRocket
-	70, // 20: room.v1.RoomEconomy.rules:type_name -> room.v1.EconomyRules
-	71, // 21: room.v1.EconomyRules.rocket_levels:type_name -> room.v1.RocketLevelRule
-	72, // 22: room.v1.RoomRocket.contributors:type_name -> room.v1.RankEntry
-	74, // 23: room.v1.RoomRocket.launches:type_name -> room.v1.RocketLaunch
-	72, // 24: room.v1.RocketLaunch.top_contributors:type_name -> room.v1.RankEntry
-	20, // 25: room.v1.RoomService.CreateRoom:input_type -> room.v1.CreateRoomRequest
-	22, // 26: room.v1.RoomService.CloseRoom:input_type -> room.v1.CloseRoomRequest
-	24, // 27: room.v1.RoomService.JoinRoom:input_type -> room.v1.JoinRoomRequest
-	26, // 28: room.v1.RoomService.LeaveRoom:input_type -> room.v1.LeaveRoomRequest
-	28, // 29: room.v1.RoomService.TakeMic:input_type -> room.v1.TakeMicRequest
-	30, // 30: room.v1.RoomService.LeaveMic:input_type -> room.v1.LeaveMicRequest
-	32, // 31: room.v1.RoomService.MoveMic:input_type -> room.v1.MoveMicRequest
-	34, // 32: room.v1.RoomService.KickFromMic:input_type -> room.v1.KickFromMicRequest
-	36, // 33: room.v1.RoomService.LockMicSeat:input_type -> room.v1.LockMicSeatRequest
-	38, // 34: room.v1.RoomService.MuteMicSeat:input_type -> room.v1.MuteMicSeatRequest
-	40, // 35: room.v1.RoomService.SetMyMic:input_type -> room.v1.SetMyMicRequest
-	42, // 36: room.v1.RoomService.KickUser:input_type -> room.v1.KickUserRequest
-	44, // 37: room.v1.RoomService.MuteUser:input_type -> room.v1.MuteUserRequest
-	46, // 38: room.v1.RoomService.UnbanUser:input_type -> room.v1.UnbanUserRequest
-	48, // 39: room.v1.RoomService.SetAdmin:input_type -> room.v1.SetAdminRequest
-	50, // 40: room.v1.RoomService.UpdateProfile:input_type -> room.v1.UpdateProfileRequest
-	52, // 41: room.v1.RoomService.ChangeBackground:input_type -> room.v1.ChangeBackgroundRequest
-	54, // 42: room.v1.RoomService.SetChatEnabled:input_type -> room.v1.SetChatEnabledRequest
-	58, // 43: room.v1.RoomService.GetRoomSnapshot:input_type -> room.v1.GetRoomSnapshotRequest
-	56, // 44: room.v1.RoomService.PublishRobotDisplay:input_type -> room.v1.PublishRobotDisplayRequest
-	60, // 45: room.v1.RoomService.ListRooms:input_type -> room.v1.ListRoomsRequest
-	2,  // 46: room.v1.RoomService.SendGift:input_type -> room.v1.SendGiftRequest
-	4,  // 47: room.v1.RoomService.ListGifts:input_type -> room.v1.ListGiftsRequest
-	80, // 48: room.v1.RoomService.Heartbeat:input_type -> room.v1.HeartbeatRequest
-	7,  // 49: room.v1.WalletService.CreditCoins:input_type -> room.v1.CreditCoinsRequest
-	9,  // 50: room.v1.WalletService.GetBalance:input_type -> room.v1.GetBalanceRequest
-	63, // 51: room.v1.OperatorService.ListCommands:input_type -> room.v1.ListCommandsRequest
-	66, // 52: room.v1.OperatorService.GetStoredSnapshot:input_type -> room.v1.GetStoredSnapshotRequest
-	16, // 53: room.v1.OperatorService.GetOutboxStatus:input_type -> room.v1.GetOutboxStatusRequest
-	18, // 54: room.v1.OperatorService.RequeueDeadOutbox:input_type -> room.v1.RequeueDeadOutboxRequest
-	11, // 55: room.v1.OperatorService.Drain:input_type -> room.v1.DrainRequest
-	13, // 56: room.v1.OperatorService.ListNodes:input_type -> room.v1.ListNodesRequest
-	21, // 57: room.v1.RoomService.CreateRoom:output_type -> room.v1.CreateRoomResponse
-	23, // 58: room.v1.RoomService.CloseRoom:output_type -> room.v1.CloseRoomResponse
-	25, // 59: room.v1.RoomService.JoinRoom:output_type -> room.v1.JoinRoomResponse
-	27, // 60: room.v1.RoomService.LeaveRoom:output_type -> room.v1.LeaveRoomResponse
-	29, // 61: room.v1.RoomService.TakeMic:output_type -> room.v1.TakeMicResponse
-	31, // 62: room.v1.RoomService.LeaveMic:output_type -> room.v1.LeaveMicResponse
-	33, // 63: room.v1.RoomService.MoveMic:output_type -> room.v1.MoveMicResponse
-	35, // 64: room.v1.RoomService.KickFromMic:output_type -> room.v1.KickFromMicResponse
-	37, // 65: room.v1.RoomService.LockMicSeat:output_type -> room.v1.LockMicSeatResponse
-	39, // 66: room.v1.RoomService.MuteMicSeat:output_type -> room.v1.MuteMicSeatResponse
-	41, // 67: room.v1.RoomService.SetMyMic:output_type -> room.v1.SetMyMicResponse
-	43, // 68: room.v1.RoomService.KickUser:output_type -> room.v1.KickUserResponse
-	45, // 69: room.v1.RoomService.MuteUser:output_type -> room.v1.MuteUserResponse
-	47, // 70: room.v1.RoomService.UnbanUser:output_type -> room.v1.UnbanUserResponse
-	49, // 71: room.v1.RoomService.SetAdmin:output_type -> room.v1.SetAdminResponse
-	51, // 72: room.v1.RoomService.UpdateProfile:output_type -> room.v1.UpdateProfileResponse
-	53, // 73: room.v1.RoomService.ChangeBackground:output_type -> room.v1.ChangeBackgroundResponse
-	55, // 74: room.v1.RoomService.SetChatEnabled:output_type -> room.v1.SetChatEnabledResponse
-	59, // 75: room.v1.RoomService.GetRoomSnapshot:output_type -> room.v1.GetRoomSnapshotResponse
-	57, // 76: room.v1.RoomService.PublishRobotDisplay:output_type -> room.v1.PublishRobotDisplayResponse
-	61, // 77: room.v1.RoomService.ListRooms:output_type -> room.v1.ListRoomsResponse
-	3,  // 78: room.v1.RoomService.SendGift:output_type -> room.v1.SendGiftResponse
-	5,  // 79: room.v1.RoomService.ListGifts:output_type -> room.v1.ListGiftsResponse
-	81, // 80: room.v1.RoomService.Heartbeat:output_type -> room.v1.HeartbeatResponse
-	8,  // 81: room.v1.WalletService.CreditCoins:output_type -> room.v1.CreditCoinsResponse
-	10, // 82: room.v1.WalletService.GetBalance:output_type -> room.v1.GetBalanceResponse
-	64, // 83: room.v1.OperatorService.ListCommands:output_type -> room.v1.ListCommandsResponse
-	67, // 84: room.v1.OperatorService.GetStoredSnapshot:output_type -> room.v1.GetStoredSnapshotResponse
-	17, // 85: room.v1.OperatorService.GetOutboxStatus:output_type -> room.v1.GetOutboxStatusResponse
-	19, // 86: room.v1.OperatorService.RequeueDeadOutbox:output_type -> room.v1.RequeueDeadOutboxResponse
-	12, // 87: room.v1.OperatorService.Drain:output_type -> room.v1.DrainResponse
-	14, // 88: room.v1.OperatorService.ListNodes:output_type -> room.v1.ListNodesResponse
-	57, // [57:89] is the sub-list for method output_type
-	25, // [25:57] is the sub-list for method input_type
-	25, // [25:25] is the sub-list for extension type_name
-	25, // [25:25] is the sub-list for extension extendee
-	0,  // [0:25] is the sub-list for field type_name
+	17, // 2: room.v1.ListNodesResponse.nodes:type_name -> room.v1.FleetNode
+	93, // 3: room.v1.GetOutboxStatusResponse.dead:type_name -> room.v1.GetOutboxStatusResponse.DeadEntry
+	79, // 4: room.v1.GetRoomSnapshotResponse.snapshot:type_name -> room.v1.RoomSnapshot
+	3,  // 5: room.v1.ListRoomsRequest.status:type_name -> room.v1.RoomStatus
+	1,  // 6: room.v1.ListRoomsRequest.order_by:type_name -> room.v1.RoomOrder
+	64, // 7: room.v1.ListRoomsResponse.rooms:type_name -> room.v1.RoomSummary
+	3,  // 8: room.v1.RoomSummary.status:type_name -> room.v1.RoomStatus
+	2,  // 9: room.v1.ListMembersRequest.order_by:type_name -> room.v1.MemberOrder
+	67, // 10: room.v1.ListMembersResponse.members:type_name -> room.v1.MemberEntry
+	87, // 11: room.v1.MemberEntry.member:type_name -> room.v1.Member
+	70, // 12: room.v1.ListGiftRecordsResponse.records:type_name -> room.v1.GiftRecord
+	73, // 13: room.v1.ListWalletEntriesResponse.entries:type_name -> room.v1.WalletEntry
+	76, // 14: room.v1.ListCommandsResponse.commands:type_name -> room.v1.CommandLogEntry
+	79, // 15: room.v1.GetStoredSnapshotResponse.snapshot:type_name -> room.v1.RoomSnapshot
+	3,  // 16: room.v1.RoomSnapshot.status:type_name -> room.v1.RoomStatus
+	86, // 17: room.v1.RoomSnapshot.profile:type_name -> room.v1.RoomProfile
+	87, // 18: room.v1.RoomSnapshot.members:type_name -> room.v1.Member
+	88, // 19: room.v1.RoomSnapshot.seats:type_name -> room.v1.MicSeat
+	89, // 20: room.v1.RoomSnapshot.chat_mutes:type_name -> room.v1.Restriction
+	89, // 21: room.v1.RoomSnapshot.bans:type_name -> room.v1.Restriction
+	80, // 22: room.v1.RoomSnapshot.economy:type_name -> room.v1.RoomEconomy
+	83, // 23: room.v1.RoomEconomy.rank:type_name -> room.v1.RankEntry
+	83, // 24: room.v1.RoomEconomy.contributions:type_name -> room.v1.RankEntry
+	84, // 25: room.v1.RoomEconomy.rocket:type_name -> room.v1.RoomRocket
+	81, // 26: room.v1.RoomEconomy.rules:type_name -> room.v1.EconomyRules
+	82, // 27: room.v1.EconomyRules.rocket_levels:type_name -> room.v1.RocketLevelRule
+	83, // 28: room.v1.RoomRocket.contributors:type_name -> room.v1.RankEntry
+	85, // 29: room.v1.RoomRocket.launches:type_name -> room.v1.RocketLaunch
+	83, // 30: room.v1.RocketLaunch.top_contributors:type_name -> room.v1.RankEntry
+	22, // 31: room.v1.RoomService.CreateRoom:input_type -> room.v1.CreateRoomRequest
+	24, // 32: room.v1.RoomService.CloseRoom:input_type -> room.v1.CloseRoomRequest
+	26, // 33: room.v1.RoomService.JoinRoom:input_type -> room.v1.JoinRoomRequest
+	28, // 34: room.v1.RoomService.LeaveRoom:input_type -> room.v1.LeaveRoomRequest
+	30, // 35: room.v1.RoomService.TakeMic:input_type -> room.v1.TakeMicRequest
+	32, // 36: room.v1.RoomService.LeaveMic:input_type -> room.v1.LeaveMicRequest
+	34, // 37: room.v1.RoomService.MoveMic:input_type -> room.v1.MoveMicRequest
+	36, // 38: room.v1.RoomService.KickFromMic:input_type -> room.v1.KickFromMicRequest
+	38, // 39: room.v1.RoomService.LockMicSeat:input_type -> room.v1.LockMicSeatRequest
+	40, // 40: room.v1.RoomService.MuteMicSeat:input_type -> room.v1.MuteMicSeatRequest
+	42, // 41: room.v1.RoomService.SetMyMic:input_type -> room.v1.SetMyMicRequest
+	44, // 42: room.v1.RoomService.KickUser:input_type -> room.v1.KickUserRequest
+	46, // 43: room.v1.RoomService.MuteUser:input_type -> room.v1.MuteUserRequest
+	48, // 44: room.v1.RoomService.UnbanUser:input_type -> room.v1.UnbanUserRequest
+	50, // 45: room.v1.RoomService.SetAdmin:input_type -> room.v1.SetAdminRequest
+	52, // 46: room.v1.RoomService.UpdateProfile:input_type -> room.v1.UpdateProfileRequest
+	54, // 47: room.v1.RoomService.ChangeBackground:input_type -> room.v1.ChangeBackgroundRequest
+	56, // 48: room.v1.RoomService.SetChatEnabled:input_type -> room.v1.SetChatEnabledRequest
+	60, // 49: room.v1.RoomService.GetRoomSnapshot:input_type -> room.v1.GetRoomSnapshotRequest
+	58, // 50: room.v1.RoomService.PublishRobotDisplay:input_type -> room.v1.PublishRobotDisplayRequest
+	62, // 51: room.v1.RoomService.ListRooms:input_type -> room.v1.ListRoomsRequest
+	4,  // 52: room.v1.RoomService.SendGift:input_type -> room.v1.SendGiftRequest
+	6,  // 53: room.v1.RoomService.ListGifts:input_type -> room.v1.ListGiftsRequest
+	91, // 54: room.v1.RoomService.Heartbeat:input_type -> room.v1.HeartbeatRequest
+	65, // 55: room.v1.RoomService.ListMembers:input_type -> room.v1.ListMembersRequest
+	68, // 56: room.v1.RoomService.ListGiftRecords:input_type -> room.v1.ListGiftRecordsRequest
+	9,  // 57: room.v1.WalletService.CreditCoins:input_type -> room.v1.CreditCoinsRequest
+	11, // 58: room.v1.WalletService.GetBalance:input_type -> room.v1.GetBalanceRequest
+	71, // 59: room.v1.WalletService.ListWalletEntries:input_type -> room.v1.ListWalletEntriesRequest
+	74, // 60: room.v1.OperatorService.ListCommands:input_type -> room.v1.ListCommandsRequest
+	77, // 61: room.v1.OperatorService.GetStoredSnapshot:input_type -> room.v1.GetStoredSnapshotRequest
+	18, // 62: room.v1.OperatorService.GetOutboxStatus:input_type -> room.v1.GetOutboxStatusRequest
+	20, // 63: room.v1.OperatorService.RequeueDeadOutbox:input_type -> room.v1.RequeueDeadOutboxRequest
+	13, // 64: room.v1.OperatorService.Drain:input_type -> room.v1.DrainRequest
+	15, // 65: room.v1.OperatorService.ListNodes:input_type -> room.v1.ListNodesRequest
+	23, // 66: room.v1.RoomService.CreateRoom:output_type -> room.v1.CreateRoomResponse
+	25, // 67: room.v1.RoomService.CloseRoom:output_type -> room.v1.CloseRoomResponse
+	27, // 68: room.v1.RoomService.JoinRoom:output_type -> room.v1.JoinRoomResponse
+	29, // 69: room.v1.RoomService.LeaveRoom:output_type -> room.v1.LeaveRoomResponse
+	31, // 70: room.v1.RoomService.TakeMic:output_type -> room.v1.TakeMicResponse
+	33, // 71: room.v1.RoomService.LeaveMic:output_type -> room.v1.LeaveMicResponse
+	35, // 72: room.v1.RoomService.MoveMic:output_type -> room.v1.MoveMicResponse
+	37, // 73: room.v1.RoomService.KickFromMic:output_type -> room.v1.KickFromMicResponse
+	39, // 74: room.v1.RoomService.LockMicSeat:output_type -> room.v1.LockMicSeatResponse
+	41, // 75: room.v1.RoomService.MuteMicSeat:output_type -> room.v1.MuteMicSeatResponse
+	43, // 76: room.v1.RoomService.SetMyMic:output_type -> room.v1.SetMyMicResponse
+	45, // 77: room.v1.RoomService.KickUser:output_type -> room.v1.KickUserResponse
+	47, // 78: room.v1.RoomService.MuteUser:output_type -> room.v1.MuteUserResponse
+	49, // 79: room.v1.RoomService.UnbanUser:output_type -> room.v1.UnbanUserResponse
+	51, // 80: room.v1.RoomService.SetAdmin:output_type -> room.v1.SetAdminResponse
+	53, // 81: room.v1.RoomService.UpdateProfile:output_type -> room.v1.UpdateProfileResponse
+	55, // 82: room.v1.RoomService.ChangeBackground:output_type -> room.v1.ChangeBackgroundResponse
+	57, // 83: room.v1.RoomService.SetChatEnabled:output_type -> room.v1.SetChatEnabledResponse
+	61, // 84: room.v1.RoomService.GetRoomSnapshot:output_type -> room.v1.GetRoomSnapshotResponse
+	59, // 85: room.v1.RoomService.PublishRobotDisplay:output_type -> room.v1.PublishRobotDisplayResponse
+	63, // 86: room.v1.RoomService.ListRooms:output_type -> room.v1.ListRoomsResponse
+	5,  // 87: room.v1.RoomService.SendGift:output_type -> room.v1.SendGiftResponse
+	7,  // 88: room.v1.RoomService.ListGifts:output_type -> room.v1.ListGiftsResponse
+	92, // 89: room.v1.RoomService.Heartbeat:output_type -> room.v1.HeartbeatResponse
+	66, // 90: room.v1.RoomService.ListMembers:output_type -> room.v1.ListMembersResponse
+	69, // 91: room.v1.RoomService.ListGiftRecords:output_type -> room.v1.ListGiftRecordsResponse
+	10, // 92: room.v1.WalletService.CreditCoins:output_type -> room.v1.CreditCoinsResponse
+	12, // 93: room.v1.WalletService.GetBalance:output_type -> room.v1.GetBalanceResponse
+	72, // 94: room.v1.WalletService.ListWalletEntries:output_type -> room.v1.ListWalletEntriesResponse
+	75, // 95: room.v1.OperatorService.ListCommands:output_type -> room.v1.ListCommandsResponse
+	78, // 96: room.v1.OperatorService.GetStoredSnapshot:output_type -> room.v1.GetStoredSnapshotResponse
+	19, // 97: room.v1.OperatorService.GetOutboxStatus:output_type -> room.v1.GetOutboxStatusResponse
+	21, // 98: room.v1.OperatorService.RequeueDeadOutbox:output_type -> room.v1.RequeueDeadOutboxResponse
+	14, // 99: room.v1.OperatorService.Drain:output_type -> room.v1.DrainResponse
+	16, // 100: room.v1.OperatorService.ListNodes:output_type -> room.v1.ListNodesResponse
+	66, // [66:101] is the sub-list for method output_type
+	31, // [31:66] is the sub-list for method input_type
+	31, // [31:31] is the sub-list for extension type_name
+	31, // [31:31] is the sub-list for extension extendee
+	0,  // [0:31] is the sub-list for field type_name
 }
 
 func init() { file_room_v1_room_proto_init() }
@@ -5934,8 +6930,8 @@ func file_room_v1_room_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_room_v1_room_proto_rawDesc), len(file_room_v1_room_proto_rawDesc)),
-			NumEnums:      2,
-			NumMessages:   81,
+			NumEnums:      4,
+			NumMessages:   90,
 			NumExtensions: 0,
 			NumServices:   3,
 		},

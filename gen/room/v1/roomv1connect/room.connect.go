@@ -97,12 +97,20 @@ const (
 	RoomServiceListGiftsProcedure = "/room.v1.RoomService/ListGifts"
 	// RoomServiceHeartbeatProcedure is the fully-qualified name of the RoomService's Heartbeat RPC.
 	RoomServiceHeartbeatProcedure = "/room.v1.RoomService/Heartbeat"
+	// RoomServiceListMembersProcedure is the fully-qualified name of the RoomService's ListMembers RPC.
+	RoomServiceListMembersProcedure = "/room.v1.RoomService/ListMembers"
+	// RoomServiceListGiftRecordsProcedure is the fully-qualified name of the RoomService's
+	// ListGiftRecords RPC.
+	RoomServiceListGiftRecordsProcedure = "/room.v1.RoomService/ListGiftRecords"
 	// WalletServiceCreditCoinsProcedure is the fully-qualified name of the WalletService's CreditCoins
 	// RPC.
 	WalletServiceCreditCoinsProcedure = "/room.v1.WalletService/CreditCoins"
 	// WalletServiceGetBalanceProcedure is the fully-qualified name of the WalletService's GetBalance
 	// RPC.
 	WalletServiceGetBalanceProcedure = "/room.v1.WalletService/GetBalance"
+	// WalletServiceListWalletEntriesProcedure is the fully-qualified name of the WalletService's
+	// ListWalletEntries RPC.
+	WalletServiceListWalletEntriesProcedure = "/room.v1.WalletService/ListWalletEntries"
 	// OperatorServiceListCommandsProcedure is the fully-qualified name of the OperatorService's
 	// ListCommands RPC.
 	OperatorServiceListCommandsProcedure = "/room.v1.OperatorService/ListCommands"
@@ -167,7 +175,10 @@ type RoomServiceClient interface {
 	// atmosphere) in the room's IM group. It has no command log, no outbox row
 	// and changes no state; the IM lane shapes it like every other message.
 	PublishRobotDisplay(context.Context, *connect.Request[v1.PublishRobotDisplayRequest]) (*connect.Response[v1.PublishRobotDisplayResponse], error)
-	// Lists rooms for operators, ordered by room_id.
+	// Lists rooms: without order_by, every room for operators, ordered by
+	// room_id, from the rooms table; with order_by, the lobby's hot list
+	// from the room directory, a read model the rooms' owners keep a few
+	// seconds behind their commits (see ListRoomsRequest).
 	ListRooms(context.Context, *connect.Request[v1.ListRoomsRequest]) (*connect.Response[v1.ListRoomsResponse], error)
 	// Sends a gift from the operator to each receiver: the operator's COIN
 	// balance pays price x count for every receiver, a lucky gift may pay a
@@ -185,6 +196,12 @@ type RoomServiceClient interface {
 	// never joins anyone, and answers which listed users are not members. The
 	// caller needs the room scope and act-as-any: it vouches for many users.
 	Heartbeat(context.Context, *connect.Request[v1.HeartbeatRequest]) (*connect.Response[v1.HeartbeatResponse], error)
+	// Lists a room's members by join time or by the day's contribution, a
+	// page at a time, from the room's live state at its owner.
+	ListMembers(context.Context, *connect.Request[v1.ListMembersRequest]) (*connect.Response[v1.ListMembersResponse], error)
+	// Lists committed gifts of one room or of one user (sent or received),
+	// newest first, a page at a time.
+	ListGiftRecords(context.Context, *connect.Request[v1.ListGiftRecordsRequest]) (*connect.Response[v1.ListGiftRecordsResponse], error)
 }
 
 // NewRoomServiceClient constructs a client for the room.v1.RoomService service. By default, it uses
@@ -346,6 +363,20 @@ func NewRoomServiceClient(httpClient connect.HTTPClient, baseURL string, opts ..
 			connect.WithIdempotency(connect.IdempotencyIdempotent),
 			connect.WithClientOptions(opts...),
 		),
+		listMembers: connect.NewClient[v1.ListMembersRequest, v1.ListMembersResponse](
+			httpClient,
+			baseURL+RoomServiceListMembersProcedure,
+			connect.WithSchema(roomServiceMethods.ByName("ListMembers")),
+			connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+			connect.WithClientOptions(opts...),
+		),
+		listGiftRecords: connect.NewClient[v1.ListGiftRecordsRequest, v1.ListGiftRecordsResponse](
+			httpClient,
+			baseURL+RoomServiceListGiftRecordsProcedure,
+			connect.WithSchema(roomServiceMethods.ByName("ListGiftRecords")),
+			connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -375,6 +406,8 @@ type roomServiceClient struct {
 	sendGift            *connect.Client[v1.SendGiftRequest, v1.SendGiftResponse]
 	listGifts           *connect.Client[v1.ListGiftsRequest, v1.ListGiftsResponse]
 	heartbeat           *connect.Client[v1.HeartbeatRequest, v1.HeartbeatResponse]
+	listMembers         *connect.Client[v1.ListMembersRequest, v1.ListMembersResponse]
+	listGiftRecords     *connect.Client[v1.ListGiftRecordsRequest, v1.ListGiftRecordsResponse]
 }
 
 // CreateRoom calls room.v1.RoomService.CreateRoom.
@@ -497,6 +530,16 @@ func (c *roomServiceClient) Heartbeat(ctx context.Context, req *connect.Request[
 	return c.heartbeat.CallUnary(ctx, req)
 }
 
+// ListMembers calls room.v1.RoomService.ListMembers.
+func (c *roomServiceClient) ListMembers(ctx context.Context, req *connect.Request[v1.ListMembersRequest]) (*connect.Response[v1.ListMembersResponse], error) {
+	return c.listMembers.CallUnary(ctx, req)
+}
+
+// ListGiftRecords calls room.v1.RoomService.ListGiftRecords.
+func (c *roomServiceClient) ListGiftRecords(ctx context.Context, req *connect.Request[v1.ListGiftRecordsRequest]) (*connect.Response[v1.ListGiftRecordsResponse], error) {
+	return c.listGiftRecords.CallUnary(ctx, req)
+}
+
 // RoomServiceHandler is an implementation of the room.v1.RoomService service.
 type RoomServiceHandler interface {
 	// Creates the room; room_id is chosen by the caller. The operator must be the owner (or platform staff).
@@ -542,7 +585,10 @@ type RoomServiceHandler interface {
 	// atmosphere) in the room's IM group. It has no command log, no outbox row
 	// and changes no state; the IM lane shapes it like every other message.
 	PublishRobotDisplay(context.Context, *connect.Request[v1.PublishRobotDisplayRequest]) (*connect.Response[v1.PublishRobotDisplayResponse], error)
-	// Lists rooms for operators, ordered by room_id.
+	// Lists rooms: without order_by, every room for operators, ordered by
+	// room_id, from the rooms table; with order_by, the lobby's hot list
+	// from the room directory, a read model the rooms' owners keep a few
+	// seconds behind their commits (see ListRoomsRequest).
 	ListRooms(context.Context, *connect.Request[v1.ListRoomsRequest]) (*connect.Response[v1.ListRoomsResponse], error)
 	// Sends a gift from the operator to each receiver: the operator's COIN
 	// balance pays price x count for every receiver, a lucky gift may pay a
@@ -560,6 +606,12 @@ type RoomServiceHandler interface {
 	// never joins anyone, and answers which listed users are not members. The
 	// caller needs the room scope and act-as-any: it vouches for many users.
 	Heartbeat(context.Context, *connect.Request[v1.HeartbeatRequest]) (*connect.Response[v1.HeartbeatResponse], error)
+	// Lists a room's members by join time or by the day's contribution, a
+	// page at a time, from the room's live state at its owner.
+	ListMembers(context.Context, *connect.Request[v1.ListMembersRequest]) (*connect.Response[v1.ListMembersResponse], error)
+	// Lists committed gifts of one room or of one user (sent or received),
+	// newest first, a page at a time.
+	ListGiftRecords(context.Context, *connect.Request[v1.ListGiftRecordsRequest]) (*connect.Response[v1.ListGiftRecordsResponse], error)
 }
 
 // NewRoomServiceHandler builds an HTTP handler from the service implementation. It returns the path
@@ -717,6 +769,20 @@ func NewRoomServiceHandler(svc RoomServiceHandler, opts ...connect.HandlerOption
 		connect.WithIdempotency(connect.IdempotencyIdempotent),
 		connect.WithHandlerOptions(opts...),
 	)
+	roomServiceListMembersHandler := connect.NewUnaryHandler(
+		RoomServiceListMembersProcedure,
+		svc.ListMembers,
+		connect.WithSchema(roomServiceMethods.ByName("ListMembers")),
+		connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+		connect.WithHandlerOptions(opts...),
+	)
+	roomServiceListGiftRecordsHandler := connect.NewUnaryHandler(
+		RoomServiceListGiftRecordsProcedure,
+		svc.ListGiftRecords,
+		connect.WithSchema(roomServiceMethods.ByName("ListGiftRecords")),
+		connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/room.v1.RoomService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case RoomServiceCreateRoomProcedure:
@@ -767,6 +833,10 @@ func NewRoomServiceHandler(svc RoomServiceHandler, opts ...connect.HandlerOption
 			roomServiceListGiftsHandler.ServeHTTP(w, r)
 		case RoomServiceHeartbeatProcedure:
 			roomServiceHeartbeatHandler.ServeHTTP(w, r)
+		case RoomServiceListMembersProcedure:
+			roomServiceListMembersHandler.ServeHTTP(w, r)
+		case RoomServiceListGiftRecordsProcedure:
+			roomServiceListGiftRecordsHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -872,12 +942,23 @@ func (UnimplementedRoomServiceHandler) Heartbeat(context.Context, *connect.Reque
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("room.v1.RoomService.Heartbeat is not implemented"))
 }
 
+func (UnimplementedRoomServiceHandler) ListMembers(context.Context, *connect.Request[v1.ListMembersRequest]) (*connect.Response[v1.ListMembersResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("room.v1.RoomService.ListMembers is not implemented"))
+}
+
+func (UnimplementedRoomServiceHandler) ListGiftRecords(context.Context, *connect.Request[v1.ListGiftRecordsRequest]) (*connect.Response[v1.ListGiftRecordsResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("room.v1.RoomService.ListGiftRecords is not implemented"))
+}
+
 // WalletServiceClient is a client for the room.v1.WalletService service.
 type WalletServiceClient interface {
 	// Credits coins to a user once per idempotency_key (a top-up, a grant).
 	CreditCoins(context.Context, *connect.Request[v1.CreditCoinsRequest]) (*connect.Response[v1.CreditCoinsResponse], error)
 	// Returns a user's COIN balance (0 for a user the ledger has never seen).
 	GetBalance(context.Context, *connect.Request[v1.GetBalanceRequest]) (*connect.Response[v1.GetBalanceResponse], error)
+	// Lists a user's journal entries (credits, gift debits, lucky rewards,
+	// refunds), newest first, a page at a time.
+	ListWalletEntries(context.Context, *connect.Request[v1.ListWalletEntriesRequest]) (*connect.Response[v1.ListWalletEntriesResponse], error)
 }
 
 // NewWalletServiceClient constructs a client for the room.v1.WalletService service. By default, it
@@ -904,13 +985,21 @@ func NewWalletServiceClient(httpClient connect.HTTPClient, baseURL string, opts 
 			connect.WithIdempotency(connect.IdempotencyNoSideEffects),
 			connect.WithClientOptions(opts...),
 		),
+		listWalletEntries: connect.NewClient[v1.ListWalletEntriesRequest, v1.ListWalletEntriesResponse](
+			httpClient,
+			baseURL+WalletServiceListWalletEntriesProcedure,
+			connect.WithSchema(walletServiceMethods.ByName("ListWalletEntries")),
+			connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
 // walletServiceClient implements WalletServiceClient.
 type walletServiceClient struct {
-	creditCoins *connect.Client[v1.CreditCoinsRequest, v1.CreditCoinsResponse]
-	getBalance  *connect.Client[v1.GetBalanceRequest, v1.GetBalanceResponse]
+	creditCoins       *connect.Client[v1.CreditCoinsRequest, v1.CreditCoinsResponse]
+	getBalance        *connect.Client[v1.GetBalanceRequest, v1.GetBalanceResponse]
+	listWalletEntries *connect.Client[v1.ListWalletEntriesRequest, v1.ListWalletEntriesResponse]
 }
 
 // CreditCoins calls room.v1.WalletService.CreditCoins.
@@ -923,12 +1012,20 @@ func (c *walletServiceClient) GetBalance(ctx context.Context, req *connect.Reque
 	return c.getBalance.CallUnary(ctx, req)
 }
 
+// ListWalletEntries calls room.v1.WalletService.ListWalletEntries.
+func (c *walletServiceClient) ListWalletEntries(ctx context.Context, req *connect.Request[v1.ListWalletEntriesRequest]) (*connect.Response[v1.ListWalletEntriesResponse], error) {
+	return c.listWalletEntries.CallUnary(ctx, req)
+}
+
 // WalletServiceHandler is an implementation of the room.v1.WalletService service.
 type WalletServiceHandler interface {
 	// Credits coins to a user once per idempotency_key (a top-up, a grant).
 	CreditCoins(context.Context, *connect.Request[v1.CreditCoinsRequest]) (*connect.Response[v1.CreditCoinsResponse], error)
 	// Returns a user's COIN balance (0 for a user the ledger has never seen).
 	GetBalance(context.Context, *connect.Request[v1.GetBalanceRequest]) (*connect.Response[v1.GetBalanceResponse], error)
+	// Lists a user's journal entries (credits, gift debits, lucky rewards,
+	// refunds), newest first, a page at a time.
+	ListWalletEntries(context.Context, *connect.Request[v1.ListWalletEntriesRequest]) (*connect.Response[v1.ListWalletEntriesResponse], error)
 }
 
 // NewWalletServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -951,12 +1048,21 @@ func NewWalletServiceHandler(svc WalletServiceHandler, opts ...connect.HandlerOp
 		connect.WithIdempotency(connect.IdempotencyNoSideEffects),
 		connect.WithHandlerOptions(opts...),
 	)
+	walletServiceListWalletEntriesHandler := connect.NewUnaryHandler(
+		WalletServiceListWalletEntriesProcedure,
+		svc.ListWalletEntries,
+		connect.WithSchema(walletServiceMethods.ByName("ListWalletEntries")),
+		connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/room.v1.WalletService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case WalletServiceCreditCoinsProcedure:
 			walletServiceCreditCoinsHandler.ServeHTTP(w, r)
 		case WalletServiceGetBalanceProcedure:
 			walletServiceGetBalanceHandler.ServeHTTP(w, r)
+		case WalletServiceListWalletEntriesProcedure:
+			walletServiceListWalletEntriesHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -972,6 +1078,10 @@ func (UnimplementedWalletServiceHandler) CreditCoins(context.Context, *connect.R
 
 func (UnimplementedWalletServiceHandler) GetBalance(context.Context, *connect.Request[v1.GetBalanceRequest]) (*connect.Response[v1.GetBalanceResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("room.v1.WalletService.GetBalance is not implemented"))
+}
+
+func (UnimplementedWalletServiceHandler) ListWalletEntries(context.Context, *connect.Request[v1.ListWalletEntriesRequest]) (*connect.Response[v1.ListWalletEntriesResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("room.v1.WalletService.ListWalletEntries is not implemented"))
 }
 
 // OperatorServiceClient is a client for the room.v1.OperatorService service.

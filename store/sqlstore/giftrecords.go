@@ -1,0 +1,80 @@
+package sqlstore
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"slices"
+
+	"hyapp/room-service/store"
+)
+
+// giftRecordColumns are the room_gift_records columns giftRecords writes, in order.
+const giftRecordColumns = `room_id, room_version, command_id, sender_user_id, receiver_user_id, gift_id, count, value,
+	multiplier_bp, sent_at_ms`
+
+// maxGiftRecordRows caps the rows of one gift record insert (ten values a row).
+const maxGiftRecordRows = 256
+
+// writeGiftRecords inserts the gift records of the batches that passed
+// their fence, inside tx. A gift is rarely more than a few receivers, so
+// the statement is not kept prepared.
+func (db *DB) writeGiftRecords(ctx context.Context, tx *sql.Tx, batches []*store.Batch) error {
+	var recs []*store.GiftRecord
+	for _, b := range batches {
+		for i := range b.Gifts {
+			recs = append(recs, &b.Gifts[i])
+		}
+	}
+	for chunk := range slices.Chunk(recs, maxGiftRecordRows) {
+		args := make([]any, 0, 10*len(chunk))
+		for _, r := range chunk {
+			args = append(args, r.RoomID, r.RoomVersion, r.CommandID, r.SenderUserID, r.ReceiverID, r.GiftID, r.Count,
+				r.Value, r.MultiplierBP, r.SentAt)
+		}
+		q := `INSERT INTO room_gift_records (` + giftRecordColumns + `) VALUES ` + Values(`(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`, len(chunk))
+		if _, err := tx.ExecContext(ctx, q, args...); err != nil {
+			return db.d.MapErr(err)
+		}
+	}
+	return nil
+}
+
+// ListGiftRecords lists gift records of q.RoomID, or those q.UserID sent
+// (or received, q.Received), newest first, below q.BeforeID, at most
+// q.Limit, through the index of the key. A query naming neither or both
+// lists nothing.
+func (db *DB) ListGiftRecords(ctx context.Context, q store.GiftRecordQuery) ([]store.GiftRecord, error) {
+	if q.Limit <= 0 || (q.RoomID == "") == (q.UserID == 0) {
+		return nil, nil
+	}
+	var key string
+	var arg any
+	switch {
+	case q.RoomID != "":
+		key, arg = "room_id", q.RoomID
+	case q.Received:
+		key, arg = "receiver_user_id", q.UserID
+	default:
+		key, arg = "sender_user_id", q.UserID
+	}
+	before := q.BeforeID
+	if before <= 0 {
+		before = 1<<63 - 1
+	}
+	rows, err := db.read.QueryContext(ctx, `SELECT record_id, `+giftRecordColumns+` FROM room_gift_records
+		WHERE `+key+` = ? AND record_id < ? ORDER BY record_id DESC LIMIT ?`, arg, before, q.Limit)
+	var out []store.GiftRecord
+	if err == nil {
+		out, err = scanAll(rows, func(rows *sql.Rows) (store.GiftRecord, error) {
+			var r store.GiftRecord
+			err := rows.Scan(&r.RecordID, &r.RoomID, &r.RoomVersion, &r.CommandID, &r.SenderUserID, &r.ReceiverID, &r.GiftID,
+				&r.Count, &r.Value, &r.MultiplierBP, &r.SentAt)
+			return r, err
+		})
+	}
+	if err != nil {
+		return nil, fmt.Errorf("list gift records %s=%v before=%d: %w", key, arg, q.BeforeID, db.d.MapErr(err))
+	}
+	return out, nil
+}
