@@ -619,14 +619,16 @@ func (l *Lane) dispatch(ctx context.Context) {
 		case <-l.wake:
 			// A wake sends fresh events at once, but at most one round
 			// per fifth of a tick: a busy node's commits wake it often,
-			// and every round looks at every ready room.
+			// and a round may look at every ready room.
 			if time.Since(last) < l.cfg.Tick/5 {
 				continue
 			}
+			last = time.Now()
+			l.round(ctx, last, false)
 		case <-t.C:
+			last = time.Now()
+			l.round(ctx, last, true)
 		}
-		last = time.Now()
-		l.round(ctx, last)
 	}
 }
 
@@ -653,18 +655,22 @@ const (
 // now, asks the budgets for that many calls (without holding the lane's
 // lock over a request to the shared budget, so Publish never waits for
 // it), and gives the calls to the rooms waiting longest, rooms with High
-// pending first, one message each.
-func (l *Lane) round(ctx context.Context, now time.Time) {
+// pending first, one message each. While the lane's own pace has no call
+// to give, it looks at no room: with thousands of rooms waiting for the
+// app budget, the rounds cost what the budget lets go, not what is queued.
+// Idle rooms are forgotten on ticks (tidy), not on every wake.
+func (l *Lane) round(ctx context.Context, now time.Time, tidy bool) {
 	l.mu.Lock()
 	l.recoverLocked(now)
 	want := 0
-	if !now.Before(l.pausedUntil) {
+	if avail := l.pace.available(now); avail > 0 && !now.Before(l.pausedUntil) {
 		for key := range l.ready {
 			if l.eligibleLocked(l.rooms[key], now) {
-				want++
+				if want++; want == avail {
+					break
+				}
 			}
 		}
-		want = min(want, l.pace.available(now))
 	}
 	l.mu.Unlock()
 
@@ -679,7 +685,9 @@ func (l *Lane) round(ctx context.Context, now time.Time) {
 		l.pace.take(now, granted)
 		l.releaseLocked(now, granted)
 	}
-	l.tidyLocked(now)
+	if tidy {
+		l.tidyLocked(now)
+	}
 }
 
 // takeShared asks the shared budget for n calls; while it cannot be asked,
@@ -715,6 +723,32 @@ type candidate struct {
 	since time.Time
 }
 
+func (c *candidate) before(o *candidate) bool {
+	if c.tier != o.tier {
+		return c.tier < o.tier
+	}
+	return c.since.Before(o.since)
+}
+
+// first moves the n candidates to serve first to the front, in turn order.
+// A round usually has a few calls for many rooms: picking them costs n
+// passes, not a sort of every room.
+func first(cands []candidate, n int) {
+	if n > 16 {
+		sort.Slice(cands, func(i, j int) bool { return cands[i].before(&cands[j]) })
+		return
+	}
+	for i := 0; i < n && i < len(cands); i++ {
+		best := i
+		for j := i + 1; j < len(cands); j++ {
+			if cands[j].before(&cands[best]) {
+				best = j
+			}
+		}
+		cands[i], cands[best] = cands[best], cands[i]
+	}
+}
+
 // releaseLocked gives n calls to the rooms that can send now, in turn
 // order, one message each.
 func (l *Lane) releaseLocked(now time.Time, n int) {
@@ -731,12 +765,7 @@ func (l *Lane) releaseLocked(now time.Time, n int) {
 		}
 		cands = append(cands, candidate{key: key, q: q, tier: tier, since: since})
 	}
-	sort.Slice(cands, func(i, j int) bool {
-		if cands[i].tier != cands[j].tier {
-			return cands[i].tier < cands[j].tier
-		}
-		return cands[i].since.Before(cands[j].since)
-	})
+	first(cands, n)
 	for _, c := range cands[:min(n, len(cands))] {
 		q := c.q
 		m, ok := l.nextLocked(q, now)
