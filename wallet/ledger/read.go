@@ -85,18 +85,9 @@ func (l *Ledger) Entries(ctx context.Context, userID int64, afterEntryID int64, 
 	if limit <= 0 {
 		return nil, nil
 	}
-	rows, err := l.db.Reader().QueryContext(ctx, `SELECT entry_id, user_id, kind, amount, balance_after, idem_key, created_at
-		FROM wallet_entries WHERE user_id = ? AND entry_id > ? ORDER BY entry_id LIMIT ?`, userID, afterEntryID, limit)
-	var out []wallet.Entry
-	if err == nil {
-		err = collect(rows, func(rows *sql.Rows) error {
-			e, err := scanEntry(rows)
-			out = append(out, e)
-			return err
-		})
-	}
+	out, err := l.entries(ctx, `entry_id > ? ORDER BY entry_id`, userID, afterEntryID, limit)
 	if err != nil {
-		return nil, fmt.Errorf("entries user=%d after=%d: %w", userID, afterEntryID, l.db.MapErr(err))
+		return nil, fmt.Errorf("entries user=%d after=%d: %w", userID, afterEntryID, err)
 	}
 	return out, nil
 }
@@ -111,8 +102,18 @@ func (l *Ledger) EntriesBefore(ctx context.Context, userID int64, beforeEntryID 
 	if beforeEntryID <= 0 {
 		beforeEntryID = math.MaxInt64
 	}
+	out, err := l.entries(ctx, `entry_id < ? ORDER BY entry_id DESC`, userID, beforeEntryID, limit)
+	if err != nil {
+		return nil, fmt.Errorf("entries user=%d before=%d: %w", userID, beforeEntryID, err)
+	}
+	return out, nil
+}
+
+// entries reads up to limit of the user's journal entries past entryID,
+// as page (the condition on entry_id and the order) says.
+func (l *Ledger) entries(ctx context.Context, page string, userID, entryID int64, limit int) ([]wallet.Entry, error) {
 	rows, err := l.db.Reader().QueryContext(ctx, `SELECT entry_id, user_id, kind, amount, balance_after, idem_key, created_at
-		FROM wallet_entries WHERE user_id = ? AND entry_id < ? ORDER BY entry_id DESC LIMIT ?`, userID, beforeEntryID, limit)
+		FROM wallet_entries WHERE user_id = ? AND `+page+` LIMIT ?`, userID, entryID, limit)
 	var out []wallet.Entry
 	if err == nil {
 		err = collect(rows, func(rows *sql.Rows) error {
@@ -121,10 +122,7 @@ func (l *Ledger) EntriesBefore(ctx context.Context, userID int64, beforeEntryID 
 			return err
 		})
 	}
-	if err != nil {
-		return nil, fmt.Errorf("entries user=%d before=%d: %w", userID, beforeEntryID, l.db.MapErr(err))
-	}
-	return out, nil
+	return out, l.db.MapErr(err)
 }
 
 // scanEntry reads one wallet_entries row selected as entry_id, user_id,
