@@ -1219,8 +1219,10 @@ type CreateRoomRequest struct {
 	Mode           string                 `protobuf:"bytes,7,opt,name=mode,proto3" json:"mode,omitempty"`
 	Region         string                 `protobuf:"bytes,8,opt,name=region,proto3" json:"region,omitempty"`
 	Title          string                 `protobuf:"bytes,9,opt,name=title,proto3" json:"title,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// Members need an owner's or admin's approval to take a seat (RequestMic).
+	MicApprovalRequired bool `protobuf:"varint,10,opt,name=mic_approval_required,json=micApprovalRequired,proto3" json:"mic_approval_required,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
 }
 
 func (x *CreateRoomRequest) Reset() {
@@ -1314,6 +1316,13 @@ func (x *CreateRoomRequest) GetTitle() string {
 		return x.Title
 	}
 	return ""
+}
+
+func (x *CreateRoomRequest) GetMicApprovalRequired() bool {
+	if x != nil {
+		return x.MicApprovalRequired
+	}
+	return false
 }
 
 // CreateRoomResponse carries the room version the command committed at.
@@ -2525,8 +2534,10 @@ type KickUserRequest struct {
 	OperatorUserId  int64                  `protobuf:"varint,3,opt,name=operator_user_id,json=operatorUserId,proto3" json:"operator_user_id,omitempty"`
 	TargetUserId    int64                  `protobuf:"varint,4,opt,name=target_user_id,json=targetUserId,proto3" json:"target_user_id,omitempty"`
 	DurationSeconds int64                  `protobuf:"varint,5,opt,name=duration_seconds,json=durationSeconds,proto3" json:"duration_seconds,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// Shown with the ban (snapshot, events); at most 256 bytes, control characters removed.
+	Reason        string `protobuf:"bytes,6,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *KickUserRequest) Reset() {
@@ -2594,6 +2605,13 @@ func (x *KickUserRequest) GetDurationSeconds() int64 {
 	return 0
 }
 
+func (x *KickUserRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
 // KickUserResponse carries the room version the command committed at.
 type KickUserResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -2641,14 +2659,19 @@ func (x *KickUserResponse) GetRoomVersion() int64 {
 
 // MuteUserRequest: Chat-mutes a user (禁言) for duration_seconds; 0 lifts the mute. Owner or admin.
 type MuteUserRequest struct {
-	state           protoimpl.MessageState `protogen:"open.v1"`
-	RoomId          string                 `protobuf:"bytes,1,opt,name=room_id,json=roomId,proto3" json:"room_id,omitempty"`
-	CommandId       string                 `protobuf:"bytes,2,opt,name=command_id,json=commandId,proto3" json:"command_id,omitempty"`
-	OperatorUserId  int64                  `protobuf:"varint,3,opt,name=operator_user_id,json=operatorUserId,proto3" json:"operator_user_id,omitempty"`
-	TargetUserId    int64                  `protobuf:"varint,4,opt,name=target_user_id,json=targetUserId,proto3" json:"target_user_id,omitempty"`
-	DurationSeconds int64                  `protobuf:"varint,5,opt,name=duration_seconds,json=durationSeconds,proto3" json:"duration_seconds,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	RoomId         string                 `protobuf:"bytes,1,opt,name=room_id,json=roomId,proto3" json:"room_id,omitempty"`
+	CommandId      string                 `protobuf:"bytes,2,opt,name=command_id,json=commandId,proto3" json:"command_id,omitempty"`
+	OperatorUserId int64                  `protobuf:"varint,3,opt,name=operator_user_id,json=operatorUserId,proto3" json:"operator_user_id,omitempty"`
+	TargetUserId   int64                  `protobuf:"varint,4,opt,name=target_user_id,json=targetUserId,proto3" json:"target_user_id,omitempty"`
+	// 0 without permanent lifts the mute.
+	DurationSeconds int64 `protobuf:"varint,5,opt,name=duration_seconds,json=durationSeconds,proto3" json:"duration_seconds,omitempty"`
+	// Muted until lifted (MuteUser with duration 0, or UnbanUser); duration_seconds must be 0.
+	Permanent bool `protobuf:"varint,6,opt,name=permanent,proto3" json:"permanent,omitempty"`
+	// Shown with the mute (snapshot, events); at most 256 bytes, control characters removed.
+	Reason        string `protobuf:"bytes,7,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *MuteUserRequest) Reset() {
@@ -2714,6 +2737,20 @@ func (x *MuteUserRequest) GetDurationSeconds() int64 {
 		return x.DurationSeconds
 	}
 	return 0
+}
+
+func (x *MuteUserRequest) GetPermanent() bool {
+	if x != nil {
+		return x.Permanent
+	}
+	return false
+}
+
+func (x *MuteUserRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
 }
 
 // MuteUserResponse carries the room version the command committed at.
@@ -4131,7 +4168,13 @@ type RoomSnapshot struct {
 	// When the last command applied, unix ms.
 	LastCommandAtMs int64 `protobuf:"varint,16,opt,name=last_command_at_ms,json=lastCommandAtMs,proto3" json:"last_command_at_ms,omitempty"`
 	// Heat, rank and the rocket of the current business day.
-	Economy       *RoomEconomy `protobuf:"bytes,17,opt,name=economy,proto3" json:"economy,omitempty"`
+	Economy *RoomEconomy `protobuf:"bytes,17,opt,name=economy,proto3" json:"economy,omitempty"`
+	// Members need an owner's or admin's approval to take a seat.
+	MicApprovalRequired bool `protobuf:"varint,18,opt,name=mic_approval_required,json=micApprovalRequired,proto3" json:"mic_approval_required,omitempty"`
+	// Pending mic requests, oldest first.
+	MicRequests []*MicQueueEntry `protobuf:"bytes,19,rep,name=mic_requests,json=micRequests,proto3" json:"mic_requests,omitempty"`
+	// Pending mic invitations, oldest first.
+	MicInvites    []*MicQueueEntry `protobuf:"bytes,20,rep,name=mic_invites,json=micInvites,proto3" json:"mic_invites,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4285,6 +4328,109 @@ func (x *RoomSnapshot) GetEconomy() *RoomEconomy {
 	return nil
 }
 
+func (x *RoomSnapshot) GetMicApprovalRequired() bool {
+	if x != nil {
+		return x.MicApprovalRequired
+	}
+	return false
+}
+
+func (x *RoomSnapshot) GetMicRequests() []*MicQueueEntry {
+	if x != nil {
+		return x.MicRequests
+	}
+	return nil
+}
+
+func (x *RoomSnapshot) GetMicInvites() []*MicQueueEntry {
+	if x != nil {
+		return x.MicInvites
+	}
+	return nil
+}
+
+// MicQueueEntry is a pending mic request or invitation. It is absent from
+// expires_at_ms on; the service removes it (RoomMicRequestChanged or
+// RoomMicInviteChanged, action expired) shortly after.
+type MicQueueEntry struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The requester, or the invitee.
+	UserId int64 `protobuf:"varint,1,opt,name=user_id,json=userId,proto3" json:"user_id,omitempty"`
+	// The seat asked or invited to; -1: the first free unlocked seat.
+	SeatIndex int32 `protobuf:"varint,2,opt,name=seat_index,json=seatIndex,proto3" json:"seat_index,omitempty"`
+	// The requester, or who invited.
+	ByUserId      int64 `protobuf:"varint,3,opt,name=by_user_id,json=byUserId,proto3" json:"by_user_id,omitempty"`
+	AtMs          int64 `protobuf:"varint,4,opt,name=at_ms,json=atMs,proto3" json:"at_ms,omitempty"`
+	ExpiresAtMs   int64 `protobuf:"varint,5,opt,name=expires_at_ms,json=expiresAtMs,proto3" json:"expires_at_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MicQueueEntry) Reset() {
+	*x = MicQueueEntry{}
+	mi := &file_room_v1_room_proto_msgTypes[67]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MicQueueEntry) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MicQueueEntry) ProtoMessage() {}
+
+func (x *MicQueueEntry) ProtoReflect() protoreflect.Message {
+	mi := &file_room_v1_room_proto_msgTypes[67]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MicQueueEntry.ProtoReflect.Descriptor instead.
+func (*MicQueueEntry) Descriptor() ([]byte, []int) {
+	return file_room_v1_room_proto_rawDescGZIP(), []int{67}
+}
+
+func (x *MicQueueEntry) GetUserId() int64 {
+	if x != nil {
+		return x.UserId
+	}
+	return 0
+}
+
+func (x *MicQueueEntry) GetSeatIndex() int32 {
+	if x != nil {
+		return x.SeatIndex
+	}
+	return 0
+}
+
+func (x *MicQueueEntry) GetByUserId() int64 {
+	if x != nil {
+		return x.ByUserId
+	}
+	return 0
+}
+
+func (x *MicQueueEntry) GetAtMs() int64 {
+	if x != nil {
+		return x.AtMs
+	}
+	return 0
+}
+
+func (x *MicQueueEntry) GetExpiresAtMs() int64 {
+	if x != nil {
+		return x.ExpiresAtMs
+	}
+	return 0
+}
+
 // RoomEconomy is what gifts build up in a room during one business day (a
 // day of the configured time zone, from the configured start time). It
 // resets when the first command of a new business day applies.
@@ -4311,7 +4457,7 @@ type RoomEconomy struct {
 
 func (x *RoomEconomy) Reset() {
 	*x = RoomEconomy{}
-	mi := &file_room_v1_room_proto_msgTypes[67]
+	mi := &file_room_v1_room_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4323,7 +4469,7 @@ func (x *RoomEconomy) String() string {
 func (*RoomEconomy) ProtoMessage() {}
 
 func (x *RoomEconomy) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[67]
+	mi := &file_room_v1_room_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4336,7 +4482,7 @@ func (x *RoomEconomy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RoomEconomy.ProtoReflect.Descriptor instead.
 func (*RoomEconomy) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{67}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *RoomEconomy) GetBusinessDay() int64 {
@@ -4400,7 +4546,7 @@ type EconomyRules struct {
 
 func (x *EconomyRules) Reset() {
 	*x = EconomyRules{}
-	mi := &file_room_v1_room_proto_msgTypes[68]
+	mi := &file_room_v1_room_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4412,7 +4558,7 @@ func (x *EconomyRules) String() string {
 func (*EconomyRules) ProtoMessage() {}
 
 func (x *EconomyRules) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[68]
+	mi := &file_room_v1_room_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4425,7 +4571,7 @@ func (x *EconomyRules) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EconomyRules.ProtoReflect.Descriptor instead.
 func (*EconomyRules) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{68}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *EconomyRules) GetTimeZone() string {
@@ -4474,7 +4620,7 @@ type RocketLevelRule struct {
 
 func (x *RocketLevelRule) Reset() {
 	*x = RocketLevelRule{}
-	mi := &file_room_v1_room_proto_msgTypes[69]
+	mi := &file_room_v1_room_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4486,7 +4632,7 @@ func (x *RocketLevelRule) String() string {
 func (*RocketLevelRule) ProtoMessage() {}
 
 func (x *RocketLevelRule) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[69]
+	mi := &file_room_v1_room_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4499,7 +4645,7 @@ func (x *RocketLevelRule) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RocketLevelRule.ProtoReflect.Descriptor instead.
 func (*RocketLevelRule) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{69}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *RocketLevelRule) GetFuel() int64 {
@@ -4527,7 +4673,7 @@ type RankEntry struct {
 
 func (x *RankEntry) Reset() {
 	*x = RankEntry{}
-	mi := &file_room_v1_room_proto_msgTypes[70]
+	mi := &file_room_v1_room_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4539,7 +4685,7 @@ func (x *RankEntry) String() string {
 func (*RankEntry) ProtoMessage() {}
 
 func (x *RankEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[70]
+	mi := &file_room_v1_room_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4552,7 +4698,7 @@ func (x *RankEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RankEntry.ProtoReflect.Descriptor instead.
 func (*RankEntry) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{70}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *RankEntry) GetUserId() int64 {
@@ -4590,7 +4736,7 @@ type RoomRocket struct {
 
 func (x *RoomRocket) Reset() {
 	*x = RoomRocket{}
-	mi := &file_room_v1_room_proto_msgTypes[71]
+	mi := &file_room_v1_room_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4602,7 +4748,7 @@ func (x *RoomRocket) String() string {
 func (*RoomRocket) ProtoMessage() {}
 
 func (x *RoomRocket) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[71]
+	mi := &file_room_v1_room_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4615,7 +4761,7 @@ func (x *RoomRocket) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RoomRocket.ProtoReflect.Descriptor instead.
 func (*RoomRocket) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{71}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *RoomRocket) GetLevel() int32 {
@@ -4677,7 +4823,7 @@ type RocketLaunch struct {
 
 func (x *RocketLaunch) Reset() {
 	*x = RocketLaunch{}
-	mi := &file_room_v1_room_proto_msgTypes[72]
+	mi := &file_room_v1_room_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4689,7 +4835,7 @@ func (x *RocketLaunch) String() string {
 func (*RocketLaunch) ProtoMessage() {}
 
 func (x *RocketLaunch) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[72]
+	mi := &file_room_v1_room_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4702,7 +4848,7 @@ func (x *RocketLaunch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RocketLaunch.ProtoReflect.Descriptor instead.
 func (*RocketLaunch) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{72}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *RocketLaunch) GetRocketId() int64 {
@@ -4761,7 +4907,7 @@ type RoomProfile struct {
 
 func (x *RoomProfile) Reset() {
 	*x = RoomProfile{}
-	mi := &file_room_v1_room_proto_msgTypes[73]
+	mi := &file_room_v1_room_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4773,7 +4919,7 @@ func (x *RoomProfile) String() string {
 func (*RoomProfile) ProtoMessage() {}
 
 func (x *RoomProfile) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[73]
+	mi := &file_room_v1_room_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4786,7 +4932,7 @@ func (x *RoomProfile) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RoomProfile.ProtoReflect.Descriptor instead.
 func (*RoomProfile) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{73}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *RoomProfile) GetTitle() string {
@@ -4839,7 +4985,7 @@ type Member struct {
 
 func (x *Member) Reset() {
 	*x = Member{}
-	mi := &file_room_v1_room_proto_msgTypes[74]
+	mi := &file_room_v1_room_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4851,7 +4997,7 @@ func (x *Member) String() string {
 func (*Member) ProtoMessage() {}
 
 func (x *Member) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[74]
+	mi := &file_room_v1_room_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4864,7 +5010,7 @@ func (x *Member) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Member.ProtoReflect.Descriptor instead.
 func (*Member) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{74}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *Member) GetUserId() int64 {
@@ -4928,7 +5074,7 @@ type MicSeat struct {
 
 func (x *MicSeat) Reset() {
 	*x = MicSeat{}
-	mi := &file_room_v1_room_proto_msgTypes[75]
+	mi := &file_room_v1_room_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4940,7 +5086,7 @@ func (x *MicSeat) String() string {
 func (*MicSeat) ProtoMessage() {}
 
 func (x *MicSeat) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[75]
+	mi := &file_room_v1_room_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4953,7 +5099,7 @@ func (x *MicSeat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MicSeat.ProtoReflect.Descriptor instead.
 func (*MicSeat) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{75}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *MicSeat) GetIndex() int32 {
@@ -5005,18 +5151,22 @@ func (x *MicSeat) GetCharm() int64 {
 	return 0
 }
 
-// Restriction is a chat mute or a ban of one user until a time (unix ms; 0 = permanent ban).
+// Restriction is a chat mute or a ban of one user until a time (unix ms; 0 = permanent).
 type Restriction struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	UserId        int64                  `protobuf:"varint,1,opt,name=user_id,json=userId,proto3" json:"user_id,omitempty"`
-	UntilMs       int64                  `protobuf:"varint,2,opt,name=until_ms,json=untilMs,proto3" json:"until_ms,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	UserId  int64                  `protobuf:"varint,1,opt,name=user_id,json=userId,proto3" json:"user_id,omitempty"`
+	UntilMs int64                  `protobuf:"varint,2,opt,name=until_ms,json=untilMs,proto3" json:"until_ms,omitempty"`
+	// Until lifted (until_ms is 0).
+	Permanent bool `protobuf:"varint,3,opt,name=permanent,proto3" json:"permanent,omitempty"`
+	// The reason given with the kick or mute, if any.
+	Reason        string `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Restriction) Reset() {
 	*x = Restriction{}
-	mi := &file_room_v1_room_proto_msgTypes[76]
+	mi := &file_room_v1_room_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5028,7 +5178,7 @@ func (x *Restriction) String() string {
 func (*Restriction) ProtoMessage() {}
 
 func (x *Restriction) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[76]
+	mi := &file_room_v1_room_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5041,7 +5191,7 @@ func (x *Restriction) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Restriction.ProtoReflect.Descriptor instead.
 func (*Restriction) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{76}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *Restriction) GetUserId() int64 {
@@ -5056,6 +5206,20 @@ func (x *Restriction) GetUntilMs() int64 {
 		return x.UntilMs
 	}
 	return 0
+}
+
+func (x *Restriction) GetPermanent() bool {
+	if x != nil {
+		return x.Permanent
+	}
+	return false
+}
+
+func (x *Restriction) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
 }
 
 // RoomEvent is the envelope of every durable room fact the outbox relay
@@ -5084,7 +5248,7 @@ type RoomEvent struct {
 
 func (x *RoomEvent) Reset() {
 	*x = RoomEvent{}
-	mi := &file_room_v1_room_proto_msgTypes[77]
+	mi := &file_room_v1_room_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5096,7 +5260,7 @@ func (x *RoomEvent) String() string {
 func (*RoomEvent) ProtoMessage() {}
 
 func (x *RoomEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[77]
+	mi := &file_room_v1_room_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5109,7 +5273,7 @@ func (x *RoomEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RoomEvent.ProtoReflect.Descriptor instead.
 func (*RoomEvent) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{77}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *RoomEvent) GetEventId() string {
@@ -5159,6 +5323,1136 @@ func (x *RoomEvent) GetPayloadJson() string {
 		return x.PayloadJson
 	}
 	return ""
+}
+
+// SetMicApprovalRequest: Switches whether members need approval to take a seat. Owner or admin.
+type SetMicApprovalRequest struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	RoomId         string                 `protobuf:"bytes,1,opt,name=room_id,json=roomId,proto3" json:"room_id,omitempty"`
+	CommandId      string                 `protobuf:"bytes,2,opt,name=command_id,json=commandId,proto3" json:"command_id,omitempty"`
+	OperatorUserId int64                  `protobuf:"varint,3,opt,name=operator_user_id,json=operatorUserId,proto3" json:"operator_user_id,omitempty"`
+	Required       bool                   `protobuf:"varint,4,opt,name=required,proto3" json:"required,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *SetMicApprovalRequest) Reset() {
+	*x = SetMicApprovalRequest{}
+	mi := &file_room_v1_room_proto_msgTypes[79]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetMicApprovalRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetMicApprovalRequest) ProtoMessage() {}
+
+func (x *SetMicApprovalRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_room_v1_room_proto_msgTypes[79]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetMicApprovalRequest.ProtoReflect.Descriptor instead.
+func (*SetMicApprovalRequest) Descriptor() ([]byte, []int) {
+	return file_room_v1_room_proto_rawDescGZIP(), []int{79}
+}
+
+func (x *SetMicApprovalRequest) GetRoomId() string {
+	if x != nil {
+		return x.RoomId
+	}
+	return ""
+}
+
+func (x *SetMicApprovalRequest) GetCommandId() string {
+	if x != nil {
+		return x.CommandId
+	}
+	return ""
+}
+
+func (x *SetMicApprovalRequest) GetOperatorUserId() int64 {
+	if x != nil {
+		return x.OperatorUserId
+	}
+	return 0
+}
+
+func (x *SetMicApprovalRequest) GetRequired() bool {
+	if x != nil {
+		return x.Required
+	}
+	return false
+}
+
+// SetMicApprovalResponse carries the room version the command committed at.
+type SetMicApprovalResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	RoomVersion   int64                  `protobuf:"varint,1,opt,name=room_version,json=roomVersion,proto3" json:"room_version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetMicApprovalResponse) Reset() {
+	*x = SetMicApprovalResponse{}
+	mi := &file_room_v1_room_proto_msgTypes[80]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetMicApprovalResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetMicApprovalResponse) ProtoMessage() {}
+
+func (x *SetMicApprovalResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_room_v1_room_proto_msgTypes[80]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetMicApprovalResponse.ProtoReflect.Descriptor instead.
+func (*SetMicApprovalResponse) Descriptor() ([]byte, []int) {
+	return file_room_v1_room_proto_rawDescGZIP(), []int{80}
+}
+
+func (x *SetMicApprovalResponse) GetRoomVersion() int64 {
+	if x != nil {
+		return x.RoomVersion
+	}
+	return 0
+}
+
+// RequestMicRequest: Asks to speak, in a room that requires approval.
+type RequestMicRequest struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	RoomId         string                 `protobuf:"bytes,1,opt,name=room_id,json=roomId,proto3" json:"room_id,omitempty"`
+	CommandId      string                 `protobuf:"bytes,2,opt,name=command_id,json=commandId,proto3" json:"command_id,omitempty"`
+	OperatorUserId int64                  `protobuf:"varint,3,opt,name=operator_user_id,json=operatorUserId,proto3" json:"operator_user_id,omitempty"`
+	// The seat asked for; absent: the first free unlocked seat when approved.
+	SeatIndex     *int32 `protobuf:"varint,4,opt,name=seat_index,json=seatIndex,proto3,oneof" json:"seat_index,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RequestMicRequest) Reset() {
+	*x = RequestMicRequest{}
+	mi := &file_room_v1_room_proto_msgTypes[81]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RequestMicRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RequestMicRequest) ProtoMessage() {}
+
+func (x *RequestMicRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_room_v1_room_proto_msgTypes[81]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RequestMicRequest.ProtoReflect.Descriptor instead.
+func (*RequestMicRequest) Descriptor() ([]byte, []int) {
+	return file_room_v1_room_proto_rawDescGZIP(), []int{81}
+}
+
+func (x *RequestMicRequest) GetRoomId() string {
+	if x != nil {
+		return x.RoomId
+	}
+	return ""
+}
+
+func (x *RequestMicRequest) GetCommandId() string {
+	if x != nil {
+		return x.CommandId
+	}
+	return ""
+}
+
+func (x *RequestMicRequest) GetOperatorUserId() int64 {
+	if x != nil {
+		return x.OperatorUserId
+	}
+	return 0
+}
+
+func (x *RequestMicRequest) GetSeatIndex() int32 {
+	if x != nil && x.SeatIndex != nil {
+		return *x.SeatIndex
+	}
+	return 0
+}
+
+// RequestMicResponse carries the room version the command committed at.
+type RequestMicResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	RoomVersion   int64                  `protobuf:"varint,1,opt,name=room_version,json=roomVersion,proto3" json:"room_version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RequestMicResponse) Reset() {
+	*x = RequestMicResponse{}
+	mi := &file_room_v1_room_proto_msgTypes[82]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RequestMicResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RequestMicResponse) ProtoMessage() {}
+
+func (x *RequestMicResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_room_v1_room_proto_msgTypes[82]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RequestMicResponse.ProtoReflect.Descriptor instead.
+func (*RequestMicResponse) Descriptor() ([]byte, []int) {
+	return file_room_v1_room_proto_rawDescGZIP(), []int{82}
+}
+
+func (x *RequestMicResponse) GetRoomVersion() int64 {
+	if x != nil {
+		return x.RoomVersion
+	}
+	return 0
+}
+
+// CancelMicRequestRequest: Withdraws the operator's pending mic request.
+type CancelMicRequestRequest struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	RoomId         string                 `protobuf:"bytes,1,opt,name=room_id,json=roomId,proto3" json:"room_id,omitempty"`
+	CommandId      string                 `protobuf:"bytes,2,opt,name=command_id,json=commandId,proto3" json:"command_id,omitempty"`
+	OperatorUserId int64                  `protobuf:"varint,3,opt,name=operator_user_id,json=operatorUserId,proto3" json:"operator_user_id,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *CancelMicRequestRequest) Reset() {
+	*x = CancelMicRequestRequest{}
+	mi := &file_room_v1_room_proto_msgTypes[83]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CancelMicRequestRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CancelMicRequestRequest) ProtoMessage() {}
+
+func (x *CancelMicRequestRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_room_v1_room_proto_msgTypes[83]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CancelMicRequestRequest.ProtoReflect.Descriptor instead.
+func (*CancelMicRequestRequest) Descriptor() ([]byte, []int) {
+	return file_room_v1_room_proto_rawDescGZIP(), []int{83}
+}
+
+func (x *CancelMicRequestRequest) GetRoomId() string {
+	if x != nil {
+		return x.RoomId
+	}
+	return ""
+}
+
+func (x *CancelMicRequestRequest) GetCommandId() string {
+	if x != nil {
+		return x.CommandId
+	}
+	return ""
+}
+
+func (x *CancelMicRequestRequest) GetOperatorUserId() int64 {
+	if x != nil {
+		return x.OperatorUserId
+	}
+	return 0
+}
+
+// CancelMicRequestResponse carries the room version the command committed at.
+type CancelMicRequestResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	RoomVersion   int64                  `protobuf:"varint,1,opt,name=room_version,json=roomVersion,proto3" json:"room_version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CancelMicRequestResponse) Reset() {
+	*x = CancelMicRequestResponse{}
+	mi := &file_room_v1_room_proto_msgTypes[84]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CancelMicRequestResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CancelMicRequestResponse) ProtoMessage() {}
+
+func (x *CancelMicRequestResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_room_v1_room_proto_msgTypes[84]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CancelMicRequestResponse.ProtoReflect.Descriptor instead.
+func (*CancelMicRequestResponse) Descriptor() ([]byte, []int) {
+	return file_room_v1_room_proto_rawDescGZIP(), []int{84}
+}
+
+func (x *CancelMicRequestResponse) GetRoomVersion() int64 {
+	if x != nil {
+		return x.RoomVersion
+	}
+	return 0
+}
+
+// ApproveMicRequestRequest: Seats a requester. Owner or admin.
+type ApproveMicRequestRequest struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	RoomId         string                 `protobuf:"bytes,1,opt,name=room_id,json=roomId,proto3" json:"room_id,omitempty"`
+	CommandId      string                 `protobuf:"bytes,2,opt,name=command_id,json=commandId,proto3" json:"command_id,omitempty"`
+	OperatorUserId int64                  `protobuf:"varint,3,opt,name=operator_user_id,json=operatorUserId,proto3" json:"operator_user_id,omitempty"`
+	// The requester.
+	TargetUserId  int64 `protobuf:"varint,4,opt,name=target_user_id,json=targetUserId,proto3" json:"target_user_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ApproveMicRequestRequest) Reset() {
+	*x = ApproveMicRequestRequest{}
+	mi := &file_room_v1_room_proto_msgTypes[85]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ApproveMicRequestRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ApproveMicRequestRequest) ProtoMessage() {}
+
+func (x *ApproveMicRequestRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_room_v1_room_proto_msgTypes[85]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ApproveMicRequestRequest.ProtoReflect.Descriptor instead.
+func (*ApproveMicRequestRequest) Descriptor() ([]byte, []int) {
+	return file_room_v1_room_proto_rawDescGZIP(), []int{85}
+}
+
+func (x *ApproveMicRequestRequest) GetRoomId() string {
+	if x != nil {
+		return x.RoomId
+	}
+	return ""
+}
+
+func (x *ApproveMicRequestRequest) GetCommandId() string {
+	if x != nil {
+		return x.CommandId
+	}
+	return ""
+}
+
+func (x *ApproveMicRequestRequest) GetOperatorUserId() int64 {
+	if x != nil {
+		return x.OperatorUserId
+	}
+	return 0
+}
+
+func (x *ApproveMicRequestRequest) GetTargetUserId() int64 {
+	if x != nil {
+		return x.TargetUserId
+	}
+	return 0
+}
+
+// ApproveMicRequestResponse carries the room version the command committed at.
+type ApproveMicRequestResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	RoomVersion   int64                  `protobuf:"varint,1,opt,name=room_version,json=roomVersion,proto3" json:"room_version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ApproveMicRequestResponse) Reset() {
+	*x = ApproveMicRequestResponse{}
+	mi := &file_room_v1_room_proto_msgTypes[86]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ApproveMicRequestResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ApproveMicRequestResponse) ProtoMessage() {}
+
+func (x *ApproveMicRequestResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_room_v1_room_proto_msgTypes[86]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ApproveMicRequestResponse.ProtoReflect.Descriptor instead.
+func (*ApproveMicRequestResponse) Descriptor() ([]byte, []int) {
+	return file_room_v1_room_proto_rawDescGZIP(), []int{86}
+}
+
+func (x *ApproveMicRequestResponse) GetRoomVersion() int64 {
+	if x != nil {
+		return x.RoomVersion
+	}
+	return 0
+}
+
+// RejectMicRequestRequest: Refuses a mic request. Owner or admin.
+type RejectMicRequestRequest struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	RoomId         string                 `protobuf:"bytes,1,opt,name=room_id,json=roomId,proto3" json:"room_id,omitempty"`
+	CommandId      string                 `protobuf:"bytes,2,opt,name=command_id,json=commandId,proto3" json:"command_id,omitempty"`
+	OperatorUserId int64                  `protobuf:"varint,3,opt,name=operator_user_id,json=operatorUserId,proto3" json:"operator_user_id,omitempty"`
+	// The requester.
+	TargetUserId  int64 `protobuf:"varint,4,opt,name=target_user_id,json=targetUserId,proto3" json:"target_user_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RejectMicRequestRequest) Reset() {
+	*x = RejectMicRequestRequest{}
+	mi := &file_room_v1_room_proto_msgTypes[87]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RejectMicRequestRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RejectMicRequestRequest) ProtoMessage() {}
+
+func (x *RejectMicRequestRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_room_v1_room_proto_msgTypes[87]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RejectMicRequestRequest.ProtoReflect.Descriptor instead.
+func (*RejectMicRequestRequest) Descriptor() ([]byte, []int) {
+	return file_room_v1_room_proto_rawDescGZIP(), []int{87}
+}
+
+func (x *RejectMicRequestRequest) GetRoomId() string {
+	if x != nil {
+		return x.RoomId
+	}
+	return ""
+}
+
+func (x *RejectMicRequestRequest) GetCommandId() string {
+	if x != nil {
+		return x.CommandId
+	}
+	return ""
+}
+
+func (x *RejectMicRequestRequest) GetOperatorUserId() int64 {
+	if x != nil {
+		return x.OperatorUserId
+	}
+	return 0
+}
+
+func (x *RejectMicRequestRequest) GetTargetUserId() int64 {
+	if x != nil {
+		return x.TargetUserId
+	}
+	return 0
+}
+
+// RejectMicRequestResponse carries the room version the command committed at.
+type RejectMicRequestResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	RoomVersion   int64                  `protobuf:"varint,1,opt,name=room_version,json=roomVersion,proto3" json:"room_version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RejectMicRequestResponse) Reset() {
+	*x = RejectMicRequestResponse{}
+	mi := &file_room_v1_room_proto_msgTypes[88]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RejectMicRequestResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RejectMicRequestResponse) ProtoMessage() {}
+
+func (x *RejectMicRequestResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_room_v1_room_proto_msgTypes[88]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RejectMicRequestResponse.ProtoReflect.Descriptor instead.
+func (*RejectMicRequestResponse) Descriptor() ([]byte, []int) {
+	return file_room_v1_room_proto_rawDescGZIP(), []int{88}
+}
+
+func (x *RejectMicRequestResponse) GetRoomVersion() int64 {
+	if x != nil {
+		return x.RoomVersion
+	}
+	return 0
+}
+
+// InviteToMicRequest: Invites a member to a seat. Owner or admin.
+type InviteToMicRequest struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	RoomId         string                 `protobuf:"bytes,1,opt,name=room_id,json=roomId,proto3" json:"room_id,omitempty"`
+	CommandId      string                 `protobuf:"bytes,2,opt,name=command_id,json=commandId,proto3" json:"command_id,omitempty"`
+	OperatorUserId int64                  `protobuf:"varint,3,opt,name=operator_user_id,json=operatorUserId,proto3" json:"operator_user_id,omitempty"`
+	TargetUserId   int64                  `protobuf:"varint,4,opt,name=target_user_id,json=targetUserId,proto3" json:"target_user_id,omitempty"`
+	// The seat offered; absent: the first free unlocked seat when accepted.
+	SeatIndex     *int32 `protobuf:"varint,5,opt,name=seat_index,json=seatIndex,proto3,oneof" json:"seat_index,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *InviteToMicRequest) Reset() {
+	*x = InviteToMicRequest{}
+	mi := &file_room_v1_room_proto_msgTypes[89]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *InviteToMicRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*InviteToMicRequest) ProtoMessage() {}
+
+func (x *InviteToMicRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_room_v1_room_proto_msgTypes[89]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use InviteToMicRequest.ProtoReflect.Descriptor instead.
+func (*InviteToMicRequest) Descriptor() ([]byte, []int) {
+	return file_room_v1_room_proto_rawDescGZIP(), []int{89}
+}
+
+func (x *InviteToMicRequest) GetRoomId() string {
+	if x != nil {
+		return x.RoomId
+	}
+	return ""
+}
+
+func (x *InviteToMicRequest) GetCommandId() string {
+	if x != nil {
+		return x.CommandId
+	}
+	return ""
+}
+
+func (x *InviteToMicRequest) GetOperatorUserId() int64 {
+	if x != nil {
+		return x.OperatorUserId
+	}
+	return 0
+}
+
+func (x *InviteToMicRequest) GetTargetUserId() int64 {
+	if x != nil {
+		return x.TargetUserId
+	}
+	return 0
+}
+
+func (x *InviteToMicRequest) GetSeatIndex() int32 {
+	if x != nil && x.SeatIndex != nil {
+		return *x.SeatIndex
+	}
+	return 0
+}
+
+// InviteToMicResponse carries the room version the command committed at.
+type InviteToMicResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	RoomVersion   int64                  `protobuf:"varint,1,opt,name=room_version,json=roomVersion,proto3" json:"room_version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *InviteToMicResponse) Reset() {
+	*x = InviteToMicResponse{}
+	mi := &file_room_v1_room_proto_msgTypes[90]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *InviteToMicResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*InviteToMicResponse) ProtoMessage() {}
+
+func (x *InviteToMicResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_room_v1_room_proto_msgTypes[90]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use InviteToMicResponse.ProtoReflect.Descriptor instead.
+func (*InviteToMicResponse) Descriptor() ([]byte, []int) {
+	return file_room_v1_room_proto_rawDescGZIP(), []int{90}
+}
+
+func (x *InviteToMicResponse) GetRoomVersion() int64 {
+	if x != nil {
+		return x.RoomVersion
+	}
+	return 0
+}
+
+// AcceptMicInviteRequest: Takes the seat the operator was invited to.
+type AcceptMicInviteRequest struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	RoomId         string                 `protobuf:"bytes,1,opt,name=room_id,json=roomId,proto3" json:"room_id,omitempty"`
+	CommandId      string                 `protobuf:"bytes,2,opt,name=command_id,json=commandId,proto3" json:"command_id,omitempty"`
+	OperatorUserId int64                  `protobuf:"varint,3,opt,name=operator_user_id,json=operatorUserId,proto3" json:"operator_user_id,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *AcceptMicInviteRequest) Reset() {
+	*x = AcceptMicInviteRequest{}
+	mi := &file_room_v1_room_proto_msgTypes[91]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AcceptMicInviteRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AcceptMicInviteRequest) ProtoMessage() {}
+
+func (x *AcceptMicInviteRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_room_v1_room_proto_msgTypes[91]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AcceptMicInviteRequest.ProtoReflect.Descriptor instead.
+func (*AcceptMicInviteRequest) Descriptor() ([]byte, []int) {
+	return file_room_v1_room_proto_rawDescGZIP(), []int{91}
+}
+
+func (x *AcceptMicInviteRequest) GetRoomId() string {
+	if x != nil {
+		return x.RoomId
+	}
+	return ""
+}
+
+func (x *AcceptMicInviteRequest) GetCommandId() string {
+	if x != nil {
+		return x.CommandId
+	}
+	return ""
+}
+
+func (x *AcceptMicInviteRequest) GetOperatorUserId() int64 {
+	if x != nil {
+		return x.OperatorUserId
+	}
+	return 0
+}
+
+// AcceptMicInviteResponse carries the room version the command committed at.
+type AcceptMicInviteResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	RoomVersion   int64                  `protobuf:"varint,1,opt,name=room_version,json=roomVersion,proto3" json:"room_version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AcceptMicInviteResponse) Reset() {
+	*x = AcceptMicInviteResponse{}
+	mi := &file_room_v1_room_proto_msgTypes[92]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AcceptMicInviteResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AcceptMicInviteResponse) ProtoMessage() {}
+
+func (x *AcceptMicInviteResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_room_v1_room_proto_msgTypes[92]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AcceptMicInviteResponse.ProtoReflect.Descriptor instead.
+func (*AcceptMicInviteResponse) Descriptor() ([]byte, []int) {
+	return file_room_v1_room_proto_rawDescGZIP(), []int{92}
+}
+
+func (x *AcceptMicInviteResponse) GetRoomVersion() int64 {
+	if x != nil {
+		return x.RoomVersion
+	}
+	return 0
+}
+
+// DeclineMicInviteRequest: Declines the operator's mic invitation.
+type DeclineMicInviteRequest struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	RoomId         string                 `protobuf:"bytes,1,opt,name=room_id,json=roomId,proto3" json:"room_id,omitempty"`
+	CommandId      string                 `protobuf:"bytes,2,opt,name=command_id,json=commandId,proto3" json:"command_id,omitempty"`
+	OperatorUserId int64                  `protobuf:"varint,3,opt,name=operator_user_id,json=operatorUserId,proto3" json:"operator_user_id,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *DeclineMicInviteRequest) Reset() {
+	*x = DeclineMicInviteRequest{}
+	mi := &file_room_v1_room_proto_msgTypes[93]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeclineMicInviteRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeclineMicInviteRequest) ProtoMessage() {}
+
+func (x *DeclineMicInviteRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_room_v1_room_proto_msgTypes[93]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeclineMicInviteRequest.ProtoReflect.Descriptor instead.
+func (*DeclineMicInviteRequest) Descriptor() ([]byte, []int) {
+	return file_room_v1_room_proto_rawDescGZIP(), []int{93}
+}
+
+func (x *DeclineMicInviteRequest) GetRoomId() string {
+	if x != nil {
+		return x.RoomId
+	}
+	return ""
+}
+
+func (x *DeclineMicInviteRequest) GetCommandId() string {
+	if x != nil {
+		return x.CommandId
+	}
+	return ""
+}
+
+func (x *DeclineMicInviteRequest) GetOperatorUserId() int64 {
+	if x != nil {
+		return x.OperatorUserId
+	}
+	return 0
+}
+
+// DeclineMicInviteResponse carries the room version the command committed at.
+type DeclineMicInviteResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	RoomVersion   int64                  `protobuf:"varint,1,opt,name=room_version,json=roomVersion,proto3" json:"room_version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeclineMicInviteResponse) Reset() {
+	*x = DeclineMicInviteResponse{}
+	mi := &file_room_v1_room_proto_msgTypes[94]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeclineMicInviteResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeclineMicInviteResponse) ProtoMessage() {}
+
+func (x *DeclineMicInviteResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_room_v1_room_proto_msgTypes[94]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeclineMicInviteResponse.ProtoReflect.Descriptor instead.
+func (*DeclineMicInviteResponse) Descriptor() ([]byte, []int) {
+	return file_room_v1_room_proto_rawDescGZIP(), []int{94}
+}
+
+func (x *DeclineMicInviteResponse) GetRoomVersion() int64 {
+	if x != nil {
+		return x.RoomVersion
+	}
+	return 0
+}
+
+// TransferOwnershipRequest: Makes a member the owner. Owner or platform.
+type TransferOwnershipRequest struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	RoomId         string                 `protobuf:"bytes,1,opt,name=room_id,json=roomId,proto3" json:"room_id,omitempty"`
+	CommandId      string                 `protobuf:"bytes,2,opt,name=command_id,json=commandId,proto3" json:"command_id,omitempty"`
+	OperatorUserId int64                  `protobuf:"varint,3,opt,name=operator_user_id,json=operatorUserId,proto3" json:"operator_user_id,omitempty"`
+	// A member of the room.
+	NewOwnerUserId int64 `protobuf:"varint,4,opt,name=new_owner_user_id,json=newOwnerUserId,proto3" json:"new_owner_user_id,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *TransferOwnershipRequest) Reset() {
+	*x = TransferOwnershipRequest{}
+	mi := &file_room_v1_room_proto_msgTypes[95]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TransferOwnershipRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TransferOwnershipRequest) ProtoMessage() {}
+
+func (x *TransferOwnershipRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_room_v1_room_proto_msgTypes[95]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TransferOwnershipRequest.ProtoReflect.Descriptor instead.
+func (*TransferOwnershipRequest) Descriptor() ([]byte, []int) {
+	return file_room_v1_room_proto_rawDescGZIP(), []int{95}
+}
+
+func (x *TransferOwnershipRequest) GetRoomId() string {
+	if x != nil {
+		return x.RoomId
+	}
+	return ""
+}
+
+func (x *TransferOwnershipRequest) GetCommandId() string {
+	if x != nil {
+		return x.CommandId
+	}
+	return ""
+}
+
+func (x *TransferOwnershipRequest) GetOperatorUserId() int64 {
+	if x != nil {
+		return x.OperatorUserId
+	}
+	return 0
+}
+
+func (x *TransferOwnershipRequest) GetNewOwnerUserId() int64 {
+	if x != nil {
+		return x.NewOwnerUserId
+	}
+	return 0
+}
+
+// TransferOwnershipResponse carries the room version the command committed at.
+type TransferOwnershipResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	RoomVersion   int64                  `protobuf:"varint,1,opt,name=room_version,json=roomVersion,proto3" json:"room_version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TransferOwnershipResponse) Reset() {
+	*x = TransferOwnershipResponse{}
+	mi := &file_room_v1_room_proto_msgTypes[96]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TransferOwnershipResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TransferOwnershipResponse) ProtoMessage() {}
+
+func (x *TransferOwnershipResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_room_v1_room_proto_msgTypes[96]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TransferOwnershipResponse.ProtoReflect.Descriptor instead.
+func (*TransferOwnershipResponse) Descriptor() ([]byte, []int) {
+	return file_room_v1_room_proto_rawDescGZIP(), []int{96}
+}
+
+func (x *TransferOwnershipResponse) GetRoomVersion() int64 {
+	if x != nil {
+		return x.RoomVersion
+	}
+	return 0
+}
+
+// SetHostRequest: Sets the room's host. Owner or platform.
+type SetHostRequest struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	RoomId         string                 `protobuf:"bytes,1,opt,name=room_id,json=roomId,proto3" json:"room_id,omitempty"`
+	CommandId      string                 `protobuf:"bytes,2,opt,name=command_id,json=commandId,proto3" json:"command_id,omitempty"`
+	OperatorUserId int64                  `protobuf:"varint,3,opt,name=operator_user_id,json=operatorUserId,proto3" json:"operator_user_id,omitempty"`
+	// A member of the room; 0: no host.
+	HostUserId    int64 `protobuf:"varint,4,opt,name=host_user_id,json=hostUserId,proto3" json:"host_user_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetHostRequest) Reset() {
+	*x = SetHostRequest{}
+	mi := &file_room_v1_room_proto_msgTypes[97]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetHostRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetHostRequest) ProtoMessage() {}
+
+func (x *SetHostRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_room_v1_room_proto_msgTypes[97]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetHostRequest.ProtoReflect.Descriptor instead.
+func (*SetHostRequest) Descriptor() ([]byte, []int) {
+	return file_room_v1_room_proto_rawDescGZIP(), []int{97}
+}
+
+func (x *SetHostRequest) GetRoomId() string {
+	if x != nil {
+		return x.RoomId
+	}
+	return ""
+}
+
+func (x *SetHostRequest) GetCommandId() string {
+	if x != nil {
+		return x.CommandId
+	}
+	return ""
+}
+
+func (x *SetHostRequest) GetOperatorUserId() int64 {
+	if x != nil {
+		return x.OperatorUserId
+	}
+	return 0
+}
+
+func (x *SetHostRequest) GetHostUserId() int64 {
+	if x != nil {
+		return x.HostUserId
+	}
+	return 0
+}
+
+// SetHostResponse carries the room version the command committed at.
+type SetHostResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	RoomVersion   int64                  `protobuf:"varint,1,opt,name=room_version,json=roomVersion,proto3" json:"room_version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetHostResponse) Reset() {
+	*x = SetHostResponse{}
+	mi := &file_room_v1_room_proto_msgTypes[98]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetHostResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetHostResponse) ProtoMessage() {}
+
+func (x *SetHostResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_room_v1_room_proto_msgTypes[98]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetHostResponse.ProtoReflect.Descriptor instead.
+func (*SetHostResponse) Descriptor() ([]byte, []int) {
+	return file_room_v1_room_proto_rawDescGZIP(), []int{98}
+}
+
+func (x *SetHostResponse) GetRoomVersion() int64 {
+	if x != nil {
+		return x.RoomVersion
+	}
+	return 0
 }
 
 var File_room_v1_room_proto protoreflect.FileDescriptor
@@ -5235,7 +6529,7 @@ const file_room_v1_room_proto_rawDesc = "" +
 	"\n" +
 	"event_type\x18\x01 \x01(\tR\teventType\"7\n" +
 	"\x19RequeueDeadOutboxResponse\x12\x1a\n" +
-	"\brequeued\x18\x01 \x01(\x03R\brequeued\"\x9c\x02\n" +
+	"\brequeued\x18\x01 \x01(\x03R\brequeued\"\xd0\x02\n" +
 	"\x11CreateRoomRequest\x12\x17\n" +
 	"\aroom_id\x18\x01 \x01(\tR\x06roomId\x12\x1d\n" +
 	"\n" +
@@ -5248,7 +6542,9 @@ const file_room_v1_room_proto_rawDesc = "" +
 	"seat_count\x18\x06 \x01(\x05R\tseatCount\x12\x12\n" +
 	"\x04mode\x18\a \x01(\tR\x04mode\x12\x16\n" +
 	"\x06region\x18\b \x01(\tR\x06region\x12\x14\n" +
-	"\x05title\x18\t \x01(\tR\x05title\"7\n" +
+	"\x05title\x18\t \x01(\tR\x05title\x122\n" +
+	"\x15mic_approval_required\x18\n" +
+	" \x01(\bR\x13micApprovalRequired\"7\n" +
 	"\x12CreateRoomResponse\x12!\n" +
 	"\froom_version\x18\x01 \x01(\x03R\vroomVersion\"t\n" +
 	"\x10CloseRoomRequest\x12\x17\n" +
@@ -5336,23 +6632,26 @@ const file_room_v1_room_proto_rawDesc = "" +
 	"\x10operator_user_id\x18\x03 \x01(\x03R\x0eoperatorUserId\x12\x0e\n" +
 	"\x02on\x18\x04 \x01(\bR\x02on\"5\n" +
 	"\x10SetMyMicResponse\x12!\n" +
-	"\froom_version\x18\x01 \x01(\x03R\vroomVersion\"\xc4\x01\n" +
+	"\froom_version\x18\x01 \x01(\x03R\vroomVersion\"\xdc\x01\n" +
 	"\x0fKickUserRequest\x12\x17\n" +
 	"\aroom_id\x18\x01 \x01(\tR\x06roomId\x12\x1d\n" +
 	"\n" +
 	"command_id\x18\x02 \x01(\tR\tcommandId\x12(\n" +
 	"\x10operator_user_id\x18\x03 \x01(\x03R\x0eoperatorUserId\x12$\n" +
 	"\x0etarget_user_id\x18\x04 \x01(\x03R\ftargetUserId\x12)\n" +
-	"\x10duration_seconds\x18\x05 \x01(\x03R\x0fdurationSeconds\"5\n" +
+	"\x10duration_seconds\x18\x05 \x01(\x03R\x0fdurationSeconds\x12\x16\n" +
+	"\x06reason\x18\x06 \x01(\tR\x06reason\"5\n" +
 	"\x10KickUserResponse\x12!\n" +
-	"\froom_version\x18\x01 \x01(\x03R\vroomVersion\"\xc4\x01\n" +
+	"\froom_version\x18\x01 \x01(\x03R\vroomVersion\"\xfa\x01\n" +
 	"\x0fMuteUserRequest\x12\x17\n" +
 	"\aroom_id\x18\x01 \x01(\tR\x06roomId\x12\x1d\n" +
 	"\n" +
 	"command_id\x18\x02 \x01(\tR\tcommandId\x12(\n" +
 	"\x10operator_user_id\x18\x03 \x01(\x03R\x0eoperatorUserId\x12$\n" +
 	"\x0etarget_user_id\x18\x04 \x01(\x03R\ftargetUserId\x12)\n" +
-	"\x10duration_seconds\x18\x05 \x01(\x03R\x0fdurationSeconds\"5\n" +
+	"\x10duration_seconds\x18\x05 \x01(\x03R\x0fdurationSeconds\x12\x1c\n" +
+	"\tpermanent\x18\x06 \x01(\bR\tpermanent\x12\x16\n" +
+	"\x06reason\x18\a \x01(\tR\x06reason\"5\n" +
 	"\x10MuteUserResponse\x12!\n" +
 	"\froom_version\x18\x01 \x01(\x03R\vroomVersion\"\x9a\x01\n" +
 	"\x10UnbanUserRequest\x12\x17\n" +
@@ -5459,7 +6758,7 @@ const file_room_v1_room_proto_rawDesc = "" +
 	"\aroom_id\x18\x01 \x01(\tR\x06roomId\"d\n" +
 	"\x19GetStoredSnapshotResponse\x12\x14\n" +
 	"\x05found\x18\x01 \x01(\bR\x05found\x121\n" +
-	"\bsnapshot\x18\x02 \x01(\v2\x15.room.v1.RoomSnapshotR\bsnapshot\"\x95\x05\n" +
+	"\bsnapshot\x18\x02 \x01(\v2\x15.room.v1.RoomSnapshotR\bsnapshot\"\xbd\x06\n" +
 	"\fRoomSnapshot\x12\x17\n" +
 	"\aroom_id\x18\x01 \x01(\tR\x06roomId\x12!\n" +
 	"\froom_version\x18\x02 \x01(\x03R\vroomVersion\x12+\n" +
@@ -5480,7 +6779,19 @@ const file_room_v1_room_proto_rawDesc = "" +
 	"\x04bans\x18\x0e \x03(\v2\x14.room.v1.RestrictionR\x04bans\x12!\n" +
 	"\fonline_count\x18\x0f \x01(\x05R\vonlineCount\x12+\n" +
 	"\x12last_command_at_ms\x18\x10 \x01(\x03R\x0flastCommandAtMs\x12.\n" +
-	"\aeconomy\x18\x11 \x01(\v2\x14.room.v1.RoomEconomyR\aeconomy\"\x80\x02\n" +
+	"\aeconomy\x18\x11 \x01(\v2\x14.room.v1.RoomEconomyR\aeconomy\x122\n" +
+	"\x15mic_approval_required\x18\x12 \x01(\bR\x13micApprovalRequired\x129\n" +
+	"\fmic_requests\x18\x13 \x03(\v2\x16.room.v1.MicQueueEntryR\vmicRequests\x127\n" +
+	"\vmic_invites\x18\x14 \x03(\v2\x16.room.v1.MicQueueEntryR\n" +
+	"micInvites\"\x9e\x01\n" +
+	"\rMicQueueEntry\x12\x17\n" +
+	"\auser_id\x18\x01 \x01(\x03R\x06userId\x12\x1d\n" +
+	"\n" +
+	"seat_index\x18\x02 \x01(\x05R\tseatIndex\x12\x1c\n" +
+	"\n" +
+	"by_user_id\x18\x03 \x01(\x03R\bbyUserId\x12\x13\n" +
+	"\x05at_ms\x18\x04 \x01(\x03R\x04atMs\x12\"\n" +
+	"\rexpires_at_ms\x18\x05 \x01(\x03R\vexpiresAtMs\"\x80\x02\n" +
 	"\vRoomEconomy\x12!\n" +
 	"\fbusiness_day\x18\x01 \x01(\x03R\vbusinessDay\x12\x12\n" +
 	"\x04heat\x18\x02 \x01(\x03R\x04heat\x12&\n" +
@@ -5539,10 +6850,12 @@ const file_room_v1_room_proto_rawDesc = "" +
 	"\x0emuted_by_admin\x18\x04 \x01(\bR\fmutedByAdmin\x12\x15\n" +
 	"\x06mic_on\x18\x05 \x01(\bR\x05micOn\x12*\n" +
 	"\x11occupied_since_ms\x18\x06 \x01(\x03R\x0foccupiedSinceMs\x12\x14\n" +
-	"\x05charm\x18\a \x01(\x03R\x05charm\"A\n" +
+	"\x05charm\x18\a \x01(\x03R\x05charm\"w\n" +
 	"\vRestriction\x12\x17\n" +
 	"\auser_id\x18\x01 \x01(\x03R\x06userId\x12\x19\n" +
-	"\buntil_ms\x18\x02 \x01(\x03R\auntilMs\"\xdc\x01\n" +
+	"\buntil_ms\x18\x02 \x01(\x03R\auntilMs\x12\x1c\n" +
+	"\tpermanent\x18\x03 \x01(\bR\tpermanent\x12\x16\n" +
+	"\x06reason\x18\x04 \x01(\tR\x06reason\"\xdc\x01\n" +
 	"\tRoomEvent\x12\x19\n" +
 	"\bevent_id\x18\x01 \x01(\tR\aeventId\x12\x1d\n" +
 	"\n" +
@@ -5551,7 +6864,90 @@ const file_room_v1_room_proto_rawDesc = "" +
 	"\froom_version\x18\x04 \x01(\x03R\vroomVersion\x12\x10\n" +
 	"\x03seq\x18\x05 \x01(\x05R\x03seq\x12$\n" +
 	"\x0eoccurred_at_ms\x18\x06 \x01(\x03R\foccurredAtMs\x12!\n" +
-	"\fpayload_json\x18\a \x01(\tR\vpayloadJson*P\n" +
+	"\fpayload_json\x18\a \x01(\tR\vpayloadJson\"\x95\x01\n" +
+	"\x15SetMicApprovalRequest\x12\x17\n" +
+	"\aroom_id\x18\x01 \x01(\tR\x06roomId\x12\x1d\n" +
+	"\n" +
+	"command_id\x18\x02 \x01(\tR\tcommandId\x12(\n" +
+	"\x10operator_user_id\x18\x03 \x01(\x03R\x0eoperatorUserId\x12\x1a\n" +
+	"\brequired\x18\x04 \x01(\bR\brequired\";\n" +
+	"\x16SetMicApprovalResponse\x12!\n" +
+	"\froom_version\x18\x01 \x01(\x03R\vroomVersion\"\xa8\x01\n" +
+	"\x11RequestMicRequest\x12\x17\n" +
+	"\aroom_id\x18\x01 \x01(\tR\x06roomId\x12\x1d\n" +
+	"\n" +
+	"command_id\x18\x02 \x01(\tR\tcommandId\x12(\n" +
+	"\x10operator_user_id\x18\x03 \x01(\x03R\x0eoperatorUserId\x12\"\n" +
+	"\n" +
+	"seat_index\x18\x04 \x01(\x05H\x00R\tseatIndex\x88\x01\x01B\r\n" +
+	"\v_seat_index\"7\n" +
+	"\x12RequestMicResponse\x12!\n" +
+	"\froom_version\x18\x01 \x01(\x03R\vroomVersion\"{\n" +
+	"\x17CancelMicRequestRequest\x12\x17\n" +
+	"\aroom_id\x18\x01 \x01(\tR\x06roomId\x12\x1d\n" +
+	"\n" +
+	"command_id\x18\x02 \x01(\tR\tcommandId\x12(\n" +
+	"\x10operator_user_id\x18\x03 \x01(\x03R\x0eoperatorUserId\"=\n" +
+	"\x18CancelMicRequestResponse\x12!\n" +
+	"\froom_version\x18\x01 \x01(\x03R\vroomVersion\"\xa2\x01\n" +
+	"\x18ApproveMicRequestRequest\x12\x17\n" +
+	"\aroom_id\x18\x01 \x01(\tR\x06roomId\x12\x1d\n" +
+	"\n" +
+	"command_id\x18\x02 \x01(\tR\tcommandId\x12(\n" +
+	"\x10operator_user_id\x18\x03 \x01(\x03R\x0eoperatorUserId\x12$\n" +
+	"\x0etarget_user_id\x18\x04 \x01(\x03R\ftargetUserId\">\n" +
+	"\x19ApproveMicRequestResponse\x12!\n" +
+	"\froom_version\x18\x01 \x01(\x03R\vroomVersion\"\xa1\x01\n" +
+	"\x17RejectMicRequestRequest\x12\x17\n" +
+	"\aroom_id\x18\x01 \x01(\tR\x06roomId\x12\x1d\n" +
+	"\n" +
+	"command_id\x18\x02 \x01(\tR\tcommandId\x12(\n" +
+	"\x10operator_user_id\x18\x03 \x01(\x03R\x0eoperatorUserId\x12$\n" +
+	"\x0etarget_user_id\x18\x04 \x01(\x03R\ftargetUserId\"=\n" +
+	"\x18RejectMicRequestResponse\x12!\n" +
+	"\froom_version\x18\x01 \x01(\x03R\vroomVersion\"\xcf\x01\n" +
+	"\x12InviteToMicRequest\x12\x17\n" +
+	"\aroom_id\x18\x01 \x01(\tR\x06roomId\x12\x1d\n" +
+	"\n" +
+	"command_id\x18\x02 \x01(\tR\tcommandId\x12(\n" +
+	"\x10operator_user_id\x18\x03 \x01(\x03R\x0eoperatorUserId\x12$\n" +
+	"\x0etarget_user_id\x18\x04 \x01(\x03R\ftargetUserId\x12\"\n" +
+	"\n" +
+	"seat_index\x18\x05 \x01(\x05H\x00R\tseatIndex\x88\x01\x01B\r\n" +
+	"\v_seat_index\"8\n" +
+	"\x13InviteToMicResponse\x12!\n" +
+	"\froom_version\x18\x01 \x01(\x03R\vroomVersion\"z\n" +
+	"\x16AcceptMicInviteRequest\x12\x17\n" +
+	"\aroom_id\x18\x01 \x01(\tR\x06roomId\x12\x1d\n" +
+	"\n" +
+	"command_id\x18\x02 \x01(\tR\tcommandId\x12(\n" +
+	"\x10operator_user_id\x18\x03 \x01(\x03R\x0eoperatorUserId\"<\n" +
+	"\x17AcceptMicInviteResponse\x12!\n" +
+	"\froom_version\x18\x01 \x01(\x03R\vroomVersion\"{\n" +
+	"\x17DeclineMicInviteRequest\x12\x17\n" +
+	"\aroom_id\x18\x01 \x01(\tR\x06roomId\x12\x1d\n" +
+	"\n" +
+	"command_id\x18\x02 \x01(\tR\tcommandId\x12(\n" +
+	"\x10operator_user_id\x18\x03 \x01(\x03R\x0eoperatorUserId\"=\n" +
+	"\x18DeclineMicInviteResponse\x12!\n" +
+	"\froom_version\x18\x01 \x01(\x03R\vroomVersion\"\xa7\x01\n" +
+	"\x18TransferOwnershipRequest\x12\x17\n" +
+	"\aroom_id\x18\x01 \x01(\tR\x06roomId\x12\x1d\n" +
+	"\n" +
+	"command_id\x18\x02 \x01(\tR\tcommandId\x12(\n" +
+	"\x10operator_user_id\x18\x03 \x01(\x03R\x0eoperatorUserId\x12)\n" +
+	"\x11new_owner_user_id\x18\x04 \x01(\x03R\x0enewOwnerUserId\">\n" +
+	"\x19TransferOwnershipResponse\x12!\n" +
+	"\froom_version\x18\x01 \x01(\x03R\vroomVersion\"\x94\x01\n" +
+	"\x0eSetHostRequest\x12\x17\n" +
+	"\aroom_id\x18\x01 \x01(\tR\x06roomId\x12\x1d\n" +
+	"\n" +
+	"command_id\x18\x02 \x01(\tR\tcommandId\x12(\n" +
+	"\x10operator_user_id\x18\x03 \x01(\x03R\x0eoperatorUserId\x12 \n" +
+	"\fhost_user_id\x18\x04 \x01(\x03R\n" +
+	"hostUserId\"4\n" +
+	"\x0fSetHostResponse\x12!\n" +
+	"\froom_version\x18\x01 \x01(\x03R\vroomVersion*P\n" +
 	"\bGiftKind\x12\x19\n" +
 	"\x15GIFT_KIND_UNSPECIFIED\x10\x00\x12\x14\n" +
 	"\x10GIFT_KIND_NORMAL\x10\x01\x12\x13\n" +
@@ -5561,7 +6957,7 @@ const file_room_v1_room_proto_rawDesc = "" +
 	"\x17ROOM_STATUS_UNSPECIFIED\x10\x00\x12\x18\n" +
 	"\x14ROOM_STATUS_CREATING\x10\x01\x12\x14\n" +
 	"\x10ROOM_STATUS_OPEN\x10\x02\x12\x16\n" +
-	"\x12ROOM_STATUS_CLOSED\x10\x032\x8c\r\n" +
+	"\x12ROOM_STATUS_CLOSED\x10\x032\xc7\x13\n" +
 	"\vRoomService\x12E\n" +
 	"\n" +
 	"CreateRoom\x12\x1a.room.v1.CreateRoomRequest\x1a\x1b.room.v1.CreateRoomResponse\x12B\n" +
@@ -5586,7 +6982,18 @@ const file_room_v1_room_proto_rawDesc = "" +
 	"\x13PublishRobotDisplay\x12#.room.v1.PublishRobotDisplayRequest\x1a$.room.v1.PublishRobotDisplayResponse\x12G\n" +
 	"\tListRooms\x12\x19.room.v1.ListRoomsRequest\x1a\x1a.room.v1.ListRoomsResponse\"\x03\x90\x02\x01\x12?\n" +
 	"\bSendGift\x12\x18.room.v1.SendGiftRequest\x1a\x19.room.v1.SendGiftResponse\x12G\n" +
-	"\tListGifts\x12\x19.room.v1.ListGiftsRequest\x1a\x1a.room.v1.ListGiftsResponse\"\x03\x90\x02\x012\xa5\x01\n" +
+	"\tListGifts\x12\x19.room.v1.ListGiftsRequest\x1a\x1a.room.v1.ListGiftsResponse\"\x03\x90\x02\x01\x12Q\n" +
+	"\x0eSetMicApproval\x12\x1e.room.v1.SetMicApprovalRequest\x1a\x1f.room.v1.SetMicApprovalResponse\x12E\n" +
+	"\n" +
+	"RequestMic\x12\x1a.room.v1.RequestMicRequest\x1a\x1b.room.v1.RequestMicResponse\x12W\n" +
+	"\x10CancelMicRequest\x12 .room.v1.CancelMicRequestRequest\x1a!.room.v1.CancelMicRequestResponse\x12Z\n" +
+	"\x11ApproveMicRequest\x12!.room.v1.ApproveMicRequestRequest\x1a\".room.v1.ApproveMicRequestResponse\x12W\n" +
+	"\x10RejectMicRequest\x12 .room.v1.RejectMicRequestRequest\x1a!.room.v1.RejectMicRequestResponse\x12H\n" +
+	"\vInviteToMic\x12\x1b.room.v1.InviteToMicRequest\x1a\x1c.room.v1.InviteToMicResponse\x12T\n" +
+	"\x0fAcceptMicInvite\x12\x1f.room.v1.AcceptMicInviteRequest\x1a .room.v1.AcceptMicInviteResponse\x12W\n" +
+	"\x10DeclineMicInvite\x12 .room.v1.DeclineMicInviteRequest\x1a!.room.v1.DeclineMicInviteResponse\x12Z\n" +
+	"\x11TransferOwnership\x12!.room.v1.TransferOwnershipRequest\x1a\".room.v1.TransferOwnershipResponse\x12<\n" +
+	"\aSetHost\x12\x17.room.v1.SetHostRequest\x1a\x18.room.v1.SetHostResponse2\xa5\x01\n" +
 	"\rWalletService\x12H\n" +
 	"\vCreditCoins\x12\x1b.room.v1.CreditCoinsRequest\x1a\x1c.room.v1.CreditCoinsResponse\x12J\n" +
 	"\n" +
@@ -5612,7 +7019,7 @@ func file_room_v1_room_proto_rawDescGZIP() []byte {
 }
 
 var file_room_v1_room_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_room_v1_room_proto_msgTypes = make([]protoimpl.MessageInfo, 79)
+var file_room_v1_room_proto_msgTypes = make([]protoimpl.MessageInfo, 100)
 var file_room_v1_room_proto_goTypes = []any{
 	(GiftKind)(0),                       // 0: room.v1.GiftKind
 	(RoomStatus)(0),                     // 1: room.v1.RoomStatus
@@ -5683,112 +7090,155 @@ var file_room_v1_room_proto_goTypes = []any{
 	(*GetStoredSnapshotRequest)(nil),    // 66: room.v1.GetStoredSnapshotRequest
 	(*GetStoredSnapshotResponse)(nil),   // 67: room.v1.GetStoredSnapshotResponse
 	(*RoomSnapshot)(nil),                // 68: room.v1.RoomSnapshot
-	(*RoomEconomy)(nil),                 // 69: room.v1.RoomEconomy
-	(*EconomyRules)(nil),                // 70: room.v1.EconomyRules
-	(*RocketLevelRule)(nil),             // 71: room.v1.RocketLevelRule
-	(*RankEntry)(nil),                   // 72: room.v1.RankEntry
-	(*RoomRocket)(nil),                  // 73: room.v1.RoomRocket
-	(*RocketLaunch)(nil),                // 74: room.v1.RocketLaunch
-	(*RoomProfile)(nil),                 // 75: room.v1.RoomProfile
-	(*Member)(nil),                      // 76: room.v1.Member
-	(*MicSeat)(nil),                     // 77: room.v1.MicSeat
-	(*Restriction)(nil),                 // 78: room.v1.Restriction
-	(*RoomEvent)(nil),                   // 79: room.v1.RoomEvent
-	nil,                                 // 80: room.v1.GetOutboxStatusResponse.DeadEntry
+	(*MicQueueEntry)(nil),               // 69: room.v1.MicQueueEntry
+	(*RoomEconomy)(nil),                 // 70: room.v1.RoomEconomy
+	(*EconomyRules)(nil),                // 71: room.v1.EconomyRules
+	(*RocketLevelRule)(nil),             // 72: room.v1.RocketLevelRule
+	(*RankEntry)(nil),                   // 73: room.v1.RankEntry
+	(*RoomRocket)(nil),                  // 74: room.v1.RoomRocket
+	(*RocketLaunch)(nil),                // 75: room.v1.RocketLaunch
+	(*RoomProfile)(nil),                 // 76: room.v1.RoomProfile
+	(*Member)(nil),                      // 77: room.v1.Member
+	(*MicSeat)(nil),                     // 78: room.v1.MicSeat
+	(*Restriction)(nil),                 // 79: room.v1.Restriction
+	(*RoomEvent)(nil),                   // 80: room.v1.RoomEvent
+	(*SetMicApprovalRequest)(nil),       // 81: room.v1.SetMicApprovalRequest
+	(*SetMicApprovalResponse)(nil),      // 82: room.v1.SetMicApprovalResponse
+	(*RequestMicRequest)(nil),           // 83: room.v1.RequestMicRequest
+	(*RequestMicResponse)(nil),          // 84: room.v1.RequestMicResponse
+	(*CancelMicRequestRequest)(nil),     // 85: room.v1.CancelMicRequestRequest
+	(*CancelMicRequestResponse)(nil),    // 86: room.v1.CancelMicRequestResponse
+	(*ApproveMicRequestRequest)(nil),    // 87: room.v1.ApproveMicRequestRequest
+	(*ApproveMicRequestResponse)(nil),   // 88: room.v1.ApproveMicRequestResponse
+	(*RejectMicRequestRequest)(nil),     // 89: room.v1.RejectMicRequestRequest
+	(*RejectMicRequestResponse)(nil),    // 90: room.v1.RejectMicRequestResponse
+	(*InviteToMicRequest)(nil),          // 91: room.v1.InviteToMicRequest
+	(*InviteToMicResponse)(nil),         // 92: room.v1.InviteToMicResponse
+	(*AcceptMicInviteRequest)(nil),      // 93: room.v1.AcceptMicInviteRequest
+	(*AcceptMicInviteResponse)(nil),     // 94: room.v1.AcceptMicInviteResponse
+	(*DeclineMicInviteRequest)(nil),     // 95: room.v1.DeclineMicInviteRequest
+	(*DeclineMicInviteResponse)(nil),    // 96: room.v1.DeclineMicInviteResponse
+	(*TransferOwnershipRequest)(nil),    // 97: room.v1.TransferOwnershipRequest
+	(*TransferOwnershipResponse)(nil),   // 98: room.v1.TransferOwnershipResponse
+	(*SetHostRequest)(nil),              // 99: room.v1.SetHostRequest
+	(*SetHostResponse)(nil),             // 100: room.v1.SetHostResponse
+	nil,                                 // 101: room.v1.GetOutboxStatusResponse.DeadEntry
 }
 var file_room_v1_room_proto_depIdxs = []int32{
-	6,  // 0: room.v1.ListGiftsResponse.gifts:type_name -> room.v1.Gift
-	0,  // 1: room.v1.Gift.kind:type_name -> room.v1.GiftKind
-	15, // 2: room.v1.ListNodesResponse.nodes:type_name -> room.v1.FleetNode
-	80, // 3: room.v1.GetOutboxStatusResponse.dead:type_name -> room.v1.GetOutboxStatusResponse.DeadEntry
-	68, // 4: room.v1.GetRoomSnapshotResponse.snapshot:type_name -> room.v1.RoomSnapshot
-	1,  // 5: room.v1.ListRoomsRequest.status:type_name -> room.v1.RoomStatus
-	62, // 6: room.v1.ListRoomsResponse.rooms:type_name -> room.v1.RoomSummary
-	1,  // 7: room.v1.RoomSummary.status:type_name -> room.v1.RoomStatus
-	65, // 8: room.v1.ListCommandsResponse.commands:type_name -> room.v1.CommandLogEntry
-	68, // 9: room.v1.GetStoredSnapshotResponse.snapshot:type_name -> room.v1.RoomSnapshot
-	1,  // 10: room.v1.RoomSnapshot.status:type_name -> room.v1.RoomStatus
-	75, // 11: room.v1.RoomSnapshot.profile:type_name -> room.v1.RoomProfile
-	76, // 12: room.v1.RoomSnapshot.members:type_name -> room.v1.Member
-	77, // 13: room.v1.RoomSnapshot.seats:type_name -> room.v1.MicSeat
-	78, // 14: room.v1.RoomSnapshot.chat_mutes:type_name -> room.v1.Restriction
-	78, // 15: room.v1.RoomSnapshot.bans:type_name -> room.v1.Restriction
-	69, // 16: room.v1.RoomSnapshot.economy:type_name -> room.v1.RoomEconomy
-	72, // 17: room.v1.RoomEconomy.rank:type_name -> room.v1.RankEntry
-	72, // 18: room.v1.RoomEconomy.contributions:type_name -> room.v1.RankEntry
-	73, // 19: room.v1.RoomEconomy.rocket:type_name -> room.v1.RoomRocket
-	70, // 20: room.v1.RoomEconomy.rules:type_name -> room.v1.EconomyRules
-	71, // 21: room.v1.EconomyRules.rocket_levels:type_name -> room.v1.RocketLevelRule
-	72, // 22: room.v1.RoomRocket.contributors:type_name -> room.v1.RankEntry
-	74, // 23: room.v1.RoomRocket.launches:type_name -> room.v1.RocketLaunch
-	72, // 24: room.v1.RocketLaunch.top_contributors:type_name -> room.v1.RankEntry
-	20, // 25: room.v1.RoomService.CreateRoom:input_type -> room.v1.CreateRoomRequest
-	22, // 26: room.v1.RoomService.CloseRoom:input_type -> room.v1.CloseRoomRequest
-	24, // 27: room.v1.RoomService.JoinRoom:input_type -> room.v1.JoinRoomRequest
-	26, // 28: room.v1.RoomService.LeaveRoom:input_type -> room.v1.LeaveRoomRequest
-	28, // 29: room.v1.RoomService.TakeMic:input_type -> room.v1.TakeMicRequest
-	30, // 30: room.v1.RoomService.LeaveMic:input_type -> room.v1.LeaveMicRequest
-	32, // 31: room.v1.RoomService.MoveMic:input_type -> room.v1.MoveMicRequest
-	34, // 32: room.v1.RoomService.KickFromMic:input_type -> room.v1.KickFromMicRequest
-	36, // 33: room.v1.RoomService.LockMicSeat:input_type -> room.v1.LockMicSeatRequest
-	38, // 34: room.v1.RoomService.MuteMicSeat:input_type -> room.v1.MuteMicSeatRequest
-	40, // 35: room.v1.RoomService.SetMyMic:input_type -> room.v1.SetMyMicRequest
-	42, // 36: room.v1.RoomService.KickUser:input_type -> room.v1.KickUserRequest
-	44, // 37: room.v1.RoomService.MuteUser:input_type -> room.v1.MuteUserRequest
-	46, // 38: room.v1.RoomService.UnbanUser:input_type -> room.v1.UnbanUserRequest
-	48, // 39: room.v1.RoomService.SetAdmin:input_type -> room.v1.SetAdminRequest
-	50, // 40: room.v1.RoomService.UpdateProfile:input_type -> room.v1.UpdateProfileRequest
-	52, // 41: room.v1.RoomService.ChangeBackground:input_type -> room.v1.ChangeBackgroundRequest
-	54, // 42: room.v1.RoomService.SetChatEnabled:input_type -> room.v1.SetChatEnabledRequest
-	58, // 43: room.v1.RoomService.GetRoomSnapshot:input_type -> room.v1.GetRoomSnapshotRequest
-	56, // 44: room.v1.RoomService.PublishRobotDisplay:input_type -> room.v1.PublishRobotDisplayRequest
-	60, // 45: room.v1.RoomService.ListRooms:input_type -> room.v1.ListRoomsRequest
-	2,  // 46: room.v1.RoomService.SendGift:input_type -> room.v1.SendGiftRequest
-	4,  // 47: room.v1.RoomService.ListGifts:input_type -> room.v1.ListGiftsRequest
-	7,  // 48: room.v1.WalletService.CreditCoins:input_type -> room.v1.CreditCoinsRequest
-	9,  // 49: room.v1.WalletService.GetBalance:input_type -> room.v1.GetBalanceRequest
-	63, // 50: room.v1.OperatorService.ListCommands:input_type -> room.v1.ListCommandsRequest
-	66, // 51: room.v1.OperatorService.GetStoredSnapshot:input_type -> room.v1.GetStoredSnapshotRequest
-	16, // 52: room.v1.OperatorService.GetOutboxStatus:input_type -> room.v1.GetOutboxStatusRequest
-	18, // 53: room.v1.OperatorService.RequeueDeadOutbox:input_type -> room.v1.RequeueDeadOutboxRequest
-	11, // 54: room.v1.OperatorService.Drain:input_type -> room.v1.DrainRequest
-	13, // 55: room.v1.OperatorService.ListNodes:input_type -> room.v1.ListNodesRequest
-	21, // 56: room.v1.RoomService.CreateRoom:output_type -> room.v1.CreateRoomResponse
-	23, // 57: room.v1.RoomService.CloseRoom:output_type -> room.v1.CloseRoomResponse
-	25, // 58: room.v1.RoomService.JoinRoom:output_type -> room.v1.JoinRoomResponse
-	27, // 59: room.v1.RoomService.LeaveRoom:output_type -> room.v1.LeaveRoomResponse
-	29, // 60: room.v1.RoomService.TakeMic:output_type -> room.v1.TakeMicResponse
-	31, // 61: room.v1.RoomService.LeaveMic:output_type -> room.v1.LeaveMicResponse
-	33, // 62: room.v1.RoomService.MoveMic:output_type -> room.v1.MoveMicResponse
-	35, // 63: room.v1.RoomService.KickFromMic:output_type -> room.v1.KickFromMicResponse
-	37, // 64: room.v1.RoomService.LockMicSeat:output_type -> room.v1.LockMicSeatResponse
-	39, // 65: room.v1.RoomService.MuteMicSeat:output_type -> room.v1.MuteMicSeatResponse
-	41, // 66: room.v1.RoomService.SetMyMic:output_type -> room.v1.SetMyMicResponse
-	43, // 67: room.v1.RoomService.KickUser:output_type -> room.v1.KickUserResponse
-	45, // 68: room.v1.RoomService.MuteUser:output_type -> room.v1.MuteUserResponse
-	47, // 69: room.v1.RoomService.UnbanUser:output_type -> room.v1.UnbanUserResponse
-	49, // 70: room.v1.RoomService.SetAdmin:output_type -> room.v1.SetAdminResponse
-	51, // 71: room.v1.RoomService.UpdateProfile:output_type -> room.v1.UpdateProfileResponse
-	53, // 72: room.v1.RoomService.ChangeBackground:output_type -> room.v1.ChangeBackgroundResponse
-	55, // 73: room.v1.RoomService.SetChatEnabled:output_type -> room.v1.SetChatEnabledResponse
-	59, // 74: room.v1.RoomService.GetRoomSnapshot:output_type -> room.v1.GetRoomSnapshotResponse
-	57, // 75: room.v1.RoomService.PublishRobotDisplay:output_type -> room.v1.PublishRobotDisplayResponse
-	61, // 76: room.v1.RoomService.ListRooms:output_type -> room.v1.ListRoomsResponse
-	3,  // 77: room.v1.RoomService.SendGift:output_type -> room.v1.SendGiftResponse
-	5,  // 78: room.v1.RoomService.ListGifts:output_type -> room.v1.ListGiftsResponse
-	8,  // 79: room.v1.WalletService.CreditCoins:output_type -> room.v1.CreditCoinsResponse
-	10, // 80: room.v1.WalletService.GetBalance:output_type -> room.v1.GetBalanceResponse
-	64, // 81: room.v1.OperatorService.ListCommands:output_type -> room.v1.ListCommandsResponse
-	67, // 82: room.v1.OperatorService.GetStoredSnapshot:output_type -> room.v1.GetStoredSnapshotResponse
-	17, // 83: room.v1.OperatorService.GetOutboxStatus:output_type -> room.v1.GetOutboxStatusResponse
-	19, // 84: room.v1.OperatorService.RequeueDeadOutbox:output_type -> room.v1.RequeueDeadOutboxResponse
-	12, // 85: room.v1.OperatorService.Drain:output_type -> room.v1.DrainResponse
-	14, // 86: room.v1.OperatorService.ListNodes:output_type -> room.v1.ListNodesResponse
-	56, // [56:87] is the sub-list for method output_type
-	25, // [25:56] is the sub-list for method input_type
-	25, // [25:25] is the sub-list for extension type_name
-	25, // [25:25] is the sub-list for extension extendee
-	0,  // [0:25] is the sub-list for field type_name
+	6,   // 0: room.v1.ListGiftsResponse.gifts:type_name -> room.v1.Gift
+	0,   // 1: room.v1.Gift.kind:type_name -> room.v1.GiftKind
+	15,  // 2: room.v1.ListNodesResponse.nodes:type_name -> room.v1.FleetNode
+	101, // 3: room.v1.GetOutboxStatusResponse.dead:type_name -> room.v1.GetOutboxStatusResponse.DeadEntry
+	68,  // 4: room.v1.GetRoomSnapshotResponse.snapshot:type_name -> room.v1.RoomSnapshot
+	1,   // 5: room.v1.ListRoomsRequest.status:type_name -> room.v1.RoomStatus
+	62,  // 6: room.v1.ListRoomsResponse.rooms:type_name -> room.v1.RoomSummary
+	1,   // 7: room.v1.RoomSummary.status:type_name -> room.v1.RoomStatus
+	65,  // 8: room.v1.ListCommandsResponse.commands:type_name -> room.v1.CommandLogEntry
+	68,  // 9: room.v1.GetStoredSnapshotResponse.snapshot:type_name -> room.v1.RoomSnapshot
+	1,   // 10: room.v1.RoomSnapshot.status:type_name -> room.v1.RoomStatus
+	76,  // 11: room.v1.RoomSnapshot.profile:type_name -> room.v1.RoomProfile
+	77,  // 12: room.v1.RoomSnapshot.members:type_name -> room.v1.Member
+	78,  // 13: room.v1.RoomSnapshot.seats:type_name -> room.v1.MicSeat
+	79,  // 14: room.v1.RoomSnapshot.chat_mutes:type_name -> room.v1.Restriction
+	79,  // 15: room.v1.RoomSnapshot.bans:type_name -> room.v1.Restriction
+	70,  // 16: room.v1.RoomSnapshot.economy:type_name -> room.v1.RoomEconomy
+	69,  // 17: room.v1.RoomSnapshot.mic_requests:type_name -> room.v1.MicQueueEntry
+	69,  // 18: room.v1.RoomSnapshot.mic_invites:type_name -> room.v1.MicQueueEntry
+	73,  // 19: room.v1.RoomEconomy.rank:type_name -> room.v1.RankEntry
+	73,  // 20: room.v1.RoomEconomy.contributions:type_name -> room.v1.RankEntry
+	74,  // 21: room.v1.RoomEconomy.rocket:type_name -> room.v1.RoomRocket
+	71,  // 22: room.v1.RoomEconomy.rules:type_name -> room.v1.EconomyRules
+	72,  // 23: room.v1.EconomyRules.rocket_levels:type_name -> room.v1.RocketLevelRule
+	73,  // 24: room.v1.RoomRocket.contributors:type_name -> room.v1.RankEntry
+	75,  // 25: room.v1.RoomRocket.launches:type_name -> room.v1.RocketLaunch
+	73,  // 26: room.v1.RocketLaunch.top_contributors:type_name -> room.v1.RankEntry
+	20,  // 27: room.v1.RoomService.CreateRoom:input_type -> room.v1.CreateRoomRequest
+	22,  // 28: room.v1.RoomService.CloseRoom:input_type -> room.v1.CloseRoomRequest
+	24,  // 29: room.v1.RoomService.JoinRoom:input_type -> room.v1.JoinRoomRequest
+	26,  // 30: room.v1.RoomService.LeaveRoom:input_type -> room.v1.LeaveRoomRequest
+	28,  // 31: room.v1.RoomService.TakeMic:input_type -> room.v1.TakeMicRequest
+	30,  // 32: room.v1.RoomService.LeaveMic:input_type -> room.v1.LeaveMicRequest
+	32,  // 33: room.v1.RoomService.MoveMic:input_type -> room.v1.MoveMicRequest
+	34,  // 34: room.v1.RoomService.KickFromMic:input_type -> room.v1.KickFromMicRequest
+	36,  // 35: room.v1.RoomService.LockMicSeat:input_type -> room.v1.LockMicSeatRequest
+	38,  // 36: room.v1.RoomService.MuteMicSeat:input_type -> room.v1.MuteMicSeatRequest
+	40,  // 37: room.v1.RoomService.SetMyMic:input_type -> room.v1.SetMyMicRequest
+	42,  // 38: room.v1.RoomService.KickUser:input_type -> room.v1.KickUserRequest
+	44,  // 39: room.v1.RoomService.MuteUser:input_type -> room.v1.MuteUserRequest
+	46,  // 40: room.v1.RoomService.UnbanUser:input_type -> room.v1.UnbanUserRequest
+	48,  // 41: room.v1.RoomService.SetAdmin:input_type -> room.v1.SetAdminRequest
+	50,  // 42: room.v1.RoomService.UpdateProfile:input_type -> room.v1.UpdateProfileRequest
+	52,  // 43: room.v1.RoomService.ChangeBackground:input_type -> room.v1.ChangeBackgroundRequest
+	54,  // 44: room.v1.RoomService.SetChatEnabled:input_type -> room.v1.SetChatEnabledRequest
+	58,  // 45: room.v1.RoomService.GetRoomSnapshot:input_type -> room.v1.GetRoomSnapshotRequest
+	56,  // 46: room.v1.RoomService.PublishRobotDisplay:input_type -> room.v1.PublishRobotDisplayRequest
+	60,  // 47: room.v1.RoomService.ListRooms:input_type -> room.v1.ListRoomsRequest
+	2,   // 48: room.v1.RoomService.SendGift:input_type -> room.v1.SendGiftRequest
+	4,   // 49: room.v1.RoomService.ListGifts:input_type -> room.v1.ListGiftsRequest
+	81,  // 50: room.v1.RoomService.SetMicApproval:input_type -> room.v1.SetMicApprovalRequest
+	83,  // 51: room.v1.RoomService.RequestMic:input_type -> room.v1.RequestMicRequest
+	85,  // 52: room.v1.RoomService.CancelMicRequest:input_type -> room.v1.CancelMicRequestRequest
+	87,  // 53: room.v1.RoomService.ApproveMicRequest:input_type -> room.v1.ApproveMicRequestRequest
+	89,  // 54: room.v1.RoomService.RejectMicRequest:input_type -> room.v1.RejectMicRequestRequest
+	91,  // 55: room.v1.RoomService.InviteToMic:input_type -> room.v1.InviteToMicRequest
+	93,  // 56: room.v1.RoomService.AcceptMicInvite:input_type -> room.v1.AcceptMicInviteRequest
+	95,  // 57: room.v1.RoomService.DeclineMicInvite:input_type -> room.v1.DeclineMicInviteRequest
+	97,  // 58: room.v1.RoomService.TransferOwnership:input_type -> room.v1.TransferOwnershipRequest
+	99,  // 59: room.v1.RoomService.SetHost:input_type -> room.v1.SetHostRequest
+	7,   // 60: room.v1.WalletService.CreditCoins:input_type -> room.v1.CreditCoinsRequest
+	9,   // 61: room.v1.WalletService.GetBalance:input_type -> room.v1.GetBalanceRequest
+	63,  // 62: room.v1.OperatorService.ListCommands:input_type -> room.v1.ListCommandsRequest
+	66,  // 63: room.v1.OperatorService.GetStoredSnapshot:input_type -> room.v1.GetStoredSnapshotRequest
+	16,  // 64: room.v1.OperatorService.GetOutboxStatus:input_type -> room.v1.GetOutboxStatusRequest
+	18,  // 65: room.v1.OperatorService.RequeueDeadOutbox:input_type -> room.v1.RequeueDeadOutboxRequest
+	11,  // 66: room.v1.OperatorService.Drain:input_type -> room.v1.DrainRequest
+	13,  // 67: room.v1.OperatorService.ListNodes:input_type -> room.v1.ListNodesRequest
+	21,  // 68: room.v1.RoomService.CreateRoom:output_type -> room.v1.CreateRoomResponse
+	23,  // 69: room.v1.RoomService.CloseRoom:output_type -> room.v1.CloseRoomResponse
+	25,  // 70: room.v1.RoomService.JoinRoom:output_type -> room.v1.JoinRoomResponse
+	27,  // 71: room.v1.RoomService.LeaveRoom:output_type -> room.v1.LeaveRoomResponse
+	29,  // 72: room.v1.RoomService.TakeMic:output_type -> room.v1.TakeMicResponse
+	31,  // 73: room.v1.RoomService.LeaveMic:output_type -> room.v1.LeaveMicResponse
+	33,  // 74: room.v1.RoomService.MoveMic:output_type -> room.v1.MoveMicResponse
+	35,  // 75: room.v1.RoomService.KickFromMic:output_type -> room.v1.KickFromMicResponse
+	37,  // 76: room.v1.RoomService.LockMicSeat:output_type -> room.v1.LockMicSeatResponse
+	39,  // 77: room.v1.RoomService.MuteMicSeat:output_type -> room.v1.MuteMicSeatResponse
+	41,  // 78: room.v1.RoomService.SetMyMic:output_type -> room.v1.SetMyMicResponse
+	43,  // 79: room.v1.RoomService.KickUser:output_type -> room.v1.KickUserResponse
+	45,  // 80: room.v1.RoomService.MuteUser:output_type -> room.v1.MuteUserResponse
+	47,  // 81: room.v1.RoomService.UnbanUser:output_type -> room.v1.UnbanUserResponse
+	49,  // 82: room.v1.RoomService.SetAdmin:output_type -> room.v1.SetAdminResponse
+	51,  // 83: room.v1.RoomService.UpdateProfile:output_type -> room.v1.UpdateProfileResponse
+	53,  // 84: room.v1.RoomService.ChangeBackground:output_type -> room.v1.ChangeBackgroundResponse
+	55,  // 85: room.v1.RoomService.SetChatEnabled:output_type -> room.v1.SetChatEnabledResponse
+	59,  // 86: room.v1.RoomService.GetRoomSnapshot:output_type -> room.v1.GetRoomSnapshotResponse
+	57,  // 87: room.v1.RoomService.PublishRobotDisplay:output_type -> room.v1.PublishRobotDisplayResponse
+	61,  // 88: room.v1.RoomService.ListRooms:output_type -> room.v1.ListRoomsResponse
+	3,   // 89: room.v1.RoomService.SendGift:output_type -> room.v1.SendGiftResponse
+	5,   // 90: room.v1.RoomService.ListGifts:output_type -> room.v1.ListGiftsResponse
+	82,  // 91: room.v1.RoomService.SetMicApproval:output_type -> room.v1.SetMicApprovalResponse
+	84,  // 92: room.v1.RoomService.RequestMic:output_type -> room.v1.RequestMicResponse
+	86,  // 93: room.v1.RoomService.CancelMicRequest:output_type -> room.v1.CancelMicRequestResponse
+	88,  // 94: room.v1.RoomService.ApproveMicRequest:output_type -> room.v1.ApproveMicRequestResponse
+	90,  // 95: room.v1.RoomService.RejectMicRequest:output_type -> room.v1.RejectMicRequestResponse
+	92,  // 96: room.v1.RoomService.InviteToMic:output_type -> room.v1.InviteToMicResponse
+	94,  // 97: room.v1.RoomService.AcceptMicInvite:output_type -> room.v1.AcceptMicInviteResponse
+	96,  // 98: room.v1.RoomService.DeclineMicInvite:output_type -> room.v1.DeclineMicInviteResponse
+	98,  // 99: room.v1.RoomService.TransferOwnership:output_type -> room.v1.TransferOwnershipResponse
+	100, // 100: room.v1.RoomService.SetHost:output_type -> room.v1.SetHostResponse
+	8,   // 101: room.v1.WalletService.CreditCoins:output_type -> room.v1.CreditCoinsResponse
+	10,  // 102: room.v1.WalletService.GetBalance:output_type -> room.v1.GetBalanceResponse
+	64,  // 103: room.v1.OperatorService.ListCommands:output_type -> room.v1.ListCommandsResponse
+	67,  // 104: room.v1.OperatorService.GetStoredSnapshot:output_type -> room.v1.GetStoredSnapshotResponse
+	17,  // 105: room.v1.OperatorService.GetOutboxStatus:output_type -> room.v1.GetOutboxStatusResponse
+	19,  // 106: room.v1.OperatorService.RequeueDeadOutbox:output_type -> room.v1.RequeueDeadOutboxResponse
+	12,  // 107: room.v1.OperatorService.Drain:output_type -> room.v1.DrainResponse
+	14,  // 108: room.v1.OperatorService.ListNodes:output_type -> room.v1.ListNodesResponse
+	68,  // [68:109] is the sub-list for method output_type
+	27,  // [27:68] is the sub-list for method input_type
+	27,  // [27:27] is the sub-list for extension type_name
+	27,  // [27:27] is the sub-list for extension extendee
+	0,   // [0:27] is the sub-list for field type_name
 }
 
 func init() { file_room_v1_room_proto_init() }
@@ -5797,13 +7247,15 @@ func file_room_v1_room_proto_init() {
 		return
 	}
 	file_room_v1_room_proto_msgTypes[48].OneofWrappers = []any{}
+	file_room_v1_room_proto_msgTypes[81].OneofWrappers = []any{}
+	file_room_v1_room_proto_msgTypes[89].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_room_v1_room_proto_rawDesc), len(file_room_v1_room_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   79,
+			NumMessages:   100,
 			NumExtensions: 0,
 			NumServices:   3,
 		},
