@@ -19,5 +19,6 @@ func (r *Registry) plugIn() features {
 		rulesSwitch{rules: r.cfg.Rules}.feature(),
 		gifts.feature(),
 		r.builtin.rockets.feature(),
+		roomRoles{}.feature(),
 	)
 }

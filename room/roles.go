@@ -20,10 +20,12 @@ type SetHost struct {
 	HostUserID int64 `json:"host_user_id"`
 }
 
-// RoomOwnerChangedEvent is the payload of RoomOwnerChanged.
+// RoomOwnerChangedEvent is the payload of RoomOwnerChanged. Like
+// RoomHostChanged it carries both roles after the change.
 type RoomOwnerChangedEvent struct {
 	OwnerUserID         int64 `json:"owner_user_id"`
 	PreviousOwnerUserID int64 `json:"previous_owner_user_id"`
+	HostUserID          int64 `json:"host_user_id"`
 	OperatorUserID      int64 `json:"operator_user_id"`
 }
 
@@ -31,6 +33,7 @@ type RoomOwnerChangedEvent struct {
 type RoomHostChangedEvent struct {
 	HostUserID         int64 `json:"host_user_id"` // 0: no host
 	PreviousHostUserID int64 `json:"previous_host_user_id"`
+	OwnerUserID        int64 `json:"owner_user_id"`
 	OperatorUserID     int64 `json:"operator_user_id"`
 }
 
@@ -64,7 +67,7 @@ func (c *TransferOwnership) apply(s *State, env *Envelope) ([]Event, error) {
 	s.Admins[to] = struct{}{}
 	s.Admins[prev] = struct{}{} // the owner is always in it; stated for clarity
 	events := []Event{{Type: EventRoomOwnerChanged, Data: &RoomOwnerChangedEvent{
-		OwnerUserID: to, PreviousOwnerUserID: prev, OperatorUserID: env.Operator,
+		OwnerUserID: to, PreviousOwnerUserID: prev, HostUserID: s.HostUserID, OperatorUserID: env.Operator,
 	}}}
 	if !wasAdmin {
 		events = append(events, Event{Type: EventRoomAdminChanged, Data: &RoomAdminChangedEvent{
@@ -87,6 +90,6 @@ func (c *SetHost) apply(s *State, env *Envelope) ([]Event, error) {
 	prev := s.HostUserID
 	s.HostUserID = c.HostUserID
 	return []Event{{Type: EventRoomHostChanged, Data: &RoomHostChangedEvent{
-		HostUserID: c.HostUserID, PreviousHostUserID: prev, OperatorUserID: env.Operator,
+		HostUserID: c.HostUserID, PreviousHostUserID: prev, OwnerUserID: s.OwnerUserID, OperatorUserID: env.Operator,
 	}}}, nil
 }

@@ -4,7 +4,7 @@ import "testing"
 
 func TestTransferOwnership(t *testing.T) {
 	owned := func(to, op int64) Event {
-		return ev(EventRoomOwnerChanged, &RoomOwnerChangedEvent{OwnerUserID: to, PreviousOwnerUserID: uOwner, OperatorUserID: op})
+		return ev(EventRoomOwnerChanged, &RoomOwnerChangedEvent{OwnerUserID: to, PreviousOwnerUserID: uOwner, HostUserID: uHost, OperatorUserID: op})
 	}
 	runApplyCases(t, []applyCase{
 		{name: "to a member, who becomes admin; the old owner stays admin", env: env(uOwner, &TransferOwnership{NewOwnerUserID: uAlice}),
@@ -36,7 +36,7 @@ func TestTransferOwnership(t *testing.T) {
 
 func TestSetHost(t *testing.T) {
 	host := func(to, op int64) Event {
-		return ev(EventRoomHostChanged, &RoomHostChangedEvent{HostUserID: to, PreviousHostUserID: uHost, OperatorUserID: op})
+		return ev(EventRoomHostChanged, &RoomHostChangedEvent{HostUserID: to, PreviousHostUserID: uHost, OwnerUserID: uOwner, OperatorUserID: op})
 	}
 	runApplyCases(t, []applyCase{
 		{name: "a member", env: env(uOwner, &SetHost{HostUserID: uAlice}), want: []Event{host(uAlice, uOwner)},

@@ -83,6 +83,17 @@ var accessTable = map[string]access{
 	roomv1connect.OperatorServiceRequeueDeadOutboxProcedure: operatorRPC,
 	roomv1connect.OperatorServiceListNodesProcedure:         operatorRPC,
 	roomv1connect.OperatorServiceDrainProcedure:             operatorRPC,
+	// Mic requests and invitations, and the room's roles: room commands.
+	roomv1connect.RoomServiceSetMicApprovalProcedure:    roomCommand,
+	roomv1connect.RoomServiceRequestMicProcedure:        roomCommand,
+	roomv1connect.RoomServiceCancelMicRequestProcedure:  roomCommand,
+	roomv1connect.RoomServiceApproveMicRequestProcedure: roomCommand,
+	roomv1connect.RoomServiceRejectMicRequestProcedure:  roomCommand,
+	roomv1connect.RoomServiceInviteToMicProcedure:       roomCommand,
+	roomv1connect.RoomServiceAcceptMicInviteProcedure:   roomCommand,
+	roomv1connect.RoomServiceDeclineMicInviteProcedure:  roomCommand,
+	roomv1connect.RoomServiceTransferOwnershipProcedure: roomCommand,
+	roomv1connect.RoomServiceSetHostProcedure:           roomCommand,
 }
 
 // The request types the actor funcs read.

@@ -147,6 +147,16 @@ type Batch struct {
 	// DoneTimers are ids of the room's timers deleted with the batch, before
 	// its Timers are set; ids the room does not hold are ignored.
 	DoneTimers []string
+	// Roles, when set, replaces the room's owner and host after its Meta
+	// (TransferOwnership, SetHost), so the room's row names them as its
+	// state does.
+	Roles *RoomRoles
+}
+
+// RoomRoles are a room's owner and host.
+type RoomRoles struct {
+	OwnerUserID int64
+	HostUserID  int64
 }
 
 // HeadVersion is the room version after the batch.

@@ -72,6 +72,16 @@ func methods(c *client) map[string]method {
 		"RequeueDeadOutbox": bind(o.RequeueDeadOutbox),
 		"CreditCoins":       bind(w.CreditCoins),
 		"GetBalance":        bind(w.GetBalance),
+		"SetMicApproval":    bind(r.SetMicApproval),
+		"RequestMic":        bind(r.RequestMic),
+		"CancelMicRequest":  bind(r.CancelMicRequest),
+		"ApproveMicRequest": bind(r.ApproveMicRequest),
+		"RejectMicRequest":  bind(r.RejectMicRequest),
+		"InviteToMic":       bind(r.InviteToMic),
+		"AcceptMicInvite":   bind(r.AcceptMicInvite),
+		"DeclineMicInvite":  bind(r.DeclineMicInvite),
+		"TransferOwnership": bind(r.TransferOwnership),
+		"SetHost":           bind(r.SetHost),
 	}
 }
 

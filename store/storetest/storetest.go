@@ -57,6 +57,7 @@ func Run(t *testing.T, newRepo func(t *testing.T) store.Repository) {
 		{"CommitBatchesDuplicateKeys", testCommitBatchesDuplicateKeys},
 		{"CommitBatchesWithoutCommands", testCommitBatchesWithoutCommands},
 		{"CommitBatchesMeta", testCommitBatchesMeta},
+		{"CommitBatchesRoles", testCommitBatchesRoles},
 		{"CommitBatchesManyRooms", testCommitBatchesManyRooms},
 		{"SnapshotNeverBackwards", testSnapshotNeverBackwards},
 		{"SnapshotConcurrent", testSnapshotConcurrent},
@@ -522,6 +523,23 @@ func testCommitBatchesMeta(t *testing.T, repo store.Repository) {
 	got := mustGetMeta(t, repo, id)
 	want := store.RoomMeta{RoomID: id, OwnerUserID: 77, HostUserID: 78, SeatCount: 15, Mode: "party", Status: "open"}
 	if got != want {
+		t.Fatalf("meta after the batch: %+v, want %+v", got, want)
+	}
+}
+
+// A batch with Roles replaces the room's owner and host and nothing else;
+// a fenced one changes nothing.
+func testCommitBatchesRoles(t *testing.T, repo store.Repository) {
+	id, claim := newClaimedRoom(t, repo)
+	before := mustGetMeta(t, repo, id)
+	b := newBatch(id, claim.Epoch, claim.HeadVersion, 1)
+	b.Roles = &store.RoomRoles{OwnerUserID: 55, HostUserID: 0}
+	stale := newBatch(id, claim.Epoch-1, claim.HeadVersion+1, 1)
+	stale.Roles = &store.RoomRoles{OwnerUserID: 99, HostUserID: 98}
+	mustCommit(t, repo, []store.Batch{b, stale}, nil, store.ErrFenced)
+	want := before
+	want.OwnerUserID, want.HostUserID = 55, 0
+	if got := mustGetMeta(t, repo, id); got != want {
 		t.Fatalf("meta after the batch: %+v, want %+v", got, want)
 	}
 }
