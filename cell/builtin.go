@@ -20,5 +20,6 @@ func (r *Registry) plugIn() features {
 		gifts.feature(),
 		r.builtin.rockets.feature(),
 		roomRoles{}.feature(),
+		newMicExpiry(r).feature(),
 	)
 }
