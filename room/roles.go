@@ -65,7 +65,7 @@ func (c *TransferOwnership) apply(s *State, env *Envelope) ([]Event, error) {
 	prev := s.OwnerUserID
 	s.OwnerUserID = to
 	s.Admins[to] = struct{}{}
-	s.Admins[prev] = struct{}{} // the owner is always in it; stated for clarity
+	s.Admins[prev] = struct{}{} // there already (the owner always is): the old owner stays an admin
 	events := []Event{{Type: EventRoomOwnerChanged, Data: &RoomOwnerChangedEvent{
 		OwnerUserID: to, PreviousOwnerUserID: prev, HostUserID: s.HostUserID, OperatorUserID: env.Operator,
 	}}}
