@@ -2798,7 +2798,7 @@ func (x *MuteUserResponse) GetRoomVersion() int64 {
 	return 0
 }
 
-// UnbanUserRequest: Lifts a ban. Owner or admin.
+// UnbanUserRequest: Lifts a user's ban and chat mute. Owner or admin.
 type UnbanUserRequest struct {
 	state          protoimpl.MessageState `protogen:"open.v1"`
 	RoomId         string                 `protobuf:"bytes,1,opt,name=room_id,json=roomId,proto3" json:"room_id,omitempty"`

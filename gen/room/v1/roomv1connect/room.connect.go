@@ -173,9 +173,10 @@ type RoomServiceClient interface {
 	SetMyMic(context.Context, *connect.Request[v1.SetMyMicRequest]) (*connect.Response[v1.SetMyMicResponse], error)
 	// Removes a user and bans them for duration_seconds (0: permanent). Owner or admin.
 	KickUser(context.Context, *connect.Request[v1.KickUserRequest]) (*connect.Response[v1.KickUserResponse], error)
-	// Chat-mutes a user (禁言) for duration_seconds; 0 lifts the mute. Owner or admin.
+	// Chat-mutes a user (禁言) for duration_seconds, or until lifted with
+	// permanent; 0 without permanent lifts the mute. Owner or admin.
 	MuteUser(context.Context, *connect.Request[v1.MuteUserRequest]) (*connect.Response[v1.MuteUserResponse], error)
-	// Lifts a ban. Owner or admin.
+	// Lifts a user's ban and chat mute (a permanent one too). Owner or admin.
 	UnbanUser(context.Context, *connect.Request[v1.UnbanUserRequest]) (*connect.Response[v1.UnbanUserResponse], error)
 	// Adds a user to or removes them from the admin set. Owner or platform.
 	SetAdmin(context.Context, *connect.Request[v1.SetAdminRequest]) (*connect.Response[v1.SetAdminResponse], error)
@@ -676,9 +677,10 @@ type RoomServiceHandler interface {
 	SetMyMic(context.Context, *connect.Request[v1.SetMyMicRequest]) (*connect.Response[v1.SetMyMicResponse], error)
 	// Removes a user and bans them for duration_seconds (0: permanent). Owner or admin.
 	KickUser(context.Context, *connect.Request[v1.KickUserRequest]) (*connect.Response[v1.KickUserResponse], error)
-	// Chat-mutes a user (禁言) for duration_seconds; 0 lifts the mute. Owner or admin.
+	// Chat-mutes a user (禁言) for duration_seconds, or until lifted with
+	// permanent; 0 without permanent lifts the mute. Owner or admin.
 	MuteUser(context.Context, *connect.Request[v1.MuteUserRequest]) (*connect.Response[v1.MuteUserResponse], error)
-	// Lifts a ban. Owner or admin.
+	// Lifts a user's ban and chat mute (a permanent one too). Owner or admin.
 	UnbanUser(context.Context, *connect.Request[v1.UnbanUserRequest]) (*connect.Response[v1.UnbanUserResponse], error)
 	// Adds a user to or removes them from the admin set. Owner or platform.
 	SetAdmin(context.Context, *connect.Request[v1.SetAdminRequest]) (*connect.Response[v1.SetAdminResponse], error)
