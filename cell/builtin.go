@@ -23,5 +23,7 @@ func (r *Registry) plugIn() features {
 		r.builtin.rockets.feature(),
 		r.builtin.presence.feature(),
 		giftRecords{}.feature(),
+		roomRoles{}.feature(),
+		newMicExpiry(r).feature(),
 	}, r.cfg.Features...)...)
 }

@@ -142,6 +142,12 @@ func randomCommand(rng *rand.Rand) (int64, room.Command) {
 		func() room.Command { return &room.UpdateProfile{Title: &title} },
 		func() room.Command { return &room.ChangeBackground{BackgroundURL: title} },
 		func() room.Command { return &room.SetChatEnabled{Enabled: rng.IntN(2) == 0} },
+		func() room.Command { return &room.SetMicApproval{Required: rng.IntN(3) > 0} },
+		func() room.Command { return &room.RequestMic{SeatIndex: seat() - 1} },
+		func() room.Command { return &room.ApproveMicRequest{TargetUserID: user()} },
+		func() room.Command { return &room.InviteToMic{TargetUserID: user(), SeatIndex: seat() - 1} },
+		func() room.Command { return &room.AcceptMicInvite{} },
+		func() room.Command { return &room.SetHost{HostUserID: user()} },
 	}
 	if rng.IntN(400) == 0 {
 		return 1, &room.CloseRoom{}

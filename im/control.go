@@ -506,7 +506,10 @@ func (c *Control) apply(ctx context.Context, ev *roomv1.RoomEvent) error {
 			return err
 		}
 		secs := uint32(0)
-		if p.Muted {
+		switch {
+		case p.Muted && p.Permanent:
+			secs = foreverSeconds
+		case p.Muted:
 			secs = untilSeconds(p.MutedUntil, ev.GetOccurredAtMs())
 		}
 		return c.onGroup(ctx, "mute member", roomID, group, func() error {
@@ -565,7 +568,7 @@ func nameOr(title, roomID string) string {
 	return title
 }
 
-// foreverSeconds is the longest ban: ten years.
+// foreverSeconds is the longest ban or mute: ten years, Tencent's way to say until lifted.
 const foreverSeconds = 10 * 365 * 24 * 3600
 
 // untilSeconds is the time from the event to until, rounded up, at least 1.

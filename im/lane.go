@@ -376,6 +376,10 @@ func stateKind(t room.EventType, micRow bool) string {
 		return "background"
 	case room.EventRoomChatEnabledChanged:
 		return "chat"
+	case room.EventRoomMicApprovalChanged:
+		return "mic_approval"
+	case room.EventRoomHostChanged:
+		return "host"
 	}
 	return ""
 }

@@ -132,11 +132,12 @@ func (c *CreateRoom) apply(s *State, env *Envelope) ([]Event, error) {
 	s.Seats = make([]Seat, c.SeatCount)
 	s.CreatedAt = env.At
 	s.Status = StatusOpen
+	s.MicApproval = c.MicApproval
 	s.Admins = make(map[int64]struct{})
 	s.seedAdmins()
 	return []Event{{Type: EventRoomCreated, Data: &RoomCreatedEvent{
 		OwnerUserID: c.OwnerUserID, HostUserID: c.HostUserID, SeatCount: c.SeatCount,
-		Mode: c.Mode, Region: c.Region, Title: c.Title, CreatedAt: env.At,
+		Mode: c.Mode, Region: c.Region, Title: c.Title, CreatedAt: env.At, MicApproval: c.MicApproval,
 	}}}, nil
 }
 
@@ -152,6 +153,8 @@ func (c *CloseRoom) apply(s *State, env *Envelope) ([]Event, error) {
 	}
 	online := len(s.Members)
 	clear(s.Members)
+	clear(s.MicRequests) // RoomClosed ends them: nobody is left to seat
+	clear(s.MicInvites)
 	s.Status = StatusClosed
 	return append(events, Event{Type: EventRoomClosed, Data: &RoomClosedEvent{
 		OperatorUserID: env.Operator, ClosedAt: env.At, OnlineCount: online,
@@ -183,6 +186,7 @@ func (c *LeaveRoom) apply(s *State, env *Envelope) ([]Event, error) {
 		return nil, ErrNotInRoom
 	}
 	events := s.vacateUser(env.Operator, MicRoomLeave, env, nil)
+	events = s.dropMicEntries(env.Operator, MicQueueRemoved, env, events)
 	delete(s.Members, env.Operator)
 	return append(events, Event{Type: EventRoomUserLeft, Data: &RoomUserLeftEvent{
 		UserID: env.Operator, Reason: "leave", OnlineCount: len(s.Members),
@@ -198,13 +202,15 @@ func (c *TakeMic) apply(s *State, env *Envelope) ([]Event, error) {
 		return nil, ErrNotInRoom
 	case s.SeatOf(env.Operator) != noSeat:
 		return nil, ErrAlreadyOnMic
+	case s.MicApproval && s.RoleOf(env.Operator, env.Platform, env.At) < RoleAdmin:
+		return nil, ErrMicApprovalRequired
 	case seat.Locked:
 		return nil, ErrSeatLocked
 	case seat.UserID != noUser:
 		return nil, ErrSeatOccupied
 	}
-	seat.UserID, seat.MicOn, seat.OccupiedSince, seat.Charm = env.Operator, !seat.MutedByAdmin, env.At, 0
-	return []Event{s.seatEvent(int(c.SeatIndex), MicTake, env)}, nil
+	events := s.dropMicEntries(env.Operator, MicQueueRemoved, env, nil)
+	return append(events, s.sit(int(c.SeatIndex), env.Operator, env)), nil
 }
 
 func (c *LeaveMic) apply(s *State, env *Envelope) ([]Event, error) {
@@ -351,10 +357,12 @@ func (c *KickUser) apply(s *State, env *Envelope) ([]Event, error) {
 	}
 	wasIn := s.IsMember(c.TargetUserID)
 	events := s.vacateUser(c.TargetUserID, MicRoomKick, env, nil)
+	events = s.dropMicEntries(c.TargetUserID, MicQueueRemoved, env, events)
 	delete(s.Members, c.TargetUserID)
 	s.restrict(s.Bans, c.TargetUserID, ban)
+	setReason(s.BanReasons, c.TargetUserID, c.Reason)
 	return append(events, Event{Type: EventRoomUserKicked, Data: &RoomUserKickedEvent{
-		UserID: c.TargetUserID, OperatorUserID: env.Operator, BannedUntil: ban, WasInRoom: wasIn,
+		UserID: c.TargetUserID, OperatorUserID: env.Operator, BannedUntil: ban, WasInRoom: wasIn, Reason: c.Reason,
 	}}), nil
 }
 
@@ -368,16 +376,17 @@ func (c *MuteUser) apply(s *State, env *Envelope) ([]Event, error) {
 	ev := &RoomUserMutedEvent{UserID: c.TargetUserID, OperatorUserID: env.Operator}
 	muted := s.MutedAt(c.TargetUserID, env.At)
 	switch {
-	case c.DurationSeconds == 0 && !muted:
+	case c.DurationSeconds == 0 && !c.Permanent && !muted:
 		return nil, ErrNoChange
-	case c.DurationSeconds == 0:
-		s.lift(s.Mutes, c.TargetUserID)
+	case c.DurationSeconds == 0 && !c.Permanent:
+		s.lift(s.Mutes, s.MuteReasons, c.TargetUserID)
 	default:
 		if !muted && s.full(s.Mutes, env.At) {
 			return nil, ErrTooManyBans
 		}
-		ev.Muted, ev.MutedUntil = true, until(env, c.DurationSeconds)
+		ev.Muted, ev.MutedUntil, ev.Permanent, ev.Reason = true, until(env, c.DurationSeconds), c.Permanent, c.Reason
 		s.restrict(s.Mutes, c.TargetUserID, ev.MutedUntil)
+		setReason(s.MuteReasons, c.TargetUserID, c.Reason)
 	}
 	return []Event{{Type: EventRoomUserMuted, Data: ev}}, nil
 }
@@ -386,13 +395,29 @@ func (c *UnbanUser) apply(s *State, env *Envelope) ([]Event, error) {
 	if err := s.require(env, RoleAdmin); err != nil {
 		return nil, err
 	}
-	if !s.BannedAt(c.TargetUserID, env.At) {
+	banned, muted := s.BannedAt(c.TargetUserID, env.At), s.MutedAt(c.TargetUserID, env.At)
+	if !banned && !muted {
 		return nil, ErrNotBanned
 	}
-	s.lift(s.Bans, c.TargetUserID)
-	return []Event{{Type: EventRoomUserUnbanned, Data: &RoomUserUnbannedEvent{
-		UserID: c.TargetUserID, OperatorUserID: env.Operator,
-	}}}, nil
+	if muted { // as MuteUser lifting it
+		if err := s.requireOver(env, c.TargetUserID); err != nil {
+			return nil, err
+		}
+	}
+	var events []Event
+	if banned {
+		s.lift(s.Bans, s.BanReasons, c.TargetUserID)
+		events = append(events, Event{Type: EventRoomUserUnbanned, Data: &RoomUserUnbannedEvent{
+			UserID: c.TargetUserID, OperatorUserID: env.Operator,
+		}})
+	}
+	if muted {
+		s.lift(s.Mutes, s.MuteReasons, c.TargetUserID)
+		events = append(events, Event{Type: EventRoomUserMuted, Data: &RoomUserMutedEvent{
+			UserID: c.TargetUserID, OperatorUserID: env.Operator,
+		}})
+	}
+	return events, nil
 }
 
 func (c *SetAdmin) apply(s *State, env *Envelope) ([]Event, error) {

@@ -8,13 +8,16 @@ import (
 	"testing"
 )
 
-// allCommandTypes lists the 22 commands of command.go, rules.go and presence.go.
+// allCommandTypes lists the 33 commands of command.go, rules.go, presence.go, micqueue.go and roles.go.
 var allCommandTypes = []CommandType{
 	CmdCreateRoom, CmdCloseRoom, CmdJoinRoom, CmdLeaveRoom, CmdTakeMic, CmdLeaveMic, CmdMoveMic,
 	CmdKickFromMic, CmdLockMicSeat, CmdMuteMicSeat, CmdSetMyMic, CmdKickUser, CmdMuteUser,
 	CmdUnbanUser, CmdSetAdmin, CmdUpdateProfile, CmdChangeBackground, CmdSetChatEnabled,
 	CmdSendGift, CmdLaunchRocket, CmdSetRules,
 	CmdExpirePresence,
+	CmdSetMicApproval, CmdRequestMic, CmdCancelMicRequest, CmdApproveMicRequest, CmdRejectMicRequest,
+	CmdInviteToMic, CmdAcceptMicInvite, CmdDeclineMicInvite, CmdExpireMicQueue,
+	CmdTransferOwnership, CmdSetHost,
 }
 
 // sample is a command and an operator for which it succeeds on the fixture
@@ -23,6 +26,9 @@ type sample struct {
 	op       int64
 	cmd      Command
 	platform bool
+	// prep, when set, readies the fixture for the command (a pending mic
+	// request to approve); the lifecycle tests leave it out.
+	prep func(s *State)
 }
 
 func (smp sample) env() *Envelope {
@@ -44,33 +50,44 @@ func launchFixtureRocket() *LaunchRocket {
 
 func samples() map[CommandType]sample {
 	return map[CommandType]sample{
-		CmdCreateRoom:       {uOwner, &CreateRoom{OwnerUserID: uOwner, HostUserID: uHost, SeatCount: 8, Mode: "party", Region: "sg", Title: "Hello"}, false},
-		CmdCloseRoom:        {uOwner, &CloseRoom{}, false},
-		CmdJoinRoom:         {uVisitor, &JoinRoom{Nickname: "nine", AvatarURL: "https://img.example/9.png", Vehicle: "bike", EntryEffect: "stars"}, false},
-		CmdLeaveRoom:        {uCarol, &LeaveRoom{}, false},
-		CmdTakeMic:          {uCarol, &TakeMic{SeatIndex: 7}, false},
-		CmdLeaveMic:         {uAlice, &LeaveMic{}, false},
-		CmdMoveMic:          {uAlice, &MoveMic{ToSeatIndex: 7}, false},
-		CmdKickFromMic:      {uAdmin, &KickFromMic{TargetUserID: uAlice}, false},
-		CmdLockMicSeat:      {uAdmin, &LockMicSeat{SeatIndex: 7, Locked: true}, false},
-		CmdMuteMicSeat:      {uAdmin, &MuteMicSeat{SeatIndex: 7, Muted: true}, false},
-		CmdSetMyMic:         {uAlice, &SetMyMic{On: false}, false},
-		CmdKickUser:         {uAdmin, &KickUser{TargetUserID: uCarol, DurationSeconds: 60}, false},
-		CmdMuteUser:         {uAdmin, &MuteUser{TargetUserID: uAlice, DurationSeconds: 60}, false},
-		CmdUnbanUser:        {uAdmin, &UnbanUser{TargetUserID: uBanned}, false},
-		CmdSetAdmin:         {uOwner, &SetAdmin{TargetUserID: uAlice, Admin: true}, false},
-		CmdUpdateProfile:    {uOwner, &UpdateProfile{Title: strp("New title")}, false},
-		CmdChangeBackground: {uAdmin, &ChangeBackground{BackgroundURL: "https://img.example/bg2.png"}, false},
-		CmdSetChatEnabled:   {uAdmin, &SetChatEnabled{Enabled: false}, false},
-		CmdSendGift:         {uCarol, rose(1, uAlice), false},
-		CmdLaunchRocket:     {SystemOperator, launchFixtureRocket(), true},
-		CmdSetRules:         {SystemOperator, NewSetRules(&Rules{RankSize: 3, RocketLevels: []RocketLevel{{Fuel: 5, Countdown: 1000}}}), true},
-		CmdExpirePresence:   {SystemOperator, &ExpirePresence{Leave: []int64{uAlice}, Unseat: []SeatExpiry{{uBob, 4}}}, true},
+		CmdCreateRoom:        {uOwner, &CreateRoom{OwnerUserID: uOwner, HostUserID: uHost, SeatCount: 8, Mode: "party", Region: "sg", Title: "Hello"}, false, nil},
+		CmdCloseRoom:         {uOwner, &CloseRoom{}, false, nil},
+		CmdJoinRoom:          {uVisitor, &JoinRoom{Nickname: "nine", AvatarURL: "https://img.example/9.png", Vehicle: "bike", EntryEffect: "stars"}, false, nil},
+		CmdLeaveRoom:         {uCarol, &LeaveRoom{}, false, nil},
+		CmdTakeMic:           {uCarol, &TakeMic{SeatIndex: 7}, false, nil},
+		CmdLeaveMic:          {uAlice, &LeaveMic{}, false, nil},
+		CmdMoveMic:           {uAlice, &MoveMic{ToSeatIndex: 7}, false, nil},
+		CmdKickFromMic:       {uAdmin, &KickFromMic{TargetUserID: uAlice}, false, nil},
+		CmdLockMicSeat:       {uAdmin, &LockMicSeat{SeatIndex: 7, Locked: true}, false, nil},
+		CmdMuteMicSeat:       {uAdmin, &MuteMicSeat{SeatIndex: 7, Muted: true}, false, nil},
+		CmdSetMyMic:          {uAlice, &SetMyMic{On: false}, false, nil},
+		CmdKickUser:          {uAdmin, &KickUser{TargetUserID: uCarol, DurationSeconds: 60}, false, nil},
+		CmdMuteUser:          {uAdmin, &MuteUser{TargetUserID: uAlice, DurationSeconds: 60}, false, nil},
+		CmdUnbanUser:         {uAdmin, &UnbanUser{TargetUserID: uBanned}, false, nil},
+		CmdSetAdmin:          {uOwner, &SetAdmin{TargetUserID: uAlice, Admin: true}, false, nil},
+		CmdUpdateProfile:     {uOwner, &UpdateProfile{Title: strp("New title")}, false, nil},
+		CmdChangeBackground:  {uAdmin, &ChangeBackground{BackgroundURL: "https://img.example/bg2.png"}, false, nil},
+		CmdSetChatEnabled:    {uAdmin, &SetChatEnabled{Enabled: false}, false, nil},
+		CmdSendGift:          {uCarol, rose(1, uAlice), false, nil},
+		CmdLaunchRocket:      {SystemOperator, launchFixtureRocket(), true, nil},
+		CmdSetRules:          {SystemOperator, NewSetRules(&Rules{RankSize: 3, RocketLevels: []RocketLevel{{Fuel: 5, Countdown: 1000}}}), true, nil},
+		CmdSetMicApproval:    {uAdmin, &SetMicApproval{Required: true}, false, nil},
+		CmdRequestMic:        {uCarol, &RequestMic{SeatIndex: AnySeat}, false, withApproval},
+		CmdCancelMicRequest:  {uCarol, &CancelMicRequest{}, false, withCarolRequest},
+		CmdApproveMicRequest: {uAdmin, &ApproveMicRequest{TargetUserID: uCarol}, false, withCarolRequest},
+		CmdRejectMicRequest:  {uAdmin, &RejectMicRequest{TargetUserID: uCarol}, false, withCarolRequest},
+		CmdInviteToMic:       {uAdmin, &InviteToMic{TargetUserID: uCarol, SeatIndex: 7}, false, nil},
+		CmdAcceptMicInvite:   {uCarol, &AcceptMicInvite{}, false, withCarolInvite},
+		CmdDeclineMicInvite:  {uCarol, &DeclineMicInvite{}, false, withCarolInvite},
+		CmdExpireMicQueue:    {SystemOperator, &ExpireMicQueue{}, true, withExpiredRequest},
+		CmdTransferOwnership: {uOwner, &TransferOwnership{NewOwnerUserID: uAlice}, false, nil},
+		CmdSetHost:           {uOwner, &SetHost{HostUserID: uAlice}, false, nil},
+		CmdExpirePresence:    {SystemOperator, &ExpirePresence{Leave: []int64{uAlice}, Unseat: []SeatExpiry{{uBob, 4}}}, true, nil},
 	}
 }
 
 func TestAllCommandsCovered(t *testing.T) {
-	if len(allCommandTypes) != 22 || len(factories) != len(allCommandTypes) {
+	if len(allCommandTypes) != 33 || len(factories) != len(allCommandTypes) {
 		t.Fatalf("%d command types listed, %d registered; update the tests", len(allCommandTypes), len(factories))
 	}
 	smp := samples()
@@ -97,6 +114,9 @@ func TestSamplesSucceed(t *testing.T) {
 			s := fixture()
 			if typ == CmdCreateRoom {
 				s = creatingFixture()
+			}
+			if smp.prep != nil {
+				smp.prep(s)
 			}
 			before := cloneState(s)
 			e := smp.env()
@@ -1168,6 +1188,13 @@ func TestLanes(t *testing.T) {
 		EventRoomGiftSent:           {IM: true, Outbox: true, Priority: PriorityNormal},
 		EventRoomRocketIgnited:      {IM: true, Priority: PriorityHigh},
 		EventRoomRocketLaunched:     {IM: true, Priority: PriorityHigh},
+		// Every change of the mic queue, and of the roles, is High: the
+		// mic row and who may act change with them.
+		EventRoomMicRequestChanged:  {IM: true, Outbox: true, Priority: PriorityHigh},
+		EventRoomMicInviteChanged:   {IM: true, Outbox: true, Priority: PriorityHigh},
+		EventRoomMicApprovalChanged: {IM: true, Outbox: true, Priority: PriorityHigh},
+		EventRoomOwnerChanged:       {IM: true, Outbox: true, Priority: PriorityHigh},
+		EventRoomHostChanged:        {IM: true, Outbox: true, Priority: PriorityNormal},
 	}
 	types := EventTypes()
 	if got, exp := slices.Sorted(slices.Values(types)), slices.Sorted(maps.Keys(want)); !slices.Equal(got, exp) {

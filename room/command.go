@@ -40,6 +40,21 @@ const (
 	// CmdSetRules is internal: the cell issues it to switch a room to the
 	// economy rules configured now (see SetRules).
 	CmdSetRules CommandType = "SetRules"
+	// Mic requests and invitations (micqueue.go).
+	CmdSetMicApproval    CommandType = "SetMicApproval"
+	CmdRequestMic        CommandType = "RequestMic"
+	CmdCancelMicRequest  CommandType = "CancelMicRequest"
+	CmdApproveMicRequest CommandType = "ApproveMicRequest"
+	CmdRejectMicRequest  CommandType = "RejectMicRequest"
+	CmdInviteToMic       CommandType = "InviteToMic"
+	CmdAcceptMicInvite   CommandType = "AcceptMicInvite"
+	CmdDeclineMicInvite  CommandType = "DeclineMicInvite"
+	// CmdExpireMicQueue is internal: the service submits it when a mic
+	// request or invitation expires; the API never does.
+	CmdExpireMicQueue CommandType = "ExpireMicQueue"
+	// Roles (roles.go).
+	CmdTransferOwnership CommandType = "TransferOwnership"
+	CmdSetHost           CommandType = "SetHost"
 )
 
 // Command is one request to change a room. The set is closed: every
@@ -165,6 +180,8 @@ type CreateRoom struct {
 	Mode        string `json:"mode"`
 	Region      string `json:"region"`
 	Title       string `json:"title"`
+	// MicApproval: members need approval to take a seat (RequestMic).
+	MicApproval bool `json:"mic_approval,omitempty"`
 }
 
 // CloseRoom closes the room: everyone leaves and every later command is refused.
@@ -220,12 +237,19 @@ type SetMyMic struct {
 type KickUser struct {
 	TargetUserID    int64 `json:"target_user_id"`
 	DurationSeconds int64 `json:"duration_seconds"`
+	// Reason is shown with the ban (at most MaxReasonLen bytes).
+	Reason string `json:"reason,omitempty"`
 }
 
-// MuteUser chat-mutes a user for DurationSeconds; 0 lifts the mute.
+// MuteUser chat-mutes a user for DurationSeconds, or until lifted when
+// Permanent is set (DurationSeconds 0); DurationSeconds 0 without
+// Permanent lifts the mute.
 type MuteUser struct {
 	TargetUserID    int64 `json:"target_user_id"`
 	DurationSeconds int64 `json:"duration_seconds"`
+	Permanent       bool  `json:"permanent,omitempty"`
+	// Reason is shown with the mute (at most MaxReasonLen bytes).
+	Reason string `json:"reason,omitempty"`
 }
 
 // UnbanUser lifts a ban.
@@ -376,13 +400,25 @@ func (c *KickUser) validate(env *Envelope) error {
 	if err := checkTarget(env, c.TargetUserID); err != nil {
 		return err
 	}
-	return checkDuration(c.DurationSeconds)
+	if err := checkDuration(c.DurationSeconds); err != nil {
+		return err
+	}
+	return checkText("reason", c.Reason, MaxReasonLen)
 }
 func (c *MuteUser) validate(env *Envelope) error {
 	if err := checkTarget(env, c.TargetUserID); err != nil {
 		return err
 	}
-	return checkDuration(c.DurationSeconds)
+	if err := checkDuration(c.DurationSeconds); err != nil {
+		return err
+	}
+	switch {
+	case c.Permanent && c.DurationSeconds != 0:
+		return Errorf(ErrBadDuration, "a permanent mute has no duration_seconds")
+	case !c.Permanent && c.DurationSeconds == 0 && c.Reason != "":
+		return Errorf(ErrInvalidArgument, "lifting a mute takes no reason")
+	}
+	return checkText("reason", c.Reason, MaxReasonLen)
 }
 func (c *UpdateProfile) validate(*Envelope) error {
 	if c.Title == nil && c.Notice == nil && c.CoverURL == nil {
@@ -493,6 +529,18 @@ var factories = map[CommandType]func() Command{
 	CmdLaunchRocket:     func() Command { return new(LaunchRocket) },
 	CmdSetRules:         func() Command { return new(SetRules) },
 	CmdExpirePresence:   func() Command { return new(ExpirePresence) },
+	// Mic requests and invitations, roles.
+	CmdSetMicApproval:    func() Command { return new(SetMicApproval) },
+	CmdRequestMic:        func() Command { return new(RequestMic) },
+	CmdCancelMicRequest:  func() Command { return new(CancelMicRequest) },
+	CmdApproveMicRequest: func() Command { return new(ApproveMicRequest) },
+	CmdRejectMicRequest:  func() Command { return new(RejectMicRequest) },
+	CmdInviteToMic:       func() Command { return new(InviteToMic) },
+	CmdAcceptMicInvite:   func() Command { return new(AcceptMicInvite) },
+	CmdDeclineMicInvite:  func() Command { return new(DeclineMicInvite) },
+	CmdExpireMicQueue:    func() Command { return new(ExpireMicQueue) },
+	CmdTransferOwnership: func() Command { return new(TransferOwnership) },
+	CmdSetHost:           func() Command { return new(SetHost) },
 }
 
 // EncodeCommand returns the command log payload of env.

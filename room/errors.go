@@ -134,6 +134,17 @@ var (
 	ErrRocketNotDue        = sentinel(CodeRejected, "rocket_not_due", "the rocket's launch time has not come")
 	ErrRocketStale         = sentinel(CodeRejected, "rocket_stale", "the rocket was ignited before the last daily reset")
 
+	// Mic requests and invitations.
+	ErrMicApprovalRequired    = sentinel(CodeRejected, "mic_approval_required", "the room requires approval to take a seat: send RequestMic")
+	ErrMicApprovalNotRequired = sentinel(CodeRejected, "mic_approval_not_required", "the room does not require approval: take a seat with TakeMic")
+	ErrMicRequestPending      = sentinel(CodeRejected, "mic_request_pending", "the user already has a pending mic request")
+	ErrNoMicRequest           = sentinel(CodeRejected, "no_mic_request", "the user has no pending mic request")
+	ErrMicInvitePending       = sentinel(CodeRejected, "mic_invite_pending", "the user already has a pending mic invitation")
+	ErrNoMicInvite            = sentinel(CodeRejected, "no_mic_invite", "the user has no pending mic invitation")
+	ErrMicQueueFull           = sentinel(CodeRejected, "mic_queue_full", "the room holds as many pending mic requests or invitations as it may")
+	ErrNoFreeSeat             = sentinel(CodeRejected, "no_free_seat", "every seat is taken or locked")
+	ErrMicQueueNotDue         = sentinel(CodeRejected, "mic_queue_not_due", "no mic request or invitation has expired")
+
 	// Service.
 	ErrMailboxFull = sentinel(CodeExhausted, "mailbox_full", "the room is busy; retry")
 	// ErrNodeFull: the node holds its most rooms and none of them could be

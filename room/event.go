@@ -30,6 +30,13 @@ const (
 	// Display-only rocket moments: shown at once, never coalesced.
 	EventRoomRocketIgnited  EventType = "RoomRocketIgnited"
 	EventRoomRocketLaunched EventType = "RoomRocketLaunched"
+	// Mic requests and invitations, and the approval switch (micqueue.go).
+	EventRoomMicRequestChanged  EventType = "RoomMicRequestChanged"
+	EventRoomMicInviteChanged   EventType = "RoomMicInviteChanged"
+	EventRoomMicApprovalChanged EventType = "RoomMicApprovalChanged"
+	// Roles (roles.go).
+	EventRoomOwnerChanged EventType = "RoomOwnerChanged"
+	EventRoomHostChanged  EventType = "RoomHostChanged"
 )
 
 // Priority is the Tencent IM message priority class of a direct-IM event.
@@ -80,6 +87,11 @@ var lanes = map[EventType]Lanes{
 	EventRoomGiftSent:           {IM: true, Outbox: true, Priority: PriorityNormal},
 	EventRoomRocketIgnited:      {IM: true, Outbox: false, Priority: PriorityHigh},
 	EventRoomRocketLaunched:     {IM: true, Outbox: false, Priority: PriorityHigh},
+	EventRoomMicRequestChanged:  {IM: true, Outbox: true, Priority: PriorityHigh},
+	EventRoomMicInviteChanged:   {IM: true, Outbox: true, Priority: PriorityHigh},
+	EventRoomMicApprovalChanged: {IM: true, Outbox: true, Priority: PriorityHigh},
+	EventRoomOwnerChanged:       {IM: true, Outbox: true, Priority: PriorityHigh},
+	EventRoomHostChanged:        {IM: true, Outbox: true, Priority: PriorityNormal},
 }
 
 // LanesOf returns the lanes of an event type. Unknown types go nowhere.
@@ -120,6 +132,8 @@ type RoomCreatedEvent struct {
 	Region      string `json:"region"`
 	Title       string `json:"title"`
 	CreatedAt   int64  `json:"created_at"`
+	// MicApproval: members need approval to take a seat.
+	MicApproval bool `json:"mic_approval_required,omitempty"`
 }
 
 // RoomClosedEvent is the payload of RoomClosed.
@@ -191,10 +205,11 @@ type RoomMicSeatLockedEvent struct {
 
 // RoomUserKickedEvent is the payload of RoomUserKicked.
 type RoomUserKickedEvent struct {
-	UserID         int64 `json:"user_id"`
-	OperatorUserID int64 `json:"operator_user_id"`
-	BannedUntil    int64 `json:"banned_until"` // unix ms; 0 = permanent
-	WasInRoom      bool  `json:"was_in_room"`
+	UserID         int64  `json:"user_id"`
+	OperatorUserID int64  `json:"operator_user_id"`
+	BannedUntil    int64  `json:"banned_until"` // unix ms; 0 = permanent
+	WasInRoom      bool   `json:"was_in_room"`
+	Reason         string `json:"reason,omitempty"`
 }
 
 // RoomUserMutedEvent is the payload of RoomUserMuted (chat mute, 禁言).
@@ -202,7 +217,10 @@ type RoomUserMutedEvent struct {
 	UserID         int64 `json:"user_id"`
 	OperatorUserID int64 `json:"operator_user_id"`
 	Muted          bool  `json:"muted"`
-	MutedUntil     int64 `json:"muted_until"` // unix ms; 0 when unmuted
+	MutedUntil     int64 `json:"muted_until"` // unix ms; 0 when unmuted or permanent
+	// Permanent: muted until lifted (MuteUser or UnbanUser).
+	Permanent bool   `json:"permanent,omitempty"`
+	Reason    string `json:"reason,omitempty"`
 }
 
 // RoomUserUnbannedEvent is the payload of RoomUserUnbanned. Only an explicit

@@ -87,6 +87,8 @@ func fixture() *State {
 			},
 		},
 	}
+	s.BanReasons, s.MuteReasons = map[int64]string{}, map[int64]string{}
+	s.MicRequests, s.MicInvites = map[int64]*MicEntry{}, map[int64]*MicEntry{}
 	for _, id := range []int64{uOwner, uHost, uAdmin, uAdmin2, uAlice, uBob, uCarol} {
 		s.Members[id] = &Member{
 			UserID: id, JoinedAt: t0 + id, Nickname: fmt.Sprintf("user%d", id),
@@ -95,6 +97,26 @@ func fixture() *State {
 	}
 	s.DeriveExpiry()
 	return s
+}
+
+// withApproval makes the fixture room require approval to take a seat.
+func withApproval(s *State) { s.MicApproval = true }
+
+// withCarolRequest: the room requires approval and carol asked for any seat at tNow-1000.
+func withCarolRequest(s *State) {
+	s.MicApproval = true
+	s.MicRequests[uCarol] = &MicEntry{UserID: uCarol, SeatIndex: AnySeat, By: uCarol, At: tNow - 1000, ExpiresAt: tNow - 1000 + MicRequestTTL}
+}
+
+// withCarolInvite: the admin invited carol to seat 7 at tNow-1000.
+func withCarolInvite(s *State) {
+	s.MicInvites[uCarol] = &MicEntry{UserID: uCarol, SeatIndex: 7, By: uAdmin, At: tNow - 1000, ExpiresAt: tNow - 1000 + MicInviteTTL}
+}
+
+// withExpiredRequest: carol's request for seat 7 expired at tNow.
+func withExpiredRequest(s *State) {
+	s.MicApproval = true
+	s.MicRequests[uCarol] = &MicEntry{UserID: uCarol, SeatIndex: 7, By: uCarol, At: tNow - MicRequestTTL, ExpiresAt: tNow}
 }
 
 // closedFixture is the fixture room after its owner closed it.
@@ -144,7 +166,23 @@ func cloneState(s *State) *State {
 		c.Seats = append([]Seat(nil), s.Seats...)
 	}
 	c.Economy = cloneEconomy(s.Economy)
+	c.BanReasons = maps.Clone(s.BanReasons)
+	c.MuteReasons = maps.Clone(s.MuteReasons)
+	c.MicRequests = cloneMicEntries(s.MicRequests)
+	c.MicInvites = cloneMicEntries(s.MicInvites)
 	return &c
+}
+
+func cloneMicEntries(m map[int64]*MicEntry) map[int64]*MicEntry {
+	if m == nil {
+		return nil
+	}
+	c := make(map[int64]*MicEntry, len(m))
+	for id, e := range m {
+		ec := *e
+		c[id] = &ec
+	}
+	return c
 }
 
 func cloneEconomy(e Economy) Economy {
@@ -195,6 +233,13 @@ func dumpState(s *State) string {
 		fmt.Fprintf(&b, " %d:%d", id, rk.Contributors[id])
 	}
 	fmt.Fprintf(&b, "\nlaunches (nil=%t): %+v", rk.Launches == nil, rk.Launches)
+	fmt.Fprintf(&b, "\nban reasons=%v mute reasons=%v mic approval=%t", s.BanReasons, s.MuteReasons, s.MicApproval)
+	for name, m := range map[string]map[int64]*MicEntry{"requests": s.MicRequests, "invites": s.MicInvites} {
+		fmt.Fprintf(&b, "\nmic %s (nil=%t):", name, m == nil)
+		for _, e := range SortedMicEntries(m) {
+			fmt.Fprintf(&b, " %+v", *e)
+		}
+	}
 	return b.String() + "\n"
 }
 
@@ -346,6 +391,36 @@ func checkInvariants(t testing.TB, s *State, at int64) {
 	}
 	checkRestrictions(t, s, at)
 	checkEconomy(t, s)
+	checkMicQueue(t, s)
+}
+
+// checkMicQueue checks the mic queue: entries are of members who are not
+// seated, within their bounds, for a seat of the room or any seat, and
+// requests wait only where approval is required.
+func checkMicQueue(t testing.TB, s *State) {
+	t.Helper()
+	if len(s.MicRequests) > MaxMicRequests || len(s.MicInvites) > MaxMicInvites {
+		t.Errorf("%d mic requests, %d invitations", len(s.MicRequests), len(s.MicInvites))
+	}
+	if len(s.MicRequests) > 0 && !s.MicApproval {
+		t.Errorf("mic requests wait in a room that requires no approval")
+	}
+	for name, m := range map[string]map[int64]*MicEntry{"request": s.MicRequests, "invitation": s.MicInvites} {
+		for id, e := range m {
+			switch {
+			case e.UserID != id:
+				t.Errorf("mic %s of %d is filed under %d", name, e.UserID, id)
+			case !s.IsMember(id):
+				t.Errorf("mic %s of %d, who is not in the room", name, id)
+			case s.SeatOf(id) != noSeat:
+				t.Errorf("mic %s of %d, who is seated", name, id)
+			case e.SeatIndex < AnySeat || int(e.SeatIndex) >= len(s.Seats):
+				t.Errorf("mic %s of %d for seat %d", name, id, e.SeatIndex)
+			case e.ExpiresAt <= e.At:
+				t.Errorf("mic %s of %d: %+v", name, id, *e)
+			}
+		}
+	}
 }
 
 // checkRestrictions checks that after a command at time at no ban or mute
@@ -486,12 +561,14 @@ func runApplyCases(t *testing.T, cases []applyCase) {
 // earliest end left is the next expiry.
 func endRestrictions(s *State, at int64) {
 	s.expiry = 0
-	for _, m := range []map[int64]int64{s.Bans, s.Mutes} {
+	reasons := []map[int64]string{s.BanReasons, s.MuteReasons}
+	for i, m := range []map[int64]int64{s.Bans, s.Mutes} {
 		for user, until := range m {
 			switch {
 			case until == permanent:
 			case until <= at:
 				delete(m, user)
+				delete(reasons[i], user)
 			case s.expiry == 0 || until < s.expiry:
 				s.expiry = until
 			}

@@ -32,6 +32,7 @@ const (
 	MaxDurationSecs  = 10 * 365 * 24 * 3600
 	MaxRestrictions  = 10_000          // bans, and chat mutes, held per room
 	MaxAt            = 253402300799999 // the last millisecond of year 9999: command times stay far from overflow
+	MaxReasonLen     = 256             // the reason of a kick or a chat mute
 	millisPerSecond  = 1000
 	permanent        = 0 // a ban or mute "until" of 0 never expires
 	noUser           = 0
@@ -87,7 +88,7 @@ type State struct {
 	Admins  map[int64]struct{}
 	Members map[int64]*Member
 	Seats   []Seat
-	// Mutes maps a chat-muted user to the unix ms the mute ends.
+	// Mutes maps a chat-muted user to the unix ms the mute ends (0: permanent).
 	Mutes map[int64]int64
 	// Bans maps a kicked user to the unix ms the ban ends (0: permanent).
 	Bans map[int64]int64
@@ -102,6 +103,19 @@ type State struct {
 	Rules *Rules
 	// Economy is what gifts built up during the current business day.
 	Economy Economy
+
+	// BanReasons and MuteReasons hold the reason given with a ban (KickUser)
+	// or chat mute (MuteUser), for the users of Bans and Mutes that have one.
+	BanReasons  map[int64]string
+	MuteReasons map[int64]string
+	// MicApproval: members need an owner's or admin's approval to take a
+	// seat (see micqueue.go).
+	MicApproval bool
+	// MicRequests are the pending mic requests and MicInvites the pending
+	// mic invitations, by the user they are for. An entry that expired is
+	// absent to every command until ExpireMicQueue removes it.
+	MicRequests map[int64]*MicEntry
+	MicInvites  map[int64]*MicEntry
 }
 
 // Genesis rebuilds the state of a room that has metadata but no snapshot: the
@@ -135,6 +149,10 @@ func (s *State) initMaps() {
 	s.Bans = make(map[int64]int64)
 	s.Economy.Contrib = make(map[int64]int64)
 	s.Economy.Rocket.Contributors = make(map[int64]int64)
+	s.BanReasons = make(map[int64]string)
+	s.MuteReasons = make(map[int64]string)
+	s.MicRequests = make(map[int64]*MicEntry)
+	s.MicInvites = make(map[int64]*MicEntry)
 }
 
 func (s *State) seedAdmins() {
@@ -187,7 +205,7 @@ func (s *State) BannedAt(user, at int64) bool {
 // MutedAt reports whether the user is chat-muted at time at (unix ms).
 func (s *State) MutedAt(user, at int64) bool {
 	until, ok := s.Mutes[user]
-	return ok && at < until
+	return ok && (until == permanent || at < until)
 }
 
 // NextExpiry returns the earliest time (unix ms) at which a ban or a chat
@@ -225,10 +243,21 @@ func (s *State) restrict(m map[int64]int64, user, until int64) {
 	}
 }
 
-// lift removes user's restriction from m (s.Bans or s.Mutes).
-func (s *State) lift(m map[int64]int64, user int64) {
+// setReason records the reason of user's restriction in reasons ("" keeps none).
+func setReason(reasons map[int64]string, user int64, reason string) {
+	if reason == "" {
+		delete(reasons, user)
+	} else {
+		reasons[user] = reason
+	}
+}
+
+// lift removes user's restriction from m (s.Bans or s.Mutes) and its
+// reason from reasons (s.BanReasons or s.MuteReasons).
+func (s *State) lift(m map[int64]int64, reasons map[int64]string, user int64) {
 	until, had := m[user]
 	delete(m, user)
+	delete(reasons, user)
 	if had && until != permanent && until == s.expiry {
 		s.DeriveExpiry()
 	}
@@ -261,10 +290,14 @@ func (s *State) expire(at int64) {
 	if s.expiry == 0 || s.expiry > at {
 		return
 	}
-	for _, m := range []map[int64]int64{s.Bans, s.Mutes} {
-		for user, until := range m {
+	for _, r := range []struct {
+		m       map[int64]int64
+		reasons map[int64]string
+	}{{s.Bans, s.BanReasons}, {s.Mutes, s.MuteReasons}} {
+		for user, until := range r.m {
 			if ended(until, at) {
-				delete(m, user)
+				delete(r.m, user)
+				delete(r.reasons, user)
 			}
 		}
 	}

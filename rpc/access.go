@@ -97,6 +97,17 @@ var accessTable = map[string]access{
 	// records by user_id, not by room).
 	roomv1connect.RoomServiceListGiftRecordsProcedure:     {scope: auth.Room, actor: userOf},
 	roomv1connect.WalletServiceListWalletEntriesProcedure: {scope: auth.Room, actor: userOf},
+	// Mic requests and invitations, and the room's roles: room commands.
+	roomv1connect.RoomServiceSetMicApprovalProcedure:    roomCommand,
+	roomv1connect.RoomServiceRequestMicProcedure:        roomCommand,
+	roomv1connect.RoomServiceCancelMicRequestProcedure:  roomCommand,
+	roomv1connect.RoomServiceApproveMicRequestProcedure: roomCommand,
+	roomv1connect.RoomServiceRejectMicRequestProcedure:  roomCommand,
+	roomv1connect.RoomServiceInviteToMicProcedure:       roomCommand,
+	roomv1connect.RoomServiceAcceptMicInviteProcedure:   roomCommand,
+	roomv1connect.RoomServiceDeclineMicInviteProcedure:  roomCommand,
+	roomv1connect.RoomServiceTransferOwnershipProcedure: roomCommand,
+	roomv1connect.RoomServiceSetHostProcedure:           roomCommand,
 }
 
 // The request types the actor funcs read.

@@ -179,6 +179,7 @@ func (h *RoomHandler) CreateRoom(ctx context.Context, r *connect.Request[roomv1.
 	return mutate(ctx, h, m, &room.CreateRoom{
 		OwnerUserID: m.GetOwnerUserId(), HostUserID: m.GetHostUserId(), SeatCount: m.GetSeatCount(),
 		Mode: display(m.GetMode(), false), Region: display(m.GetRegion(), false), Title: display(m.GetTitle(), false),
+		MicApproval: m.GetMicApprovalRequired(),
 	}, func(v int64) *roomv1.CreateRoomResponse { return &roomv1.CreateRoomResponse{RoomVersion: v} })
 }
 
@@ -247,13 +248,18 @@ func (h *RoomHandler) SetMyMic(ctx context.Context, r *connect.Request[roomv1.Se
 
 // KickUser implements RoomService.
 func (h *RoomHandler) KickUser(ctx context.Context, r *connect.Request[roomv1.KickUserRequest]) (*connect.Response[roomv1.KickUserResponse], error) {
-	return mutate(ctx, h, r.Msg, &room.KickUser{TargetUserID: r.Msg.GetTargetUserId(), DurationSeconds: r.Msg.GetDurationSeconds()},
+	return mutate(ctx, h, r.Msg, &room.KickUser{
+		TargetUserID: r.Msg.GetTargetUserId(), DurationSeconds: r.Msg.GetDurationSeconds(), Reason: display(r.Msg.GetReason(), false),
+	},
 		func(v int64) *roomv1.KickUserResponse { return &roomv1.KickUserResponse{RoomVersion: v} })
 }
 
 // MuteUser implements RoomService.
 func (h *RoomHandler) MuteUser(ctx context.Context, r *connect.Request[roomv1.MuteUserRequest]) (*connect.Response[roomv1.MuteUserResponse], error) {
-	return mutate(ctx, h, r.Msg, &room.MuteUser{TargetUserID: r.Msg.GetTargetUserId(), DurationSeconds: r.Msg.GetDurationSeconds()},
+	return mutate(ctx, h, r.Msg, &room.MuteUser{
+		TargetUserID: r.Msg.GetTargetUserId(), DurationSeconds: r.Msg.GetDurationSeconds(),
+		Permanent: r.Msg.GetPermanent(), Reason: display(r.Msg.GetReason(), false),
+	},
 		func(v int64) *roomv1.MuteUserResponse { return &roomv1.MuteUserResponse{RoomVersion: v} })
 }
 

@@ -84,6 +84,17 @@ var routes = map[string]route{
 	roomv1connect.RoomServiceListMembersProcedure:         owned[roomv1.ListMembersRequest, roomv1.ListMembersResponse](roomv1connect.RoomServiceListMembersProcedure),
 	roomv1connect.RoomServiceListGiftRecordsProcedure:     {},
 	roomv1connect.WalletServiceListWalletEntriesProcedure: {},
+	// Mic requests and invitations, and the room's roles: room commands.
+	roomv1connect.RoomServiceSetMicApprovalProcedure:    owned[roomv1.SetMicApprovalRequest, roomv1.SetMicApprovalResponse](roomv1connect.RoomServiceSetMicApprovalProcedure),
+	roomv1connect.RoomServiceRequestMicProcedure:        owned[roomv1.RequestMicRequest, roomv1.RequestMicResponse](roomv1connect.RoomServiceRequestMicProcedure),
+	roomv1connect.RoomServiceCancelMicRequestProcedure:  owned[roomv1.CancelMicRequestRequest, roomv1.CancelMicRequestResponse](roomv1connect.RoomServiceCancelMicRequestProcedure),
+	roomv1connect.RoomServiceApproveMicRequestProcedure: owned[roomv1.ApproveMicRequestRequest, roomv1.ApproveMicRequestResponse](roomv1connect.RoomServiceApproveMicRequestProcedure),
+	roomv1connect.RoomServiceRejectMicRequestProcedure:  owned[roomv1.RejectMicRequestRequest, roomv1.RejectMicRequestResponse](roomv1connect.RoomServiceRejectMicRequestProcedure),
+	roomv1connect.RoomServiceInviteToMicProcedure:       owned[roomv1.InviteToMicRequest, roomv1.InviteToMicResponse](roomv1connect.RoomServiceInviteToMicProcedure),
+	roomv1connect.RoomServiceAcceptMicInviteProcedure:   owned[roomv1.AcceptMicInviteRequest, roomv1.AcceptMicInviteResponse](roomv1connect.RoomServiceAcceptMicInviteProcedure),
+	roomv1connect.RoomServiceDeclineMicInviteProcedure:  owned[roomv1.DeclineMicInviteRequest, roomv1.DeclineMicInviteResponse](roomv1connect.RoomServiceDeclineMicInviteProcedure),
+	roomv1connect.RoomServiceTransferOwnershipProcedure: owned[roomv1.TransferOwnershipRequest, roomv1.TransferOwnershipResponse](roomv1connect.RoomServiceTransferOwnershipProcedure),
+	roomv1connect.RoomServiceSetHostProcedure:           owned[roomv1.SetHostRequest, roomv1.SetHostResponse](roomv1connect.RoomServiceSetHostProcedure),
 }
 
 // owned is the route of an idempotent procedure its room's owner serves.

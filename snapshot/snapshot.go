@@ -72,10 +72,40 @@ func ToProto(s *room.State) *roomv1.RoomSnapshot {
 			MicOn: seat.MicOn, OccupiedSinceMs: seat.OccupiedSince, Charm: seat.Charm,
 		}
 	}
-	p.ChatMutes = restrictions(s.Mutes)
-	p.Bans = restrictions(s.Bans)
+	p.ChatMutes = restrictions(s.Mutes, s.MuteReasons)
+	p.Bans = restrictions(s.Bans, s.BanReasons)
 	p.Economy = economyToProto(s)
+	p.MicApprovalRequired = s.MicApproval
+	p.MicRequests = micQueueToProto(s.MicRequests)
+	p.MicInvites = micQueueToProto(s.MicInvites)
 	return p
+}
+
+func micQueueToProto(m map[int64]*room.MicEntry) []*roomv1.MicQueueEntry {
+	entries := room.SortedMicEntries(m)
+	out := make([]*roomv1.MicQueueEntry, len(entries))
+	for i, e := range entries {
+		out[i] = &roomv1.MicQueueEntry{UserId: e.UserID, SeatIndex: e.SeatIndex, ByUserId: e.By, AtMs: e.At, ExpiresAtMs: e.ExpiresAt}
+	}
+	return out
+}
+
+// micQueueFromProto rebuilds a mic queue; a user listed twice, or more
+// entries than the bound, is corruption.
+func micQueueFromProto(roomID, what string, entries []*roomv1.MicQueueEntry, bound int) (map[int64]*room.MicEntry, error) {
+	if len(entries) > bound {
+		return nil, fmt.Errorf("snapshot room=%s: %d mic %s", roomID, len(entries), what)
+	}
+	m := make(map[int64]*room.MicEntry, len(entries))
+	for _, e := range entries {
+		if _, dup := m[e.GetUserId()]; dup {
+			return nil, fmt.Errorf("snapshot room=%s: user %d appears twice in mic %s", roomID, e.GetUserId(), what)
+		}
+		m[e.GetUserId()] = &room.MicEntry{
+			UserID: e.GetUserId(), SeatIndex: e.GetSeatIndex(), By: e.GetByUserId(), At: e.GetAtMs(), ExpiresAt: e.GetExpiresAtMs(),
+		}
+	}
+	return m, nil
 }
 
 func economyToProto(s *room.State) *roomv1.RoomEconomy {
@@ -200,10 +230,10 @@ func economyFromProto(s *room.State, p *roomv1.RoomEconomy, roomID string) error
 	return nil
 }
 
-func restrictions(m map[int64]int64) []*roomv1.Restriction {
+func restrictions(m map[int64]int64, reasons map[int64]string) []*roomv1.Restriction {
 	out := make([]*roomv1.Restriction, 0, len(m))
 	for _, id := range room.SortedIDs(m) {
-		out = append(out, &roomv1.Restriction{UserId: id, UntilMs: m[id]})
+		out = append(out, &roomv1.Restriction{UserId: id, UntilMs: m[id], Permanent: m[id] == 0, Reason: reasons[id]})
 	}
 	return out
 }
@@ -249,9 +279,23 @@ func FromProto(p *roomv1.RoomSnapshot) (*room.State, error) {
 	}
 	for _, r := range p.GetChatMutes() {
 		s.Mutes[r.GetUserId()] = r.GetUntilMs()
+		if r.GetReason() != "" {
+			s.MuteReasons[r.GetUserId()] = r.GetReason()
+		}
 	}
 	for _, r := range p.GetBans() {
 		s.Bans[r.GetUserId()] = r.GetUntilMs()
+		if r.GetReason() != "" {
+			s.BanReasons[r.GetUserId()] = r.GetReason()
+		}
+	}
+	s.MicApproval = p.GetMicApprovalRequired()
+	var err error
+	if s.MicRequests, err = micQueueFromProto(p.GetRoomId(), "requests", p.GetMicRequests(), room.MaxMicRequests); err != nil {
+		return nil, err
+	}
+	if s.MicInvites, err = micQueueFromProto(p.GetRoomId(), "invitations", p.GetMicInvites(), room.MaxMicInvites); err != nil {
+		return nil, err
 	}
 	// A snapshot of an older build may list restrictions that had ended by
 	// its last command: they stay until the next command removes them.
@@ -303,6 +347,7 @@ func WithMemberLimit(p *roomv1.RoomSnapshot, limit int) *roomv1.RoomSnapshot {
 		HostUserId: p.HostUserId, Mode: p.Mode, Region: p.Region, CreatedAtMs: p.CreatedAtMs, Profile: p.Profile,
 		AdminUserIds: p.AdminUserIds, Members: members, Seats: p.Seats, ChatMutes: p.ChatMutes,
 		Bans: p.Bans, OnlineCount: p.OnlineCount, LastCommandAtMs: p.LastCommandAtMs, Economy: e,
+		MicApprovalRequired: p.MicApprovalRequired, MicRequests: p.MicRequests, MicInvites: p.MicInvites,
 	}
 }
 
@@ -322,6 +367,7 @@ func WithoutEnded(p *roomv1.RoomSnapshot, at int64) *roomv1.RoomSnapshot {
 		HostUserId: p.HostUserId, Mode: p.Mode, Region: p.Region, CreatedAtMs: p.CreatedAtMs, Profile: p.Profile,
 		AdminUserIds: p.AdminUserIds, Members: p.Members, Seats: p.Seats, ChatMutes: mutes,
 		Bans: bans, OnlineCount: p.OnlineCount, LastCommandAtMs: p.LastCommandAtMs, Economy: p.Economy,
+		MicApprovalRequired: p.MicApprovalRequired, MicRequests: p.MicRequests, MicInvites: p.MicInvites,
 	}
 }
 

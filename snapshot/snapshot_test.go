@@ -415,7 +415,9 @@ func ruleVariant(t testing.TB, rnd *rand.Rand) *room.Rules {
 func nextCommand(a *applier, rnd *rand.Rand, at int64) *room.Envelope {
 	user := 1 + rnd.Int64N(8)
 	other := 1 + rnd.Int64N(8)
-	switch n := rnd.IntN(20); {
+	switch n := rnd.IntN(27); {
+	case n >= 20:
+		return micCommand(a, rnd, n-20, user, other, at)
 	case n == 0 && rnd.IntN(4) == 0:
 		return a.env(room.SystemOperator, at, true, room.NewSetRules(ruleVariant(a.t, rnd)))
 	case n < 8:
@@ -558,5 +560,78 @@ func TestWithoutEnded(t *testing.T) {
 	}
 	if got.GetRoomVersion() != p.GetRoomVersion() || len(p.GetBans()) != 2 || len(p.GetChatMutes()) != 1 {
 		t.Fatal("the answer moved the version or the shared message changed")
+	}
+}
+
+// micCommand picks one of the mic queue's commands (k in 0..6).
+func micCommand(a *applier, rnd *rand.Rand, k int, user, other, at int64) *room.Envelope {
+	seat := rnd.Int32N(7) - 1 // AnySeat too
+	switch k {
+	case 0:
+		return a.env(owner, at, false, &room.SetMicApproval{Required: rnd.IntN(3) > 0})
+	case 1:
+		return a.env(user, at, false, &room.RequestMic{SeatIndex: seat})
+	case 2:
+		return a.env(owner, at, false, &room.ApproveMicRequest{TargetUserID: other})
+	case 3:
+		return a.env(owner, at, false, &room.InviteToMic{TargetUserID: other, SeatIndex: seat})
+	case 4:
+		return a.env(user, at, false, &room.AcceptMicInvite{})
+	case 5:
+		return a.env(user, at, false, &room.CancelMicRequest{})
+	}
+	return a.env(room.SystemOperator, at, true, &room.ExpireMicQueue{})
+}
+
+// queuedRoom is busyRoom requiring approval, with a request, an
+// invitation, a permanent chat mute and a ban with reasons.
+func queuedRoom(t testing.TB) *room.State {
+	s := busyRoom(t)
+	a := &applier{t: t, s: s}
+	at := s.LastAt + 1
+	a.must(owner, at, &room.SetMicApproval{Required: true})
+	a.must(5, at+1, &room.RequestMic{SeatIndex: 6})
+	a.must(owner, at+2, &room.InviteToMic{TargetUserID: 6, SeatIndex: room.AnySeat})
+	a.must(owner, at+3, &room.MuteUser{TargetUserID: 4, Permanent: true, Reason: "spam"})
+	a.must(owner, at+4, &room.KickUser{TargetUserID: 3, DurationSeconds: 60, Reason: "rude"})
+	return s
+}
+
+func TestRoundTripKeepsTheMicQueueAndReasons(t *testing.T) {
+	s := queuedRoom(t)
+	payload, err := snapshot.Encode(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := snapshot.Decode(payload)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got.Rules = s.Rules
+	if !reflect.DeepEqual(canon(s), canon(got)) || !sameBytes(t, s, got) {
+		t.Fatalf("round trip: requests %v invites %v reasons %v %v", got.MicRequests, got.MicInvites, got.BanReasons, got.MuteReasons)
+	}
+	p := snapshot.ToProto(s)
+	req, inv := p.GetMicRequests(), p.GetMicInvites()
+	if !p.GetMicApprovalRequired() || len(req) != 1 || req[0].GetUserId() != 5 || req[0].GetSeatIndex() != 6 ||
+		req[0].GetExpiresAtMs() != req[0].GetAtMs()+room.MicRequestTTL || len(inv) != 1 || inv[0].GetUserId() != 6 ||
+		inv[0].GetSeatIndex() != room.AnySeat || inv[0].GetByUserId() != owner {
+		t.Fatalf("queue in the snapshot: %v %v", req, inv)
+	}
+	if m := p.GetChatMutes()[0]; !m.GetPermanent() || m.GetReason() != "spam" || m.GetUntilMs() != 0 {
+		t.Fatalf("mute %v", m)
+	}
+	if b := p.GetBans()[0]; b.GetPermanent() || b.GetReason() != "rude" {
+		t.Fatalf("ban %v", b)
+	}
+	for _, q := range []*roomv1.RoomSnapshot{snapshot.WithMemberLimit(p, 1), snapshot.WithoutEnded(p, s.LastAt+3_600_000)} {
+		if !q.GetMicApprovalRequired() || len(q.GetMicRequests()) != 1 || len(q.GetMicInvites()) != 1 {
+			t.Fatalf("a query answer lost the queue: %v", q)
+		}
+	}
+	// A corrupt queue does not load.
+	p.MicRequests = append(p.MicRequests, p.MicRequests[0])
+	if _, err := snapshot.FromProto(p); err == nil {
+		t.Fatal("a user twice in the mic requests loaded")
 	}
 }

@@ -157,6 +157,16 @@ type Batch struct {
 	// Gifts are the gift records of the gifts the batch commits (their
 	// RecordID is assigned on insert).
 	Gifts []GiftRecord
+	// Roles, when set, replaces the room's owner and host after its Meta
+	// (TransferOwnership, SetHost), so the room's row names them as its
+	// state does.
+	Roles *RoomRoles
+}
+
+// RoomRoles are a room's owner and host.
+type RoomRoles struct {
+	OwnerUserID int64
+	HostUserID  int64
 }
 
 // HeadVersion is the room version after the batch.

@@ -79,6 +79,16 @@ func methods(c *client) map[string]method {
 		"PublishRobotDisplay": bind(r.PublishRobotDisplay),
 		"ListNodes":           bind(o.ListNodes),
 		"Drain":               bind(o.Drain),
+		"SetMicApproval":      bind(r.SetMicApproval),
+		"RequestMic":          bind(r.RequestMic),
+		"CancelMicRequest":    bind(r.CancelMicRequest),
+		"ApproveMicRequest":   bind(r.ApproveMicRequest),
+		"RejectMicRequest":    bind(r.RejectMicRequest),
+		"InviteToMic":         bind(r.InviteToMic),
+		"AcceptMicInvite":     bind(r.AcceptMicInvite),
+		"DeclineMicInvite":    bind(r.DeclineMicInvite),
+		"TransferOwnership":   bind(r.TransferOwnership),
+		"SetHost":             bind(r.SetHost),
 	}
 }
 

@@ -247,6 +247,12 @@ func (db *DB) saveBatchSnapshot(ctx context.Context, tx *sql.Tx, update, insert 
 			return db.d.MapErr(err)
 		}
 	}
+	if r := b.Roles; r != nil {
+		if _, err := tx.ExecContext(ctx, `UPDATE rooms SET owner_user_id = ?, host_user_id = ? WHERE room_id = ?`,
+			r.OwnerUserID, r.HostUserID, b.RoomID); err != nil {
+			return db.d.MapErr(err)
+		}
+	}
 	if b.Snapshot != nil {
 		return db.saveSnapshot(ctx, update, insert, b.Snapshot, now)
 	}

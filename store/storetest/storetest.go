@@ -58,6 +58,7 @@ func Run(t *testing.T, newRepo func(t *testing.T) store.Repository) {
 		{"CommitBatchesWithoutCommands", testCommitBatchesWithoutCommands},
 		{"CommitBatchesMeta", testCommitBatchesMeta},
 		{"CommitBatchesCreate", testCommitBatchesCreate},
+		{"CommitBatchesRoles", testCommitBatchesRoles},
 		{"CommitBatchesManyRooms", testCommitBatchesManyRooms},
 		{"SnapshotNeverBackwards", testSnapshotNeverBackwards},
 		{"SnapshotConcurrent", testSnapshotConcurrent},
@@ -589,6 +590,23 @@ func testCommitBatchesCreate(t *testing.T, repo store.Repository) {
 	}
 	if _, found, err := repo.GetRoomMeta(ctx, bad.RoomID); err != nil || found {
 		t.Fatalf("a refused creating batch left a room: found %v, err %v", found, err)
+	}
+}
+
+// A batch with Roles replaces the room's owner and host and nothing else;
+// a fenced one changes nothing.
+func testCommitBatchesRoles(t *testing.T, repo store.Repository) {
+	id, claim := newClaimedRoom(t, repo)
+	before := mustGetMeta(t, repo, id)
+	b := newBatch(id, claim.Epoch, claim.HeadVersion, 1)
+	b.Roles = &store.RoomRoles{OwnerUserID: 55, HostUserID: 0}
+	stale := newBatch(id, claim.Epoch-1, claim.HeadVersion+1, 1)
+	stale.Roles = &store.RoomRoles{OwnerUserID: 99, HostUserID: 98}
+	mustCommit(t, repo, []store.Batch{b, stale}, nil, store.ErrFenced)
+	want := before
+	want.OwnerUserID, want.HostUserID = 55, 0
+	if got := mustGetMeta(t, repo, id); got != want {
+		t.Fatalf("meta after the batch: %+v, want %+v", got, want)
 	}
 }
 

@@ -1330,8 +1330,10 @@ type CreateRoomRequest struct {
 	Mode           string                 `protobuf:"bytes,7,opt,name=mode,proto3" json:"mode,omitempty"`
 	Region         string                 `protobuf:"bytes,8,opt,name=region,proto3" json:"region,omitempty"`
 	Title          string                 `protobuf:"bytes,9,opt,name=title,proto3" json:"title,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// Members need an owner's or admin's approval to take a seat (RequestMic).
+	MicApprovalRequired bool `protobuf:"varint,10,opt,name=mic_approval_required,json=micApprovalRequired,proto3" json:"mic_approval_required,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
 }
 
 func (x *CreateRoomRequest) Reset() {
@@ -1425,6 +1427,13 @@ func (x *CreateRoomRequest) GetTitle() string {
 		return x.Title
 	}
 	return ""
+}
+
+func (x *CreateRoomRequest) GetMicApprovalRequired() bool {
+	if x != nil {
+		return x.MicApprovalRequired
+	}
+	return false
 }
 
 // CreateRoomResponse carries the room version the command committed at.
@@ -2636,8 +2645,10 @@ type KickUserRequest struct {
 	OperatorUserId  int64                  `protobuf:"varint,3,opt,name=operator_user_id,json=operatorUserId,proto3" json:"operator_user_id,omitempty"`
 	TargetUserId    int64                  `protobuf:"varint,4,opt,name=target_user_id,json=targetUserId,proto3" json:"target_user_id,omitempty"`
 	DurationSeconds int64                  `protobuf:"varint,5,opt,name=duration_seconds,json=durationSeconds,proto3" json:"duration_seconds,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// Shown with the ban (snapshot, events); at most 256 bytes, control characters removed.
+	Reason        string `protobuf:"bytes,6,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *KickUserRequest) Reset() {
@@ -2705,6 +2716,13 @@ func (x *KickUserRequest) GetDurationSeconds() int64 {
 	return 0
 }
 
+func (x *KickUserRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
 // KickUserResponse carries the room version the command committed at.
 type KickUserResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -2752,14 +2770,19 @@ func (x *KickUserResponse) GetRoomVersion() int64 {
 
 // MuteUserRequest: Chat-mutes a user (禁言) for duration_seconds; 0 lifts the mute. Owner or admin.
 type MuteUserRequest struct {
-	state           protoimpl.MessageState `protogen:"open.v1"`
-	RoomId          string                 `protobuf:"bytes,1,opt,name=room_id,json=roomId,proto3" json:"room_id,omitempty"`
-	CommandId       string                 `protobuf:"bytes,2,opt,name=command_id,json=commandId,proto3" json:"command_id,omitempty"`
-	OperatorUserId  int64                  `protobuf:"varint,3,opt,name=operator_user_id,json=operatorUserId,proto3" json:"operator_user_id,omitempty"`
-	TargetUserId    int64                  `protobuf:"varint,4,opt,name=target_user_id,json=targetUserId,proto3" json:"target_user_id,omitempty"`
-	DurationSeconds int64                  `protobuf:"varint,5,opt,name=duration_seconds,json=durationSeconds,proto3" json:"duration_seconds,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	RoomId         string                 `protobuf:"bytes,1,opt,name=room_id,json=roomId,proto3" json:"room_id,omitempty"`
+	CommandId      string                 `protobuf:"bytes,2,opt,name=command_id,json=commandId,proto3" json:"command_id,omitempty"`
+	OperatorUserId int64                  `protobuf:"varint,3,opt,name=operator_user_id,json=operatorUserId,proto3" json:"operator_user_id,omitempty"`
+	TargetUserId   int64                  `protobuf:"varint,4,opt,name=target_user_id,json=targetUserId,proto3" json:"target_user_id,omitempty"`
+	// 0 without permanent lifts the mute.
+	DurationSeconds int64 `protobuf:"varint,5,opt,name=duration_seconds,json=durationSeconds,proto3" json:"duration_seconds,omitempty"`
+	// Muted until lifted (MuteUser with duration 0, or UnbanUser); duration_seconds must be 0.
+	Permanent bool `protobuf:"varint,6,opt,name=permanent,proto3" json:"permanent,omitempty"`
+	// Shown with the mute (snapshot, events); at most 256 bytes, control characters removed.
+	Reason        string `protobuf:"bytes,7,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *MuteUserRequest) Reset() {
@@ -2827,6 +2850,20 @@ func (x *MuteUserRequest) GetDurationSeconds() int64 {
 	return 0
 }
 
+func (x *MuteUserRequest) GetPermanent() bool {
+	if x != nil {
+		return x.Permanent
+	}
+	return false
+}
+
+func (x *MuteUserRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
 // MuteUserResponse carries the room version the command committed at.
 type MuteUserResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -2872,7 +2909,7 @@ func (x *MuteUserResponse) GetRoomVersion() int64 {
 	return 0
 }
 
-// UnbanUserRequest: Lifts a ban. Owner or admin.
+// UnbanUserRequest: Lifts a user's ban and chat mute. Owner or admin.
 type UnbanUserRequest struct {
 	state          protoimpl.MessageState `protogen:"open.v1"`
 	RoomId         string                 `protobuf:"bytes,1,opt,name=room_id,json=roomId,proto3" json:"room_id,omitempty"`
@@ -5024,7 +5061,13 @@ type RoomSnapshot struct {
 	// When the last command applied, unix ms.
 	LastCommandAtMs int64 `protobuf:"varint,16,opt,name=last_command_at_ms,json=lastCommandAtMs,proto3" json:"last_command_at_ms,omitempty"`
 	// Heat, rank and the rocket of the current business day.
-	Economy       *RoomEconomy `protobuf:"bytes,17,opt,name=economy,proto3" json:"economy,omitempty"`
+	Economy *RoomEconomy `protobuf:"bytes,17,opt,name=economy,proto3" json:"economy,omitempty"`
+	// Members need an owner's or admin's approval to take a seat.
+	MicApprovalRequired bool `protobuf:"varint,18,opt,name=mic_approval_required,json=micApprovalRequired,proto3" json:"mic_approval_required,omitempty"`
+	// Pending mic requests, oldest first.
+	MicRequests []*MicQueueEntry `protobuf:"bytes,19,rep,name=mic_requests,json=micRequests,proto3" json:"mic_requests,omitempty"`
+	// Pending mic invitations, oldest first.
+	MicInvites    []*MicQueueEntry `protobuf:"bytes,20,rep,name=mic_invites,json=micInvites,proto3" json:"mic_invites,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -5178,6 +5221,109 @@ func (x *RoomSnapshot) GetEconomy() *RoomEconomy {
 	return nil
 }
 
+func (x *RoomSnapshot) GetMicApprovalRequired() bool {
+	if x != nil {
+		return x.MicApprovalRequired
+	}
+	return false
+}
+
+func (x *RoomSnapshot) GetMicRequests() []*MicQueueEntry {
+	if x != nil {
+		return x.MicRequests
+	}
+	return nil
+}
+
+func (x *RoomSnapshot) GetMicInvites() []*MicQueueEntry {
+	if x != nil {
+		return x.MicInvites
+	}
+	return nil
+}
+
+// MicQueueEntry is a pending mic request or invitation. It is absent from
+// expires_at_ms on; the service removes it (RoomMicRequestChanged or
+// RoomMicInviteChanged, action expired) shortly after.
+type MicQueueEntry struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The requester, or the invitee.
+	UserId int64 `protobuf:"varint,1,opt,name=user_id,json=userId,proto3" json:"user_id,omitempty"`
+	// The seat asked or invited to; -1: the first free unlocked seat.
+	SeatIndex int32 `protobuf:"varint,2,opt,name=seat_index,json=seatIndex,proto3" json:"seat_index,omitempty"`
+	// The requester, or who invited.
+	ByUserId      int64 `protobuf:"varint,3,opt,name=by_user_id,json=byUserId,proto3" json:"by_user_id,omitempty"`
+	AtMs          int64 `protobuf:"varint,4,opt,name=at_ms,json=atMs,proto3" json:"at_ms,omitempty"`
+	ExpiresAtMs   int64 `protobuf:"varint,5,opt,name=expires_at_ms,json=expiresAtMs,proto3" json:"expires_at_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MicQueueEntry) Reset() {
+	*x = MicQueueEntry{}
+	mi := &file_room_v1_room_proto_msgTypes[76]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MicQueueEntry) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MicQueueEntry) ProtoMessage() {}
+
+func (x *MicQueueEntry) ProtoReflect() protoreflect.Message {
+	mi := &file_room_v1_room_proto_msgTypes[76]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MicQueueEntry.ProtoReflect.Descriptor instead.
+func (*MicQueueEntry) Descriptor() ([]byte, []int) {
+	return file_room_v1_room_proto_rawDescGZIP(), []int{76}
+}
+
+func (x *MicQueueEntry) GetUserId() int64 {
+	if x != nil {
+		return x.UserId
+	}
+	return 0
+}
+
+func (x *MicQueueEntry) GetSeatIndex() int32 {
+	if x != nil {
+		return x.SeatIndex
+	}
+	return 0
+}
+
+func (x *MicQueueEntry) GetByUserId() int64 {
+	if x != nil {
+		return x.ByUserId
+	}
+	return 0
+}
+
+func (x *MicQueueEntry) GetAtMs() int64 {
+	if x != nil {
+		return x.AtMs
+	}
+	return 0
+}
+
+func (x *MicQueueEntry) GetExpiresAtMs() int64 {
+	if x != nil {
+		return x.ExpiresAtMs
+	}
+	return 0
+}
+
 // RoomEconomy is what gifts build up in a room during one business day (a
 // day of the configured time zone, from the configured start time). It
 // resets when the first command of a new business day applies.
@@ -5204,7 +5350,7 @@ type RoomEconomy struct {
 
 func (x *RoomEconomy) Reset() {
 	*x = RoomEconomy{}
-	mi := &file_room_v1_room_proto_msgTypes[76]
+	mi := &file_room_v1_room_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5216,7 +5362,7 @@ func (x *RoomEconomy) String() string {
 func (*RoomEconomy) ProtoMessage() {}
 
 func (x *RoomEconomy) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[76]
+	mi := &file_room_v1_room_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5229,7 +5375,7 @@ func (x *RoomEconomy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RoomEconomy.ProtoReflect.Descriptor instead.
 func (*RoomEconomy) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{76}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *RoomEconomy) GetBusinessDay() int64 {
@@ -5293,7 +5439,7 @@ type EconomyRules struct {
 
 func (x *EconomyRules) Reset() {
 	*x = EconomyRules{}
-	mi := &file_room_v1_room_proto_msgTypes[77]
+	mi := &file_room_v1_room_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5305,7 +5451,7 @@ func (x *EconomyRules) String() string {
 func (*EconomyRules) ProtoMessage() {}
 
 func (x *EconomyRules) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[77]
+	mi := &file_room_v1_room_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5318,7 +5464,7 @@ func (x *EconomyRules) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EconomyRules.ProtoReflect.Descriptor instead.
 func (*EconomyRules) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{77}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *EconomyRules) GetTimeZone() string {
@@ -5367,7 +5513,7 @@ type RocketLevelRule struct {
 
 func (x *RocketLevelRule) Reset() {
 	*x = RocketLevelRule{}
-	mi := &file_room_v1_room_proto_msgTypes[78]
+	mi := &file_room_v1_room_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5379,7 +5525,7 @@ func (x *RocketLevelRule) String() string {
 func (*RocketLevelRule) ProtoMessage() {}
 
 func (x *RocketLevelRule) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[78]
+	mi := &file_room_v1_room_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5392,7 +5538,7 @@ func (x *RocketLevelRule) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RocketLevelRule.ProtoReflect.Descriptor instead.
 func (*RocketLevelRule) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{78}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *RocketLevelRule) GetFuel() int64 {
@@ -5420,7 +5566,7 @@ type RankEntry struct {
 
 func (x *RankEntry) Reset() {
 	*x = RankEntry{}
-	mi := &file_room_v1_room_proto_msgTypes[79]
+	mi := &file_room_v1_room_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5432,7 +5578,7 @@ func (x *RankEntry) String() string {
 func (*RankEntry) ProtoMessage() {}
 
 func (x *RankEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[79]
+	mi := &file_room_v1_room_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5445,7 +5591,7 @@ func (x *RankEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RankEntry.ProtoReflect.Descriptor instead.
 func (*RankEntry) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{79}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{80}
 }
 
 func (x *RankEntry) GetUserId() int64 {
@@ -5483,7 +5629,7 @@ type RoomRocket struct {
 
 func (x *RoomRocket) Reset() {
 	*x = RoomRocket{}
-	mi := &file_room_v1_room_proto_msgTypes[80]
+	mi := &file_room_v1_room_proto_msgTypes[81]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5495,7 +5641,7 @@ func (x *RoomRocket) String() string {
 func (*RoomRocket) ProtoMessage() {}
 
 func (x *RoomRocket) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[80]
+	mi := &file_room_v1_room_proto_msgTypes[81]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5508,7 +5654,7 @@ func (x *RoomRocket) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RoomRocket.ProtoReflect.Descriptor instead.
 func (*RoomRocket) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{80}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{81}
 }
 
 func (x *RoomRocket) GetLevel() int32 {
@@ -5570,7 +5716,7 @@ type RocketLaunch struct {
 
 func (x *RocketLaunch) Reset() {
 	*x = RocketLaunch{}
-	mi := &file_room_v1_room_proto_msgTypes[81]
+	mi := &file_room_v1_room_proto_msgTypes[82]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5582,7 +5728,7 @@ func (x *RocketLaunch) String() string {
 func (*RocketLaunch) ProtoMessage() {}
 
 func (x *RocketLaunch) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[81]
+	mi := &file_room_v1_room_proto_msgTypes[82]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5595,7 +5741,7 @@ func (x *RocketLaunch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RocketLaunch.ProtoReflect.Descriptor instead.
 func (*RocketLaunch) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{81}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{82}
 }
 
 func (x *RocketLaunch) GetRocketId() int64 {
@@ -5654,7 +5800,7 @@ type RoomProfile struct {
 
 func (x *RoomProfile) Reset() {
 	*x = RoomProfile{}
-	mi := &file_room_v1_room_proto_msgTypes[82]
+	mi := &file_room_v1_room_proto_msgTypes[83]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5666,7 +5812,7 @@ func (x *RoomProfile) String() string {
 func (*RoomProfile) ProtoMessage() {}
 
 func (x *RoomProfile) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[82]
+	mi := &file_room_v1_room_proto_msgTypes[83]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5679,7 +5825,7 @@ func (x *RoomProfile) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RoomProfile.ProtoReflect.Descriptor instead.
 func (*RoomProfile) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{82}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{83}
 }
 
 func (x *RoomProfile) GetTitle() string {
@@ -5732,7 +5878,7 @@ type Member struct {
 
 func (x *Member) Reset() {
 	*x = Member{}
-	mi := &file_room_v1_room_proto_msgTypes[83]
+	mi := &file_room_v1_room_proto_msgTypes[84]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5744,7 +5890,7 @@ func (x *Member) String() string {
 func (*Member) ProtoMessage() {}
 
 func (x *Member) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[83]
+	mi := &file_room_v1_room_proto_msgTypes[84]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5757,7 +5903,7 @@ func (x *Member) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Member.ProtoReflect.Descriptor instead.
 func (*Member) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{83}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{84}
 }
 
 func (x *Member) GetUserId() int64 {
@@ -5821,7 +5967,7 @@ type MicSeat struct {
 
 func (x *MicSeat) Reset() {
 	*x = MicSeat{}
-	mi := &file_room_v1_room_proto_msgTypes[84]
+	mi := &file_room_v1_room_proto_msgTypes[85]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5833,7 +5979,7 @@ func (x *MicSeat) String() string {
 func (*MicSeat) ProtoMessage() {}
 
 func (x *MicSeat) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[84]
+	mi := &file_room_v1_room_proto_msgTypes[85]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5846,7 +5992,7 @@ func (x *MicSeat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MicSeat.ProtoReflect.Descriptor instead.
 func (*MicSeat) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{84}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{85}
 }
 
 func (x *MicSeat) GetIndex() int32 {
@@ -5898,18 +6044,22 @@ func (x *MicSeat) GetCharm() int64 {
 	return 0
 }
 
-// Restriction is a chat mute or a ban of one user until a time (unix ms; 0 = permanent ban).
+// Restriction is a chat mute or a ban of one user until a time (unix ms; 0 = permanent).
 type Restriction struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	UserId        int64                  `protobuf:"varint,1,opt,name=user_id,json=userId,proto3" json:"user_id,omitempty"`
-	UntilMs       int64                  `protobuf:"varint,2,opt,name=until_ms,json=untilMs,proto3" json:"until_ms,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	UserId  int64                  `protobuf:"varint,1,opt,name=user_id,json=userId,proto3" json:"user_id,omitempty"`
+	UntilMs int64                  `protobuf:"varint,2,opt,name=until_ms,json=untilMs,proto3" json:"until_ms,omitempty"`
+	// Until lifted (until_ms is 0).
+	Permanent bool `protobuf:"varint,3,opt,name=permanent,proto3" json:"permanent,omitempty"`
+	// The reason given with the kick or mute, if any.
+	Reason        string `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Restriction) Reset() {
 	*x = Restriction{}
-	mi := &file_room_v1_room_proto_msgTypes[85]
+	mi := &file_room_v1_room_proto_msgTypes[86]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5921,7 +6071,7 @@ func (x *Restriction) String() string {
 func (*Restriction) ProtoMessage() {}
 
 func (x *Restriction) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[85]
+	mi := &file_room_v1_room_proto_msgTypes[86]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5934,7 +6084,7 @@ func (x *Restriction) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Restriction.ProtoReflect.Descriptor instead.
 func (*Restriction) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{85}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{86}
 }
 
 func (x *Restriction) GetUserId() int64 {
@@ -5949,6 +6099,20 @@ func (x *Restriction) GetUntilMs() int64 {
 		return x.UntilMs
 	}
 	return 0
+}
+
+func (x *Restriction) GetPermanent() bool {
+	if x != nil {
+		return x.Permanent
+	}
+	return false
+}
+
+func (x *Restriction) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
 }
 
 // RoomEvent is the envelope of every durable room fact the outbox relay
@@ -5977,7 +6141,7 @@ type RoomEvent struct {
 
 func (x *RoomEvent) Reset() {
 	*x = RoomEvent{}
-	mi := &file_room_v1_room_proto_msgTypes[86]
+	mi := &file_room_v1_room_proto_msgTypes[87]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5989,7 +6153,7 @@ func (x *RoomEvent) String() string {
 func (*RoomEvent) ProtoMessage() {}
 
 func (x *RoomEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[86]
+	mi := &file_room_v1_room_proto_msgTypes[87]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6002,7 +6166,7 @@ func (x *RoomEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RoomEvent.ProtoReflect.Descriptor instead.
 func (*RoomEvent) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{86}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{87}
 }
 
 func (x *RoomEvent) GetEventId() string {
@@ -6066,7 +6230,7 @@ type HeartbeatRequest struct {
 
 func (x *HeartbeatRequest) Reset() {
 	*x = HeartbeatRequest{}
-	mi := &file_room_v1_room_proto_msgTypes[87]
+	mi := &file_room_v1_room_proto_msgTypes[88]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6078,7 +6242,7 @@ func (x *HeartbeatRequest) String() string {
 func (*HeartbeatRequest) ProtoMessage() {}
 
 func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[87]
+	mi := &file_room_v1_room_proto_msgTypes[88]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6091,7 +6255,7 @@ func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatRequest.ProtoReflect.Descriptor instead.
 func (*HeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{87}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{88}
 }
 
 func (x *HeartbeatRequest) GetRoomId() string {
@@ -6124,7 +6288,7 @@ type HeartbeatResponse struct {
 
 func (x *HeartbeatResponse) Reset() {
 	*x = HeartbeatResponse{}
-	mi := &file_room_v1_room_proto_msgTypes[88]
+	mi := &file_room_v1_room_proto_msgTypes[89]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6136,7 +6300,7 @@ func (x *HeartbeatResponse) String() string {
 func (*HeartbeatResponse) ProtoMessage() {}
 
 func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_room_v1_room_proto_msgTypes[88]
+	mi := &file_room_v1_room_proto_msgTypes[89]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6149,7 +6313,7 @@ func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*HeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_room_v1_room_proto_rawDescGZIP(), []int{88}
+	return file_room_v1_room_proto_rawDescGZIP(), []int{89}
 }
 
 func (x *HeartbeatResponse) GetMembers() int32 {
@@ -6171,6 +6335,1136 @@ func (x *HeartbeatResponse) GetNotMemberUserIds() []int64 {
 		return x.NotMemberUserIds
 	}
 	return nil
+}
+
+// SetMicApprovalRequest: Switches whether members need approval to take a seat. Owner or admin.
+type SetMicApprovalRequest struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	RoomId         string                 `protobuf:"bytes,1,opt,name=room_id,json=roomId,proto3" json:"room_id,omitempty"`
+	CommandId      string                 `protobuf:"bytes,2,opt,name=command_id,json=commandId,proto3" json:"command_id,omitempty"`
+	OperatorUserId int64                  `protobuf:"varint,3,opt,name=operator_user_id,json=operatorUserId,proto3" json:"operator_user_id,omitempty"`
+	Required       bool                   `protobuf:"varint,4,opt,name=required,proto3" json:"required,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *SetMicApprovalRequest) Reset() {
+	*x = SetMicApprovalRequest{}
+	mi := &file_room_v1_room_proto_msgTypes[90]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetMicApprovalRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetMicApprovalRequest) ProtoMessage() {}
+
+func (x *SetMicApprovalRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_room_v1_room_proto_msgTypes[90]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetMicApprovalRequest.ProtoReflect.Descriptor instead.
+func (*SetMicApprovalRequest) Descriptor() ([]byte, []int) {
+	return file_room_v1_room_proto_rawDescGZIP(), []int{90}
+}
+
+func (x *SetMicApprovalRequest) GetRoomId() string {
+	if x != nil {
+		return x.RoomId
+	}
+	return ""
+}
+
+func (x *SetMicApprovalRequest) GetCommandId() string {
+	if x != nil {
+		return x.CommandId
+	}
+	return ""
+}
+
+func (x *SetMicApprovalRequest) GetOperatorUserId() int64 {
+	if x != nil {
+		return x.OperatorUserId
+	}
+	return 0
+}
+
+func (x *SetMicApprovalRequest) GetRequired() bool {
+	if x != nil {
+		return x.Required
+	}
+	return false
+}
+
+// SetMicApprovalResponse carries the room version the command committed at.
+type SetMicApprovalResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	RoomVersion   int64                  `protobuf:"varint,1,opt,name=room_version,json=roomVersion,proto3" json:"room_version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetMicApprovalResponse) Reset() {
+	*x = SetMicApprovalResponse{}
+	mi := &file_room_v1_room_proto_msgTypes[91]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetMicApprovalResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetMicApprovalResponse) ProtoMessage() {}
+
+func (x *SetMicApprovalResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_room_v1_room_proto_msgTypes[91]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetMicApprovalResponse.ProtoReflect.Descriptor instead.
+func (*SetMicApprovalResponse) Descriptor() ([]byte, []int) {
+	return file_room_v1_room_proto_rawDescGZIP(), []int{91}
+}
+
+func (x *SetMicApprovalResponse) GetRoomVersion() int64 {
+	if x != nil {
+		return x.RoomVersion
+	}
+	return 0
+}
+
+// RequestMicRequest: Asks to speak, in a room that requires approval.
+type RequestMicRequest struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	RoomId         string                 `protobuf:"bytes,1,opt,name=room_id,json=roomId,proto3" json:"room_id,omitempty"`
+	CommandId      string                 `protobuf:"bytes,2,opt,name=command_id,json=commandId,proto3" json:"command_id,omitempty"`
+	OperatorUserId int64                  `protobuf:"varint,3,opt,name=operator_user_id,json=operatorUserId,proto3" json:"operator_user_id,omitempty"`
+	// The seat asked for; absent: the first free unlocked seat when approved.
+	SeatIndex     *int32 `protobuf:"varint,4,opt,name=seat_index,json=seatIndex,proto3,oneof" json:"seat_index,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RequestMicRequest) Reset() {
+	*x = RequestMicRequest{}
+	mi := &file_room_v1_room_proto_msgTypes[92]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RequestMicRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RequestMicRequest) ProtoMessage() {}
+
+func (x *RequestMicRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_room_v1_room_proto_msgTypes[92]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RequestMicRequest.ProtoReflect.Descriptor instead.
+func (*RequestMicRequest) Descriptor() ([]byte, []int) {
+	return file_room_v1_room_proto_rawDescGZIP(), []int{92}
+}
+
+func (x *RequestMicRequest) GetRoomId() string {
+	if x != nil {
+		return x.RoomId
+	}
+	return ""
+}
+
+func (x *RequestMicRequest) GetCommandId() string {
+	if x != nil {
+		return x.CommandId
+	}
+	return ""
+}
+
+func (x *RequestMicRequest) GetOperatorUserId() int64 {
+	if x != nil {
+		return x.OperatorUserId
+	}
+	return 0
+}
+
+func (x *RequestMicRequest) GetSeatIndex() int32 {
+	if x != nil && x.SeatIndex != nil {
+		return *x.SeatIndex
+	}
+	return 0
+}
+
+// RequestMicResponse carries the room version the command committed at.
+type RequestMicResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	RoomVersion   int64                  `protobuf:"varint,1,opt,name=room_version,json=roomVersion,proto3" json:"room_version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RequestMicResponse) Reset() {
+	*x = RequestMicResponse{}
+	mi := &file_room_v1_room_proto_msgTypes[93]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RequestMicResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RequestMicResponse) ProtoMessage() {}
+
+func (x *RequestMicResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_room_v1_room_proto_msgTypes[93]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RequestMicResponse.ProtoReflect.Descriptor instead.
+func (*RequestMicResponse) Descriptor() ([]byte, []int) {
+	return file_room_v1_room_proto_rawDescGZIP(), []int{93}
+}
+
+func (x *RequestMicResponse) GetRoomVersion() int64 {
+	if x != nil {
+		return x.RoomVersion
+	}
+	return 0
+}
+
+// CancelMicRequestRequest: Withdraws the operator's pending mic request.
+type CancelMicRequestRequest struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	RoomId         string                 `protobuf:"bytes,1,opt,name=room_id,json=roomId,proto3" json:"room_id,omitempty"`
+	CommandId      string                 `protobuf:"bytes,2,opt,name=command_id,json=commandId,proto3" json:"command_id,omitempty"`
+	OperatorUserId int64                  `protobuf:"varint,3,opt,name=operator_user_id,json=operatorUserId,proto3" json:"operator_user_id,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *CancelMicRequestRequest) Reset() {
+	*x = CancelMicRequestRequest{}
+	mi := &file_room_v1_room_proto_msgTypes[94]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CancelMicRequestRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CancelMicRequestRequest) ProtoMessage() {}
+
+func (x *CancelMicRequestRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_room_v1_room_proto_msgTypes[94]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CancelMicRequestRequest.ProtoReflect.Descriptor instead.
+func (*CancelMicRequestRequest) Descriptor() ([]byte, []int) {
+	return file_room_v1_room_proto_rawDescGZIP(), []int{94}
+}
+
+func (x *CancelMicRequestRequest) GetRoomId() string {
+	if x != nil {
+		return x.RoomId
+	}
+	return ""
+}
+
+func (x *CancelMicRequestRequest) GetCommandId() string {
+	if x != nil {
+		return x.CommandId
+	}
+	return ""
+}
+
+func (x *CancelMicRequestRequest) GetOperatorUserId() int64 {
+	if x != nil {
+		return x.OperatorUserId
+	}
+	return 0
+}
+
+// CancelMicRequestResponse carries the room version the command committed at.
+type CancelMicRequestResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	RoomVersion   int64                  `protobuf:"varint,1,opt,name=room_version,json=roomVersion,proto3" json:"room_version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CancelMicRequestResponse) Reset() {
+	*x = CancelMicRequestResponse{}
+	mi := &file_room_v1_room_proto_msgTypes[95]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CancelMicRequestResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CancelMicRequestResponse) ProtoMessage() {}
+
+func (x *CancelMicRequestResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_room_v1_room_proto_msgTypes[95]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CancelMicRequestResponse.ProtoReflect.Descriptor instead.
+func (*CancelMicRequestResponse) Descriptor() ([]byte, []int) {
+	return file_room_v1_room_proto_rawDescGZIP(), []int{95}
+}
+
+func (x *CancelMicRequestResponse) GetRoomVersion() int64 {
+	if x != nil {
+		return x.RoomVersion
+	}
+	return 0
+}
+
+// ApproveMicRequestRequest: Seats a requester. Owner or admin.
+type ApproveMicRequestRequest struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	RoomId         string                 `protobuf:"bytes,1,opt,name=room_id,json=roomId,proto3" json:"room_id,omitempty"`
+	CommandId      string                 `protobuf:"bytes,2,opt,name=command_id,json=commandId,proto3" json:"command_id,omitempty"`
+	OperatorUserId int64                  `protobuf:"varint,3,opt,name=operator_user_id,json=operatorUserId,proto3" json:"operator_user_id,omitempty"`
+	// The requester.
+	TargetUserId  int64 `protobuf:"varint,4,opt,name=target_user_id,json=targetUserId,proto3" json:"target_user_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ApproveMicRequestRequest) Reset() {
+	*x = ApproveMicRequestRequest{}
+	mi := &file_room_v1_room_proto_msgTypes[96]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ApproveMicRequestRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ApproveMicRequestRequest) ProtoMessage() {}
+
+func (x *ApproveMicRequestRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_room_v1_room_proto_msgTypes[96]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ApproveMicRequestRequest.ProtoReflect.Descriptor instead.
+func (*ApproveMicRequestRequest) Descriptor() ([]byte, []int) {
+	return file_room_v1_room_proto_rawDescGZIP(), []int{96}
+}
+
+func (x *ApproveMicRequestRequest) GetRoomId() string {
+	if x != nil {
+		return x.RoomId
+	}
+	return ""
+}
+
+func (x *ApproveMicRequestRequest) GetCommandId() string {
+	if x != nil {
+		return x.CommandId
+	}
+	return ""
+}
+
+func (x *ApproveMicRequestRequest) GetOperatorUserId() int64 {
+	if x != nil {
+		return x.OperatorUserId
+	}
+	return 0
+}
+
+func (x *ApproveMicRequestRequest) GetTargetUserId() int64 {
+	if x != nil {
+		return x.TargetUserId
+	}
+	return 0
+}
+
+// ApproveMicRequestResponse carries the room version the command committed at.
+type ApproveMicRequestResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	RoomVersion   int64                  `protobuf:"varint,1,opt,name=room_version,json=roomVersion,proto3" json:"room_version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ApproveMicRequestResponse) Reset() {
+	*x = ApproveMicRequestResponse{}
+	mi := &file_room_v1_room_proto_msgTypes[97]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ApproveMicRequestResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ApproveMicRequestResponse) ProtoMessage() {}
+
+func (x *ApproveMicRequestResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_room_v1_room_proto_msgTypes[97]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ApproveMicRequestResponse.ProtoReflect.Descriptor instead.
+func (*ApproveMicRequestResponse) Descriptor() ([]byte, []int) {
+	return file_room_v1_room_proto_rawDescGZIP(), []int{97}
+}
+
+func (x *ApproveMicRequestResponse) GetRoomVersion() int64 {
+	if x != nil {
+		return x.RoomVersion
+	}
+	return 0
+}
+
+// RejectMicRequestRequest: Refuses a mic request. Owner or admin.
+type RejectMicRequestRequest struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	RoomId         string                 `protobuf:"bytes,1,opt,name=room_id,json=roomId,proto3" json:"room_id,omitempty"`
+	CommandId      string                 `protobuf:"bytes,2,opt,name=command_id,json=commandId,proto3" json:"command_id,omitempty"`
+	OperatorUserId int64                  `protobuf:"varint,3,opt,name=operator_user_id,json=operatorUserId,proto3" json:"operator_user_id,omitempty"`
+	// The requester.
+	TargetUserId  int64 `protobuf:"varint,4,opt,name=target_user_id,json=targetUserId,proto3" json:"target_user_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RejectMicRequestRequest) Reset() {
+	*x = RejectMicRequestRequest{}
+	mi := &file_room_v1_room_proto_msgTypes[98]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RejectMicRequestRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RejectMicRequestRequest) ProtoMessage() {}
+
+func (x *RejectMicRequestRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_room_v1_room_proto_msgTypes[98]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RejectMicRequestRequest.ProtoReflect.Descriptor instead.
+func (*RejectMicRequestRequest) Descriptor() ([]byte, []int) {
+	return file_room_v1_room_proto_rawDescGZIP(), []int{98}
+}
+
+func (x *RejectMicRequestRequest) GetRoomId() string {
+	if x != nil {
+		return x.RoomId
+	}
+	return ""
+}
+
+func (x *RejectMicRequestRequest) GetCommandId() string {
+	if x != nil {
+		return x.CommandId
+	}
+	return ""
+}
+
+func (x *RejectMicRequestRequest) GetOperatorUserId() int64 {
+	if x != nil {
+		return x.OperatorUserId
+	}
+	return 0
+}
+
+func (x *RejectMicRequestRequest) GetTargetUserId() int64 {
+	if x != nil {
+		return x.TargetUserId
+	}
+	return 0
+}
+
+// RejectMicRequestResponse carries the room version the command committed at.
+type RejectMicRequestResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	RoomVersion   int64                  `protobuf:"varint,1,opt,name=room_version,json=roomVersion,proto3" json:"room_version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RejectMicRequestResponse) Reset() {
+	*x = RejectMicRequestResponse{}
+	mi := &file_room_v1_room_proto_msgTypes[99]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RejectMicRequestResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RejectMicRequestResponse) ProtoMessage() {}
+
+func (x *RejectMicRequestResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_room_v1_room_proto_msgTypes[99]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RejectMicRequestResponse.ProtoReflect.Descriptor instead.
+func (*RejectMicRequestResponse) Descriptor() ([]byte, []int) {
+	return file_room_v1_room_proto_rawDescGZIP(), []int{99}
+}
+
+func (x *RejectMicRequestResponse) GetRoomVersion() int64 {
+	if x != nil {
+		return x.RoomVersion
+	}
+	return 0
+}
+
+// InviteToMicRequest: Invites a member to a seat. Owner or admin.
+type InviteToMicRequest struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	RoomId         string                 `protobuf:"bytes,1,opt,name=room_id,json=roomId,proto3" json:"room_id,omitempty"`
+	CommandId      string                 `protobuf:"bytes,2,opt,name=command_id,json=commandId,proto3" json:"command_id,omitempty"`
+	OperatorUserId int64                  `protobuf:"varint,3,opt,name=operator_user_id,json=operatorUserId,proto3" json:"operator_user_id,omitempty"`
+	TargetUserId   int64                  `protobuf:"varint,4,opt,name=target_user_id,json=targetUserId,proto3" json:"target_user_id,omitempty"`
+	// The seat offered; absent: the first free unlocked seat when accepted.
+	SeatIndex     *int32 `protobuf:"varint,5,opt,name=seat_index,json=seatIndex,proto3,oneof" json:"seat_index,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *InviteToMicRequest) Reset() {
+	*x = InviteToMicRequest{}
+	mi := &file_room_v1_room_proto_msgTypes[100]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *InviteToMicRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*InviteToMicRequest) ProtoMessage() {}
+
+func (x *InviteToMicRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_room_v1_room_proto_msgTypes[100]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use InviteToMicRequest.ProtoReflect.Descriptor instead.
+func (*InviteToMicRequest) Descriptor() ([]byte, []int) {
+	return file_room_v1_room_proto_rawDescGZIP(), []int{100}
+}
+
+func (x *InviteToMicRequest) GetRoomId() string {
+	if x != nil {
+		return x.RoomId
+	}
+	return ""
+}
+
+func (x *InviteToMicRequest) GetCommandId() string {
+	if x != nil {
+		return x.CommandId
+	}
+	return ""
+}
+
+func (x *InviteToMicRequest) GetOperatorUserId() int64 {
+	if x != nil {
+		return x.OperatorUserId
+	}
+	return 0
+}
+
+func (x *InviteToMicRequest) GetTargetUserId() int64 {
+	if x != nil {
+		return x.TargetUserId
+	}
+	return 0
+}
+
+func (x *InviteToMicRequest) GetSeatIndex() int32 {
+	if x != nil && x.SeatIndex != nil {
+		return *x.SeatIndex
+	}
+	return 0
+}
+
+// InviteToMicResponse carries the room version the command committed at.
+type InviteToMicResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	RoomVersion   int64                  `protobuf:"varint,1,opt,name=room_version,json=roomVersion,proto3" json:"room_version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *InviteToMicResponse) Reset() {
+	*x = InviteToMicResponse{}
+	mi := &file_room_v1_room_proto_msgTypes[101]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *InviteToMicResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*InviteToMicResponse) ProtoMessage() {}
+
+func (x *InviteToMicResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_room_v1_room_proto_msgTypes[101]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use InviteToMicResponse.ProtoReflect.Descriptor instead.
+func (*InviteToMicResponse) Descriptor() ([]byte, []int) {
+	return file_room_v1_room_proto_rawDescGZIP(), []int{101}
+}
+
+func (x *InviteToMicResponse) GetRoomVersion() int64 {
+	if x != nil {
+		return x.RoomVersion
+	}
+	return 0
+}
+
+// AcceptMicInviteRequest: Takes the seat the operator was invited to.
+type AcceptMicInviteRequest struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	RoomId         string                 `protobuf:"bytes,1,opt,name=room_id,json=roomId,proto3" json:"room_id,omitempty"`
+	CommandId      string                 `protobuf:"bytes,2,opt,name=command_id,json=commandId,proto3" json:"command_id,omitempty"`
+	OperatorUserId int64                  `protobuf:"varint,3,opt,name=operator_user_id,json=operatorUserId,proto3" json:"operator_user_id,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *AcceptMicInviteRequest) Reset() {
+	*x = AcceptMicInviteRequest{}
+	mi := &file_room_v1_room_proto_msgTypes[102]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AcceptMicInviteRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AcceptMicInviteRequest) ProtoMessage() {}
+
+func (x *AcceptMicInviteRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_room_v1_room_proto_msgTypes[102]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AcceptMicInviteRequest.ProtoReflect.Descriptor instead.
+func (*AcceptMicInviteRequest) Descriptor() ([]byte, []int) {
+	return file_room_v1_room_proto_rawDescGZIP(), []int{102}
+}
+
+func (x *AcceptMicInviteRequest) GetRoomId() string {
+	if x != nil {
+		return x.RoomId
+	}
+	return ""
+}
+
+func (x *AcceptMicInviteRequest) GetCommandId() string {
+	if x != nil {
+		return x.CommandId
+	}
+	return ""
+}
+
+func (x *AcceptMicInviteRequest) GetOperatorUserId() int64 {
+	if x != nil {
+		return x.OperatorUserId
+	}
+	return 0
+}
+
+// AcceptMicInviteResponse carries the room version the command committed at.
+type AcceptMicInviteResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	RoomVersion   int64                  `protobuf:"varint,1,opt,name=room_version,json=roomVersion,proto3" json:"room_version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AcceptMicInviteResponse) Reset() {
+	*x = AcceptMicInviteResponse{}
+	mi := &file_room_v1_room_proto_msgTypes[103]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AcceptMicInviteResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AcceptMicInviteResponse) ProtoMessage() {}
+
+func (x *AcceptMicInviteResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_room_v1_room_proto_msgTypes[103]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AcceptMicInviteResponse.ProtoReflect.Descriptor instead.
+func (*AcceptMicInviteResponse) Descriptor() ([]byte, []int) {
+	return file_room_v1_room_proto_rawDescGZIP(), []int{103}
+}
+
+func (x *AcceptMicInviteResponse) GetRoomVersion() int64 {
+	if x != nil {
+		return x.RoomVersion
+	}
+	return 0
+}
+
+// DeclineMicInviteRequest: Declines the operator's mic invitation.
+type DeclineMicInviteRequest struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	RoomId         string                 `protobuf:"bytes,1,opt,name=room_id,json=roomId,proto3" json:"room_id,omitempty"`
+	CommandId      string                 `protobuf:"bytes,2,opt,name=command_id,json=commandId,proto3" json:"command_id,omitempty"`
+	OperatorUserId int64                  `protobuf:"varint,3,opt,name=operator_user_id,json=operatorUserId,proto3" json:"operator_user_id,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *DeclineMicInviteRequest) Reset() {
+	*x = DeclineMicInviteRequest{}
+	mi := &file_room_v1_room_proto_msgTypes[104]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeclineMicInviteRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeclineMicInviteRequest) ProtoMessage() {}
+
+func (x *DeclineMicInviteRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_room_v1_room_proto_msgTypes[104]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeclineMicInviteRequest.ProtoReflect.Descriptor instead.
+func (*DeclineMicInviteRequest) Descriptor() ([]byte, []int) {
+	return file_room_v1_room_proto_rawDescGZIP(), []int{104}
+}
+
+func (x *DeclineMicInviteRequest) GetRoomId() string {
+	if x != nil {
+		return x.RoomId
+	}
+	return ""
+}
+
+func (x *DeclineMicInviteRequest) GetCommandId() string {
+	if x != nil {
+		return x.CommandId
+	}
+	return ""
+}
+
+func (x *DeclineMicInviteRequest) GetOperatorUserId() int64 {
+	if x != nil {
+		return x.OperatorUserId
+	}
+	return 0
+}
+
+// DeclineMicInviteResponse carries the room version the command committed at.
+type DeclineMicInviteResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	RoomVersion   int64                  `protobuf:"varint,1,opt,name=room_version,json=roomVersion,proto3" json:"room_version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeclineMicInviteResponse) Reset() {
+	*x = DeclineMicInviteResponse{}
+	mi := &file_room_v1_room_proto_msgTypes[105]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeclineMicInviteResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeclineMicInviteResponse) ProtoMessage() {}
+
+func (x *DeclineMicInviteResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_room_v1_room_proto_msgTypes[105]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeclineMicInviteResponse.ProtoReflect.Descriptor instead.
+func (*DeclineMicInviteResponse) Descriptor() ([]byte, []int) {
+	return file_room_v1_room_proto_rawDescGZIP(), []int{105}
+}
+
+func (x *DeclineMicInviteResponse) GetRoomVersion() int64 {
+	if x != nil {
+		return x.RoomVersion
+	}
+	return 0
+}
+
+// TransferOwnershipRequest: Makes a member the owner. Owner or platform.
+type TransferOwnershipRequest struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	RoomId         string                 `protobuf:"bytes,1,opt,name=room_id,json=roomId,proto3" json:"room_id,omitempty"`
+	CommandId      string                 `protobuf:"bytes,2,opt,name=command_id,json=commandId,proto3" json:"command_id,omitempty"`
+	OperatorUserId int64                  `protobuf:"varint,3,opt,name=operator_user_id,json=operatorUserId,proto3" json:"operator_user_id,omitempty"`
+	// A member of the room.
+	NewOwnerUserId int64 `protobuf:"varint,4,opt,name=new_owner_user_id,json=newOwnerUserId,proto3" json:"new_owner_user_id,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *TransferOwnershipRequest) Reset() {
+	*x = TransferOwnershipRequest{}
+	mi := &file_room_v1_room_proto_msgTypes[106]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TransferOwnershipRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TransferOwnershipRequest) ProtoMessage() {}
+
+func (x *TransferOwnershipRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_room_v1_room_proto_msgTypes[106]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TransferOwnershipRequest.ProtoReflect.Descriptor instead.
+func (*TransferOwnershipRequest) Descriptor() ([]byte, []int) {
+	return file_room_v1_room_proto_rawDescGZIP(), []int{106}
+}
+
+func (x *TransferOwnershipRequest) GetRoomId() string {
+	if x != nil {
+		return x.RoomId
+	}
+	return ""
+}
+
+func (x *TransferOwnershipRequest) GetCommandId() string {
+	if x != nil {
+		return x.CommandId
+	}
+	return ""
+}
+
+func (x *TransferOwnershipRequest) GetOperatorUserId() int64 {
+	if x != nil {
+		return x.OperatorUserId
+	}
+	return 0
+}
+
+func (x *TransferOwnershipRequest) GetNewOwnerUserId() int64 {
+	if x != nil {
+		return x.NewOwnerUserId
+	}
+	return 0
+}
+
+// TransferOwnershipResponse carries the room version the command committed at.
+type TransferOwnershipResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	RoomVersion   int64                  `protobuf:"varint,1,opt,name=room_version,json=roomVersion,proto3" json:"room_version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TransferOwnershipResponse) Reset() {
+	*x = TransferOwnershipResponse{}
+	mi := &file_room_v1_room_proto_msgTypes[107]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TransferOwnershipResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TransferOwnershipResponse) ProtoMessage() {}
+
+func (x *TransferOwnershipResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_room_v1_room_proto_msgTypes[107]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TransferOwnershipResponse.ProtoReflect.Descriptor instead.
+func (*TransferOwnershipResponse) Descriptor() ([]byte, []int) {
+	return file_room_v1_room_proto_rawDescGZIP(), []int{107}
+}
+
+func (x *TransferOwnershipResponse) GetRoomVersion() int64 {
+	if x != nil {
+		return x.RoomVersion
+	}
+	return 0
+}
+
+// SetHostRequest: Sets the room's host. Owner or platform.
+type SetHostRequest struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	RoomId         string                 `protobuf:"bytes,1,opt,name=room_id,json=roomId,proto3" json:"room_id,omitempty"`
+	CommandId      string                 `protobuf:"bytes,2,opt,name=command_id,json=commandId,proto3" json:"command_id,omitempty"`
+	OperatorUserId int64                  `protobuf:"varint,3,opt,name=operator_user_id,json=operatorUserId,proto3" json:"operator_user_id,omitempty"`
+	// A member of the room; 0: no host.
+	HostUserId    int64 `protobuf:"varint,4,opt,name=host_user_id,json=hostUserId,proto3" json:"host_user_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetHostRequest) Reset() {
+	*x = SetHostRequest{}
+	mi := &file_room_v1_room_proto_msgTypes[108]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetHostRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetHostRequest) ProtoMessage() {}
+
+func (x *SetHostRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_room_v1_room_proto_msgTypes[108]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetHostRequest.ProtoReflect.Descriptor instead.
+func (*SetHostRequest) Descriptor() ([]byte, []int) {
+	return file_room_v1_room_proto_rawDescGZIP(), []int{108}
+}
+
+func (x *SetHostRequest) GetRoomId() string {
+	if x != nil {
+		return x.RoomId
+	}
+	return ""
+}
+
+func (x *SetHostRequest) GetCommandId() string {
+	if x != nil {
+		return x.CommandId
+	}
+	return ""
+}
+
+func (x *SetHostRequest) GetOperatorUserId() int64 {
+	if x != nil {
+		return x.OperatorUserId
+	}
+	return 0
+}
+
+func (x *SetHostRequest) GetHostUserId() int64 {
+	if x != nil {
+		return x.HostUserId
+	}
+	return 0
+}
+
+// SetHostResponse carries the room version the command committed at.
+type SetHostResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	RoomVersion   int64                  `protobuf:"varint,1,opt,name=room_version,json=roomVersion,proto3" json:"room_version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetHostResponse) Reset() {
+	*x = SetHostResponse{}
+	mi := &file_room_v1_room_proto_msgTypes[109]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetHostResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetHostResponse) ProtoMessage() {}
+
+func (x *SetHostResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_room_v1_room_proto_msgTypes[109]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetHostResponse.ProtoReflect.Descriptor instead.
+func (*SetHostResponse) Descriptor() ([]byte, []int) {
+	return file_room_v1_room_proto_rawDescGZIP(), []int{109}
+}
+
+func (x *SetHostResponse) GetRoomVersion() int64 {
+	if x != nil {
+		return x.RoomVersion
+	}
+	return 0
 }
 
 var File_room_v1_room_proto protoreflect.FileDescriptor
@@ -6247,7 +7541,7 @@ const file_room_v1_room_proto_rawDesc = "" +
 	"\n" +
 	"event_type\x18\x01 \x01(\tR\teventType\"7\n" +
 	"\x19RequeueDeadOutboxResponse\x12\x1a\n" +
-	"\brequeued\x18\x01 \x01(\x03R\brequeued\"\x9c\x02\n" +
+	"\brequeued\x18\x01 \x01(\x03R\brequeued\"\xd0\x02\n" +
 	"\x11CreateRoomRequest\x12\x17\n" +
 	"\aroom_id\x18\x01 \x01(\tR\x06roomId\x12\x1d\n" +
 	"\n" +
@@ -6260,7 +7554,9 @@ const file_room_v1_room_proto_rawDesc = "" +
 	"seat_count\x18\x06 \x01(\x05R\tseatCount\x12\x12\n" +
 	"\x04mode\x18\a \x01(\tR\x04mode\x12\x16\n" +
 	"\x06region\x18\b \x01(\tR\x06region\x12\x14\n" +
-	"\x05title\x18\t \x01(\tR\x05title\"7\n" +
+	"\x05title\x18\t \x01(\tR\x05title\x122\n" +
+	"\x15mic_approval_required\x18\n" +
+	" \x01(\bR\x13micApprovalRequired\"7\n" +
 	"\x12CreateRoomResponse\x12!\n" +
 	"\froom_version\x18\x01 \x01(\x03R\vroomVersion\"t\n" +
 	"\x10CloseRoomRequest\x12\x17\n" +
@@ -6348,23 +7644,26 @@ const file_room_v1_room_proto_rawDesc = "" +
 	"\x10operator_user_id\x18\x03 \x01(\x03R\x0eoperatorUserId\x12\x0e\n" +
 	"\x02on\x18\x04 \x01(\bR\x02on\"5\n" +
 	"\x10SetMyMicResponse\x12!\n" +
-	"\froom_version\x18\x01 \x01(\x03R\vroomVersion\"\xc4\x01\n" +
+	"\froom_version\x18\x01 \x01(\x03R\vroomVersion\"\xdc\x01\n" +
 	"\x0fKickUserRequest\x12\x17\n" +
 	"\aroom_id\x18\x01 \x01(\tR\x06roomId\x12\x1d\n" +
 	"\n" +
 	"command_id\x18\x02 \x01(\tR\tcommandId\x12(\n" +
 	"\x10operator_user_id\x18\x03 \x01(\x03R\x0eoperatorUserId\x12$\n" +
 	"\x0etarget_user_id\x18\x04 \x01(\x03R\ftargetUserId\x12)\n" +
-	"\x10duration_seconds\x18\x05 \x01(\x03R\x0fdurationSeconds\"5\n" +
+	"\x10duration_seconds\x18\x05 \x01(\x03R\x0fdurationSeconds\x12\x16\n" +
+	"\x06reason\x18\x06 \x01(\tR\x06reason\"5\n" +
 	"\x10KickUserResponse\x12!\n" +
-	"\froom_version\x18\x01 \x01(\x03R\vroomVersion\"\xc4\x01\n" +
+	"\froom_version\x18\x01 \x01(\x03R\vroomVersion\"\xfa\x01\n" +
 	"\x0fMuteUserRequest\x12\x17\n" +
 	"\aroom_id\x18\x01 \x01(\tR\x06roomId\x12\x1d\n" +
 	"\n" +
 	"command_id\x18\x02 \x01(\tR\tcommandId\x12(\n" +
 	"\x10operator_user_id\x18\x03 \x01(\x03R\x0eoperatorUserId\x12$\n" +
 	"\x0etarget_user_id\x18\x04 \x01(\x03R\ftargetUserId\x12)\n" +
-	"\x10duration_seconds\x18\x05 \x01(\x03R\x0fdurationSeconds\"5\n" +
+	"\x10duration_seconds\x18\x05 \x01(\x03R\x0fdurationSeconds\x12\x1c\n" +
+	"\tpermanent\x18\x06 \x01(\bR\tpermanent\x12\x16\n" +
+	"\x06reason\x18\a \x01(\tR\x06reason\"5\n" +
 	"\x10MuteUserResponse\x12!\n" +
 	"\froom_version\x18\x01 \x01(\x03R\vroomVersion\"\x9a\x01\n" +
 	"\x10UnbanUserRequest\x12\x17\n" +
@@ -6539,7 +7838,7 @@ const file_room_v1_room_proto_rawDesc = "" +
 	"\aroom_id\x18\x01 \x01(\tR\x06roomId\"d\n" +
 	"\x19GetStoredSnapshotResponse\x12\x14\n" +
 	"\x05found\x18\x01 \x01(\bR\x05found\x121\n" +
-	"\bsnapshot\x18\x02 \x01(\v2\x15.room.v1.RoomSnapshotR\bsnapshot\"\x95\x05\n" +
+	"\bsnapshot\x18\x02 \x01(\v2\x15.room.v1.RoomSnapshotR\bsnapshot\"\xbd\x06\n" +
 	"\fRoomSnapshot\x12\x17\n" +
 	"\aroom_id\x18\x01 \x01(\tR\x06roomId\x12!\n" +
 	"\froom_version\x18\x02 \x01(\x03R\vroomVersion\x12+\n" +
@@ -6560,7 +7859,19 @@ const file_room_v1_room_proto_rawDesc = "" +
 	"\x04bans\x18\x0e \x03(\v2\x14.room.v1.RestrictionR\x04bans\x12!\n" +
 	"\fonline_count\x18\x0f \x01(\x05R\vonlineCount\x12+\n" +
 	"\x12last_command_at_ms\x18\x10 \x01(\x03R\x0flastCommandAtMs\x12.\n" +
-	"\aeconomy\x18\x11 \x01(\v2\x14.room.v1.RoomEconomyR\aeconomy\"\x80\x02\n" +
+	"\aeconomy\x18\x11 \x01(\v2\x14.room.v1.RoomEconomyR\aeconomy\x122\n" +
+	"\x15mic_approval_required\x18\x12 \x01(\bR\x13micApprovalRequired\x129\n" +
+	"\fmic_requests\x18\x13 \x03(\v2\x16.room.v1.MicQueueEntryR\vmicRequests\x127\n" +
+	"\vmic_invites\x18\x14 \x03(\v2\x16.room.v1.MicQueueEntryR\n" +
+	"micInvites\"\x9e\x01\n" +
+	"\rMicQueueEntry\x12\x17\n" +
+	"\auser_id\x18\x01 \x01(\x03R\x06userId\x12\x1d\n" +
+	"\n" +
+	"seat_index\x18\x02 \x01(\x05R\tseatIndex\x12\x1c\n" +
+	"\n" +
+	"by_user_id\x18\x03 \x01(\x03R\bbyUserId\x12\x13\n" +
+	"\x05at_ms\x18\x04 \x01(\x03R\x04atMs\x12\"\n" +
+	"\rexpires_at_ms\x18\x05 \x01(\x03R\vexpiresAtMs\"\x80\x02\n" +
 	"\vRoomEconomy\x12!\n" +
 	"\fbusiness_day\x18\x01 \x01(\x03R\vbusinessDay\x12\x12\n" +
 	"\x04heat\x18\x02 \x01(\x03R\x04heat\x12&\n" +
@@ -6619,10 +7930,12 @@ const file_room_v1_room_proto_rawDesc = "" +
 	"\x0emuted_by_admin\x18\x04 \x01(\bR\fmutedByAdmin\x12\x15\n" +
 	"\x06mic_on\x18\x05 \x01(\bR\x05micOn\x12*\n" +
 	"\x11occupied_since_ms\x18\x06 \x01(\x03R\x0foccupiedSinceMs\x12\x14\n" +
-	"\x05charm\x18\a \x01(\x03R\x05charm\"A\n" +
+	"\x05charm\x18\a \x01(\x03R\x05charm\"w\n" +
 	"\vRestriction\x12\x17\n" +
 	"\auser_id\x18\x01 \x01(\x03R\x06userId\x12\x19\n" +
-	"\buntil_ms\x18\x02 \x01(\x03R\auntilMs\"\xdc\x01\n" +
+	"\buntil_ms\x18\x02 \x01(\x03R\auntilMs\x12\x1c\n" +
+	"\tpermanent\x18\x03 \x01(\bR\tpermanent\x12\x16\n" +
+	"\x06reason\x18\x04 \x01(\tR\x06reason\"\xdc\x01\n" +
 	"\tRoomEvent\x12\x19\n" +
 	"\bevent_id\x18\x01 \x01(\tR\aeventId\x12\x1d\n" +
 	"\n" +
@@ -6639,7 +7952,90 @@ const file_room_v1_room_proto_rawDesc = "" +
 	"\amembers\x18\x01 \x01(\x05R\amembers\x12\x1f\n" +
 	"\vnot_members\x18\x02 \x01(\x05R\n" +
 	"notMembers\x12-\n" +
-	"\x13not_member_user_ids\x18\x03 \x03(\x03R\x10notMemberUserIds*P\n" +
+	"\x13not_member_user_ids\x18\x03 \x03(\x03R\x10notMemberUserIds\"\x95\x01\n" +
+	"\x15SetMicApprovalRequest\x12\x17\n" +
+	"\aroom_id\x18\x01 \x01(\tR\x06roomId\x12\x1d\n" +
+	"\n" +
+	"command_id\x18\x02 \x01(\tR\tcommandId\x12(\n" +
+	"\x10operator_user_id\x18\x03 \x01(\x03R\x0eoperatorUserId\x12\x1a\n" +
+	"\brequired\x18\x04 \x01(\bR\brequired\";\n" +
+	"\x16SetMicApprovalResponse\x12!\n" +
+	"\froom_version\x18\x01 \x01(\x03R\vroomVersion\"\xa8\x01\n" +
+	"\x11RequestMicRequest\x12\x17\n" +
+	"\aroom_id\x18\x01 \x01(\tR\x06roomId\x12\x1d\n" +
+	"\n" +
+	"command_id\x18\x02 \x01(\tR\tcommandId\x12(\n" +
+	"\x10operator_user_id\x18\x03 \x01(\x03R\x0eoperatorUserId\x12\"\n" +
+	"\n" +
+	"seat_index\x18\x04 \x01(\x05H\x00R\tseatIndex\x88\x01\x01B\r\n" +
+	"\v_seat_index\"7\n" +
+	"\x12RequestMicResponse\x12!\n" +
+	"\froom_version\x18\x01 \x01(\x03R\vroomVersion\"{\n" +
+	"\x17CancelMicRequestRequest\x12\x17\n" +
+	"\aroom_id\x18\x01 \x01(\tR\x06roomId\x12\x1d\n" +
+	"\n" +
+	"command_id\x18\x02 \x01(\tR\tcommandId\x12(\n" +
+	"\x10operator_user_id\x18\x03 \x01(\x03R\x0eoperatorUserId\"=\n" +
+	"\x18CancelMicRequestResponse\x12!\n" +
+	"\froom_version\x18\x01 \x01(\x03R\vroomVersion\"\xa2\x01\n" +
+	"\x18ApproveMicRequestRequest\x12\x17\n" +
+	"\aroom_id\x18\x01 \x01(\tR\x06roomId\x12\x1d\n" +
+	"\n" +
+	"command_id\x18\x02 \x01(\tR\tcommandId\x12(\n" +
+	"\x10operator_user_id\x18\x03 \x01(\x03R\x0eoperatorUserId\x12$\n" +
+	"\x0etarget_user_id\x18\x04 \x01(\x03R\ftargetUserId\">\n" +
+	"\x19ApproveMicRequestResponse\x12!\n" +
+	"\froom_version\x18\x01 \x01(\x03R\vroomVersion\"\xa1\x01\n" +
+	"\x17RejectMicRequestRequest\x12\x17\n" +
+	"\aroom_id\x18\x01 \x01(\tR\x06roomId\x12\x1d\n" +
+	"\n" +
+	"command_id\x18\x02 \x01(\tR\tcommandId\x12(\n" +
+	"\x10operator_user_id\x18\x03 \x01(\x03R\x0eoperatorUserId\x12$\n" +
+	"\x0etarget_user_id\x18\x04 \x01(\x03R\ftargetUserId\"=\n" +
+	"\x18RejectMicRequestResponse\x12!\n" +
+	"\froom_version\x18\x01 \x01(\x03R\vroomVersion\"\xcf\x01\n" +
+	"\x12InviteToMicRequest\x12\x17\n" +
+	"\aroom_id\x18\x01 \x01(\tR\x06roomId\x12\x1d\n" +
+	"\n" +
+	"command_id\x18\x02 \x01(\tR\tcommandId\x12(\n" +
+	"\x10operator_user_id\x18\x03 \x01(\x03R\x0eoperatorUserId\x12$\n" +
+	"\x0etarget_user_id\x18\x04 \x01(\x03R\ftargetUserId\x12\"\n" +
+	"\n" +
+	"seat_index\x18\x05 \x01(\x05H\x00R\tseatIndex\x88\x01\x01B\r\n" +
+	"\v_seat_index\"8\n" +
+	"\x13InviteToMicResponse\x12!\n" +
+	"\froom_version\x18\x01 \x01(\x03R\vroomVersion\"z\n" +
+	"\x16AcceptMicInviteRequest\x12\x17\n" +
+	"\aroom_id\x18\x01 \x01(\tR\x06roomId\x12\x1d\n" +
+	"\n" +
+	"command_id\x18\x02 \x01(\tR\tcommandId\x12(\n" +
+	"\x10operator_user_id\x18\x03 \x01(\x03R\x0eoperatorUserId\"<\n" +
+	"\x17AcceptMicInviteResponse\x12!\n" +
+	"\froom_version\x18\x01 \x01(\x03R\vroomVersion\"{\n" +
+	"\x17DeclineMicInviteRequest\x12\x17\n" +
+	"\aroom_id\x18\x01 \x01(\tR\x06roomId\x12\x1d\n" +
+	"\n" +
+	"command_id\x18\x02 \x01(\tR\tcommandId\x12(\n" +
+	"\x10operator_user_id\x18\x03 \x01(\x03R\x0eoperatorUserId\"=\n" +
+	"\x18DeclineMicInviteResponse\x12!\n" +
+	"\froom_version\x18\x01 \x01(\x03R\vroomVersion\"\xa7\x01\n" +
+	"\x18TransferOwnershipRequest\x12\x17\n" +
+	"\aroom_id\x18\x01 \x01(\tR\x06roomId\x12\x1d\n" +
+	"\n" +
+	"command_id\x18\x02 \x01(\tR\tcommandId\x12(\n" +
+	"\x10operator_user_id\x18\x03 \x01(\x03R\x0eoperatorUserId\x12)\n" +
+	"\x11new_owner_user_id\x18\x04 \x01(\x03R\x0enewOwnerUserId\">\n" +
+	"\x19TransferOwnershipResponse\x12!\n" +
+	"\froom_version\x18\x01 \x01(\x03R\vroomVersion\"\x94\x01\n" +
+	"\x0eSetHostRequest\x12\x17\n" +
+	"\aroom_id\x18\x01 \x01(\tR\x06roomId\x12\x1d\n" +
+	"\n" +
+	"command_id\x18\x02 \x01(\tR\tcommandId\x12(\n" +
+	"\x10operator_user_id\x18\x03 \x01(\x03R\x0eoperatorUserId\x12 \n" +
+	"\fhost_user_id\x18\x04 \x01(\x03R\n" +
+	"hostUserId\"4\n" +
+	"\x0fSetHostResponse\x12!\n" +
+	"\froom_version\x18\x01 \x01(\x03R\vroomVersion*P\n" +
 	"\bGiftKind\x12\x19\n" +
 	"\x15GIFT_KIND_UNSPECIFIED\x10\x00\x12\x14\n" +
 	"\x10GIFT_KIND_NORMAL\x10\x01\x12\x13\n" +
@@ -6658,7 +8054,7 @@ const file_room_v1_room_proto_rawDesc = "" +
 	"\x17ROOM_STATUS_UNSPECIFIED\x10\x00\x12\x18\n" +
 	"\x14ROOM_STATUS_CREATING\x10\x01\x12\x14\n" +
 	"\x10ROOM_STATUS_OPEN\x10\x02\x12\x16\n" +
-	"\x12ROOM_STATUS_CLOSED\x10\x032\xff\x0e\n" +
+	"\x12ROOM_STATUS_CLOSED\x10\x032\xba\x15\n" +
 	"\vRoomService\x12E\n" +
 	"\n" +
 	"CreateRoom\x12\x1a.room.v1.CreateRoomRequest\x1a\x1b.room.v1.CreateRoomResponse\x12B\n" +
@@ -6686,7 +8082,18 @@ const file_room_v1_room_proto_rawDesc = "" +
 	"\tListGifts\x12\x19.room.v1.ListGiftsRequest\x1a\x1a.room.v1.ListGiftsResponse\"\x03\x90\x02\x01\x12G\n" +
 	"\tHeartbeat\x12\x19.room.v1.HeartbeatRequest\x1a\x1a.room.v1.HeartbeatResponse\"\x03\x90\x02\x02\x12M\n" +
 	"\vListMembers\x12\x1b.room.v1.ListMembersRequest\x1a\x1c.room.v1.ListMembersResponse\"\x03\x90\x02\x01\x12Y\n" +
-	"\x0fListGiftRecords\x12\x1f.room.v1.ListGiftRecordsRequest\x1a .room.v1.ListGiftRecordsResponse\"\x03\x90\x02\x012\x86\x02\n" +
+	"\x0fListGiftRecords\x12\x1f.room.v1.ListGiftRecordsRequest\x1a .room.v1.ListGiftRecordsResponse\"\x03\x90\x02\x01\x12Q\n" +
+	"\x0eSetMicApproval\x12\x1e.room.v1.SetMicApprovalRequest\x1a\x1f.room.v1.SetMicApprovalResponse\x12E\n" +
+	"\n" +
+	"RequestMic\x12\x1a.room.v1.RequestMicRequest\x1a\x1b.room.v1.RequestMicResponse\x12W\n" +
+	"\x10CancelMicRequest\x12 .room.v1.CancelMicRequestRequest\x1a!.room.v1.CancelMicRequestResponse\x12Z\n" +
+	"\x11ApproveMicRequest\x12!.room.v1.ApproveMicRequestRequest\x1a\".room.v1.ApproveMicRequestResponse\x12W\n" +
+	"\x10RejectMicRequest\x12 .room.v1.RejectMicRequestRequest\x1a!.room.v1.RejectMicRequestResponse\x12H\n" +
+	"\vInviteToMic\x12\x1b.room.v1.InviteToMicRequest\x1a\x1c.room.v1.InviteToMicResponse\x12T\n" +
+	"\x0fAcceptMicInvite\x12\x1f.room.v1.AcceptMicInviteRequest\x1a .room.v1.AcceptMicInviteResponse\x12W\n" +
+	"\x10DeclineMicInvite\x12 .room.v1.DeclineMicInviteRequest\x1a!.room.v1.DeclineMicInviteResponse\x12Z\n" +
+	"\x11TransferOwnership\x12!.room.v1.TransferOwnershipRequest\x1a\".room.v1.TransferOwnershipResponse\x12<\n" +
+	"\aSetHost\x12\x17.room.v1.SetHostRequest\x1a\x18.room.v1.SetHostResponse2\x86\x02\n" +
 	"\rWalletService\x12H\n" +
 	"\vCreditCoins\x12\x1b.room.v1.CreditCoinsRequest\x1a\x1c.room.v1.CreditCoinsResponse\x12J\n" +
 	"\n" +
@@ -6713,7 +8120,7 @@ func file_room_v1_room_proto_rawDescGZIP() []byte {
 }
 
 var file_room_v1_room_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_room_v1_room_proto_msgTypes = make([]protoimpl.MessageInfo, 90)
+var file_room_v1_room_proto_msgTypes = make([]protoimpl.MessageInfo, 111)
 var file_room_v1_room_proto_goTypes = []any{
 	(GiftKind)(0),                       // 0: room.v1.GiftKind
 	(RoomOrder)(0),                      // 1: room.v1.RoomOrder
@@ -6795,128 +8202,171 @@ var file_room_v1_room_proto_goTypes = []any{
 	(*GetStoredSnapshotRequest)(nil),    // 77: room.v1.GetStoredSnapshotRequest
 	(*GetStoredSnapshotResponse)(nil),   // 78: room.v1.GetStoredSnapshotResponse
 	(*RoomSnapshot)(nil),                // 79: room.v1.RoomSnapshot
-	(*RoomEconomy)(nil),                 // 80: room.v1.RoomEconomy
-	(*EconomyRules)(nil),                // 81: room.v1.EconomyRules
-	(*RocketLevelRule)(nil),             // 82: room.v1.RocketLevelRule
-	(*RankEntry)(nil),                   // 83: room.v1.RankEntry
-	(*RoomRocket)(nil),                  // 84: room.v1.RoomRocket
-	(*RocketLaunch)(nil),                // 85: room.v1.RocketLaunch
-	(*RoomProfile)(nil),                 // 86: room.v1.RoomProfile
-	(*Member)(nil),                      // 87: room.v1.Member
-	(*MicSeat)(nil),                     // 88: room.v1.MicSeat
-	(*Restriction)(nil),                 // 89: room.v1.Restriction
-	(*RoomEvent)(nil),                   // 90: room.v1.RoomEvent
-	(*HeartbeatRequest)(nil),            // 91: room.v1.HeartbeatRequest
-	(*HeartbeatResponse)(nil),           // 92: room.v1.HeartbeatResponse
-	nil,                                 // 93: room.v1.GetOutboxStatusResponse.DeadEntry
+	(*MicQueueEntry)(nil),               // 80: room.v1.MicQueueEntry
+	(*RoomEconomy)(nil),                 // 81: room.v1.RoomEconomy
+	(*EconomyRules)(nil),                // 82: room.v1.EconomyRules
+	(*RocketLevelRule)(nil),             // 83: room.v1.RocketLevelRule
+	(*RankEntry)(nil),                   // 84: room.v1.RankEntry
+	(*RoomRocket)(nil),                  // 85: room.v1.RoomRocket
+	(*RocketLaunch)(nil),                // 86: room.v1.RocketLaunch
+	(*RoomProfile)(nil),                 // 87: room.v1.RoomProfile
+	(*Member)(nil),                      // 88: room.v1.Member
+	(*MicSeat)(nil),                     // 89: room.v1.MicSeat
+	(*Restriction)(nil),                 // 90: room.v1.Restriction
+	(*RoomEvent)(nil),                   // 91: room.v1.RoomEvent
+	(*HeartbeatRequest)(nil),            // 92: room.v1.HeartbeatRequest
+	(*HeartbeatResponse)(nil),           // 93: room.v1.HeartbeatResponse
+	(*SetMicApprovalRequest)(nil),       // 94: room.v1.SetMicApprovalRequest
+	(*SetMicApprovalResponse)(nil),      // 95: room.v1.SetMicApprovalResponse
+	(*RequestMicRequest)(nil),           // 96: room.v1.RequestMicRequest
+	(*RequestMicResponse)(nil),          // 97: room.v1.RequestMicResponse
+	(*CancelMicRequestRequest)(nil),     // 98: room.v1.CancelMicRequestRequest
+	(*CancelMicRequestResponse)(nil),    // 99: room.v1.CancelMicRequestResponse
+	(*ApproveMicRequestRequest)(nil),    // 100: room.v1.ApproveMicRequestRequest
+	(*ApproveMicRequestResponse)(nil),   // 101: room.v1.ApproveMicRequestResponse
+	(*RejectMicRequestRequest)(nil),     // 102: room.v1.RejectMicRequestRequest
+	(*RejectMicRequestResponse)(nil),    // 103: room.v1.RejectMicRequestResponse
+	(*InviteToMicRequest)(nil),          // 104: room.v1.InviteToMicRequest
+	(*InviteToMicResponse)(nil),         // 105: room.v1.InviteToMicResponse
+	(*AcceptMicInviteRequest)(nil),      // 106: room.v1.AcceptMicInviteRequest
+	(*AcceptMicInviteResponse)(nil),     // 107: room.v1.AcceptMicInviteResponse
+	(*DeclineMicInviteRequest)(nil),     // 108: room.v1.DeclineMicInviteRequest
+	(*DeclineMicInviteResponse)(nil),    // 109: room.v1.DeclineMicInviteResponse
+	(*TransferOwnershipRequest)(nil),    // 110: room.v1.TransferOwnershipRequest
+	(*TransferOwnershipResponse)(nil),   // 111: room.v1.TransferOwnershipResponse
+	(*SetHostRequest)(nil),              // 112: room.v1.SetHostRequest
+	(*SetHostResponse)(nil),             // 113: room.v1.SetHostResponse
+	nil,                                 // 114: room.v1.GetOutboxStatusResponse.DeadEntry
 }
 var file_room_v1_room_proto_depIdxs = []int32{
-	8,  // 0: room.v1.ListGiftsResponse.gifts:type_name -> room.v1.Gift
-	0,  // 1: room.v1.Gift.kind:type_name -> room.v1.GiftKind
-	17, // 2: room.v1.ListNodesResponse.nodes:type_name -> room.v1.FleetNode
-	93, // 3: room.v1.GetOutboxStatusResponse.dead:type_name -> room.v1.GetOutboxStatusResponse.DeadEntry
-	79, // 4: room.v1.GetRoomSnapshotResponse.snapshot:type_name -> room.v1.RoomSnapshot
-	3,  // 5: room.v1.ListRoomsRequest.status:type_name -> room.v1.RoomStatus
-	1,  // 6: room.v1.ListRoomsRequest.order_by:type_name -> room.v1.RoomOrder
-	64, // 7: room.v1.ListRoomsResponse.rooms:type_name -> room.v1.RoomSummary
-	3,  // 8: room.v1.RoomSummary.status:type_name -> room.v1.RoomStatus
-	2,  // 9: room.v1.ListMembersRequest.order_by:type_name -> room.v1.MemberOrder
-	67, // 10: room.v1.ListMembersResponse.members:type_name -> room.v1.MemberEntry
-	87, // 11: room.v1.MemberEntry.member:type_name -> room.v1.Member
-	70, // 12: room.v1.ListGiftRecordsResponse.records:type_name -> room.v1.GiftRecord
-	73, // 13: room.v1.ListWalletEntriesResponse.entries:type_name -> room.v1.WalletEntry
-	76, // 14: room.v1.ListCommandsResponse.commands:type_name -> room.v1.CommandLogEntry
-	79, // 15: room.v1.GetStoredSnapshotResponse.snapshot:type_name -> room.v1.RoomSnapshot
-	3,  // 16: room.v1.RoomSnapshot.status:type_name -> room.v1.RoomStatus
-	86, // 17: room.v1.RoomSnapshot.profile:type_name -> room.v1.RoomProfile
-	87, // 18: room.v1.RoomSnapshot.members:type_name -> room.v1.Member
-	88, // 19: room.v1.RoomSnapshot.seats:type_name -> room.v1.MicSeat
-	89, // 20: room.v1.RoomSnapshot.chat_mutes:type_name -> room.v1.Restriction
-	89, // 21: room.v1.RoomSnapshot.bans:type_name -> room.v1.Restriction
-	80, // 22: room.v1.RoomSnapshot.economy:type_name -> room.v1.RoomEconomy
-	83, // 23: room.v1.RoomEconomy.rank:type_name -> room.v1.RankEntry
-	83, // 24: room.v1.RoomEconomy.contributions:type_name -> room.v1.RankEntry
-	84, // 25: room.v1.RoomEconomy.rocket:type_name -> room.v1.RoomRocket
-	81, // 26: room.v1.RoomEconomy.rules:type_name -> room.v1.EconomyRules
-	82, // 27: room.v1.EconomyRules.rocket_levels:type_name -> room.v1.RocketLevelRule
-	83, // 28: room.v1.RoomRocket.contributors:type_name -> room.v1.RankEntry
-	85, // 29: room.v1.RoomRocket.launches:type_name -> room.v1.RocketLaunch
-	83, // 30: room.v1.RocketLaunch.top_contributors:type_name -> room.v1.RankEntry
-	22, // 31: room.v1.RoomService.CreateRoom:input_type -> room.v1.CreateRoomRequest
-	24, // 32: room.v1.RoomService.CloseRoom:input_type -> room.v1.CloseRoomRequest
-	26, // 33: room.v1.RoomService.JoinRoom:input_type -> room.v1.JoinRoomRequest
-	28, // 34: room.v1.RoomService.LeaveRoom:input_type -> room.v1.LeaveRoomRequest
-	30, // 35: room.v1.RoomService.TakeMic:input_type -> room.v1.TakeMicRequest
-	32, // 36: room.v1.RoomService.LeaveMic:input_type -> room.v1.LeaveMicRequest
-	34, // 37: room.v1.RoomService.MoveMic:input_type -> room.v1.MoveMicRequest
-	36, // 38: room.v1.RoomService.KickFromMic:input_type -> room.v1.KickFromMicRequest
-	38, // 39: room.v1.RoomService.LockMicSeat:input_type -> room.v1.LockMicSeatRequest
-	40, // 40: room.v1.RoomService.MuteMicSeat:input_type -> room.v1.MuteMicSeatRequest
-	42, // 41: room.v1.RoomService.SetMyMic:input_type -> room.v1.SetMyMicRequest
-	44, // 42: room.v1.RoomService.KickUser:input_type -> room.v1.KickUserRequest
-	46, // 43: room.v1.RoomService.MuteUser:input_type -> room.v1.MuteUserRequest
-	48, // 44: room.v1.RoomService.UnbanUser:input_type -> room.v1.UnbanUserRequest
-	50, // 45: room.v1.RoomService.SetAdmin:input_type -> room.v1.SetAdminRequest
-	52, // 46: room.v1.RoomService.UpdateProfile:input_type -> room.v1.UpdateProfileRequest
-	54, // 47: room.v1.RoomService.ChangeBackground:input_type -> room.v1.ChangeBackgroundRequest
-	56, // 48: room.v1.RoomService.SetChatEnabled:input_type -> room.v1.SetChatEnabledRequest
-	60, // 49: room.v1.RoomService.GetRoomSnapshot:input_type -> room.v1.GetRoomSnapshotRequest
-	58, // 50: room.v1.RoomService.PublishRobotDisplay:input_type -> room.v1.PublishRobotDisplayRequest
-	62, // 51: room.v1.RoomService.ListRooms:input_type -> room.v1.ListRoomsRequest
-	4,  // 52: room.v1.RoomService.SendGift:input_type -> room.v1.SendGiftRequest
-	6,  // 53: room.v1.RoomService.ListGifts:input_type -> room.v1.ListGiftsRequest
-	91, // 54: room.v1.RoomService.Heartbeat:input_type -> room.v1.HeartbeatRequest
-	65, // 55: room.v1.RoomService.ListMembers:input_type -> room.v1.ListMembersRequest
-	68, // 56: room.v1.RoomService.ListGiftRecords:input_type -> room.v1.ListGiftRecordsRequest
-	9,  // 57: room.v1.WalletService.CreditCoins:input_type -> room.v1.CreditCoinsRequest
-	11, // 58: room.v1.WalletService.GetBalance:input_type -> room.v1.GetBalanceRequest
-	71, // 59: room.v1.WalletService.ListWalletEntries:input_type -> room.v1.ListWalletEntriesRequest
-	74, // 60: room.v1.OperatorService.ListCommands:input_type -> room.v1.ListCommandsRequest
-	77, // 61: room.v1.OperatorService.GetStoredSnapshot:input_type -> room.v1.GetStoredSnapshotRequest
-	18, // 62: room.v1.OperatorService.GetOutboxStatus:input_type -> room.v1.GetOutboxStatusRequest
-	20, // 63: room.v1.OperatorService.RequeueDeadOutbox:input_type -> room.v1.RequeueDeadOutboxRequest
-	13, // 64: room.v1.OperatorService.Drain:input_type -> room.v1.DrainRequest
-	15, // 65: room.v1.OperatorService.ListNodes:input_type -> room.v1.ListNodesRequest
-	23, // 66: room.v1.RoomService.CreateRoom:output_type -> room.v1.CreateRoomResponse
-	25, // 67: room.v1.RoomService.CloseRoom:output_type -> room.v1.CloseRoomResponse
-	27, // 68: room.v1.RoomService.JoinRoom:output_type -> room.v1.JoinRoomResponse
-	29, // 69: room.v1.RoomService.LeaveRoom:output_type -> room.v1.LeaveRoomResponse
-	31, // 70: room.v1.RoomService.TakeMic:output_type -> room.v1.TakeMicResponse
-	33, // 71: room.v1.RoomService.LeaveMic:output_type -> room.v1.LeaveMicResponse
-	35, // 72: room.v1.RoomService.MoveMic:output_type -> room.v1.MoveMicResponse
-	37, // 73: room.v1.RoomService.KickFromMic:output_type -> room.v1.KickFromMicResponse
-	39, // 74: room.v1.RoomService.LockMicSeat:output_type -> room.v1.LockMicSeatResponse
-	41, // 75: room.v1.RoomService.MuteMicSeat:output_type -> room.v1.MuteMicSeatResponse
-	43, // 76: room.v1.RoomService.SetMyMic:output_type -> room.v1.SetMyMicResponse
-	45, // 77: room.v1.RoomService.KickUser:output_type -> room.v1.KickUserResponse
-	47, // 78: room.v1.RoomService.MuteUser:output_type -> room.v1.MuteUserResponse
-	49, // 79: room.v1.RoomService.UnbanUser:output_type -> room.v1.UnbanUserResponse
-	51, // 80: room.v1.RoomService.SetAdmin:output_type -> room.v1.SetAdminResponse
-	53, // 81: room.v1.RoomService.UpdateProfile:output_type -> room.v1.UpdateProfileResponse
-	55, // 82: room.v1.RoomService.ChangeBackground:output_type -> room.v1.ChangeBackgroundResponse
-	57, // 83: room.v1.RoomService.SetChatEnabled:output_type -> room.v1.SetChatEnabledResponse
-	61, // 84: room.v1.RoomService.GetRoomSnapshot:output_type -> room.v1.GetRoomSnapshotResponse
-	59, // 85: room.v1.RoomService.PublishRobotDisplay:output_type -> room.v1.PublishRobotDisplayResponse
-	63, // 86: room.v1.RoomService.ListRooms:output_type -> room.v1.ListRoomsResponse
-	5,  // 87: room.v1.RoomService.SendGift:output_type -> room.v1.SendGiftResponse
-	7,  // 88: room.v1.RoomService.ListGifts:output_type -> room.v1.ListGiftsResponse
-	92, // 89: room.v1.RoomService.Heartbeat:output_type -> room.v1.HeartbeatResponse
-	66, // 90: room.v1.RoomService.ListMembers:output_type -> room.v1.ListMembersResponse
-	69, // 91: room.v1.RoomService.ListGiftRecords:output_type -> room.v1.ListGiftRecordsResponse
-	10, // 92: room.v1.WalletService.CreditCoins:output_type -> room.v1.CreditCoinsResponse
-	12, // 93: room.v1.WalletService.GetBalance:output_type -> room.v1.GetBalanceResponse
-	72, // 94: room.v1.WalletService.ListWalletEntries:output_type -> room.v1.ListWalletEntriesResponse
-	75, // 95: room.v1.OperatorService.ListCommands:output_type -> room.v1.ListCommandsResponse
-	78, // 96: room.v1.OperatorService.GetStoredSnapshot:output_type -> room.v1.GetStoredSnapshotResponse
-	19, // 97: room.v1.OperatorService.GetOutboxStatus:output_type -> room.v1.GetOutboxStatusResponse
-	21, // 98: room.v1.OperatorService.RequeueDeadOutbox:output_type -> room.v1.RequeueDeadOutboxResponse
-	14, // 99: room.v1.OperatorService.Drain:output_type -> room.v1.DrainResponse
-	16, // 100: room.v1.OperatorService.ListNodes:output_type -> room.v1.ListNodesResponse
-	66, // [66:101] is the sub-list for method output_type
-	31, // [31:66] is the sub-list for method input_type
-	31, // [31:31] is the sub-list for extension type_name
-	31, // [31:31] is the sub-list for extension extendee
-	0,  // [0:31] is the sub-list for field type_name
+	8,   // 0: room.v1.ListGiftsResponse.gifts:type_name -> room.v1.Gift
+	0,   // 1: room.v1.Gift.kind:type_name -> room.v1.GiftKind
+	17,  // 2: room.v1.ListNodesResponse.nodes:type_name -> room.v1.FleetNode
+	114, // 3: room.v1.GetOutboxStatusResponse.dead:type_name -> room.v1.GetOutboxStatusResponse.DeadEntry
+	79,  // 4: room.v1.GetRoomSnapshotResponse.snapshot:type_name -> room.v1.RoomSnapshot
+	3,   // 5: room.v1.ListRoomsRequest.status:type_name -> room.v1.RoomStatus
+	1,   // 6: room.v1.ListRoomsRequest.order_by:type_name -> room.v1.RoomOrder
+	64,  // 7: room.v1.ListRoomsResponse.rooms:type_name -> room.v1.RoomSummary
+	3,   // 8: room.v1.RoomSummary.status:type_name -> room.v1.RoomStatus
+	2,   // 9: room.v1.ListMembersRequest.order_by:type_name -> room.v1.MemberOrder
+	67,  // 10: room.v1.ListMembersResponse.members:type_name -> room.v1.MemberEntry
+	88,  // 11: room.v1.MemberEntry.member:type_name -> room.v1.Member
+	70,  // 12: room.v1.ListGiftRecordsResponse.records:type_name -> room.v1.GiftRecord
+	73,  // 13: room.v1.ListWalletEntriesResponse.entries:type_name -> room.v1.WalletEntry
+	76,  // 14: room.v1.ListCommandsResponse.commands:type_name -> room.v1.CommandLogEntry
+	79,  // 15: room.v1.GetStoredSnapshotResponse.snapshot:type_name -> room.v1.RoomSnapshot
+	3,   // 16: room.v1.RoomSnapshot.status:type_name -> room.v1.RoomStatus
+	87,  // 17: room.v1.RoomSnapshot.profile:type_name -> room.v1.RoomProfile
+	88,  // 18: room.v1.RoomSnapshot.members:type_name -> room.v1.Member
+	89,  // 19: room.v1.RoomSnapshot.seats:type_name -> room.v1.MicSeat
+	90,  // 20: room.v1.RoomSnapshot.chat_mutes:type_name -> room.v1.Restriction
+	90,  // 21: room.v1.RoomSnapshot.bans:type_name -> room.v1.Restriction
+	81,  // 22: room.v1.RoomSnapshot.economy:type_name -> room.v1.RoomEconomy
+	80,  // 23: room.v1.RoomSnapshot.mic_requests:type_name -> room.v1.MicQueueEntry
+	80,  // 24: room.v1.RoomSnapshot.mic_invites:type_name -> room.v1.MicQueueEntry
+	84,  // 25: room.v1.RoomEconomy.rank:type_name -> room.v1.RankEntry
+	84,  // 26: room.v1.RoomEconomy.contributions:type_name -> room.v1.RankEntry
+	85,  // 27: room.v1.RoomEconomy.rocket:type_name -> room.v1.RoomRocket
+	82,  // 28: room.v1.RoomEconomy.rules:type_name -> room.v1.EconomyRules
+	83,  // 29: room.v1.EconomyRules.rocket_levels:type_name -> room.v1.RocketLevelRule
+	84,  // 30: room.v1.RoomRocket.contributors:type_name -> room.v1.RankEntry
+	86,  // 31: room.v1.RoomRocket.launches:type_name -> room.v1.RocketLaunch
+	84,  // 32: room.v1.RocketLaunch.top_contributors:type_name -> room.v1.RankEntry
+	22,  // 33: room.v1.RoomService.CreateRoom:input_type -> room.v1.CreateRoomRequest
+	24,  // 34: room.v1.RoomService.CloseRoom:input_type -> room.v1.CloseRoomRequest
+	26,  // 35: room.v1.RoomService.JoinRoom:input_type -> room.v1.JoinRoomRequest
+	28,  // 36: room.v1.RoomService.LeaveRoom:input_type -> room.v1.LeaveRoomRequest
+	30,  // 37: room.v1.RoomService.TakeMic:input_type -> room.v1.TakeMicRequest
+	32,  // 38: room.v1.RoomService.LeaveMic:input_type -> room.v1.LeaveMicRequest
+	34,  // 39: room.v1.RoomService.MoveMic:input_type -> room.v1.MoveMicRequest
+	36,  // 40: room.v1.RoomService.KickFromMic:input_type -> room.v1.KickFromMicRequest
+	38,  // 41: room.v1.RoomService.LockMicSeat:input_type -> room.v1.LockMicSeatRequest
+	40,  // 42: room.v1.RoomService.MuteMicSeat:input_type -> room.v1.MuteMicSeatRequest
+	42,  // 43: room.v1.RoomService.SetMyMic:input_type -> room.v1.SetMyMicRequest
+	44,  // 44: room.v1.RoomService.KickUser:input_type -> room.v1.KickUserRequest
+	46,  // 45: room.v1.RoomService.MuteUser:input_type -> room.v1.MuteUserRequest
+	48,  // 46: room.v1.RoomService.UnbanUser:input_type -> room.v1.UnbanUserRequest
+	50,  // 47: room.v1.RoomService.SetAdmin:input_type -> room.v1.SetAdminRequest
+	52,  // 48: room.v1.RoomService.UpdateProfile:input_type -> room.v1.UpdateProfileRequest
+	54,  // 49: room.v1.RoomService.ChangeBackground:input_type -> room.v1.ChangeBackgroundRequest
+	56,  // 50: room.v1.RoomService.SetChatEnabled:input_type -> room.v1.SetChatEnabledRequest
+	60,  // 51: room.v1.RoomService.GetRoomSnapshot:input_type -> room.v1.GetRoomSnapshotRequest
+	58,  // 52: room.v1.RoomService.PublishRobotDisplay:input_type -> room.v1.PublishRobotDisplayRequest
+	62,  // 53: room.v1.RoomService.ListRooms:input_type -> room.v1.ListRoomsRequest
+	4,   // 54: room.v1.RoomService.SendGift:input_type -> room.v1.SendGiftRequest
+	6,   // 55: room.v1.RoomService.ListGifts:input_type -> room.v1.ListGiftsRequest
+	92,  // 56: room.v1.RoomService.Heartbeat:input_type -> room.v1.HeartbeatRequest
+	65,  // 57: room.v1.RoomService.ListMembers:input_type -> room.v1.ListMembersRequest
+	68,  // 58: room.v1.RoomService.ListGiftRecords:input_type -> room.v1.ListGiftRecordsRequest
+	94,  // 59: room.v1.RoomService.SetMicApproval:input_type -> room.v1.SetMicApprovalRequest
+	96,  // 60: room.v1.RoomService.RequestMic:input_type -> room.v1.RequestMicRequest
+	98,  // 61: room.v1.RoomService.CancelMicRequest:input_type -> room.v1.CancelMicRequestRequest
+	100, // 62: room.v1.RoomService.ApproveMicRequest:input_type -> room.v1.ApproveMicRequestRequest
+	102, // 63: room.v1.RoomService.RejectMicRequest:input_type -> room.v1.RejectMicRequestRequest
+	104, // 64: room.v1.RoomService.InviteToMic:input_type -> room.v1.InviteToMicRequest
+	106, // 65: room.v1.RoomService.AcceptMicInvite:input_type -> room.v1.AcceptMicInviteRequest
+	108, // 66: room.v1.RoomService.DeclineMicInvite:input_type -> room.v1.DeclineMicInviteRequest
+	110, // 67: room.v1.RoomService.TransferOwnership:input_type -> room.v1.TransferOwnershipRequest
+	112, // 68: room.v1.RoomService.SetHost:input_type -> room.v1.SetHostRequest
+	9,   // 69: room.v1.WalletService.CreditCoins:input_type -> room.v1.CreditCoinsRequest
+	11,  // 70: room.v1.WalletService.GetBalance:input_type -> room.v1.GetBalanceRequest
+	71,  // 71: room.v1.WalletService.ListWalletEntries:input_type -> room.v1.ListWalletEntriesRequest
+	74,  // 72: room.v1.OperatorService.ListCommands:input_type -> room.v1.ListCommandsRequest
+	77,  // 73: room.v1.OperatorService.GetStoredSnapshot:input_type -> room.v1.GetStoredSnapshotRequest
+	18,  // 74: room.v1.OperatorService.GetOutboxStatus:input_type -> room.v1.GetOutboxStatusRequest
+	20,  // 75: room.v1.OperatorService.RequeueDeadOutbox:input_type -> room.v1.RequeueDeadOutboxRequest
+	13,  // 76: room.v1.OperatorService.Drain:input_type -> room.v1.DrainRequest
+	15,  // 77: room.v1.OperatorService.ListNodes:input_type -> room.v1.ListNodesRequest
+	23,  // 78: room.v1.RoomService.CreateRoom:output_type -> room.v1.CreateRoomResponse
+	25,  // 79: room.v1.RoomService.CloseRoom:output_type -> room.v1.CloseRoomResponse
+	27,  // 80: room.v1.RoomService.JoinRoom:output_type -> room.v1.JoinRoomResponse
+	29,  // 81: room.v1.RoomService.LeaveRoom:output_type -> room.v1.LeaveRoomResponse
+	31,  // 82: room.v1.RoomService.TakeMic:output_type -> room.v1.TakeMicResponse
+	33,  // 83: room.v1.RoomService.LeaveMic:output_type -> room.v1.LeaveMicResponse
+	35,  // 84: room.v1.RoomService.MoveMic:output_type -> room.v1.MoveMicResponse
+	37,  // 85: room.v1.RoomService.KickFromMic:output_type -> room.v1.KickFromMicResponse
+	39,  // 86: room.v1.RoomService.LockMicSeat:output_type -> room.v1.LockMicSeatResponse
+	41,  // 87: room.v1.RoomService.MuteMicSeat:output_type -> room.v1.MuteMicSeatResponse
+	43,  // 88: room.v1.RoomService.SetMyMic:output_type -> room.v1.SetMyMicResponse
+	45,  // 89: room.v1.RoomService.KickUser:output_type -> room.v1.KickUserResponse
+	47,  // 90: room.v1.RoomService.MuteUser:output_type -> room.v1.MuteUserResponse
+	49,  // 91: room.v1.RoomService.UnbanUser:output_type -> room.v1.UnbanUserResponse
+	51,  // 92: room.v1.RoomService.SetAdmin:output_type -> room.v1.SetAdminResponse
+	53,  // 93: room.v1.RoomService.UpdateProfile:output_type -> room.v1.UpdateProfileResponse
+	55,  // 94: room.v1.RoomService.ChangeBackground:output_type -> room.v1.ChangeBackgroundResponse
+	57,  // 95: room.v1.RoomService.SetChatEnabled:output_type -> room.v1.SetChatEnabledResponse
+	61,  // 96: room.v1.RoomService.GetRoomSnapshot:output_type -> room.v1.GetRoomSnapshotResponse
+	59,  // 97: room.v1.RoomService.PublishRobotDisplay:output_type -> room.v1.PublishRobotDisplayResponse
+	63,  // 98: room.v1.RoomService.ListRooms:output_type -> room.v1.ListRoomsResponse
+	5,   // 99: room.v1.RoomService.SendGift:output_type -> room.v1.SendGiftResponse
+	7,   // 100: room.v1.RoomService.ListGifts:output_type -> room.v1.ListGiftsResponse
+	93,  // 101: room.v1.RoomService.Heartbeat:output_type -> room.v1.HeartbeatResponse
+	66,  // 102: room.v1.RoomService.ListMembers:output_type -> room.v1.ListMembersResponse
+	69,  // 103: room.v1.RoomService.ListGiftRecords:output_type -> room.v1.ListGiftRecordsResponse
+	95,  // 104: room.v1.RoomService.SetMicApproval:output_type -> room.v1.SetMicApprovalResponse
+	97,  // 105: room.v1.RoomService.RequestMic:output_type -> room.v1.RequestMicResponse
+	99,  // 106: room.v1.RoomService.CancelMicRequest:output_type -> room.v1.CancelMicRequestResponse
+	101, // 107: room.v1.RoomService.ApproveMicRequest:output_type -> room.v1.ApproveMicRequestResponse
+	103, // 108: room.v1.RoomService.RejectMicRequest:output_type -> room.v1.RejectMicRequestResponse
+	105, // 109: room.v1.RoomService.InviteToMic:output_type -> room.v1.InviteToMicResponse
+	107, // 110: room.v1.RoomService.AcceptMicInvite:output_type -> room.v1.AcceptMicInviteResponse
+	109, // 111: room.v1.RoomService.DeclineMicInvite:output_type -> room.v1.DeclineMicInviteResponse
+	111, // 112: room.v1.RoomService.TransferOwnership:output_type -> room.v1.TransferOwnershipResponse
+	113, // 113: room.v1.RoomService.SetHost:output_type -> room.v1.SetHostResponse
+	10,  // 114: room.v1.WalletService.CreditCoins:output_type -> room.v1.CreditCoinsResponse
+	12,  // 115: room.v1.WalletService.GetBalance:output_type -> room.v1.GetBalanceResponse
+	72,  // 116: room.v1.WalletService.ListWalletEntries:output_type -> room.v1.ListWalletEntriesResponse
+	75,  // 117: room.v1.OperatorService.ListCommands:output_type -> room.v1.ListCommandsResponse
+	78,  // 118: room.v1.OperatorService.GetStoredSnapshot:output_type -> room.v1.GetStoredSnapshotResponse
+	19,  // 119: room.v1.OperatorService.GetOutboxStatus:output_type -> room.v1.GetOutboxStatusResponse
+	21,  // 120: room.v1.OperatorService.RequeueDeadOutbox:output_type -> room.v1.RequeueDeadOutboxResponse
+	14,  // 121: room.v1.OperatorService.Drain:output_type -> room.v1.DrainResponse
+	16,  // 122: room.v1.OperatorService.ListNodes:output_type -> room.v1.ListNodesResponse
+	78,  // [78:123] is the sub-list for method output_type
+	33,  // [33:78] is the sub-list for method input_type
+	33,  // [33:33] is the sub-list for extension type_name
+	33,  // [33:33] is the sub-list for extension extendee
+	0,   // [0:33] is the sub-list for field type_name
 }
 
 func init() { file_room_v1_room_proto_init() }
@@ -6925,13 +8375,15 @@ func file_room_v1_room_proto_init() {
 		return
 	}
 	file_room_v1_room_proto_msgTypes[48].OneofWrappers = []any{}
+	file_room_v1_room_proto_msgTypes[92].OneofWrappers = []any{}
+	file_room_v1_room_proto_msgTypes[100].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_room_v1_room_proto_rawDesc), len(file_room_v1_room_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   90,
+			NumMessages:   111,
 			NumExtensions: 0,
 			NumServices:   3,
 		},

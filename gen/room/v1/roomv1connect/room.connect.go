@@ -102,6 +102,33 @@ const (
 	// RoomServiceListGiftRecordsProcedure is the fully-qualified name of the RoomService's
 	// ListGiftRecords RPC.
 	RoomServiceListGiftRecordsProcedure = "/room.v1.RoomService/ListGiftRecords"
+	// RoomServiceSetMicApprovalProcedure is the fully-qualified name of the RoomService's
+	// SetMicApproval RPC.
+	RoomServiceSetMicApprovalProcedure = "/room.v1.RoomService/SetMicApproval"
+	// RoomServiceRequestMicProcedure is the fully-qualified name of the RoomService's RequestMic RPC.
+	RoomServiceRequestMicProcedure = "/room.v1.RoomService/RequestMic"
+	// RoomServiceCancelMicRequestProcedure is the fully-qualified name of the RoomService's
+	// CancelMicRequest RPC.
+	RoomServiceCancelMicRequestProcedure = "/room.v1.RoomService/CancelMicRequest"
+	// RoomServiceApproveMicRequestProcedure is the fully-qualified name of the RoomService's
+	// ApproveMicRequest RPC.
+	RoomServiceApproveMicRequestProcedure = "/room.v1.RoomService/ApproveMicRequest"
+	// RoomServiceRejectMicRequestProcedure is the fully-qualified name of the RoomService's
+	// RejectMicRequest RPC.
+	RoomServiceRejectMicRequestProcedure = "/room.v1.RoomService/RejectMicRequest"
+	// RoomServiceInviteToMicProcedure is the fully-qualified name of the RoomService's InviteToMic RPC.
+	RoomServiceInviteToMicProcedure = "/room.v1.RoomService/InviteToMic"
+	// RoomServiceAcceptMicInviteProcedure is the fully-qualified name of the RoomService's
+	// AcceptMicInvite RPC.
+	RoomServiceAcceptMicInviteProcedure = "/room.v1.RoomService/AcceptMicInvite"
+	// RoomServiceDeclineMicInviteProcedure is the fully-qualified name of the RoomService's
+	// DeclineMicInvite RPC.
+	RoomServiceDeclineMicInviteProcedure = "/room.v1.RoomService/DeclineMicInvite"
+	// RoomServiceTransferOwnershipProcedure is the fully-qualified name of the RoomService's
+	// TransferOwnership RPC.
+	RoomServiceTransferOwnershipProcedure = "/room.v1.RoomService/TransferOwnership"
+	// RoomServiceSetHostProcedure is the fully-qualified name of the RoomService's SetHost RPC.
+	RoomServiceSetHostProcedure = "/room.v1.RoomService/SetHost"
 	// WalletServiceCreditCoinsProcedure is the fully-qualified name of the WalletService's CreditCoins
 	// RPC.
 	WalletServiceCreditCoinsProcedure = "/room.v1.WalletService/CreditCoins"
@@ -156,9 +183,10 @@ type RoomServiceClient interface {
 	SetMyMic(context.Context, *connect.Request[v1.SetMyMicRequest]) (*connect.Response[v1.SetMyMicResponse], error)
 	// Removes a user and bans them for duration_seconds (0: permanent). Owner or admin.
 	KickUser(context.Context, *connect.Request[v1.KickUserRequest]) (*connect.Response[v1.KickUserResponse], error)
-	// Chat-mutes a user (禁言) for duration_seconds; 0 lifts the mute. Owner or admin.
+	// Chat-mutes a user (禁言) for duration_seconds, or until lifted with
+	// permanent; 0 without permanent lifts the mute. Owner or admin.
 	MuteUser(context.Context, *connect.Request[v1.MuteUserRequest]) (*connect.Response[v1.MuteUserResponse], error)
-	// Lifts a ban. Owner or admin.
+	// Lifts a user's ban and chat mute (a permanent one too). Owner or admin.
 	UnbanUser(context.Context, *connect.Request[v1.UnbanUserRequest]) (*connect.Response[v1.UnbanUserResponse], error)
 	// Adds a user to or removes them from the admin set. Owner or platform.
 	SetAdmin(context.Context, *connect.Request[v1.SetAdminRequest]) (*connect.Response[v1.SetAdminResponse], error)
@@ -202,6 +230,35 @@ type RoomServiceClient interface {
 	// Lists committed gifts of one room or of one user (sent or received),
 	// newest first, a page at a time.
 	ListGiftRecords(context.Context, *connect.Request[v1.ListGiftRecordsRequest]) (*connect.Response[v1.ListGiftRecordsResponse], error)
+	// Switches whether members need approval to take a seat (mic requests).
+	// Switching it off drops the pending requests. Owner or admin.
+	SetMicApproval(context.Context, *connect.Request[v1.SetMicApprovalRequest]) (*connect.Response[v1.SetMicApprovalResponse], error)
+	// Asks to speak, on a seat or any free one, in a room that requires
+	// approval: a member not seated, one pending request per user. It waits
+	// 60 s for an owner or admin.
+	RequestMic(context.Context, *connect.Request[v1.RequestMicRequest]) (*connect.Response[v1.RequestMicResponse], error)
+	// Withdraws the operator's pending mic request.
+	CancelMicRequest(context.Context, *connect.Request[v1.CancelMicRequestRequest]) (*connect.Response[v1.CancelMicRequestResponse], error)
+	// Seats a requester on the seat they asked for, or the first free
+	// unlocked one; refused as TakeMic would be (seat_locked, seat_occupied,
+	// no_free_seat), the request then stays. Owner or admin.
+	ApproveMicRequest(context.Context, *connect.Request[v1.ApproveMicRequestRequest]) (*connect.Response[v1.ApproveMicRequestResponse], error)
+	// Refuses a pending mic request. Owner or admin.
+	RejectMicRequest(context.Context, *connect.Request[v1.RejectMicRequestRequest]) (*connect.Response[v1.RejectMicRequestResponse], error)
+	// Invites a member who is not seated to a seat or any free one; the
+	// invitation waits 30 s. Owner or admin.
+	InviteToMic(context.Context, *connect.Request[v1.InviteToMicRequest]) (*connect.Response[v1.InviteToMicResponse], error)
+	// Takes the seat the operator was invited to (or the first free one),
+	// even where approval is required.
+	AcceptMicInvite(context.Context, *connect.Request[v1.AcceptMicInviteRequest]) (*connect.Response[v1.AcceptMicInviteResponse], error)
+	// Declines the operator's pending mic invitation.
+	DeclineMicInvite(context.Context, *connect.Request[v1.DeclineMicInviteRequest]) (*connect.Response[v1.DeclineMicInviteResponse], error)
+	// Makes a member of the room its owner; the old owner stays in the room
+	// as an admin. Owner or platform.
+	TransferOwnership(context.Context, *connect.Request[v1.TransferOwnershipRequest]) (*connect.Response[v1.TransferOwnershipResponse], error)
+	// Sets the room's host (a member; 0 clears it). The admin set does not
+	// change. Owner or platform.
+	SetHost(context.Context, *connect.Request[v1.SetHostRequest]) (*connect.Response[v1.SetHostResponse], error)
 }
 
 // NewRoomServiceClient constructs a client for the room.v1.RoomService service. By default, it uses
@@ -377,6 +434,66 @@ func NewRoomServiceClient(httpClient connect.HTTPClient, baseURL string, opts ..
 			connect.WithIdempotency(connect.IdempotencyNoSideEffects),
 			connect.WithClientOptions(opts...),
 		),
+		setMicApproval: connect.NewClient[v1.SetMicApprovalRequest, v1.SetMicApprovalResponse](
+			httpClient,
+			baseURL+RoomServiceSetMicApprovalProcedure,
+			connect.WithSchema(roomServiceMethods.ByName("SetMicApproval")),
+			connect.WithClientOptions(opts...),
+		),
+		requestMic: connect.NewClient[v1.RequestMicRequest, v1.RequestMicResponse](
+			httpClient,
+			baseURL+RoomServiceRequestMicProcedure,
+			connect.WithSchema(roomServiceMethods.ByName("RequestMic")),
+			connect.WithClientOptions(opts...),
+		),
+		cancelMicRequest: connect.NewClient[v1.CancelMicRequestRequest, v1.CancelMicRequestResponse](
+			httpClient,
+			baseURL+RoomServiceCancelMicRequestProcedure,
+			connect.WithSchema(roomServiceMethods.ByName("CancelMicRequest")),
+			connect.WithClientOptions(opts...),
+		),
+		approveMicRequest: connect.NewClient[v1.ApproveMicRequestRequest, v1.ApproveMicRequestResponse](
+			httpClient,
+			baseURL+RoomServiceApproveMicRequestProcedure,
+			connect.WithSchema(roomServiceMethods.ByName("ApproveMicRequest")),
+			connect.WithClientOptions(opts...),
+		),
+		rejectMicRequest: connect.NewClient[v1.RejectMicRequestRequest, v1.RejectMicRequestResponse](
+			httpClient,
+			baseURL+RoomServiceRejectMicRequestProcedure,
+			connect.WithSchema(roomServiceMethods.ByName("RejectMicRequest")),
+			connect.WithClientOptions(opts...),
+		),
+		inviteToMic: connect.NewClient[v1.InviteToMicRequest, v1.InviteToMicResponse](
+			httpClient,
+			baseURL+RoomServiceInviteToMicProcedure,
+			connect.WithSchema(roomServiceMethods.ByName("InviteToMic")),
+			connect.WithClientOptions(opts...),
+		),
+		acceptMicInvite: connect.NewClient[v1.AcceptMicInviteRequest, v1.AcceptMicInviteResponse](
+			httpClient,
+			baseURL+RoomServiceAcceptMicInviteProcedure,
+			connect.WithSchema(roomServiceMethods.ByName("AcceptMicInvite")),
+			connect.WithClientOptions(opts...),
+		),
+		declineMicInvite: connect.NewClient[v1.DeclineMicInviteRequest, v1.DeclineMicInviteResponse](
+			httpClient,
+			baseURL+RoomServiceDeclineMicInviteProcedure,
+			connect.WithSchema(roomServiceMethods.ByName("DeclineMicInvite")),
+			connect.WithClientOptions(opts...),
+		),
+		transferOwnership: connect.NewClient[v1.TransferOwnershipRequest, v1.TransferOwnershipResponse](
+			httpClient,
+			baseURL+RoomServiceTransferOwnershipProcedure,
+			connect.WithSchema(roomServiceMethods.ByName("TransferOwnership")),
+			connect.WithClientOptions(opts...),
+		),
+		setHost: connect.NewClient[v1.SetHostRequest, v1.SetHostResponse](
+			httpClient,
+			baseURL+RoomServiceSetHostProcedure,
+			connect.WithSchema(roomServiceMethods.ByName("SetHost")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -408,6 +525,16 @@ type roomServiceClient struct {
 	heartbeat           *connect.Client[v1.HeartbeatRequest, v1.HeartbeatResponse]
 	listMembers         *connect.Client[v1.ListMembersRequest, v1.ListMembersResponse]
 	listGiftRecords     *connect.Client[v1.ListGiftRecordsRequest, v1.ListGiftRecordsResponse]
+	setMicApproval      *connect.Client[v1.SetMicApprovalRequest, v1.SetMicApprovalResponse]
+	requestMic          *connect.Client[v1.RequestMicRequest, v1.RequestMicResponse]
+	cancelMicRequest    *connect.Client[v1.CancelMicRequestRequest, v1.CancelMicRequestResponse]
+	approveMicRequest   *connect.Client[v1.ApproveMicRequestRequest, v1.ApproveMicRequestResponse]
+	rejectMicRequest    *connect.Client[v1.RejectMicRequestRequest, v1.RejectMicRequestResponse]
+	inviteToMic         *connect.Client[v1.InviteToMicRequest, v1.InviteToMicResponse]
+	acceptMicInvite     *connect.Client[v1.AcceptMicInviteRequest, v1.AcceptMicInviteResponse]
+	declineMicInvite    *connect.Client[v1.DeclineMicInviteRequest, v1.DeclineMicInviteResponse]
+	transferOwnership   *connect.Client[v1.TransferOwnershipRequest, v1.TransferOwnershipResponse]
+	setHost             *connect.Client[v1.SetHostRequest, v1.SetHostResponse]
 }
 
 // CreateRoom calls room.v1.RoomService.CreateRoom.
@@ -540,6 +667,56 @@ func (c *roomServiceClient) ListGiftRecords(ctx context.Context, req *connect.Re
 	return c.listGiftRecords.CallUnary(ctx, req)
 }
 
+// SetMicApproval calls room.v1.RoomService.SetMicApproval.
+func (c *roomServiceClient) SetMicApproval(ctx context.Context, req *connect.Request[v1.SetMicApprovalRequest]) (*connect.Response[v1.SetMicApprovalResponse], error) {
+	return c.setMicApproval.CallUnary(ctx, req)
+}
+
+// RequestMic calls room.v1.RoomService.RequestMic.
+func (c *roomServiceClient) RequestMic(ctx context.Context, req *connect.Request[v1.RequestMicRequest]) (*connect.Response[v1.RequestMicResponse], error) {
+	return c.requestMic.CallUnary(ctx, req)
+}
+
+// CancelMicRequest calls room.v1.RoomService.CancelMicRequest.
+func (c *roomServiceClient) CancelMicRequest(ctx context.Context, req *connect.Request[v1.CancelMicRequestRequest]) (*connect.Response[v1.CancelMicRequestResponse], error) {
+	return c.cancelMicRequest.CallUnary(ctx, req)
+}
+
+// ApproveMicRequest calls room.v1.RoomService.ApproveMicRequest.
+func (c *roomServiceClient) ApproveMicRequest(ctx context.Context, req *connect.Request[v1.ApproveMicRequestRequest]) (*connect.Response[v1.ApproveMicRequestResponse], error) {
+	return c.approveMicRequest.CallUnary(ctx, req)
+}
+
+// RejectMicRequest calls room.v1.RoomService.RejectMicRequest.
+func (c *roomServiceClient) RejectMicRequest(ctx context.Context, req *connect.Request[v1.RejectMicRequestRequest]) (*connect.Response[v1.RejectMicRequestResponse], error) {
+	return c.rejectMicRequest.CallUnary(ctx, req)
+}
+
+// InviteToMic calls room.v1.RoomService.InviteToMic.
+func (c *roomServiceClient) InviteToMic(ctx context.Context, req *connect.Request[v1.InviteToMicRequest]) (*connect.Response[v1.InviteToMicResponse], error) {
+	return c.inviteToMic.CallUnary(ctx, req)
+}
+
+// AcceptMicInvite calls room.v1.RoomService.AcceptMicInvite.
+func (c *roomServiceClient) AcceptMicInvite(ctx context.Context, req *connect.Request[v1.AcceptMicInviteRequest]) (*connect.Response[v1.AcceptMicInviteResponse], error) {
+	return c.acceptMicInvite.CallUnary(ctx, req)
+}
+
+// DeclineMicInvite calls room.v1.RoomService.DeclineMicInvite.
+func (c *roomServiceClient) DeclineMicInvite(ctx context.Context, req *connect.Request[v1.DeclineMicInviteRequest]) (*connect.Response[v1.DeclineMicInviteResponse], error) {
+	return c.declineMicInvite.CallUnary(ctx, req)
+}
+
+// TransferOwnership calls room.v1.RoomService.TransferOwnership.
+func (c *roomServiceClient) TransferOwnership(ctx context.Context, req *connect.Request[v1.TransferOwnershipRequest]) (*connect.Response[v1.TransferOwnershipResponse], error) {
+	return c.transferOwnership.CallUnary(ctx, req)
+}
+
+// SetHost calls room.v1.RoomService.SetHost.
+func (c *roomServiceClient) SetHost(ctx context.Context, req *connect.Request[v1.SetHostRequest]) (*connect.Response[v1.SetHostResponse], error) {
+	return c.setHost.CallUnary(ctx, req)
+}
+
 // RoomServiceHandler is an implementation of the room.v1.RoomService service.
 type RoomServiceHandler interface {
 	// Creates the room; room_id is chosen by the caller. The operator must be the owner (or platform staff).
@@ -566,9 +743,10 @@ type RoomServiceHandler interface {
 	SetMyMic(context.Context, *connect.Request[v1.SetMyMicRequest]) (*connect.Response[v1.SetMyMicResponse], error)
 	// Removes a user and bans them for duration_seconds (0: permanent). Owner or admin.
 	KickUser(context.Context, *connect.Request[v1.KickUserRequest]) (*connect.Response[v1.KickUserResponse], error)
-	// Chat-mutes a user (禁言) for duration_seconds; 0 lifts the mute. Owner or admin.
+	// Chat-mutes a user (禁言) for duration_seconds, or until lifted with
+	// permanent; 0 without permanent lifts the mute. Owner or admin.
 	MuteUser(context.Context, *connect.Request[v1.MuteUserRequest]) (*connect.Response[v1.MuteUserResponse], error)
-	// Lifts a ban. Owner or admin.
+	// Lifts a user's ban and chat mute (a permanent one too). Owner or admin.
 	UnbanUser(context.Context, *connect.Request[v1.UnbanUserRequest]) (*connect.Response[v1.UnbanUserResponse], error)
 	// Adds a user to or removes them from the admin set. Owner or platform.
 	SetAdmin(context.Context, *connect.Request[v1.SetAdminRequest]) (*connect.Response[v1.SetAdminResponse], error)
@@ -612,6 +790,35 @@ type RoomServiceHandler interface {
 	// Lists committed gifts of one room or of one user (sent or received),
 	// newest first, a page at a time.
 	ListGiftRecords(context.Context, *connect.Request[v1.ListGiftRecordsRequest]) (*connect.Response[v1.ListGiftRecordsResponse], error)
+	// Switches whether members need approval to take a seat (mic requests).
+	// Switching it off drops the pending requests. Owner or admin.
+	SetMicApproval(context.Context, *connect.Request[v1.SetMicApprovalRequest]) (*connect.Response[v1.SetMicApprovalResponse], error)
+	// Asks to speak, on a seat or any free one, in a room that requires
+	// approval: a member not seated, one pending request per user. It waits
+	// 60 s for an owner or admin.
+	RequestMic(context.Context, *connect.Request[v1.RequestMicRequest]) (*connect.Response[v1.RequestMicResponse], error)
+	// Withdraws the operator's pending mic request.
+	CancelMicRequest(context.Context, *connect.Request[v1.CancelMicRequestRequest]) (*connect.Response[v1.CancelMicRequestResponse], error)
+	// Seats a requester on the seat they asked for, or the first free
+	// unlocked one; refused as TakeMic would be (seat_locked, seat_occupied,
+	// no_free_seat), the request then stays. Owner or admin.
+	ApproveMicRequest(context.Context, *connect.Request[v1.ApproveMicRequestRequest]) (*connect.Response[v1.ApproveMicRequestResponse], error)
+	// Refuses a pending mic request. Owner or admin.
+	RejectMicRequest(context.Context, *connect.Request[v1.RejectMicRequestRequest]) (*connect.Response[v1.RejectMicRequestResponse], error)
+	// Invites a member who is not seated to a seat or any free one; the
+	// invitation waits 30 s. Owner or admin.
+	InviteToMic(context.Context, *connect.Request[v1.InviteToMicRequest]) (*connect.Response[v1.InviteToMicResponse], error)
+	// Takes the seat the operator was invited to (or the first free one),
+	// even where approval is required.
+	AcceptMicInvite(context.Context, *connect.Request[v1.AcceptMicInviteRequest]) (*connect.Response[v1.AcceptMicInviteResponse], error)
+	// Declines the operator's pending mic invitation.
+	DeclineMicInvite(context.Context, *connect.Request[v1.DeclineMicInviteRequest]) (*connect.Response[v1.DeclineMicInviteResponse], error)
+	// Makes a member of the room its owner; the old owner stays in the room
+	// as an admin. Owner or platform.
+	TransferOwnership(context.Context, *connect.Request[v1.TransferOwnershipRequest]) (*connect.Response[v1.TransferOwnershipResponse], error)
+	// Sets the room's host (a member; 0 clears it). The admin set does not
+	// change. Owner or platform.
+	SetHost(context.Context, *connect.Request[v1.SetHostRequest]) (*connect.Response[v1.SetHostResponse], error)
 }
 
 // NewRoomServiceHandler builds an HTTP handler from the service implementation. It returns the path
@@ -783,6 +990,66 @@ func NewRoomServiceHandler(svc RoomServiceHandler, opts ...connect.HandlerOption
 		connect.WithIdempotency(connect.IdempotencyNoSideEffects),
 		connect.WithHandlerOptions(opts...),
 	)
+	roomServiceSetMicApprovalHandler := connect.NewUnaryHandler(
+		RoomServiceSetMicApprovalProcedure,
+		svc.SetMicApproval,
+		connect.WithSchema(roomServiceMethods.ByName("SetMicApproval")),
+		connect.WithHandlerOptions(opts...),
+	)
+	roomServiceRequestMicHandler := connect.NewUnaryHandler(
+		RoomServiceRequestMicProcedure,
+		svc.RequestMic,
+		connect.WithSchema(roomServiceMethods.ByName("RequestMic")),
+		connect.WithHandlerOptions(opts...),
+	)
+	roomServiceCancelMicRequestHandler := connect.NewUnaryHandler(
+		RoomServiceCancelMicRequestProcedure,
+		svc.CancelMicRequest,
+		connect.WithSchema(roomServiceMethods.ByName("CancelMicRequest")),
+		connect.WithHandlerOptions(opts...),
+	)
+	roomServiceApproveMicRequestHandler := connect.NewUnaryHandler(
+		RoomServiceApproveMicRequestProcedure,
+		svc.ApproveMicRequest,
+		connect.WithSchema(roomServiceMethods.ByName("ApproveMicRequest")),
+		connect.WithHandlerOptions(opts...),
+	)
+	roomServiceRejectMicRequestHandler := connect.NewUnaryHandler(
+		RoomServiceRejectMicRequestProcedure,
+		svc.RejectMicRequest,
+		connect.WithSchema(roomServiceMethods.ByName("RejectMicRequest")),
+		connect.WithHandlerOptions(opts...),
+	)
+	roomServiceInviteToMicHandler := connect.NewUnaryHandler(
+		RoomServiceInviteToMicProcedure,
+		svc.InviteToMic,
+		connect.WithSchema(roomServiceMethods.ByName("InviteToMic")),
+		connect.WithHandlerOptions(opts...),
+	)
+	roomServiceAcceptMicInviteHandler := connect.NewUnaryHandler(
+		RoomServiceAcceptMicInviteProcedure,
+		svc.AcceptMicInvite,
+		connect.WithSchema(roomServiceMethods.ByName("AcceptMicInvite")),
+		connect.WithHandlerOptions(opts...),
+	)
+	roomServiceDeclineMicInviteHandler := connect.NewUnaryHandler(
+		RoomServiceDeclineMicInviteProcedure,
+		svc.DeclineMicInvite,
+		connect.WithSchema(roomServiceMethods.ByName("DeclineMicInvite")),
+		connect.WithHandlerOptions(opts...),
+	)
+	roomServiceTransferOwnershipHandler := connect.NewUnaryHandler(
+		RoomServiceTransferOwnershipProcedure,
+		svc.TransferOwnership,
+		connect.WithSchema(roomServiceMethods.ByName("TransferOwnership")),
+		connect.WithHandlerOptions(opts...),
+	)
+	roomServiceSetHostHandler := connect.NewUnaryHandler(
+		RoomServiceSetHostProcedure,
+		svc.SetHost,
+		connect.WithSchema(roomServiceMethods.ByName("SetHost")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/room.v1.RoomService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case RoomServiceCreateRoomProcedure:
@@ -837,6 +1104,26 @@ func NewRoomServiceHandler(svc RoomServiceHandler, opts ...connect.HandlerOption
 			roomServiceListMembersHandler.ServeHTTP(w, r)
 		case RoomServiceListGiftRecordsProcedure:
 			roomServiceListGiftRecordsHandler.ServeHTTP(w, r)
+		case RoomServiceSetMicApprovalProcedure:
+			roomServiceSetMicApprovalHandler.ServeHTTP(w, r)
+		case RoomServiceRequestMicProcedure:
+			roomServiceRequestMicHandler.ServeHTTP(w, r)
+		case RoomServiceCancelMicRequestProcedure:
+			roomServiceCancelMicRequestHandler.ServeHTTP(w, r)
+		case RoomServiceApproveMicRequestProcedure:
+			roomServiceApproveMicRequestHandler.ServeHTTP(w, r)
+		case RoomServiceRejectMicRequestProcedure:
+			roomServiceRejectMicRequestHandler.ServeHTTP(w, r)
+		case RoomServiceInviteToMicProcedure:
+			roomServiceInviteToMicHandler.ServeHTTP(w, r)
+		case RoomServiceAcceptMicInviteProcedure:
+			roomServiceAcceptMicInviteHandler.ServeHTTP(w, r)
+		case RoomServiceDeclineMicInviteProcedure:
+			roomServiceDeclineMicInviteHandler.ServeHTTP(w, r)
+		case RoomServiceTransferOwnershipProcedure:
+			roomServiceTransferOwnershipHandler.ServeHTTP(w, r)
+		case RoomServiceSetHostProcedure:
+			roomServiceSetHostHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -948,6 +1235,46 @@ func (UnimplementedRoomServiceHandler) ListMembers(context.Context, *connect.Req
 
 func (UnimplementedRoomServiceHandler) ListGiftRecords(context.Context, *connect.Request[v1.ListGiftRecordsRequest]) (*connect.Response[v1.ListGiftRecordsResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("room.v1.RoomService.ListGiftRecords is not implemented"))
+}
+
+func (UnimplementedRoomServiceHandler) SetMicApproval(context.Context, *connect.Request[v1.SetMicApprovalRequest]) (*connect.Response[v1.SetMicApprovalResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("room.v1.RoomService.SetMicApproval is not implemented"))
+}
+
+func (UnimplementedRoomServiceHandler) RequestMic(context.Context, *connect.Request[v1.RequestMicRequest]) (*connect.Response[v1.RequestMicResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("room.v1.RoomService.RequestMic is not implemented"))
+}
+
+func (UnimplementedRoomServiceHandler) CancelMicRequest(context.Context, *connect.Request[v1.CancelMicRequestRequest]) (*connect.Response[v1.CancelMicRequestResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("room.v1.RoomService.CancelMicRequest is not implemented"))
+}
+
+func (UnimplementedRoomServiceHandler) ApproveMicRequest(context.Context, *connect.Request[v1.ApproveMicRequestRequest]) (*connect.Response[v1.ApproveMicRequestResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("room.v1.RoomService.ApproveMicRequest is not implemented"))
+}
+
+func (UnimplementedRoomServiceHandler) RejectMicRequest(context.Context, *connect.Request[v1.RejectMicRequestRequest]) (*connect.Response[v1.RejectMicRequestResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("room.v1.RoomService.RejectMicRequest is not implemented"))
+}
+
+func (UnimplementedRoomServiceHandler) InviteToMic(context.Context, *connect.Request[v1.InviteToMicRequest]) (*connect.Response[v1.InviteToMicResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("room.v1.RoomService.InviteToMic is not implemented"))
+}
+
+func (UnimplementedRoomServiceHandler) AcceptMicInvite(context.Context, *connect.Request[v1.AcceptMicInviteRequest]) (*connect.Response[v1.AcceptMicInviteResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("room.v1.RoomService.AcceptMicInvite is not implemented"))
+}
+
+func (UnimplementedRoomServiceHandler) DeclineMicInvite(context.Context, *connect.Request[v1.DeclineMicInviteRequest]) (*connect.Response[v1.DeclineMicInviteResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("room.v1.RoomService.DeclineMicInvite is not implemented"))
+}
+
+func (UnimplementedRoomServiceHandler) TransferOwnership(context.Context, *connect.Request[v1.TransferOwnershipRequest]) (*connect.Response[v1.TransferOwnershipResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("room.v1.RoomService.TransferOwnership is not implemented"))
+}
+
+func (UnimplementedRoomServiceHandler) SetHost(context.Context, *connect.Request[v1.SetHostRequest]) (*connect.Response[v1.SetHostResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("room.v1.RoomService.SetHost is not implemented"))
 }
 
 // WalletServiceClient is a client for the room.v1.WalletService service.
