@@ -141,16 +141,23 @@ func quantile(ds []time.Duration, q float64) time.Duration {
 	return ds[min(len(ds)-1, int(float64(len(ds))*q))]
 }
 
-// checkEndpoint fails t when more than the app budget arrived in one
-// second, or when a group was offered more than Tencent's 40 messages in one
-// second. Calls refused for frequency and messages dropped within a group's
-// budget are only logged: they come of calls that a loaded machine delivered
-// bunched together, and the lane sends them again (every test here checks
-// that no High event is lost).
+// checkEndpoint fails t when the endpoint refused more than 1% of the
+// send_group_msg calls for frequency (a lane that did not keep to the app
+// budget has a third or more refused), or when a group was offered more
+// than Tencent's 40 messages in one second. A few refusals and messages
+// dropped within a group's budget are only logged: they come of calls that
+// a loaded machine delivered bunched together, and the lane sends them
+// again (every test here checks that no High event is lost).
+// fewRefused reports whether at most 1% of the calls were refused (two at
+// least are allowed).
+func fewRefused(st timlocal.CallStats) bool {
+	return st.Refused <= max(2, st.Accepted/100)
+}
+
 func checkEndpoint(t *testing.T, local *timlocal.Server, app int, groups []string) {
 	t.Helper()
 	st := local.CallStats("send_group_msg")
-	if st.MaxPerSecond > app {
+	if !fewRefused(st) || st.MaxPerSecond > app {
 		t.Errorf("send_group_msg at the endpoint: %+v, app budget %d/s", st, app)
 	}
 	if st.Refused != 0 {
@@ -170,7 +177,7 @@ func checkEndpoint(t *testing.T, local *timlocal.Server, app int, groups []strin
 // TestAppBudgetManyBusyRooms: 300 rooms, each with a user taking and
 // leaving a mic seat twice a second for 15 s, through the engine, against
 // the local endpoint with its app-wide limit of 200 calls/s: every room's
-// group gets its final mic row; no second over the app budget, no group
+// group gets its final mic row; at most 1% of the calls refused, no group
 // over 40/s, no High event lost. The delays are logged beside the service
 // level (max(1/20, 300/200) + 0.5 = 2 s); roomctl bench -only im measures
 // them.
