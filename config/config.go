@@ -68,6 +68,7 @@ type Config struct {
 	RetainCommands  time.Duration `yaml:"retain_commands_for" help:"command log rows younger than this are kept"`
 	RetainPublished time.Duration `yaml:"retain_published_for" help:"published outbox rows are deleted after this"`
 	RetainEvery     time.Duration `yaml:"retention_interval" help:"how often retention runs"`
+	RetainGifts     time.Duration `yaml:"retain_gift_records_for" help:"gift records (ListGiftRecords) older than this are deleted (0: kept for ever)"`
 
 	BusinessTZ       string        `yaml:"business_timezone" help:"IANA time zone of the business day (heat, rank, charm and the rocket reset daily there)"`
 	BusinessDayStart time.Duration `yaml:"business_day_start" help:"time of day the business day starts in business_timezone (0s: midnight; 4h: 04:00)"`
@@ -130,7 +131,7 @@ func Default() Config {
 		LeaseTTL: 5 * time.Second, DrainGrace: 2 * time.Second,
 		IdleTimeout: 10 * time.Minute, CommitTimeout: 5 * time.Second, ShutdownTimeout: 30 * time.Second,
 		NATSStream: "ROOM_EVENTS", NATSSubjects: "room.events", RelayAttempts: 10, TIMAppBudget: 200, TIMCallBudget: 200, IMBudget: 20, IMRegionalMin: 10_000,
-		RetainVersions: 10_000, RetainCommands: 7 * 24 * time.Hour, RetainPublished: 3 * 24 * time.Hour, RetainEvery: time.Minute,
+		RetainVersions: 10_000, RetainCommands: 7 * 24 * time.Hour, RetainPublished: 3 * 24 * time.Hour, RetainEvery: time.Minute, RetainGifts: 90 * 24 * time.Hour,
 		BusinessTZ: "UTC", RankSize: 10, LuckyMaxPayout: 9_500, LuckyRegionalMin: 10_000,
 		WalletTimeout: 3 * time.Second, GiftApplyWindow: 30 * time.Second, ReconcileAfter: 2 * time.Minute, RocketScan: time.Second,
 		Gifts: gift.DefaultGifts(), LuckyTable: gift.DefaultLucky(), RocketLevels: defaultRocketLevels(),
@@ -426,6 +427,9 @@ func (c Config) Validate() error {
 		if d.v <= 0 {
 			p = append(p, fmt.Errorf("%s must be positive, got %v", d.key, d.v))
 		}
+	}
+	if c.RetainGifts < 0 {
+		p = append(p, fmt.Errorf("retain_gift_records_for may not be negative, got %v", c.RetainGifts))
 	}
 	if c.PresenceTimeout < minPresenceTimeout || c.PresenceTimeout > maxPresence {
 		p = append(p, fmt.Errorf("presence_timeout %v is outside %v..%v", c.PresenceTimeout, minPresenceTimeout, maxPresence))

@@ -42,13 +42,13 @@ func TestRetentionPrunesOldLogAndPublishedOutbox(t *testing.T) {
 		}
 	}
 	r := &store.Retention{Repo: db, Batch: 3, KeepVersions: 5, KeepCommandsFor: time.Minute, KeepPublishedFor: -time.Minute, Log: slog.New(slog.DiscardHandler)}
-	commands, published, err := r.Once(ctx)
+	n, err := r.Once(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	// Rows at or below 30-5 go (25 of them); the 10 published outbox rows go; pending ones stay.
-	if commands != 25 || published != 10 {
-		t.Fatalf("pruned %d commands and %d outbox rows, want 25 and 10", commands, published)
+	if n.Commands != 25 || n.Outbox != 10 || n.GiftRecords != 0 {
+		t.Fatalf("pruned %+v, want 25 commands and 10 outbox rows", n)
 	}
 	left, err := db.ListCommandsAfter(ctx, "r", 0)
 	if err != nil || len(left) != 5 || left[0].RoomVersion != 26 {

@@ -375,6 +375,9 @@ func (m *Main) Run(ctx context.Context) error {
 		Repo: db, Interval: cfg.RetainEvery, Batch: 1000, KeepVersions: int64(cfg.RetainVersions),
 		KeepCommandsFor: cfg.RetainCommands, KeepPublishedFor: cfg.RetainPublished, Log: m.Log,
 	}
+	if gifts, ok := db.(store.GiftRecordPruner); ok && cfg.RetainGifts > 0 {
+		retain.GiftRecords, retain.KeepGiftRecordsFor = gifts, cfg.RetainGifts
+	}
 	if err := m.workers.Go("retention", loop(retain.Run)); err != nil {
 		return err
 	}

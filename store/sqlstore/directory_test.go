@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"hyapp/room-service/store"
 	"hyapp/room-service/store/mysql"
@@ -194,6 +195,21 @@ func TestGiftRecords(t *testing.T) {
 			}
 			if got := page(store.GiftRecordQuery{UserID: 3, Limit: 4}); len(got) != 0 {
 				t.Fatalf("sent by 3: %+v", got)
+			}
+			// Retention: the records sent before 1003 (versions 1 and 2,
+			// 8 records) go, oldest first, a batch at a time.
+			pruned := 0
+			for {
+				n, err := db.PruneGiftRecords(ctx, time.UnixMilli(1003), 3)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if pruned += n; n < 3 {
+					break
+				}
+			}
+			if left := page(store.GiftRecordQuery{RoomID: "a", Limit: 50}); pruned != 8 || len(left) != 6 || left[len(left)-1].RoomVersion != 3 {
+				t.Fatalf("pruned %d gift records, room a keeps %+v; want 8 pruned, versions 3 to 5 kept", pruned, left)
 			}
 			missing, err := db.MissingDirectory(ctx, "", 10)
 			if err != nil || !slices.Equal(missing, []string{"a", "b"}) {

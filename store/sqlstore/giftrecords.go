@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"fmt"
 	"slices"
+	"time"
 
 	"hyapp/room-service/store"
 )
@@ -77,4 +78,44 @@ func (db *DB) ListGiftRecords(ctx context.Context, q store.GiftRecordQuery) ([]s
 		return nil, fmt.Errorf("list gift records %s=%v before=%d: %w", key, arg, q.BeforeID, db.d.MapErr(err))
 	}
 	return out, nil
+}
+
+// PruneGiftRecords deletes up to limit gift records sent before before,
+// oldest first, and returns how many it deleted. Records are numbered in
+// the order they were committed, so the oldest are the lowest ids: the
+// read stops at the first limit of them.
+func (db *DB) PruneGiftRecords(ctx context.Context, before time.Time, limit int) (int, error) {
+	if limit <= 0 {
+		return 0, nil
+	}
+	rows, err := db.Reader().QueryContext(ctx, `SELECT record_id FROM room_gift_records WHERE sent_at_ms < ?
+		ORDER BY record_id LIMIT ?`, before.UnixMilli(), limit)
+	var ids []int64
+	if err == nil {
+		for rows.Next() {
+			var id int64
+			if err = rows.Scan(&id); err != nil {
+				break
+			}
+			ids = append(ids, id)
+		}
+		if cerr := rows.Close(); err == nil {
+			err = cerr
+		}
+		if err == nil {
+			err = rows.Err()
+		}
+	}
+	if err != nil || len(ids) == 0 {
+		return 0, db.d.MapErr(err)
+	}
+	args := make([]any, len(ids))
+	for i, id := range ids {
+		args[i] = id
+	}
+	n, err := db.Exec(ctx, `DELETE FROM room_gift_records WHERE record_id IN `+In(len(ids)), args...)
+	if err != nil {
+		return 0, fmt.Errorf("prune gift records: %w", err)
+	}
+	return n, nil
 }
