@@ -80,23 +80,7 @@ func (db *DB) PruneOutbox(ctx context.Context, before time.Time, limit int) (int
 	deleted := 0
 	for deleted < limit {
 		chunk := min(limit-deleted, pruneChunk)
-		var ids []any
-		rows, err := db.selectPruneOut.QueryContext(ctx, before.UnixMilli(), chunk)
-		if err == nil {
-			for rows.Next() {
-				var id int64
-				if err = rows.Scan(&id); err != nil {
-					break
-				}
-				ids = append(ids, id)
-			}
-			if cerr := rows.Close(); err == nil {
-				err = cerr
-			}
-			if err == nil {
-				err = rows.Err()
-			}
-		}
+		ids, err := sqlstore.ScanIDs(db.selectPruneOut.QueryContext(ctx, before.UnixMilli(), chunk))
 		if err != nil {
 			return deleted, fmt.Errorf("prune outbox: %w", mapErr(err))
 		}

@@ -88,34 +88,37 @@ func (db *DB) PruneGiftRecords(ctx context.Context, before time.Time, limit int)
 	if limit <= 0 {
 		return 0, nil
 	}
-	rows, err := db.Reader().QueryContext(ctx, `SELECT record_id FROM room_gift_records WHERE sent_at_ms < ?
-		ORDER BY record_id LIMIT ?`, before.UnixMilli(), limit)
-	var ids []int64
-	if err == nil {
-		for rows.Next() {
-			var id int64
-			if err = rows.Scan(&id); err != nil {
-				break
-			}
-			ids = append(ids, id)
-		}
-		if cerr := rows.Close(); err == nil {
-			err = cerr
-		}
-		if err == nil {
-			err = rows.Err()
-		}
-	}
+	ids, err := ScanIDs(db.Reader().QueryContext(ctx, `SELECT record_id FROM room_gift_records WHERE sent_at_ms < ?
+		ORDER BY record_id LIMIT ?`, before.UnixMilli(), limit))
 	if err != nil || len(ids) == 0 {
 		return 0, db.d.MapErr(err)
 	}
-	args := make([]any, len(ids))
-	for i, id := range ids {
-		args[i] = id
-	}
-	n, err := db.Exec(ctx, `DELETE FROM room_gift_records WHERE record_id IN `+In(len(ids)), args...)
+	n, err := db.Exec(ctx, `DELETE FROM room_gift_records WHERE record_id IN `+In(len(ids)), ids...)
 	if err != nil {
 		return 0, fmt.Errorf("prune gift records: %w", err)
 	}
 	return n, nil
+}
+
+// ScanIDs reads the integer ids a query selected (pass the query's results
+// straight in), as arguments for an IN list, and closes the rows.
+func ScanIDs(rows *sql.Rows, err error) ([]any, error) {
+	if err != nil {
+		return nil, err
+	}
+	var ids []any
+	for rows.Next() {
+		var id int64
+		if err = rows.Scan(&id); err != nil {
+			break
+		}
+		ids = append(ids, id)
+	}
+	if cerr := rows.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = rows.Err()
+	}
+	return ids, err
 }
