@@ -719,20 +719,6 @@ func TestKickUser(t *testing.T) {
 // A kicked user is out, off any seat, and cannot come back until the ban
 // expires or an admin lifts it.
 func TestKickedUserStaysOut(t *testing.T) {
-	apply := func(t *testing.T, s *State, e *Envelope, want *Error) {
-		t.Helper()
-		before := cloneState(s)
-		events, err := Apply(s, e)
-		if want != nil {
-			requireReason(t, err, want)
-			requireUnchanged(t, before, s)
-			return
-		}
-		if err != nil {
-			t.Fatalf("%s by %d at %d: %v", e.Command.Type(), e.Operator, e.At, err)
-		}
-		checkSuccess(t, before, s, e, events)
-	}
 	t.Run("timed ban expires", func(t *testing.T) {
 		s := fixture()
 		apply(t, s, env(uAdmin, &KickUser{TargetUserID: uAlice, DurationSeconds: 60}), nil)
