@@ -499,14 +499,7 @@ func TestRoundTripKeepsNextExpiry(t *testing.T) {
 	if s.NextExpiry() != t0+30+30_000 {
 		t.Fatalf("live next expiry %d, want the mute's end %d", s.NextExpiry(), t0+30+30_000)
 	}
-	payload, err := snapshot.Encode(s)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got, err := snapshot.Decode(payload)
-	if err != nil {
-		t.Fatal(err)
-	}
+	got := roundTrip(t, s)
 	if got.NextExpiry() != s.NextExpiry() {
 		t.Fatalf("decoded next expiry %d, want %d", got.NextExpiry(), s.NextExpiry())
 	}
@@ -599,14 +592,7 @@ func queuedRoom(t testing.TB) *room.State {
 
 func TestRoundTripKeepsTheMicQueueAndReasons(t *testing.T) {
 	s := queuedRoom(t)
-	payload, err := snapshot.Encode(s)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got, err := snapshot.Decode(payload)
-	if err != nil {
-		t.Fatal(err)
-	}
+	got := roundTrip(t, s)
 	got.Rules = s.Rules
 	if !reflect.DeepEqual(canon(s), canon(got)) || !sameBytes(t, s, got) {
 		t.Fatalf("round trip: requests %v invites %v reasons %v %v", got.MicRequests, got.MicInvites, got.BanReasons, got.MuteReasons)
@@ -634,4 +620,18 @@ func TestRoundTripKeepsTheMicQueueAndReasons(t *testing.T) {
 	if _, err := snapshot.FromProto(p); err == nil {
 		t.Fatal("a user twice in the mic requests loaded")
 	}
+}
+
+// roundTrip encodes s as a stored snapshot and decodes it again.
+func roundTrip(t *testing.T, s *room.State) *room.State {
+	t.Helper()
+	payload, err := snapshot.Encode(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := snapshot.Decode(payload)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return got
 }
