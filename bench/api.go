@@ -136,13 +136,18 @@ func APIScenarios(ctx context.Context, base string, opts APIOptions) ([]Row, err
 	}
 	create.Extra = strings.TrimSuffix(fmt.Sprintf("target >= 2000/s: %.2fx; %s", create.Rate()/2000, create.Extra), "; ")
 
+	scenario := 0
 	join := func(name string, ids []string, callers, users int) (Row, error) {
+		// Command ids of their own: a scenario that reused another's on
+		// the same room would measure duplicate answers, not joins.
+		scenario++
+		prefix := fmt.Sprintf("j%d-", scenario)
 		return measured(func() (Row, error) {
 			return closedLoop(name, callers, opts.Commands, func(w int, i int64) error {
 				c, cancel := call()
 				defer cancel()
 				_, err := client(w).JoinRoom(c, connect.NewRequest(&roomv1.JoinRoomRequest{
-					RoomId: ids[int(i)%len(ids)], CommandId: fmt.Sprint("j", i), OperatorUserId: 1000 + i%int64(users),
+					RoomId: ids[int(i)%len(ids)], CommandId: prefix + strconv.FormatInt(i, 10), OperatorUserId: 1000 + i%int64(users),
 				}))
 				return err
 			})
