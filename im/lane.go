@@ -624,7 +624,7 @@ func (l *Lane) dispatch(ctx context.Context) {
 			// A wake sends fresh events at once, but at most one round
 			// per fifth of a tick: a busy node's commits wake it often,
 			// and a round may look at every ready room.
-			if time.Since(last) < l.cfg.Tick/5 {
+			if time.Since(last) < l.cfg.Tick/5 || l.crowded() {
 				continue
 			}
 			last = time.Now()
@@ -636,8 +636,20 @@ func (l *Lane) dispatch(ctx context.Context) {
 	}
 }
 
+// crowded says so many rooms are ready that a round must wait for the
+// tick: a round looks at every ready room, and with this many the app
+// budget, not the wake, decides when they send.
+func (l *Lane) crowded() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.ready) > crowdedRooms
+}
+
 // Scheduling constants.
 const (
+	// crowdedRooms: with more rooms ready than this, rounds run on the
+	// tick only (see Lane.crowded).
+	crowdedRooms = 128
 	// promoteAfter: a room waiting this long is served with the rooms that
 	// have High pending, so no room starves behind them.
 	promoteAfter = time.Second
