@@ -632,6 +632,9 @@ func (c *Cell) buildBatch(cmds []*pending, base int64, prevStatus room.Status) (
 // what the sink gets once every caller has its answer.
 func (c *Cell) committed(cmds []*pending, b store.Batch) []room.Committed {
 	c.reg.metrics.BatchSize.Observe(float64(len(b.Commands)))
+	if len(b.Outbox) > 0 && c.reg.cfg.Outbox != nil {
+		c.reg.cfg.Outbox(b.Outbox)
+	}
 	c.fresh = false
 	if b.Snapshot != nil {
 		c.lastSnapshot = b.Snapshot.RoomVersion

@@ -12,6 +12,7 @@ import (
 
 	roomv1 "hyapp/room-service/gen/room/v1"
 	"hyapp/room-service/lease"
+	"hyapp/room-service/outbox"
 	"hyapp/room-service/room"
 	"hyapp/room-service/store"
 	"hyapp/room-service/wallet"
@@ -83,6 +84,11 @@ type Config struct {
 	// Features are plugged in after the built-in ones (the room directory's
 	// projector).
 	Features []Feature
+	// Outbox, when set, gets the outbox rows of every commit that wrote
+	// some, right after the commit, from the room's cell goroutine in
+	// commit order: the outbox relay's Committed, which publishes them
+	// without reading them back. It must not block or modify the rows.
+	Outbox func(rows []outbox.Record)
 }
 
 // DefaultConfig returns the defaults.

@@ -21,25 +21,3 @@ func (s Sinks) Publish(batch []room.Committed) {
 		sink.Publish(batch)
 	}
 }
-
-// OutboxNotifier is an EventSink that names to Notify each room whose batch
-// wrote outbox rows: the outbox relay then publishes that room's rows at
-// once, without looking for them in the table.
-type OutboxNotifier struct{ Notify func(roomID string) }
-
-// Publish implements EventSink.
-func (n OutboxNotifier) Publish(batch []room.Committed) {
-	last := ""
-	for _, c := range batch {
-		if c.RoomID == last {
-			continue
-		}
-		for _, ev := range c.Events {
-			if ev.Lanes().Outbox {
-				n.Notify(c.RoomID)
-				last = c.RoomID
-				break
-			}
-		}
-	}
-}

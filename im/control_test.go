@@ -10,11 +10,11 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"hyapp/room-service/cell"
 	"hyapp/room-service/im"
 	"hyapp/room-service/im/tencent"
 	"hyapp/room-service/internal/poll"
 	"hyapp/room-service/lease"
+	"hyapp/room-service/outbox"
 	"hyapp/room-service/outbox/natsbus"
 	"hyapp/room-service/outbox/relay"
 	"hyapp/room-service/room"
@@ -40,7 +40,7 @@ func newControlWorld(t *testing.T, mod func(*im.Control)) *controlWorld {
 	}
 	t.Cleanup(func() { _ = bus.Close() })
 	var rel *relay.Relay
-	w := &controlWorld{world: newWorld(t, cell.OutboxNotifier{Notify: func(roomID string) { rel.Notify(roomID) }}), bus: bus, terminated: map[string]int{}}
+	w := &controlWorld{world: newWorld(t, func(rows []outbox.Record) { rel.Committed(rows) }), bus: bus, terminated: map[string]int{}}
 	rel = relay.New(w.db, bus, relay.LeaseGate{Lease: lease.NewLocal()}, relay.Config{PollInterval: 10 * time.Millisecond}, relay.Metrics{}, quiet)
 	control := &im.Control{Bus: bus, API: im.TencentGroups{Client: w.client}, MaxBackoff: 50 * time.Millisecond, Log: quiet,
 		Metrics: im.ControlMetrics{

@@ -16,6 +16,7 @@ import (
 	"hyapp/room-service/im/timlocal"
 	"hyapp/room-service/internal/poll"
 	"hyapp/room-service/lease"
+	"hyapp/room-service/outbox"
 	"hyapp/room-service/outbox/natsbus"
 	"hyapp/room-service/outbox/relay"
 	"hyapp/room-service/room"
@@ -38,7 +39,9 @@ type world struct {
 	mu         sync.Mutex
 }
 
-func newWorld(t *testing.T, extra ...cell.EventSink) *world {
+// newWorld starts a world; committed, when set, gets every commit's outbox
+// rows, as the outbox relay does in the daemon.
+func newWorld(t *testing.T, committed func([]outbox.Record)) *world {
 	t.Helper()
 	w := &world{shed: map[string]int{}}
 	w.local = timlocal.New(timlocal.Config{SDKAppID: 1400000001, SecretKey: "test-key", Admin: "administrator"})
@@ -60,7 +63,7 @@ func newWorld(t *testing.T, extra ...cell.EventSink) *world {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = w.db.Close() })
-	w.reg = cell.New(cell.Config{}, w.db, lease.NewLocal(), append(cell.Sinks{w.lane}, extra...), nil, quiet)
+	w.reg = cell.New(cell.Config{Outbox: committed}, w.db, lease.NewLocal(), w.lane, nil, quiet)
 	t.Cleanup(func() { _ = w.reg.Close(context.Background()) })
 	return w
 }
@@ -77,7 +80,7 @@ func (w *world) submit(t *testing.T, roomID, id string, op int64, cmd room.Comma
 // sees at most its budget, and every mic change arrives or is superseded by
 // a newer mic row that arrives.
 func TestCommandBurstKeepsTheGroupInBudget(t *testing.T) {
-	w := newWorld(t)
+	w := newWorld(t, nil)
 	if err := w.client.CreateGroup(context.Background(), "burst", "burst"); err != nil {
 		t.Fatal(err)
 	}
@@ -150,7 +153,7 @@ func TestCommandBurstKeepsTheGroupInBudget(t *testing.T) {
 // TestHangingIMNeverFailsCommands: with the IM endpoint hanging, commands
 // commit and answer as usual.
 func TestHangingIMNeverFailsCommands(t *testing.T) {
-	w := newWorld(t)
+	w := newWorld(t, nil)
 	w.local.SetFaults(timlocal.Faults{Hang: true})
 	defer w.local.SetFaults(timlocal.Faults{})
 	w.submit(t, "hang", "create", 1, &room.CreateRoom{OwnerUserID: 1, SeatCount: 10})
@@ -171,7 +174,7 @@ func TestLostMuteIsRetriedFromTheOutbox(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = bus.Close() })
 	var rel *relay.Relay
-	w := newWorld(t, cell.OutboxNotifier{Notify: func(roomID string) { rel.Notify(roomID) }})
+	w := newWorld(t, func(rows []outbox.Record) { rel.Committed(rows) })
 	rel = relay.New(w.db, bus, relay.LeaseGate{Lease: lease.NewLocal()}, relay.Config{PollInterval: 10 * time.Millisecond}, relay.Metrics{}, quiet)
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
@@ -214,7 +217,7 @@ func TestLostMuteIsRetriedFromTheOutbox(t *testing.T) {
 // it and the message arrives; a RoomClosed message never brings a dissolved
 // group back.
 func TestLaneRecreatesMissingGroup(t *testing.T) {
-	w := newWorld(t)
+	w := newWorld(t, nil)
 	var mu sync.Mutex
 	recreated := 0
 	lane := im.New(im.Config{Budget: 20}, im.RecreatingSender{

@@ -456,8 +456,8 @@ func (m *Main) Run(ctx context.Context) error {
 		Rules: rules, Wallet: m.ledger, WalletTimeout: cfg.WalletTimeout, GiftApplyWindow: cfg.GiftApplyWindow,
 		TimerScanEvery: cfg.RocketScan, SettleInCommit: true, // the embedded ledger shares the room store's database
 		PresenceTimeout: cfg.PresenceTimeout, MicOfflineGrace: cfg.MicOfflineGrace,
-		Features: []cell.Feature{directory.Feature()},
-	}, db, leases, cell.Sinks{lane, cell.OutboxNotifier{Notify: relay.Notify}}, m.metrics.cell, m.Log)
+		Features: []cell.Feature{directory.Feature()}, Outbox: relay.Committed,
+	}, db, leases, lane, m.metrics.cell, m.Log)
 
 	platform := make(map[int64]bool, len(cfg.PlatformUsers))
 	for _, id := range cfg.PlatformUsers {

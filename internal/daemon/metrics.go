@@ -135,7 +135,8 @@ func newRelayMetrics(reg prometheus.Registerer) relay.Metrics {
 	failed := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "room_outbox_publish_failures_total", Help: "Failed publishes, by kind (broker: outage; message: counts against the row)."}, []string{"kind"})
 	dead := prometheus.NewCounter(prometheus.CounterOpts{Name: "room_outbox_dead_total", Help: "Outbox rows that went dead."})
 	lag := prometheus.NewHistogram(prometheus.HistogramOpts{Name: "room_outbox_lag_seconds", Help: "Commit-to-acknowledge delay of published rows.", Buckets: prometheus.ExponentialBuckets(0.0005, 2, 18)})
-	reg.MustRegister(published, failed, dead, lag)
+	read := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "room_outbox_rows_taken_total", Help: "Outbox rows relay chains took, by source (memory: handed over by the commit; table: read back, the recovery path)."}, []string{"source"})
+	reg.MustRegister(published, failed, dead, lag, read)
 	return relay.Metrics{
 		Published: func(n int) { published.Add(float64(n)) },
 		Failed: func(transient bool) {
@@ -147,5 +148,12 @@ func newRelayMetrics(reg prometheus.Registerer) relay.Metrics {
 		},
 		Dead: dead.Inc,
 		Lag:  func(ctx context.Context, d time.Duration) { obs.Observe(ctx, lag, d.Seconds()) },
+		Read: func(fromMemory bool, n int) {
+			source := "table"
+			if fromMemory {
+				source = "memory"
+			}
+			read.WithLabelValues(source).Add(float64(n))
+		},
 	}
 }

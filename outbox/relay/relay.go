@@ -62,6 +62,10 @@ type Config struct {
 	BackoffMin, BackoffMax time.Duration
 	// MarkEvery bounds how long acknowledged rows wait to be marked together.
 	MarkEvery time.Duration
+	// MemoryRows bounds the committed rows held in memory for all rooms
+	// (see Relay.Committed); a room that would pass it is read from the
+	// table instead.
+	MemoryRows int
 }
 
 func (c Config) withDefaults() Config {
@@ -89,6 +93,9 @@ func (c Config) withDefaults() Config {
 	if c.MarkEvery <= 0 {
 		c.MarkEvery = 2 * time.Millisecond
 	}
+	if c.MemoryRows <= 0 {
+		c.MemoryRows = 100_000
+	}
 	return c
 }
 
@@ -96,15 +103,21 @@ func (c Config) withDefaults() Config {
 // backlog runs before it yields its slot to other rooms.
 const chainsPerTurn = 20
 
+// forgetAfter is how long the relay keeps what it knows of a room with no
+// commit: one read of the table brings it back.
+const forgetAfter = time.Minute
+
 // Metrics are the relay's counters; any field may be nil.
 type Metrics struct {
 	Published func(n int)
 	Failed    func(transient bool)
 	Dead      func()
-	// Lag observes commit-to-acknowledge delay.
 	// Lag observes the commit-to-acknowledge delay; ctx carries the
 	// publish's span when the row was traced.
 	Lag func(ctx context.Context, d time.Duration)
+	// Read counts the rows chains took: from memory (handed over by
+	// Committed) or read from the table.
+	Read func(fromMemory bool, n int)
 }
 
 // Relay delivers committed outbox rows to the message queue: at least once,
@@ -112,10 +125,10 @@ type Metrics struct {
 // flight per room and up to MaxRooms rooms at once. A row is marked
 // published only after the broker acknowledged it (in bulk); a failed row
 // backs off its room alone, and after MaxAttempts goes dead, where operators
-// see it, and the room moves on. Rooms come to it in memory from commits
-// (Notify), so it costs what it sends; a scan of the table finds what
-// memory cannot know (see Config.PollInterval). The scan is by status,
-// never by an id cursor that late commits would slip behind.
+// see it, and the room moves on. Committed rows come to it in memory
+// (Committed), so it costs what it sends; the table is read for what
+// memory cannot know (see memRoom and Config.PollInterval). The scan is by
+// status, never by an id cursor that late commits would slip behind.
 type Relay struct {
 	src     Source
 	pub     Publisher
@@ -130,11 +143,51 @@ type Relay struct {
 	marks chan markReq
 
 	mu    sync.Mutex
-	ready map[string]bool      // rooms named by Notify, not started yet
+	ready map[string]bool      // rooms named by Notify or Committed, not started yet
 	busy  map[string]bool      // rooms with a chain running; true: rows came in meanwhile
 	until map[string]time.Time // rooms backing off in this process
+	mem   map[string]*memRoom  // rooms that committed rows in this process
+	held  int                  // rows held in mem, across rooms
 	pause time.Time            // the broker is away until then
 	fails int                  // consecutive transient failures
+}
+
+// memRoom is what the relay knows of a room's pending rows from the
+// room's commits in this process, so that a chain publishes them without
+// reading the table.
+//
+// Memory is trusted (known) only after a chain read every pending row of
+// the room from the table, published and marked them all, and no commit
+// was missed since that read began (gen unchanged), with the read begun
+// after a commit of the room's current owner epoch arrived. The epoch
+// matters because the database fences: once an epoch commits, no earlier
+// epoch ever commits again, so a read begun after epoch E's first commit
+// holds every row of earlier epochs, and every later row of epoch E is
+// handed to Committed in commit order by the one cell that owns E. Rows
+// of any other epoch (the room moved to another node and back) reset
+// what is known. Anything else that may leave a pending row memory does
+// not hold also resets it: a failed publish, a lost gate, a failed mark,
+// the memory bound, a Notify, or a row the scan finds pending longer than
+// a poll interval. A reset room is read from the table again.
+type memRoom struct {
+	epoch   int64           // owner epoch of the room's latest commit here
+	rows    []outbox.Record // committed here, not yet taken, in order
+	gen     uint64          // counts resets: a chain's read is stale if it changed
+	known   bool            // rows holds every pending row after through
+	through rowKey          // the last row a chain of this relay published
+	used    time.Time       // last commit or chain, for forgetting idle rooms
+}
+
+// rowKey orders a room's rows.
+type rowKey struct {
+	version int64
+	seq     int32
+}
+
+func keyOf(r *outbox.Record) rowKey { return rowKey{r.RoomVersion, r.Seq} }
+
+func (k rowKey) after(o rowKey) bool {
+	return k.version > o.version || (k.version == o.version && k.seq > o.seq)
 }
 
 type markReq struct {
@@ -148,6 +201,7 @@ func New(src Source, pub Publisher, gate Gate, cfg Config, m Metrics, log *slog.
 		src: src, pub: pub, gate: gate, cfg: cfg.withDefaults(), log: log, metrics: m, now: time.Now,
 		wake: make(chan struct{}, 1), kick: make(chan struct{}, 1), marks: make(chan markReq, 1024),
 		ready: make(map[string]bool), busy: make(map[string]bool), until: make(map[string]time.Time),
+		mem: make(map[string]*memRoom),
 	}
 }
 
@@ -160,16 +214,143 @@ func (r *Relay) Wake() {
 	}
 }
 
-// Notify tells the relay that roomID committed outbox rows, so it
-// publishes them now. It never blocks; call it after each commit that
-// wrote outbox rows.
+// Notify tells the relay that roomID has pending rows in the table that
+// Committed did not hand it, so it reads the room's rows from the table
+// and publishes them now. It never blocks.
 func (r *Relay) Notify(roomID string) {
 	r.mu.Lock()
+	if m := r.mem[roomID]; m != nil {
+		r.reset(m)
+	}
 	r.ready[roomID] = true
 	r.mu.Unlock()
+	r.kickRun()
+}
+
+// Committed hands the relay the outbox rows one commit of one room wrote,
+// in (room_version, seq) order, so it publishes them at once without
+// reading them back. Call it after every commit that wrote outbox rows,
+// in the room's commit order, from the one writer of the room's epoch. It
+// never blocks; the rows must not be modified afterwards.
+func (r *Relay) Committed(rows []outbox.Record) {
+	if len(rows) == 0 {
+		return
+	}
+	roomID, epoch := rows[0].RoomID, rows[0].OwnerEpoch
+	r.mu.Lock()
+	m := r.mem[roomID]
+	if m == nil {
+		m = &memRoom{}
+		r.mem[roomID] = m
+	}
+	if m.epoch != epoch {
+		r.reset(m)
+		m.epoch = epoch
+	}
+	m.used = r.now()
+	if r.held+len(rows) > r.cfg.MemoryRows {
+		r.reset(m) // the table has them
+	} else {
+		m.rows = append(m.rows, rows...)
+		r.held += len(rows)
+	}
+	r.ready[roomID] = true
+	r.mu.Unlock()
+	r.kickRun()
+}
+
+func (r *Relay) kickRun() {
 	select {
 	case r.kick <- struct{}{}:
 	default:
+	}
+}
+
+// reset makes the relay read the room from the table next; mu is held.
+func (r *Relay) reset(m *memRoom) {
+	r.held -= len(m.rows)
+	m.rows, m.known = nil, false
+	m.gen++
+}
+
+// forget resets what the relay knows of the room.
+func (r *Relay) forget(roomID string) {
+	r.mu.Lock()
+	if m := r.mem[roomID]; m != nil {
+		r.reset(m)
+	}
+	r.mu.Unlock()
+}
+
+// take starts a chain's work: the room's rows from memory when memory is
+// trusted (limit at most; none when it holds none: the room has nothing
+// pending), or fromTable with what the chain needs to trust memory after
+// reading the table. more says memory holds rows beyond those taken.
+func (r *Relay) take(roomID string, limit int) (rows []outbox.Record, fromTable, more bool, gen uint64, epoch int64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	m := r.mem[roomID]
+	if m == nil {
+		return nil, true, false, 0, 0
+	}
+	m.used = r.now()
+	if !m.known {
+		return nil, true, false, m.gen, m.epoch
+	}
+	n := 0
+	for n < len(m.rows) && len(rows) < limit {
+		if row := &m.rows[n]; keyOf(row).after(m.through) {
+			rows = append(rows, *row)
+		}
+		n++
+	}
+	r.held -= n
+	m.rows = m.rows[n:]
+	if len(m.rows) == 0 {
+		m.rows = nil // let the backing array go
+	}
+	return rows, false, len(m.rows) > 0, m.gen, m.epoch
+}
+
+// published records the end of a chain that published and marked rows
+// through last. A chain that read every pending row of the room from the
+// table (complete) makes memory trusted, if nothing reset it since the
+// read began and the read began after a commit of the room's epoch.
+func (r *Relay) published(roomID string, last rowKey, fromTable, complete bool, gen uint64, epoch int64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	m := r.mem[roomID]
+	if m == nil || m.gen != gen {
+		return
+	}
+	if last.after(m.through) {
+		m.through = last
+	}
+	if fromTable && complete && epoch != 0 && m.epoch == epoch {
+		m.known = true
+	}
+	if !m.known {
+		return
+	}
+	// Drop what the read already held: rows whose Committed came late.
+	n := 0
+	for n < len(m.rows) && !keyOf(&m.rows[n]).after(m.through) {
+		n++
+	}
+	r.held -= n
+	m.rows = m.rows[n:]
+}
+
+// forgetIdle drops rooms with nothing held and no commit or chain for
+// idle: they are read from the table when they commit again.
+func (r *Relay) forgetIdle(idle time.Duration) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	cut := r.now().Add(-idle)
+	for id, m := range r.mem {
+		if _, running := r.busy[id]; !running && len(m.rows) == 0 && m.used.Before(cut) {
+			delete(r.mem, id)
+		}
 	}
 }
 
@@ -207,6 +388,7 @@ func (r *Relay) Run(ctx context.Context) {
 			if err := r.scan(ctx, slots, &chains); err != nil && ctx.Err() == nil {
 				r.log.Warn("outbox scan", "err", err)
 			}
+			r.forgetIdle(forgetAfter)
 			poll.Reset(r.cfg.PollInterval)
 		}
 		r.dispatch(ctx, slots, &chains)
@@ -257,7 +439,11 @@ func (r *Relay) start(ctx context.Context, roomID string, now time.Time, slots c
 		missed := r.free(roomID)
 		<-slots
 		if missed || more {
-			r.Notify(roomID) // rows came in while the chain ran, or more wait
+			// Rows came in while the chain ran, or more wait.
+			r.mu.Lock()
+			r.ready[roomID] = true
+			r.mu.Unlock()
+			r.kickRun()
 		}
 	}()
 	return true
@@ -291,6 +477,12 @@ func (r *Relay) scan(ctx context.Context, slots chan struct{}, chains *sync.Wait
 			seen[row.RoomID] = true // its first pending row decides
 			if row.NextAttemptAt.After(now) {
 				continue
+			}
+			if now.Sub(row.CreatedAt) > r.cfg.PollInterval {
+				// Pending for longer than memory takes to publish: a row
+				// memory does not hold (dead rows requeued, a commit whose
+				// outcome its cell did not learn). Read the table.
+				r.forget(row.RoomID)
 			}
 			if !r.start(ctx, row.RoomID, now, slots, chains) {
 				return nil
@@ -331,36 +523,60 @@ func (r *Relay) free(roomID string) (missed bool) {
 }
 
 // chain publishes one room's pending rows in order, one at a time, under the
-// room's gate, and marks them before the room is free again. It reports
-// whether the room may have more rows ready.
+// room's gate, and marks them before the room is free again: the rows
+// Committed handed over when memory is trusted, else the room's rows read
+// from the table. It reports whether the room may have more rows ready.
 func (r *Relay) chain(ctx context.Context, roomID string) (more bool) {
 	held, ok := r.gate.Acquire(ctx, roomID)
 	if !ok {
-		return false // another relay has the room
-	}
-	defer held.Release()
-	// Read the rows under the gate: a relay that held the room before us has
-	// marked what it published.
-	rows, err := r.src.ListRoomOutbox(ctx, roomID, r.cfg.RoomBatch)
-	if err != nil {
-		r.log.Warn("outbox room read", "room_id", roomID, "err", err)
+		r.forget(roomID) // another relay has the room: what it publishes is unknown here
 		return false
 	}
-	var acked []string
-	defer func() {
-		if len(acked) > 0 {
-			r.mark(ctx, roomID, acked)
+	defer held.Release()
+	rows, fromTable, more, gen, epoch := r.take(roomID, r.cfg.RoomBatch)
+	if fromTable {
+		// Read the rows under the gate: a relay that held the room before
+		// us has marked what it published.
+		var err error
+		if rows, err = r.src.ListRoomOutbox(ctx, roomID, r.cfg.RoomBatch); err != nil {
+			r.log.Warn("outbox room read", "room_id", roomID, "err", err)
+			r.forget(roomID)
+			return false
 		}
-	}()
+	}
+	if r.metrics.Read != nil && len(rows) > 0 {
+		r.metrics.Read(!fromTable, len(rows))
+	}
+	acked, ok := r.publish(ctx, roomID, held, rows)
+	if len(acked) > 0 && !r.mark(ctx, roomID, acked) {
+		ok = false
+	}
+	if !ok {
+		r.forget(roomID) // rows this chain took may still be pending
+		return false
+	}
+	var last rowKey
+	if len(rows) > 0 {
+		last = keyOf(&rows[len(rows)-1])
+	}
+	full := fromTable && len(rows) == r.cfg.RoomBatch
+	r.published(roomID, last, fromTable, !full, gen, epoch)
+	return full || more
+}
+
+// publish publishes the rows in order until one fails, and returns the
+// event ids the broker acknowledged, and whether every row went out (or
+// went dead).
+func (r *Relay) publish(ctx context.Context, roomID string, held Held, rows []outbox.Record) (acked []string, ok bool) {
 	for _, row := range rows {
 		select {
 		case <-held.Lost():
-			return false // another relay may hold the room now: publish nothing more
+			return acked, false // another relay may hold the room now: publish nothing more
 		default:
 		}
 		if now := r.now(); row.NextAttemptAt.After(now) {
 			r.backoff(roomID, row.NextAttemptAt)
-			return false
+			return acked, false
 		}
 		pctx, span := startPublish(ctx, row)
 		err := r.pub.Publish(pctx, row)
@@ -374,17 +590,17 @@ func (r *Relay) chain(ctx context.Context, roomID string) (more bool) {
 			continue
 		}
 		if ctx.Err() != nil {
-			return false
+			return acked, false
 		}
 		if errors.Is(err, outbox.ErrTransient) {
 			r.brokerDown(err)
-			return false
+			return acked, false
 		}
 		if !r.failed(ctx, roomID, row, err) {
-			return false // the row backs off: nothing after it may go first
+			return acked, false // the row backs off: nothing after it may go first
 		}
 	}
-	return len(rows) == r.cfg.RoomBatch
+	return acked, true
 }
 
 // failed records a message failure; it reports whether the chain may go on
@@ -455,22 +671,24 @@ func (r *Relay) brokerOK() {
 	r.mu.Unlock()
 }
 
-// mark hands acknowledged ids to the marker and waits until they are stored.
-func (r *Relay) mark(ctx context.Context, roomID string, ids []string) {
+// mark hands acknowledged ids to the marker, waits until they are stored
+// and reports whether they were.
+func (r *Relay) mark(ctx context.Context, roomID string, ids []string) bool {
 	req := markReq{ids: ids, done: make(chan error, 1)}
 	select {
 	case r.marks <- req:
 	case <-ctx.Done():
-		return
+		return false
 	}
 	if err := <-req.done; err != nil {
 		// They stay pending and go out again; the broker drops the duplicates.
 		r.log.Warn("outbox mark published", "room_id", roomID, "rows", len(ids), "err", err)
-		return
+		return false
 	}
 	if r.metrics.Published != nil {
 		r.metrics.Published(len(ids))
 	}
+	return true
 }
 
 // marker stores acknowledgements of many chains in few transactions.

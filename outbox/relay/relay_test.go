@@ -503,3 +503,155 @@ func TestNotifiedRoomsGoOutWithoutAScan(t *testing.T) {
 		t.Fatalf("%d scans, want 2", n)
 	}
 }
+
+// owner commits a room's commands the way its cell does, under one claim,
+// and hands each commit's rows to the relay like the cell does.
+type owner struct {
+	repo  store.Repository
+	room  string
+	epoch int64
+	head  int64
+}
+
+// claim takes the room as a new owner (a new epoch), as a node that loads it.
+func claim(t testing.TB, repo store.Repository, room string) *owner {
+	t.Helper()
+	seed(t, repo, []string{room}, 0)
+	c, err := repo.ClaimRoom(context.Background(), room, "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &owner{repo: repo, room: room, epoch: c.Epoch, head: c.HeadVersion}
+}
+
+// commit commits n commands of two rows each and returns the rows.
+func (o *owner) commit(t testing.TB, n int) []outbox.Record {
+	t.Helper()
+	b := store.Batch{RoomID: o.room, OwnerEpoch: o.epoch, BaseVersion: o.head}
+	for range n {
+		o.head++
+		v := o.head
+		b.Commands = append(b.Commands, store.CommandRecord{RoomID: o.room, RoomVersion: v, CommandID: fmt.Sprint("c", v), CommandType: "JoinRoom", Payload: []byte("{}"), Replayable: true})
+		for seq := range int32(2) {
+			b.Outbox = append(b.Outbox, outbox.Record{
+				EventID: fmt.Sprintf("%s/%d/%d", o.room, v, seq), RoomID: o.room, RoomVersion: v, Seq: seq, OwnerEpoch: o.epoch,
+				EventType: "RoomUserJoined", Payload: fmt.Appendf(nil, `{"v":%d}`, v), Status: outbox.StatusPending, CreatedAt: time.Now(),
+			})
+		}
+	}
+	if res, err := o.repo.CommitBatches(context.Background(), []store.Batch{b}); err != nil || res[0] != nil {
+		t.Fatalf("commit %s: %v %v", o.room, err, res)
+	}
+	return b.Outbox
+}
+
+// reads counts the relay's reads of rooms' rows from the table.
+type reads struct {
+	*sqlite.DB
+	n atomic.Int64
+}
+
+func (s *reads) ListRoomOutbox(ctx context.Context, roomID string, limit int) ([]outbox.Record, error) {
+	s.n.Add(1)
+	return s.DB.ListRoomOutbox(ctx, roomID, limit)
+}
+
+// taken counts the rows chains took, by source.
+func taken(memory, table *atomic.Int64) relay.Metrics {
+	return relay.Metrics{Read: func(fromMemory bool, n int) {
+		if fromMemory {
+			memory.Add(int64(n))
+		} else {
+			table.Add(int64(n))
+		}
+	}}
+}
+
+// TestCommittedRowsGoOutWithoutReadingTheTable: once a room's first chain
+// read its rows from the table, the rows its commits hand over are
+// published from memory, in order, and the table is not read again.
+func TestCommittedRowsGoOutWithoutReadingTheTable(t *testing.T) {
+	repo := &reads{DB: openRepo(t)}
+	bus := openBus(t, natsbus.Config{})
+	cfg := fastConfig()
+	cfg.PollInterval = time.Hour // no scan after the first
+	var memory, table atomic.Int64
+	r := relay.New(repo, bus, relay.LeaseGate{Lease: lease.NewLocal()}, cfg, taken(&memory, &table), quiet)
+	owners := make([]*owner, 20)
+	for i := range owners {
+		owners[i] = claim(t, repo, fmt.Sprintf("mem-%d", i))
+	}
+	runRelay(t, r)
+	const rounds, perCommit = 30, 3
+	for range rounds {
+		for _, o := range owners {
+			r.Committed(o.commit(t, perCommit))
+		}
+	}
+	poll.Until(t, 30*time.Second, "every row published", poll.Bool(func() bool { return pending(t, repo.DB) == 0 }))
+	total := len(owners) * rounds * perCommit * 2
+	consume(t, bus, total)
+	if n := repo.n.Load(); n != int64(len(owners)) {
+		t.Fatalf("the table was read %d times for %d rooms, want once per room", n, len(owners))
+	}
+	if memory.Load()+table.Load() != int64(total) || memory.Load() == 0 {
+		t.Fatalf("rows taken: %d from memory, %d from the table; want %d in all, most from memory", memory.Load(), table.Load(), total)
+	}
+	t.Logf("%d rows from memory, %d from the table", memory.Load(), table.Load())
+}
+
+// TestMemoryIsNotTrustedAcrossOwners: rows another owner (another node)
+// committed while this relay trusted its memory of the room are published
+// before the rows of this node's next claim, which the relay gets in memory.
+func TestMemoryIsNotTrustedAcrossOwners(t *testing.T) {
+	repo := openRepo(t)
+	bus := openBus(t, natsbus.Config{})
+	cfg := fastConfig()
+	cfg.PollInterval = time.Hour
+	var memory, table atomic.Int64
+	r := relay.New(repo, bus, relay.LeaseGate{Lease: lease.NewLocal()}, cfg, taken(&memory, &table), quiet)
+	runRelay(t, r)
+	here := claim(t, repo, "moved")
+	for range 5 {
+		r.Committed(here.commit(t, 2))
+		poll.Until(t, 30*time.Second, "the first owner's rows published", poll.Bool(func() bool { return pending(t, repo) == 0 }))
+	}
+	if memory.Load() == 0 {
+		t.Fatal("no row went out from memory")
+	}
+	other := claim(t, repo, "moved") // another node: its relay is not this one
+	other.commit(t, 3)
+	back := claim(t, repo, "moved")
+	for range 4 {
+		r.Committed(back.commit(t, 2))
+	}
+	poll.Until(t, 30*time.Second, "every row published", poll.Bool(func() bool { return pending(t, repo) == 0 }))
+	consume(t, bus, (5*2+3+4*2)*2)
+}
+
+// TestCommittedRowsKeepOrderUnderInjectedFailures: rows handed over in
+// memory keep their room's order through refused messages, lost
+// acknowledgements and outages; a failure sends the room back to the table.
+func TestCommittedRowsKeepOrderUnderInjectedFailures(t *testing.T) {
+	repo := openRepo(t)
+	bus := openBus(t, natsbus.Config{})
+	pub := &flaky{next: bus}
+	var memory, table atomic.Int64
+	r := relay.New(repo, pub, relay.LeaseGate{Lease: lease.NewLocal()}, fastConfig(), taken(&memory, &table), quiet)
+	owners := make([]*owner, 12)
+	for i := range owners {
+		owners[i] = claim(t, repo, fmt.Sprintf("memfail-%d", i))
+	}
+	runRelay(t, r)
+	for range 20 {
+		for _, o := range owners {
+			r.Committed(o.commit(t, 1))
+		}
+	}
+	poll.Until(t, 60*time.Second, "every row published", poll.Bool(func() bool { return pending(t, repo) == 0 }))
+	consume(t, bus, 12*20*2)
+	if pub.overlaps.Load() != 0 {
+		t.Fatalf("%d publishes overlapped another of the same room", pub.overlaps.Load())
+	}
+	t.Logf("%d rows from memory, %d from the table", memory.Load(), table.Load())
+}
