@@ -168,7 +168,8 @@ type Relay struct {
 // what is known. Anything else that may leave a pending row memory does
 // not hold also resets it: a failed publish, a lost gate, a failed mark,
 // the memory bound, a Notify, or a row the scan finds pending longer than
-// a poll interval. A reset room is read from the table again.
+// a poll interval or of another epoch. A reset room is read from the table
+// again; a room with no commit or chain for a minute is forgotten.
 type memRoom struct {
 	epoch   int64           // owner epoch of the room's latest commit here
 	rows    []outbox.Record // committed here, not yet taken, in order
@@ -282,20 +283,40 @@ func (r *Relay) forget(roomID string) {
 	r.mu.Unlock()
 }
 
+// doubt resets what the relay knows of the row's room when the scan finds
+// the row pending where memory would have published it: it is older than
+// a poll interval (dead rows requeued, a commit whose outcome its cell did
+// not learn), or of another owner epoch than the commits memory holds
+// (another node committed it, whatever its clock says).
+func (r *Relay) doubt(row outbox.Record, now time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	m := r.mem[row.RoomID]
+	if m == nil {
+		return
+	}
+	if now.Sub(row.CreatedAt) > r.cfg.PollInterval || row.OwnerEpoch != m.epoch {
+		r.reset(m)
+	}
+}
+
 // take starts a chain's work: the room's rows from memory when memory is
 // trusted (limit at most; none when it holds none: the room has nothing
 // pending), or fromTable with what the chain needs to trust memory after
 // reading the table. more says memory holds rows beyond those taken.
-func (r *Relay) take(roomID string, limit int) (rows []outbox.Record, fromTable, more bool, gen uint64, epoch int64) {
+//
+// For a table chain, read.held is how many rows memory held when the read
+// began: their commits came before it, so the read covers them.
+func (r *Relay) take(roomID string, limit int) (rows []outbox.Record, fromTable, more bool, read readStart) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	m := r.mem[roomID]
 	if m == nil {
-		return nil, true, false, 0, 0
+		return nil, true, false, readStart{}
 	}
 	m.used = r.now()
 	if !m.known {
-		return nil, true, false, m.gen, m.epoch
+		return nil, true, false, readStart{gen: m.gen, epoch: m.epoch, held: len(m.rows)}
 	}
 	n := 0
 	for n < len(m.rows) && len(rows) < limit {
@@ -309,31 +330,42 @@ func (r *Relay) take(roomID string, limit int) (rows []outbox.Record, fromTable,
 	if len(m.rows) == 0 {
 		m.rows = nil // let the backing array go
 	}
-	return rows, false, len(m.rows) > 0, m.gen, m.epoch
+	return rows, false, len(m.rows) > 0, readStart{gen: m.gen, epoch: m.epoch}
+}
+
+// readStart is what a chain knew of the room's memory when it began.
+type readStart struct {
+	gen   uint64 // the room's resets so far
+	epoch int64  // the owner epoch of the room's latest commit here (0: none)
+	held  int    // rows memory held (table chains)
 }
 
 // published records the end of a chain that published and marked rows
 // through last. A chain that read every pending row of the room from the
 // table (complete) makes memory trusted, if nothing reset it since the
 // read began and the read began after a commit of the room's epoch.
-func (r *Relay) published(roomID string, last rowKey, fromTable, complete bool, gen uint64, epoch int64) {
+func (r *Relay) published(roomID string, last rowKey, fromTable, complete bool, read readStart) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	m := r.mem[roomID]
-	if m == nil || m.gen != gen {
+	if m == nil || m.gen != read.gen {
 		return
 	}
 	if last.after(m.through) {
 		m.through = last
 	}
-	if fromTable && complete && epoch != 0 && m.epoch == epoch {
+	n := 0
+	if fromTable && complete && read.epoch != 0 && m.epoch == read.epoch {
+		// The read covered every row memory held when it began (another
+		// relay may have published some of them: the read did not see
+		// those, and they must not go out again).
 		m.known = true
+		n = min(read.held, len(m.rows))
 	}
 	if !m.known {
 		return
 	}
 	// Drop what the read already held: rows whose Committed came late.
-	n := 0
 	for n < len(m.rows) && !keyOf(&m.rows[n]).after(m.through) {
 		n++
 	}
@@ -341,14 +373,17 @@ func (r *Relay) published(roomID string, last rowKey, fromTable, complete bool, 
 	m.rows = m.rows[n:]
 }
 
-// forgetIdle drops rooms with nothing held and no commit or chain for
-// idle: they are read from the table when they commit again.
+// forgetIdle drops rooms with no commit or chain for idle: they are read
+// from the table when they commit again. A room may still hold rows no
+// chain will take (it backed off, and another relay published them
+// meanwhile): the table has whatever of them is pending.
 func (r *Relay) forgetIdle(idle time.Duration) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	cut := r.now().Add(-idle)
 	for id, m := range r.mem {
-		if _, running := r.busy[id]; !running && len(m.rows) == 0 && m.used.Before(cut) {
+		if _, running := r.busy[id]; !running && m.used.Before(cut) {
+			r.held -= len(m.rows)
 			delete(r.mem, id)
 		}
 	}
@@ -478,12 +513,7 @@ func (r *Relay) scan(ctx context.Context, slots chan struct{}, chains *sync.Wait
 			if row.NextAttemptAt.After(now) {
 				continue
 			}
-			if now.Sub(row.CreatedAt) > r.cfg.PollInterval {
-				// Pending for longer than memory takes to publish: a row
-				// memory does not hold (dead rows requeued, a commit whose
-				// outcome its cell did not learn). Read the table.
-				r.forget(row.RoomID)
-			}
+			r.doubt(row, now)
 			if !r.start(ctx, row.RoomID, now, slots, chains) {
 				return nil
 			}
@@ -533,7 +563,7 @@ func (r *Relay) chain(ctx context.Context, roomID string) (more bool) {
 		return false
 	}
 	defer held.Release()
-	rows, fromTable, more, gen, epoch := r.take(roomID, r.cfg.RoomBatch)
+	rows, fromTable, more, read := r.take(roomID, r.cfg.RoomBatch)
 	if fromTable {
 		// Read the rows under the gate: a relay that held the room before
 		// us has marked what it published.
@@ -560,7 +590,7 @@ func (r *Relay) chain(ctx context.Context, roomID string) (more bool) {
 		last = keyOf(&rows[len(rows)-1])
 	}
 	full := fromTable && len(rows) == r.cfg.RoomBatch
-	r.published(roomID, last, fromTable, !full, gen, epoch)
+	r.published(roomID, last, fromTable, !full, read)
 	return full || more
 }
 

@@ -545,10 +545,15 @@ func (o *owner) commit(t testing.TB, n int) []outbox.Record {
 	return b.Outbox
 }
 
-// reads counts the relay's reads of rooms' rows from the table.
+// reads counts the relay's reads of rooms' rows from the table, and its scans.
 type reads struct {
 	*sqlite.DB
-	n atomic.Int64
+	n, scans atomic.Int64
+}
+
+func (s *reads) ListPendingOutboxAfter(ctx context.Context, afterID int64, limit int) ([]outbox.Record, error) {
+	s.scans.Add(1)
+	return s.DB.ListPendingOutboxAfter(ctx, afterID, limit)
 }
 
 func (s *reads) ListRoomOutbox(ctx context.Context, roomID string, limit int) ([]outbox.Record, error) {
@@ -582,6 +587,9 @@ func TestCommittedRowsGoOutWithoutReadingTheTable(t *testing.T) {
 		owners[i] = claim(t, repo, fmt.Sprintf("mem-%d", i))
 	}
 	runRelay(t, r)
+	// A scan that found a room's first rows before its commit handed them
+	// over would read the table once more: start after the first scan.
+	poll.Until(t, 10*time.Second, "the first scan", poll.Bool(func() bool { return repo.scans.Load() == 1 }))
 	const rounds, perCommit = 30, 3
 	for range rounds {
 		for _, o := range owners {
@@ -654,4 +662,31 @@ func TestCommittedRowsKeepOrderUnderInjectedFailures(t *testing.T) {
 		t.Fatalf("%d publishes overlapped another of the same room", pub.overlaps.Load())
 	}
 	t.Logf("%d rows from memory, %d from the table", memory.Load(), table.Load())
+}
+
+// TestAScanFindsAnotherOwnersRows: rows another node committed (its relay
+// gone) while this relay trusted its memory of the room are published once a
+// scan finds them, however young they look: their owner epoch is not the one
+// memory holds.
+func TestAScanFindsAnotherOwnersRows(t *testing.T) {
+	repo := openRepo(t)
+	bus := openBus(t, natsbus.Config{})
+	cfg := fastConfig()
+	cfg.PollInterval = time.Hour // scans only at start and on Wake: the rows never look old
+	var memory, table atomic.Int64
+	r := relay.New(repo, bus, relay.LeaseGate{Lease: lease.NewLocal()}, cfg, taken(&memory, &table), quiet)
+	runRelay(t, r)
+	here := claim(t, repo, "elsewhere")
+	for range 3 {
+		r.Committed(here.commit(t, 1))
+		poll.Until(t, 30*time.Second, "this node's rows published", poll.Bool(func() bool { return pending(t, repo) == 0 }))
+	}
+	if memory.Load() == 0 {
+		t.Fatal("no row went out from memory")
+	}
+	other := claim(t, repo, "elsewhere")
+	other.commit(t, 2)
+	r.Wake()
+	poll.Until(t, 30*time.Second, "the other node's rows published", poll.Bool(func() bool { return pending(t, repo) == 0 }))
+	consume(t, bus, (3+2)*2)
 }
