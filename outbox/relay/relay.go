@@ -156,7 +156,8 @@ type Relay struct {
 // room's commits in this process, so that a chain publishes them without
 // reading the table.
 //
-// Memory is trusted (known) only after a chain read every pending row of
+// Memory is trusted (known) from a room's first commit (its version 1:
+// nothing precedes it), or after a chain read every pending row of
 // the room from the table, published and marked them all, and no commit
 // was missed since that read began (gen unchanged), with the read begun
 // after a commit of the room's current owner epoch arrived. The epoch
@@ -247,6 +248,9 @@ func (r *Relay) Committed(rows []outbox.Record) {
 	if m.epoch != epoch {
 		r.reset(m)
 		m.epoch = epoch
+		// A room's first commit (its version 1) has nothing before it:
+		// memory holds every row of a room it saw created.
+		m.known = rows[0].RoomVersion == 1 && rows[0].Seq == 0
 	}
 	m.used = r.now()
 	if r.held+len(rows) > r.cfg.MemoryRows {
