@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -123,6 +124,54 @@ func testIdempotentRetries(t *testing.T, open func(testing.TB) store.Repository)
 		t.Fatalf("retries moved the room to version %d, want %d", snap.GetRoomVersion(), head)
 	}
 	checkLog(t, repo, "idem", head)
+}
+
+// reloads counts the reads a room's reload starts with, and the log lookups.
+type reloads struct {
+	store.Repository
+	metas, lookups atomic.Int64
+}
+
+func (r *reloads) GetRoomMeta(ctx context.Context, roomID string) (store.RoomMeta, bool, error) {
+	r.metas.Add(1)
+	return r.Repository.GetRoomMeta(ctx, roomID)
+}
+
+func (r *reloads) GetCommands(ctx context.Context, roomID string, ids []string) (map[string]store.CommandRecord, error) {
+	r.lookups.Add(1)
+	return r.Repository.GetCommands(ctx, roomID, ids)
+}
+
+func TestALateRetryIsAnsweredWithoutAReload(t *testing.T) {
+	stores(t, testALateRetryIsAnsweredWithoutAReload)
+}
+
+// testALateRetryIsAnsweredWithoutAReload: a retry whose answer the cell no
+// longer keeps (many commands came after it) is answered from one read of
+// its log row; it does not reach the log's unique key and reload the room.
+func testALateRetryIsAnsweredWithoutAReload(t *testing.T, open func(testing.TB) store.Repository) {
+	repo := &reloads{Repository: open(t)}
+	reg := newRegistry(t, repo, cell.Config{RecentIDs: 2}, nil)
+	createRoom(t, reg, "late")
+	first := mustSubmit(t, reg, env("late", "join-0", 100, &room.JoinRoom{Nickname: "first"}))
+	for i := range 20 {
+		mustSubmit(t, reg, env("late", fmt.Sprint("join-", i+1), int64(101+i), &room.JoinRoom{}))
+	}
+	metas, lookups := repo.metas.Load(), repo.lookups.Load()
+	again := mustSubmit(t, reg, env("late", "join-0", 100, &room.JoinRoom{Nickname: "first"}))
+	if !again.Duplicate || again.RoomVersion != first.RoomVersion {
+		t.Fatalf("late retry: got %+v, want duplicate at %d", again, first.RoomVersion)
+	}
+	if n := repo.metas.Load() - metas; n != 0 {
+		t.Fatalf("the late retry reloaded the room (%d reads of its row)", n)
+	}
+	if n := repo.lookups.Load() - lookups; n != 1 {
+		t.Fatalf("%d log lookups for the late retry, want 1", n)
+	}
+	if _, err := reg.Submit(context.Background(), env("late", "join-0", 100, &room.JoinRoom{Nickname: "changed"})); !errors.Is(err, room.ErrCommandIDConflict) {
+		t.Fatalf("the same late id with another request: got %v, want command_id_conflict", err)
+	}
+	checkLog(t, repo, "late", first.RoomVersion+20)
 }
 
 // checkLog asserts the room's log is gap-free from 1 to head with unique ids.
