@@ -430,11 +430,21 @@ func assertWakeups(t testing.TB, m *cell.Metrics, want map[string]float64) {
 }
 
 // testClock is the real clock moved by an offset the test sets.
+// testClock is the wall clock, moved by jump and set. Late in the UTC day
+// it starts ten hours back, so that the hour or so the tests jump never
+// crosses midnight, where the rocket's (UTC) day ends.
 type testClock struct{ off atomic.Int64 }
 
-func (c *testClock) Now() time.Time       { return time.Now().Add(time.Duration(c.off.Load())) }
+var clockShift = func() time.Duration {
+	if time.Now().UTC().Hour() >= 20 {
+		return -10 * time.Hour
+	}
+	return 0
+}()
+
+func (c *testClock) Now() time.Time       { return time.Now().Add(clockShift + time.Duration(c.off.Load())) }
 func (c *testClock) jump(d time.Duration) { c.off.Add(int64(d)) }
-func (c *testClock) set(at time.Time)     { c.off.Store(int64(time.Until(at))) }
+func (c *testClock) set(at time.Time)     { c.off.Store(int64(time.Until(at) - clockShift)) }
 
 // recordingRepo keeps every batch committed through it.
 type recordingRepo struct {
