@@ -615,10 +615,12 @@ func TestCommittedRowsGoOutWithoutReadingTheTable(t *testing.T) {
 	t.Logf("%d rows from memory, %d from the table", memory.Load(), table.Load()-fromTable)
 }
 
-// TestMemoryIsNotTrustedAcrossOwners: rows another owner (another node)
-// committed while this relay trusted its memory of the room are published
-// before the rows of this node's next claim, which the relay gets in memory.
-func TestMemoryIsNotTrustedAcrossOwners(t *testing.T) {
+// trustedRoom runs a relay that scans only at start and on Wake (rows never
+// look old to it) and hands it the rows of one owner's commits of
+// perCommit commands each, one commit at a time, until it publishes them
+// from memory.
+func trustedRoom(t *testing.T, roomID string, commits, perCommit int) (*sqlite.DB, *natsbus.Bus, *relay.Relay) {
+	t.Helper()
 	repo := openRepo(t)
 	bus := openBus(t, natsbus.Config{})
 	cfg := fastConfig()
@@ -626,14 +628,22 @@ func TestMemoryIsNotTrustedAcrossOwners(t *testing.T) {
 	var memory, table atomic.Int64
 	r := relay.New(repo, bus, relay.LeaseGate{Lease: lease.NewLocal()}, cfg, taken(&memory, &table), quiet)
 	runRelay(t, r)
-	here := claim(t, repo, "moved")
-	for range 5 {
-		r.Committed(here.commit(t, 2))
+	here := claim(t, repo, roomID)
+	for range commits {
+		r.Committed(here.commit(t, perCommit))
 		poll.Until(t, 30*time.Second, "the first owner's rows published", poll.Bool(func() bool { return pending(t, repo) == 0 }))
 	}
 	if memory.Load() == 0 {
 		t.Fatal("no row went out from memory")
 	}
+	return repo, bus, r
+}
+
+// TestMemoryIsNotTrustedAcrossOwners: rows another owner (another node)
+// committed while this relay trusted its memory of the room are published
+// before the rows of this node's next claim, which the relay gets in memory.
+func TestMemoryIsNotTrustedAcrossOwners(t *testing.T) {
+	repo, bus, r := trustedRoom(t, "moved", 5, 2)
 	other := claim(t, repo, "moved") // another node: its relay is not this one
 	other.commit(t, 3)
 	back := claim(t, repo, "moved")
@@ -676,21 +686,7 @@ func TestCommittedRowsKeepOrderUnderInjectedFailures(t *testing.T) {
 // scan finds them, however young they look: their owner epoch is not the one
 // memory holds.
 func TestAScanFindsAnotherOwnersRows(t *testing.T) {
-	repo := openRepo(t)
-	bus := openBus(t, natsbus.Config{})
-	cfg := fastConfig()
-	cfg.PollInterval = time.Hour // scans only at start and on Wake: the rows never look old
-	var memory, table atomic.Int64
-	r := relay.New(repo, bus, relay.LeaseGate{Lease: lease.NewLocal()}, cfg, taken(&memory, &table), quiet)
-	runRelay(t, r)
-	here := claim(t, repo, "elsewhere")
-	for range 3 {
-		r.Committed(here.commit(t, 1))
-		poll.Until(t, 30*time.Second, "this node's rows published", poll.Bool(func() bool { return pending(t, repo) == 0 }))
-	}
-	if memory.Load() == 0 {
-		t.Fatal("no row went out from memory")
-	}
+	repo, bus, r := trustedRoom(t, "elsewhere", 3, 1)
 	other := claim(t, repo, "elsewhere")
 	other.commit(t, 2)
 	r.Wake()
