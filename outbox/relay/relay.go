@@ -147,6 +147,7 @@ type Relay struct {
 	busy  map[string]bool      // rooms with a chain running; true: rows came in meanwhile
 	until map[string]time.Time // rooms backing off in this process
 	mem   map[string]*memRoom  // rooms that committed rows in this process
+	kept  map[string]kept      // rooms whose gate is held between chains
 	held  int                  // rows held in mem, across rooms
 	pause time.Time            // the broker is away until then
 	fails int                  // consecutive transient failures
@@ -203,8 +204,16 @@ func New(src Source, pub Publisher, gate Gate, cfg Config, m Metrics, log *slog.
 		src: src, pub: pub, gate: gate, cfg: cfg.withDefaults(), log: log, metrics: m, now: time.Now,
 		wake: make(chan struct{}, 1), kick: make(chan struct{}, 1), marks: make(chan markReq, 1024),
 		ready: make(map[string]bool), busy: make(map[string]bool), until: make(map[string]time.Time),
-		mem: make(map[string]*memRoom),
+		mem: make(map[string]*memRoom), kept: make(map[string]kept),
 	}
+}
+
+// kept is a room's gate held past its chain until a poll interval passed,
+// so a room that keeps committing takes the gate once, not once per
+// chain (with the shared lease, two Redis calls per commit).
+type kept struct {
+	held  Held
+	until time.Time
 }
 
 // Wake makes the relay scan the table now, for rows it cannot know of in
@@ -406,6 +415,7 @@ func (r *Relay) Run(ctx context.Context) {
 	}()
 	defer func() {
 		chains.Wait()
+		r.releaseKept(time.Time{}) // all of them
 		stopMarker()
 		<-markerDone
 	}()
@@ -428,6 +438,7 @@ func (r *Relay) Run(ctx context.Context) {
 				r.log.Warn("outbox scan", "err", err)
 			}
 			r.forgetIdle(forgetAfter)
+			r.releaseKept(r.now())
 			poll.Reset(r.cfg.PollInterval)
 		}
 		r.dispatch(ctx, slots, &chains)
@@ -561,12 +572,12 @@ func (r *Relay) free(roomID string) (missed bool) {
 // Committed handed over when memory is trusted, else the room's rows read
 // from the table. It reports whether the room may have more rows ready.
 func (r *Relay) chain(ctx context.Context, roomID string) (more bool) {
-	held, ok := r.gate.Acquire(ctx, roomID)
+	held, ok := r.hold(ctx, roomID)
 	if !ok {
 		r.forget(roomID) // another relay has the room: what it publishes is unknown here
 		return false
 	}
-	defer held.Release()
+	defer r.keep(ctx, roomID, held)
 	rows, fromTable, more, read := r.take(roomID, r.cfg.RoomBatch)
 	if fromTable {
 		// Read the rows under the gate: a relay that held the room before
@@ -596,6 +607,61 @@ func (r *Relay) chain(ctx context.Context, roomID string) (more bool) {
 	full := fromTable && len(rows) == r.cfg.RoomBatch
 	r.published(roomID, last, fromTable, !full, read)
 	return full || more
+}
+
+// hold returns the room's gate: the one kept from its last chain, or a
+// new one. A kept gate that was lost meanwhile may have let another relay
+// publish the room, so memory is not trusted after it.
+func (r *Relay) hold(ctx context.Context, roomID string) (Held, bool) {
+	r.mu.Lock()
+	k, found := r.kept[roomID]
+	delete(r.kept, roomID)
+	r.mu.Unlock()
+	if found {
+		select {
+		case <-k.held.Lost():
+			k.held.Release()
+			r.forget(roomID)
+		default:
+			return k.held, true
+		}
+	}
+	return r.gate.Acquire(ctx, roomID)
+}
+
+// keep keeps a chain's gate for the room's next chain, unless it was lost
+// or the relay stops.
+func (r *Relay) keep(ctx context.Context, roomID string, held Held) {
+	select {
+	case <-held.Lost():
+		held.Release()
+		return
+	default:
+	}
+	if ctx.Err() != nil {
+		held.Release()
+		return
+	}
+	r.mu.Lock()
+	r.kept[roomID] = kept{held: held, until: r.now().Add(r.cfg.PollInterval)}
+	r.mu.Unlock()
+}
+
+// releaseKept releases the kept gates whose time is over at now (the zero
+// time: all of them).
+func (r *Relay) releaseKept(now time.Time) {
+	var over []Held
+	r.mu.Lock()
+	for id, k := range r.kept {
+		if now.IsZero() || !now.Before(k.until) {
+			over = append(over, k.held)
+			delete(r.kept, id)
+		}
+	}
+	r.mu.Unlock()
+	for _, h := range over {
+		h.Release()
+	}
 }
 
 // publish publishes the rows in order until one fails, and returns the

@@ -693,3 +693,51 @@ func TestAScanFindsAnotherOwnersRows(t *testing.T) {
 	poll.Until(t, 30*time.Second, "the other node's rows published", poll.Bool(func() bool { return pending(t, repo) == 0 }))
 	consume(t, bus, (3+2)*2)
 }
+
+// countingGate counts the gates taken and given back.
+type countingGate struct {
+	relay.Gate
+	acquired, released atomic.Int64
+}
+
+type countedHold struct {
+	relay.Held
+	g *countingGate
+}
+
+func (h countedHold) Release() { h.g.released.Add(1); h.Held.Release() }
+
+func (g *countingGate) Acquire(ctx context.Context, roomID string) (relay.Held, bool) {
+	h, ok := g.Gate.Acquire(ctx, roomID)
+	if !ok {
+		return nil, false
+	}
+	g.acquired.Add(1)
+	return countedHold{Held: h, g: g}, true
+}
+
+// TestABusyRoomTakesItsGateOnce: a room that keeps committing keeps its
+// gate between chains (with the shared lease, no Redis call per commit),
+// and the relay gives every gate back when it stops.
+func TestABusyRoomTakesItsGateOnce(t *testing.T) {
+	repo := openRepo(t)
+	bus := openBus(t, natsbus.Config{})
+	cfg := fastConfig()
+	cfg.PollInterval = time.Hour // no gate is released for being idle
+	gate := &countingGate{Gate: relay.LeaseGate{Lease: lease.NewLocal()}}
+	r := relay.New(repo, bus, gate, cfg, relay.Metrics{}, quiet)
+	stop := runRelay(t, r)
+	here := claim(t, repo, "busy")
+	for range 20 {
+		r.Committed(here.commit(t, 1))
+		poll.Until(t, 30*time.Second, "the commit's rows published", poll.Bool(func() bool { return pending(t, repo) == 0 }))
+	}
+	if n := gate.acquired.Load(); n != 1 {
+		t.Fatalf("the room took its gate %d times for 20 commits, want once", n)
+	}
+	stop()
+	if a, r := gate.acquired.Load(), gate.released.Load(); a != r {
+		t.Fatalf("%d gates taken, %d given back after the relay stopped", a, r)
+	}
+	consume(t, bus, 20*2)
+}
