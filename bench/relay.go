@@ -169,8 +169,8 @@ func RelayScenarios(ctx context.Context, env Env, dir string, events, rate int, 
 	// In memory: rows handed to the relay as their commits happened, the
 	// path every commit takes. The rows are committed first and handed
 	// over after, in commit order, so the figure is the relay's and not
-	// the commits' (they share the two cores); each room's first chain
-	// reads the table once, before the clock starts.
+	// the commits' (they share the two cores); each room's first commit
+	// is handed over and published before the clock starts.
 	var memAcks atomic.Int64
 	mem := relay.New(repo, bus, relay.LeaseGate{Lease: lease.NewLocal()}, relay.Config{PollInterval: time.Hour, MemoryRows: 2 * events},
 		relay.Metrics{Published: func(n int) { memAcks.Add(int64(n)) }}, log)
