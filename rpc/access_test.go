@@ -10,7 +10,6 @@ import (
 	"net"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -21,6 +20,7 @@ import (
 	"hyapp/room-service/auth"
 	roomv1 "hyapp/room-service/gen/room/v1"
 	"hyapp/room-service/gen/room/v1/roomv1connect"
+	"hyapp/room-service/internal/servicetest"
 	"hyapp/room-service/rpc"
 )
 
@@ -42,29 +42,11 @@ func assertion(t *testing.T, user int64) string {
 	return s
 }
 
-// syncBuffer is a log sink safe for the server's goroutines.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // startScoped starts the stack with one caller per scope (each with
 // act-as-any too), the gateway "gw" (room only: it asserts its users),
 // "staff" (room and platform, asserting users) and the full test token;
 // audit lines go to the returned buffer.
-func startScoped(t *testing.T) (*stack, *syncBuffer) {
+func startScoped(t *testing.T) (*stack, *servicetest.Buffer) {
 	t.Helper()
 	callers := []auth.Caller{{Name: "test", Hash: auth.HashToken(token), Scopes: auth.Scopes}}
 	for _, s := range auth.Scopes {
@@ -77,7 +59,7 @@ func startScoped(t *testing.T) (*stack, *syncBuffer) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	logs := &syncBuffer{}
+	logs := &servicetest.Buffer{}
 	return startWith(t, rpc.Options{Callers: callers, Users: users}, slog.New(slog.NewTextHandler(logs, nil))), logs
 }
 

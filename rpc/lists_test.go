@@ -159,7 +159,8 @@ func TestHotList(t *testing.T) {
 func TestListMembers(t *testing.T) {
 	s := start(t)
 	must(t, s.rooms.CreateRoom, &roomv1.CreateRoomRequest{RoomId: "r", CommandId: "c", OperatorUserId: 1, OwnerUserId: 1, SeatCount: 8})
-	// Users join in descending id order, so join order differs from id order.
+	// Users join in descending id order, so join order differs from id order
+	// wherever the joins fall in different milliseconds.
 	for u := int64(20); u > 10; u-- {
 		must(t, s.rooms.JoinRoom, &roomv1.JoinRoomRequest{RoomId: "r", CommandId: fmt.Sprint("j", u), OperatorUserId: u})
 	}
@@ -199,7 +200,8 @@ func TestListMembers(t *testing.T) {
 	joined := list(roomv1.MemberOrder_MEMBER_ORDER_JOINED, func() {
 		must(t, s.rooms.JoinRoom, &roomv1.JoinRoomRequest{RoomId: "r", CommandId: "late", OperatorUserId: 5})
 	})
-	// Joins in one millisecond tie and go by user id.
+	// Joins in one millisecond tie and go by user id, so the order depends on
+	// how fast the joins ran: the snapshot says what it must be.
 	members := s.snapshot(t, "r").GetMembers()
 	slices.SortFunc(members, func(a, b *roomv1.Member) int {
 		return cmp.Or(cmp.Compare(a.GetJoinedAtMs(), b.GetJoinedAtMs()), cmp.Compare(a.GetUserId(), b.GetUserId()))
@@ -208,7 +210,7 @@ func TestListMembers(t *testing.T) {
 	for _, m := range members {
 		want = append(want, m.GetUserId())
 	}
-	if len(want) != 11 || want[0] != 20 || !slices.Equal(joined, want) {
+	if len(want) != 11 || !slices.Equal(joined, want) {
 		t.Fatalf("by join time: %v, want %v", joined, want)
 	}
 	byGift := list(roomv1.MemberOrder_MEMBER_ORDER_CONTRIBUTION, nil)

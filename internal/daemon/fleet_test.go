@@ -237,7 +237,7 @@ type node struct {
 	cmd      *exec.Cmd
 	client   roomv1connect.RoomServiceClient
 	ops      roomv1connect.OperatorServiceClient
-	stdout   *syncBuffer // the child's standard output (spans, with OTEL_TRACES_EXPORTER=console)
+	stdout   *servicetest.Buffer // the child's standard output (spans, with OTEL_TRACES_EXPORTER=console)
 }
 
 func newFleet(t *testing.T, n int) *fleet { return newFleetOn(t, n, fleetRedis) }
@@ -253,7 +253,7 @@ func newFleetOn(t *testing.T, n int, redisURL string, env ...string) *fleet {
 	f := &fleet{t: t, dsn: mysqltest.DSN(t), run: strings.ToLower(rand.Text()[:8]), redis: redisURL, env: env}
 	f.stream = ownStream(t, f.run)
 	for i := range n {
-		nd := &node{id: fmt.Sprintf("%s-n%d", f.run, i+1), addr: freeAddr(t), dir: t.TempDir(), stdout: new(syncBuffer)}
+		nd := &node{id: fmt.Sprintf("%s-n%d", f.run, i+1), addr: freeAddr(t), dir: t.TempDir(), stdout: new(servicetest.Buffer)}
 		// A restarted node listens on the same address: its clients stay
 		// (and load goroutines read them while the test restarts nodes).
 		nd.client = roomv1connect.NewRoomServiceClient(http.DefaultClient, "http://"+nd.addr)
