@@ -52,9 +52,9 @@ type Config struct {
 	// MaxRooms bounds the rooms published concurrently (and so the publishes in flight).
 	MaxRooms int
 	// PollInterval is the period of the scan for pending rows: the
-	// recovery path (rows of a previous run, a lost notification, rows
-	// backing off, rooms another node's relay left). Commits name their
-	// rooms to Notify, which publishes them without a scan.
+	// recovery path (rows of a previous run, rows memory does not vouch
+	// for, rows backing off, rooms another node's relay left). Commits hand
+	// their rows to Committed, which publishes them without a scan.
 	PollInterval time.Duration
 	// MaxAttempts is the number of failed deliveries after which a row is dead.
 	MaxAttempts int32
@@ -143,7 +143,7 @@ type Relay struct {
 	marks chan markReq
 
 	mu    sync.Mutex
-	ready map[string]bool      // rooms named by Notify or Committed, not started yet
+	ready map[string]bool      // rooms handed over by Committed, not started yet
 	busy  map[string]bool      // rooms with a chain running; true: rows came in meanwhile
 	until map[string]time.Time // rooms backing off in this process
 	mem   map[string]*memRoom  // rooms that committed rows in this process
@@ -169,7 +169,7 @@ type Relay struct {
 // of any other epoch (the room moved to another node and back) reset
 // what is known. Anything else that may leave a pending row memory does
 // not hold also resets it: a failed publish, a lost gate, a failed mark,
-// the memory bound, a Notify, or a row the scan finds pending longer than
+// the memory bound, or a row the scan finds pending longer than
 // a poll interval or of another epoch. A reset room is read from the table
 // again; a room with no commit or chain for a minute is forgotten.
 type memRoom struct {
@@ -223,19 +223,6 @@ func (r *Relay) Wake() {
 	case r.wake <- struct{}{}:
 	default:
 	}
-}
-
-// Notify tells the relay that roomID has pending rows in the table that
-// Committed did not hand it, so it reads the room's rows from the table
-// and publishes them now. It never blocks.
-func (r *Relay) Notify(roomID string) {
-	r.mu.Lock()
-	if m := r.mem[roomID]; m != nil {
-		r.reset(m)
-	}
-	r.ready[roomID] = true
-	r.mu.Unlock()
-	r.kickRun()
 }
 
 // Committed hands the relay the outbox rows one commit of one room wrote,
@@ -445,7 +432,7 @@ func (r *Relay) Run(ctx context.Context) {
 	}
 }
 
-// dispatch starts a chain for each room Notify named. While the broker is
+// dispatch starts a chain for each room Committed handed over. While the broker is
 // away it starts none: the scan after the pause finds their rows.
 func (r *Relay) dispatch(ctx context.Context, slots chan struct{}, chains *sync.WaitGroup) {
 	r.mu.Lock()
@@ -541,7 +528,7 @@ func (r *Relay) scan(ctx context.Context, slots chan struct{}, chains *sync.Wait
 }
 
 // claim marks a room busy unless a chain runs or it backs off. A scan or a
-// Notify that finds the room busy leaves a note, so the chain's end starts
+// Committed that finds the room busy leaves a note, so the chain's end starts
 // the room again.
 func (r *Relay) claim(roomID string, now time.Time) bool {
 	r.mu.Lock()

@@ -65,8 +65,9 @@ func external(t *testing.T) *natsbus.Bus {
 	return b
 }
 
-// seed commits n rows for each room, in the room's own order.
-func seed(t testing.TB, repo store.Repository, rooms []string, n int) {
+// seed commits n commands of two rows each for each room, in the room's own
+// order, under a new claim of the room, and returns each room's rows.
+func seed(t testing.TB, repo store.Repository, rooms []string, n int) (committed [][]outbox.Record) {
 	t.Helper()
 	ctx := context.Background()
 	for _, r := range rooms {
@@ -97,7 +98,9 @@ func seed(t testing.TB, repo store.Repository, rooms []string, n int) {
 		if res, err := repo.CommitBatches(ctx, []store.Batch{b}); err != nil || res[0] != nil {
 			t.Fatalf("seed %s: %v %v", r, err, res)
 		}
+		committed = append(committed, b.Outbox)
 	}
+	return committed
 }
 
 func rooms(prefix string, n int) []string {
@@ -470,11 +473,11 @@ func (s *scans) ListPendingOutboxAfter(ctx context.Context, afterID int64, limit
 	return s.DB.ListPendingOutboxAfter(ctx, afterID, limit)
 }
 
-// TestNotifiedRoomsGoOutWithoutAScan: rooms named to Notify after their
-// commits are published in order without the relay scanning the table;
-// rows it was not told of wait for a scan (here Wake, as an operator's
-// requeue does), which finds them.
-func TestNotifiedRoomsGoOutWithoutAScan(t *testing.T) {
+// TestCommittedRoomsGoOutWithoutAScan: rows handed over after their commits
+// are published in order without the relay scanning the table; rows it was
+// not handed wait for a scan (here Wake, as an operator's requeue does),
+// which finds them.
+func TestCommittedRoomsGoOutWithoutAScan(t *testing.T) {
 	repo := &scans{DB: openRepo(t)}
 	bus := openBus(t, natsbus.Config{})
 	cfg := fastConfig()
@@ -483,17 +486,16 @@ func TestNotifiedRoomsGoOutWithoutAScan(t *testing.T) {
 	runRelay(t, r)
 	poll.Until(t, 10*time.Second, "the first scan", poll.Bool(func() bool { return repo.n.Load() == 1 }))
 
-	notified := rooms("told", 20)
+	told := rooms("told", 20)
 	for range 3 {
-		seed(t, repo, notified, 5)
-		for _, id := range notified {
-			r.Notify(id)
+		for _, rows := range seed(t, repo, told, 5) {
+			r.Committed(rows)
 		}
 	}
-	poll.Until(t, 30*time.Second, "the notified rooms published", poll.Bool(func() bool { return pending(t, repo.DB) == 0 }))
+	poll.Until(t, 30*time.Second, "the rooms handed over published", poll.Bool(func() bool { return pending(t, repo.DB) == 0 }))
 	consume(t, bus, 20*3*5*2)
 	if n := repo.n.Load(); n != 1 {
-		t.Fatalf("%d scans for notified rooms, want only the first", n)
+		t.Fatalf("%d scans for rooms handed over, want only the first", n)
 	}
 
 	seed(t, repo, []string{"untold"}, 4)
