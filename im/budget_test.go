@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -563,4 +564,85 @@ func TestRoomsWithHighGoFirstAndBusyRoomsTakeTurns(t *testing.T) {
 	if sent[10].msg.RoomID != "busy" || len(eventsIn(t, sent[10].msg.Data)) != 50 {
 		t.Fatalf("the busy room's turn: room %s, %d events; want all 50 in one message", sent[10].msg.RoomID, len(eventsIn(t, sent[10].msg.Data)))
 	}
+}
+
+// TestACrowdedLaneKeepsTheTurnOrder: with more rooms waiting than a round
+// looks at one by one, the lane still serves rooms with High pending first,
+// then rooms by how long their oldest event waits (each room here has two
+// events, one message each: every first goes before any second), and a High
+// event that arrives meanwhile before both.
+func TestACrowdedLaneKeepsTheTurnOrder(t *testing.T) {
+	const rooms, highRooms = 300, 10
+	rec := &recorder{}
+	lane := im.New(im.Config{AppBudget: 1000, MaxBytes: 640}, rec, im.Metrics{}, quiet)
+	t.Cleanup(lane.Close)
+	var batch []room.Committed
+	for i := range highRooms {
+		batch = append(batch, committed(fmt.Sprint("high-", i), 1, room.EventRoomUserKicked, &room.RoomUserKickedEvent{UserID: 1})...)
+	}
+	for v := int64(1); v <= 2; v++ {
+		for i := range rooms {
+			batch = append(batch, committed(fmt.Sprint("busy-", i), v, room.EventRoomUserJoined, &room.RoomUserJoinedEvent{UserID: v, OnlineCount: int(v)})...)
+		}
+		lane.Publish(batch)
+		batch = batch[:0]
+	}
+	poll.Until(t, 10*time.Second, "fifty messages", poll.Bool(func() bool { return len(rec.all()) >= 50 }))
+	lane.Publish(committed("late-high", 1, room.EventRoomUserKicked, &room.RoomUserKickedEvent{UserID: 1}))
+	total := highRooms + 2*rooms + 1
+	poll.Until(t, 10*time.Second, "every message", func() error {
+		if n := len(rec.all()); n < total {
+			return fmt.Errorf("%d messages of %d; the first holds %s", n, total, rec.all()[0].msg.Data)
+		}
+		return nil
+	})
+
+	// A round gives its calls to several rooms at once and their workers
+	// send them in any order, so the turn order is read from when each
+	// message was released.
+	sent := rec.all()
+	if len(sent) != total {
+		t.Fatalf("%d messages, want %d", len(sent), total)
+	}
+	var lastHigh, firstBusy, lastFirst, firstSecond, late time.Time
+	firstBusy, firstSecond = time.Now().Add(time.Hour), time.Now().Add(time.Hour)
+	for _, s := range sent {
+		id, at := s.msg.RoomID, s.msg.Released
+		evs := eventsIn(t, s.msg.Data)
+		switch {
+		case len(evs) != 1:
+			t.Fatalf("a message to %s holds %d events, want 1", id, len(evs))
+		case id == "late-high":
+			late = at
+		case evs[0].version == 2:
+			firstSecond = earliest(firstSecond, at)
+		case strings.HasPrefix(id, "high-"):
+			lastHigh, lastFirst = latest(lastHigh, at), latest(lastFirst, at)
+		default:
+			firstBusy, lastFirst = earliest(firstBusy, at), latest(lastFirst, at)
+		}
+	}
+	if lastHigh.After(firstBusy) {
+		t.Errorf("a busy room was served at %v, before the last room with High pending at %v", firstBusy, lastHigh)
+	}
+	if lastFirst.After(firstSecond) {
+		t.Errorf("a room's second event went at %v, before another room's first at %v", firstSecond, lastFirst)
+	}
+	if late.After(firstSecond) || late.After(lastFirst) {
+		t.Errorf("the late High event went at %v, after a room's second event (%v) or the last first one (%v)", late, firstSecond, lastFirst)
+	}
+}
+
+func earliest(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
+}
+
+func latest(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
 }

@@ -200,6 +200,11 @@ type Lane struct {
 	// together than the budget allows.
 	sendPace *rate.Limiter
 
+	// roster is the turn order while the lane is crowded; tidied is when
+	// idle rooms were last forgotten.
+	roster roster
+	tidied time.Time
+
 	// Dispatcher only: the local spending while Calls is unreachable.
 	fallback   gcra
 	callsDown  bool
@@ -292,7 +297,7 @@ func New(cfg Config, s Sender, m Metrics, log *slog.Logger) *Lane {
 	interval, tolerance := Pacing(cfg.AppBudget)
 	l := &Lane{
 		cfg: cfg, send: s, metrics: m, log: log, stop: cancel,
-		rooms: make(map[string]*roomQueue), ready: make(map[string]bool),
+		rooms: make(map[string]*roomQueue), ready: make(map[string]bool), roster: roster{fresh: make(map[string]bool)},
 		wake: make(chan struct{}, 1), high: make([]chan Message, cfg.Workers), rest: make([]chan Message, cfg.Workers),
 		pace: gcra{interval: interval, tolerance: tolerance}, slow: 1,
 		fallback: gcra{interval: interval * fallbackDivisor, tolerance: tolerance},
@@ -469,6 +474,9 @@ func (l *Lane) queueLocked(key, group string, regional bool) *roomQueue {
 
 func (l *Lane) enqueueLocked(key string, q *roomQueue, it *item, coalesce bool) {
 	l.ready[key] = true
+	if !queued(q) || it.priority == room.PriorityHigh {
+		l.roster.fresh[key] = true
+	}
 	switch {
 	case coalesce:
 		if old := q.coalesced[it.typ]; old != nil {
@@ -648,8 +656,13 @@ func (l *Lane) crowded() bool {
 // Scheduling constants.
 const (
 	// crowdedRooms: with more rooms ready than this, rounds run on the
-	// tick only (see Lane.crowded).
+	// tick only (see Lane.crowded) and take rooms from the roster.
 	crowdedRooms = 128
+	// rosterEvery: how long a crowded lane's turn order is kept before it
+	// is made again from every ready room (see roster).
+	rosterEvery = 50 * time.Millisecond
+	// tidyEvery: how often idle rooms are forgotten.
+	tidyEvery = 100 * time.Millisecond
 	// promoteAfter: a room waiting this long is served with the rooms that
 	// have High pending, so no room starves behind them.
 	promoteAfter = time.Second
@@ -680,10 +693,14 @@ func (l *Lane) round(ctx context.Context, now time.Time, tidy bool) {
 	l.recoverLocked(now)
 	want := 0
 	if avail := l.pace.available(now); avail > 0 && !now.Before(l.pausedUntil) {
-		for key := range l.ready {
-			if l.eligibleLocked(l.rooms[key], now) {
-				if want++; want == avail {
-					break
+		if len(l.ready) > crowdedRooms {
+			want = min(avail, len(l.rosterLocked(now, avail)))
+		} else {
+			for key := range l.ready {
+				if l.eligibleLocked(l.rooms[key], now) {
+					if want++; want == avail {
+						break
+					}
 				}
 			}
 		}
@@ -701,7 +718,8 @@ func (l *Lane) round(ctx context.Context, now time.Time, tidy bool) {
 		l.pace.take(now, granted)
 		l.releaseLocked(now, granted)
 	}
-	if tidy {
+	if tidy && now.Sub(l.tidied) >= tidyEvery {
+		l.tidied = now
 		l.tidyLocked(now)
 	}
 }
@@ -737,6 +755,7 @@ type candidate struct {
 	q     *roomQueue
 	tier  int // 0: High pending (or waiting long), 1: the rest
 	since time.Time
+	at    int // its index in the roster's order, or -1
 }
 
 func (c *candidate) before(o *candidate) bool {
@@ -768,22 +787,25 @@ func first(cands []candidate, n int) {
 // releaseLocked gives n calls to the rooms that can send now, in turn
 // order, one message each.
 func (l *Lane) releaseLocked(now time.Time, n int) {
-	cands := l.candidates[:0]
-	for key := range l.ready {
-		q := l.rooms[key]
-		if !l.eligibleLocked(q, now) {
-			continue
+	crowded := len(l.ready) > crowdedRooms
+	var cands []candidate
+	if crowded {
+		cands = l.rosterLocked(now, n)
+	} else {
+		l.roster.reset()
+		cands = l.candidates[:0]
+		for key := range l.ready {
+			if q := l.rooms[key]; l.eligibleLocked(q, now) {
+				cands = append(cands, l.candidateLocked(key, q, now, -1))
+			}
 		}
-		high, since := l.waitingLocked(q, now)
-		tier := 1
-		if high || now.Sub(since) >= promoteAfter {
-			tier = 0
-		}
-		cands = append(cands, candidate{key: key, q: q, tier: tier, since: since})
 	}
 	first(cands, n)
 	for _, c := range cands[:min(n, len(cands))] {
 		q := c.q
+		if crowded {
+			l.roster.served(c)
+		}
 		m, ok := l.nextLocked(q, now)
 		if !ok {
 			continue
@@ -796,6 +818,7 @@ func (l *Lane) releaseLocked(now time.Time, n int) {
 			case l.high[w] <- m:
 			default:
 				q.retry = append([]Message{m}, q.retry...)
+				l.roster.fresh[c.key] = true
 			}
 			continue
 		}
@@ -809,6 +832,103 @@ func (l *Lane) releaseLocked(now time.Time, n int) {
 	l.candidates = cands[:0]
 }
 
+// candidateLocked places a room that can send now in the turn order.
+func (l *Lane) candidateLocked(key string, q *roomQueue, now time.Time, at int) candidate {
+	high, since := l.waitingLocked(q, now)
+	tier := 1
+	if high || now.Sub(since) >= promoteAfter {
+		tier = 0
+	}
+	return candidate{key: key, q: q, tier: tier, since: since, at: at}
+}
+
+// roster is the turn order of a crowded lane. A round has a few calls for
+// thousands of waiting rooms; ordering every ready room each round cost a
+// busy node a sixth of its CPU. So the order is made from every ready room
+// once per rosterEvery, and each round takes the next rooms from it, each
+// room at most once per order, beside the fresh rooms: those that had
+// nothing queued when the order was made, or got High since. A room that
+// cannot send when its turn comes (its group's budget spent, its queue
+// forgotten) waits for the next order.
+type roster struct {
+	order []candidate
+	next  int // order[:next] is served or passed over
+	built time.Time
+	fresh map[string]bool
+}
+
+// reset drops the order: the next crowded round makes a new one.
+func (r *roster) reset() {
+	if len(r.order) > 0 {
+		clear(r.order)
+		r.order, r.next = r.order[:0], 0
+	}
+	if len(r.fresh) > 0 {
+		clear(r.fresh)
+	}
+}
+
+// served takes a room out of the roster once a round gave it a call.
+func (r *roster) served(c candidate) {
+	if c.at >= 0 {
+		r.order[c.at].q = nil
+		for r.next < len(r.order) && r.order[r.next].q == nil {
+			r.next++
+		}
+		return
+	}
+	delete(r.fresh, c.key)
+}
+
+// rosterLocked returns the candidates for n calls: the next n rooms of
+// the order that can send now, and every fresh room that can (first picks
+// among them). The order is made again once it is used up or rosterEvery
+// old.
+func (l *Lane) rosterLocked(now time.Time, n int) []candidate {
+	r := &l.roster
+	if r.next >= len(r.order) || now.Sub(r.built) >= rosterEvery {
+		r.reset()
+		for key := range l.ready {
+			if q := l.rooms[key]; l.eligibleLocked(q, now) {
+				r.order = append(r.order, l.candidateLocked(key, q, now, len(r.order)))
+			}
+		}
+		sort.Slice(r.order, func(i, j int) bool { return r.order[i].before(&r.order[j]) })
+		for i := range r.order {
+			r.order[i].at = i
+		}
+		r.built = now
+	}
+	cands := l.candidates[:0]
+	for key := range r.fresh {
+		q := l.rooms[key]
+		switch {
+		case q == nil:
+			delete(r.fresh, key)
+		case l.eligibleLocked(q, now):
+			cands = append(cands, l.candidateLocked(key, q, now, -1))
+		}
+	}
+	for i, got := r.next, 0; i < len(r.order) && got < n; i++ {
+		c := r.order[i]
+		switch {
+		case c.q == nil || r.fresh[c.key]:
+		case l.rooms[c.key] != c.q || !l.eligibleLocked(c.q, now):
+			r.served(c)
+		default:
+			cands = append(cands, l.candidateLocked(c.key, c.q, now, i))
+			got++
+		}
+	}
+	l.candidates = cands
+	return cands
+}
+
+// queued reports whether a room has anything waiting to be sent.
+func queued(q *roomQueue) bool {
+	return len(q.retry)+len(q.high)+len(q.normal)+len(q.low)+len(q.coalesced)+len(q.folded)+len(q.combos) > 0
+}
+
 // tidyLocked forgets idle rooms, but only once their budget has refilled
 // and no coalesced value went out within the period (a fresh queue starts
 // with a full budget), and no loss waits to be told; until then a room
@@ -816,7 +936,7 @@ func (l *Lane) releaseLocked(now time.Time, n int) {
 func (l *Lane) tidyLocked(now time.Time) {
 	for key := range l.ready {
 		q := l.rooms[key]
-		if len(q.retry)+len(q.high)+len(q.normal)+len(q.low)+len(q.coalesced)+len(q.folded)+len(q.combos) > 0 {
+		if queued(q) {
 			continue
 		}
 		recent := q.limiter.TokensAt(now) < float64(q.limiter.Burst())
@@ -1056,7 +1176,7 @@ func (l *Lane) failed(m Message, reason string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	q := l.queueLocked(m.RoomID, m.GroupID, m.regional)
-	l.ready[m.RoomID] = true
+	l.ready[m.RoomID], l.roster.fresh[m.RoomID] = true, true
 	q.closed = q.closed || m.closed // the queue may have been forgotten since
 	m.attempts++
 	switch {
