@@ -41,3 +41,15 @@ func PresenceWake(r *Registry, roomID string) (submitted, committed int) {
 	rp.mu.Unlock()
 	return rp.wake(context.Background())
 }
+
+// PresenceTimer is when the room's presence timer is armed for (unix ms,
+// 0: not armed) and its members' earliest deadline (0: none).
+func PresenceTimer(r *Registry, roomID string) (armed, earliest int64) {
+	rp := r.builtin.presence.room(roomID)
+	if rp == nil {
+		return 0, 0
+	}
+	rp.mu.Lock()
+	defer rp.mu.Unlock()
+	return rp.dueAt, rp.dueLocked()
+}

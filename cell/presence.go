@@ -195,7 +195,7 @@ func (p *presence) committed(batch []room.Committed) {
 	if rp == nil {
 		return
 	}
-	var joined, gone []int64
+	var joined, gone, touched []int64
 	rp.mu.Lock()
 	for _, c := range batch {
 		for _, ev := range c.Events {
@@ -217,12 +217,16 @@ func (p *presence) committed(batch []room.Committed) {
 		}
 		if c.Seats != nil {
 			rp.seated = seatedOf(c.Seats)
+			for u := range rp.seated {
+				touched = append(touched, u)
+			}
 		}
 		if c.Operator != room.SystemOperator {
 			rp.seeLocked(c.Operator, c.At)
+			touched = append(touched, c.Operator)
 		}
 	}
-	rp.scheduleLocked(p.now())
+	rp.scheduleTouchedLocked(p.now(), append(touched, joined...))
 	rp.mu.Unlock()
 	if len(joined)+len(gone) > 0 {
 		p.mu.Lock()
@@ -273,15 +277,26 @@ func (rp *roomPresence) unseatAt(m *seen) int64 {
 func (rp *roomPresence) dueLocked() int64 {
 	due := int64(0)
 	for u, m := range rp.members {
-		d := rp.leaveAt(m)
-		if _, ok := rp.seated[u]; ok {
-			d = min(d, rp.unseatAt(m))
-		}
-		if due == 0 || d < due {
-			due = d
-		}
+		due = earlier(due, rp.deadline(u, m))
 	}
 	return due
+}
+
+// deadline is the member's next deadline: leaving, or losing the seat.
+func (rp *roomPresence) deadline(u int64, m *seen) int64 {
+	d := rp.leaveAt(m)
+	if _, ok := rp.seated[u]; ok {
+		d = min(d, rp.unseatAt(m))
+	}
+	return d
+}
+
+// earlier is the earlier of two deadlines, 0 meaning none.
+func earlier(a, b int64) int64 {
+	if a == 0 || b < a {
+		return b
+	}
+	return a
 }
 
 // scheduleLocked arms the timer for the earliest deadline, rounded up to
@@ -295,7 +310,34 @@ func (rp *roomPresence) scheduleNotBefore(now, notBefore int64) {
 	if rp.stopped || rp.running {
 		return
 	}
-	due := rp.dueLocked()
+	rp.armLocked(now, rp.dueLocked(), notBefore)
+}
+
+// scheduleTouchedLocked is scheduleLocked after a commit that moved only
+// the deadlines of users (joined, seen or seated): no deadline moves
+// earlier otherwise, so while the timer is armed only theirs can make it
+// earlier, and a room of tens of thousands of listeners is not walked on
+// every commit.
+func (rp *roomPresence) scheduleTouchedLocked(now int64, users []int64) {
+	if rp.dueAt == 0 {
+		rp.scheduleLocked(now)
+		return
+	}
+	if rp.stopped || rp.running {
+		return
+	}
+	due := int64(0)
+	for _, u := range users {
+		if m := rp.members[u]; m != nil {
+			due = earlier(due, rp.deadline(u, m))
+		}
+	}
+	rp.armLocked(now, due, 0)
+}
+
+// armLocked arms the timer for due (unix ms, 0 for none) rounded up to a
+// whole second and not before notBefore, unless it is armed earlier.
+func (rp *roomPresence) armLocked(now, due, notBefore int64) {
 	if due == 0 {
 		return
 	}

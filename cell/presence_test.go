@@ -3,6 +3,7 @@ package cell_test
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"sync"
 	"testing"
@@ -364,5 +365,60 @@ func TestHeartbeatRefusesBadInput(t *testing.T) {
 				t.Fatalf("heartbeat: %v, want %s", err, tc.reason)
 			}
 		})
+	}
+}
+
+// TestThePresenceTimerIsNeverLate: a commit re-arms the room's timer from
+// the deadlines it moved alone (a crowded room is not walked on every
+// commit), yet after any run of joins, seats taken, granted and left,
+// heartbeats and leaves, the timer is armed no later than the earliest deadline.
+func TestThePresenceTimerIsNeverLate(t *testing.T) {
+	repo, clock := openRepo(t), &testClock{}
+	reg := presenceRegistry(t, repo, clock, nil)
+	mustSubmit(t, reg, env("due", "create", 1, &room.CreateRoom{OwnerUserID: 1, SeatCount: 10, MicApproval: true}))
+	never := func(step string) {
+		t.Helper()
+		armed, earliest := cell.PresenceTimer(reg, "due")
+		if earliest != 0 && (armed == 0 || armed > (earliest+999)/1000*1000) {
+			t.Fatalf("%s: the timer is armed for %d, after the earliest deadline %d", step, armed, earliest)
+		}
+	}
+	// The owner seats 10 with the request 10 made 20 s earlier: losing the
+	// seat (silent 30 s, grace 30 s from the request) comes before anyone
+	// leaves (90 s), and only the owner's commit tells.
+	join(t, reg, "due", 1, 10) // the owner, who approves mic requests
+	mustSubmit(t, reg, env("due", "request", 10, &room.RequestMic{SeatIndex: 2}))
+	clock.jump(20 * time.Second)
+	mustSubmit(t, reg, env("due", "approve", 1, &room.ApproveMicRequest{TargetUserID: 10}))
+	never("seated by the owner")
+
+	r := rand.New(rand.NewPCG(3, 4))
+	users := []int64{10, 11, 12, 13, 14, 15, 16, 17}
+	for step := range 300 {
+		u := users[r.IntN(len(users))]
+		id := fmt.Sprint("c-", step)
+		var cmd room.Command
+		op := u
+		switch r.IntN(7) {
+		case 0:
+			cmd = &room.JoinRoom{}
+		case 1:
+			cmd, op = &room.TakeMic{SeatIndex: int32(r.IntN(4))}, 1 // the owner sits down; others must ask
+		case 2:
+			cmd = &room.LeaveMic{}
+		case 3:
+			cmd = &room.LeaveRoom{}
+		case 4:
+			cmd = &room.RequestMic{SeatIndex: int32(r.IntN(4))}
+		case 5:
+			cmd, op = &room.ApproveMicRequest{TargetUserID: u}, 1 // seats u: a deadline the operator's commit moves
+		default:
+			heartbeat(t, reg, "due", u)
+		}
+		if cmd != nil {
+			_, _ = reg.Submit(context.Background(), env("due", id, op, cmd)) // refusals (not a member, seat taken) are part of the run
+		}
+		clock.jump(time.Duration(r.IntN(8)) * time.Second)
+		never(fmt.Sprint("step ", step))
 	}
 }
