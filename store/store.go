@@ -264,6 +264,12 @@ type Repository interface {
 	// whatever their NextAttemptAt (the relay decides what is due). Used to discover rooms with work.
 	// A limit of zero or less lists nothing.
 	ListPendingOutboxAfter(ctx context.Context, afterID int64, limit int) ([]outbox.Record, error)
+	// ListOutboxHeads returns, for each room with pending rows, its first pending row (the lowest
+	// id), whatever its NextAttemptAt, for up to limit rooms whose first row's id is above afterID,
+	// in id order. It costs what is pending, read from the pending index, and hands over one row
+	// a room, however long the rooms' backlogs are: the relay's scan for rooms with work.
+	// A limit of zero or less lists nothing.
+	ListOutboxHeads(ctx context.Context, afterID int64, limit int) ([]outbox.Record, error)
 	// ListRoomOutbox returns up to limit pending rows of one room in (room_version, seq) order.
 	// It reads the room's pending rows only, however much published history the room keeps.
 	// A limit of zero or less lists nothing.

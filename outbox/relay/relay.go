@@ -16,7 +16,7 @@ import (
 
 // Source is what the relay needs from storage.
 type Source interface {
-	ListPendingOutboxAfter(ctx context.Context, afterID int64, limit int) ([]outbox.Record, error)
+	ListOutboxHeads(ctx context.Context, afterID int64, limit int) ([]outbox.Record, error)
 	ListRoomOutbox(ctx context.Context, roomID string, limit int) ([]outbox.Record, error)
 	MarkOutboxPublishedBatch(ctx context.Context, eventIDs []string) error
 	FailOutbox(ctx context.Context, eventID string, lastErr string, next time.Time, maxAttempts int32) (dead bool, err error)
@@ -178,6 +178,7 @@ type memRoom struct {
 	gen     uint64          // counts resets: a chain's read is stale if it changed
 	known   bool            // rows holds every pending row after through
 	through rowKey          // the last row a chain of this relay published
+	last    rowKey          // the last row Committed handed over in this epoch
 	used    time.Time       // last commit or chain, for forgetting idle rooms
 }
 
@@ -247,7 +248,9 @@ func (r *Relay) Committed(rows []outbox.Record) {
 		// A room's first commit (its version 1) has nothing before it:
 		// memory holds every row of a room it saw created.
 		m.known = rows[0].RoomVersion == 1 && rows[0].Seq == 0
+		m.last = rowKey{}
 	}
+	m.last = keyOf(&rows[len(rows)-1])
 	m.used = r.now()
 	if r.held+len(rows) > r.cfg.MemoryRows {
 		r.reset(m) // the table has them
@@ -284,18 +287,24 @@ func (r *Relay) forget(roomID string) {
 }
 
 // doubt resets what the relay knows of the row's room when the scan finds
-// the row pending where memory would have published it: it is older than
-// a poll interval (dead rows requeued, a commit whose outcome its cell did
-// not learn), or of another owner epoch than the commits memory holds
-// (another node committed it, whatever its clock says).
+// the row pending where trusted memory would have published it: it is of
+// another owner epoch than the commits memory holds (another node
+// committed it, whatever its clock says), or older than a poll interval
+// and not among the rows memory still has to publish (a dead row
+// requeued behind what memory published). A row memory holds or a chain
+// is publishing is just waiting its turn in a backlog; and a room memory
+// does not vouch for is read from the table anyway (a reset would only
+// spoil the trust a running table chain is about to give it).
 func (r *Relay) doubt(row outbox.Record, now time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	m := r.mem[row.RoomID]
-	if m == nil {
+	if m == nil || !m.known {
 		return
 	}
-	if now.Sub(row.CreatedAt) > r.cfg.PollInterval || row.OwnerEpoch != m.epoch {
+	k := keyOf(&row)
+	queued := k.after(m.through) && !k.after(m.last)
+	if row.OwnerEpoch != m.epoch || now.Sub(row.CreatedAt) > r.cfg.PollInterval && !queued {
 		r.reset(m)
 	}
 }
@@ -501,17 +510,14 @@ func (r *Relay) scan(ctx context.Context, slots chan struct{}, chains *sync.Wait
 	if paused {
 		return nil
 	}
-	seen := make(map[string]bool)
 	for after := int64(0); ; {
-		rows, err := r.src.ListPendingOutboxAfter(ctx, after, r.cfg.ScanLimit)
+		// A room's first pending row decides: whether the room is due, and
+		// whether memory can vouch for it.
+		rows, err := r.src.ListOutboxHeads(ctx, after, r.cfg.ScanLimit)
 		if err != nil {
 			return err
 		}
 		for _, row := range rows {
-			if seen[row.RoomID] {
-				continue
-			}
-			seen[row.RoomID] = true // its first pending row decides
 			if row.NextAttemptAt.After(now) {
 				continue
 			}

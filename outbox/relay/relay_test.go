@@ -275,14 +275,15 @@ func (c *countAcks) Publish(ctx context.Context, r outbox.Record) error {
 	return err
 }
 
-// refuse fails every publish of one event.
+// refuse fails every publish of one event, until fixed.
 type refuse struct {
-	next relay.Publisher
-	bad  string
+	next  relay.Publisher
+	bad   string
+	fixed *atomic.Bool // nil: never
 }
 
 func (r refuse) Publish(ctx context.Context, rec outbox.Record) error {
-	if rec.EventID == r.bad {
+	if rec.EventID == r.bad && (r.fixed == nil || !r.fixed.Load()) {
 		return errors.New("injected: poison")
 	}
 	return r.next.Publish(ctx, rec)
@@ -468,9 +469,9 @@ type scans struct {
 	n atomic.Int64
 }
 
-func (s *scans) ListPendingOutboxAfter(ctx context.Context, afterID int64, limit int) ([]outbox.Record, error) {
+func (s *scans) ListOutboxHeads(ctx context.Context, afterID int64, limit int) ([]outbox.Record, error) {
 	s.n.Add(1)
-	return s.DB.ListPendingOutboxAfter(ctx, afterID, limit)
+	return s.DB.ListOutboxHeads(ctx, afterID, limit)
 }
 
 // TestCommittedRoomsGoOutWithoutAScan: rows handed over after their commits
@@ -553,9 +554,9 @@ type reads struct {
 	n, scans atomic.Int64
 }
 
-func (s *reads) ListPendingOutboxAfter(ctx context.Context, afterID int64, limit int) ([]outbox.Record, error) {
+func (s *reads) ListOutboxHeads(ctx context.Context, afterID int64, limit int) ([]outbox.Record, error) {
 	s.scans.Add(1)
-	return s.DB.ListPendingOutboxAfter(ctx, afterID, limit)
+	return s.DB.ListOutboxHeads(ctx, afterID, limit)
 }
 
 func (s *reads) ListRoomOutbox(ctx context.Context, roomID string, limit int) ([]outbox.Record, error) {
@@ -742,4 +743,37 @@ func TestABusyRoomTakesItsGateOnce(t *testing.T) {
 		t.Fatalf("%d gates taken, %d given back after the relay stopped", a, r)
 	}
 	consume(t, bus, 20*2)
+}
+
+// TestARequeuedRowOfATrustedRoomGoesOut: a row that went dead while the
+// relay published its room from memory, then was requeued by an operator,
+// lies behind what memory published; the next scan finds it pending and
+// old, and it goes out. Rows memory still holds in a backlog are not such
+// rows (the scan leaves memory trusted for them).
+func TestARequeuedRowOfATrustedRoomGoesOut(t *testing.T) {
+	repo := openRepo(t)
+	bus := openBus(t, natsbus.Config{})
+	cfg := fastConfig()
+	cfg.MaxAttempts, cfg.PollInterval = 1, 50*time.Millisecond
+	var fixed atomic.Bool
+	var memory, table atomic.Int64
+	r := relay.New(repo, refuse{next: bus, bad: "requeue/2/0", fixed: &fixed}, relay.LeaseGate{Lease: lease.NewLocal()}, cfg, taken(&memory, &table), quiet)
+	runRelay(t, r)
+	here := claim(t, repo, "requeue")
+	for range 3 {
+		r.Committed(here.commit(t, 2))
+	}
+	poll.Until(t, 30*time.Second, "every row but the poison one published", poll.Bool(func() bool { return pending(t, repo) == 0 }))
+	if table.Load() != 0 {
+		t.Fatalf("%d rows read from the table; the room was created under the relay", table.Load())
+	}
+	fixed.Store(true)
+	if n, err := repo.RequeueDeadOutbox(context.Background(), ""); err != nil || n != 1 {
+		t.Fatalf("requeue: %d %v", n, err)
+	}
+	r.Wake()
+	poll.Until(t, 30*time.Second, "the requeued row published", poll.Bool(func() bool { return pending(t, repo) == 0 }))
+	if st, err := repo.OutboxStats(context.Background()); err != nil || len(st.Dead) != 0 {
+		t.Fatalf("dead rows %v (%v), want none: the requeued row went out", st.Dead, err)
+	}
 }

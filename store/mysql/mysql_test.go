@@ -314,6 +314,31 @@ func TestOutboxRelayReadsUseIndexes(t *testing.T) {
 			t.Errorf("%s: key %q, extra %q; want %s without a sort", tc.query, key, extra, tc.key)
 		}
 	}
+	// The heads are found among the pending rows (a ref on the pending
+	// index), never by walking the table's published history.
+	heads := "EXPLAIN " + bind(q.ListHeads, "0", "10")
+	plans, err := raw.QueryContext(ctx, heads)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer plans.Close()
+	var plan []string
+	for plans.Next() {
+		var id, selectType, table, typ, possible, key, keyLen, ref, nrows, extra sql.NullString
+		if err := plans.Scan(&id, &selectType, &table, &typ, &possible, &key, &keyLen, &ref, &nrows, &extra); err != nil {
+			t.Fatal(err)
+		}
+		plan = append(plan, fmt.Sprintf("%s %s %s %s", table.String, typ.String, key.String, extra.String))
+		if table.String == "room_outbox" && (typ.String != "ref" || key.String != "room_outbox_pending") {
+			t.Errorf("%s: %v; want the pending index", heads, plan)
+		}
+		if table.String == "o" && key.String != "PRIMARY" {
+			t.Errorf("%s: %v; want each head read by its id", heads, plan)
+		}
+	}
+	if err := plans.Err(); err != nil || len(plan) != 3 {
+		t.Fatalf("%s: %v, %v", heads, plan, err)
+	}
 }
 
 // bind replaces the placeholders of q with literal values, in order, for EXPLAIN.

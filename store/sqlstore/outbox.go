@@ -17,6 +17,15 @@ import (
 const outboxColumns = `id, event_id, room_id, room_version, seq, event_type, payload, owner_epoch,
 	status, attempts, last_error, next_attempt_at, created_at, published_at, trace_context`
 
+// outboxColumnsOf is outboxColumns of the table named alias.
+func outboxColumnsOf(alias string) string {
+	cols := strings.Split(outboxColumns, ",")
+	for i, c := range cols {
+		cols[i] = alias + "." + strings.TrimSpace(c)
+	}
+	return strings.Join(cols, ", ")
+}
+
 // OutboxSQL is the outbox's SQL as a dialect spells it: the statements
 // whose plans the adapters' tests check.
 type OutboxSQL struct {
@@ -24,6 +33,12 @@ type OutboxSQL struct {
 	ListPending string
 	// ListPendingAfter reads pending rows by id (room_outbox_pending).
 	ListPendingAfter string
+	// ListHeads reads each room's first pending row: the heads are found
+	// among the pending rows' index entries alone (SQLite's partial
+	// room_outbox_room_pending holds the room and the id; MySQL reads the
+	// room of each entry of room_outbox_pending), then sorted by id: a
+	// sort of the rooms, not of their rows.
+	ListHeads string
 	// ListRoomOutbox reads one room's pending rows in order
 	// (room_outbox_room_pending). MySQL's optimiser prefers
 	// room_outbox_room, which gives the order too but walks the room's
@@ -56,6 +71,8 @@ func OutboxQueries(d *Dialect) OutboxSQL {
 		WHERE status = 'pending' AND next_attempt_at <= ? ORDER BY id LIMIT ?`,
 		ListPendingAfter: `SELECT ` + outboxColumns + ` FROM room_outbox
 		WHERE status = 'pending' AND id > ? ORDER BY id LIMIT ?`,
+		ListHeads: `SELECT ` + outboxColumnsOf("o") + ` FROM (SELECT MIN(id) AS head FROM room_outbox` + d.ForceIndex("room_outbox_pending") + `
+		WHERE status = 'pending' GROUP BY room_id HAVING MIN(id) > ?) AS h JOIN room_outbox o ON o.id = h.head ORDER BY h.head LIMIT ?`,
 		ListRoomOutbox: `SELECT ` + outboxColumns + ` FROM room_outbox` + d.ForceIndex("room_outbox_room_pending") + `
 		WHERE room_id = ? AND status = 'pending' ORDER BY room_version, seq LIMIT ?`,
 		StatsPending:    `SELECT COUNT(*), MIN(created_at) FROM room_outbox` + d.ForceIndex("room_outbox_pending") + ` WHERE status = 'pending'`,
@@ -102,6 +119,13 @@ func (db *DB) ListPendingOutbox(ctx context.Context, limit int) ([]outbox.Record
 // of zero or less lists nothing.
 func (db *DB) ListPendingOutboxAfter(ctx context.Context, afterID int64, limit int) ([]outbox.Record, error) {
 	return db.listOutbox(ctx, fmt.Sprintf("list pending outbox after=%d", afterID), db.stmts.listPendingAfter, afterID, limit)
+}
+
+// ListOutboxHeads returns each room's first pending row (its lowest id),
+// due or not, for up to limit rooms whose first row's id is above afterID,
+// in id order. A limit of zero or less lists nothing.
+func (db *DB) ListOutboxHeads(ctx context.Context, afterID int64, limit int) ([]outbox.Record, error) {
+	return db.listOutbox(ctx, fmt.Sprintf("list outbox heads after=%d", afterID), db.stmts.listHeads, afterID, limit)
 }
 
 // ListRoomOutbox returns up to limit pending rows of the room, due or not,

@@ -71,6 +71,7 @@ func Run(t *testing.T, newRepo func(t *testing.T) store.Repository) {
 		{"Outbox", testOutbox},
 		{"OutboxDuplicateEventID", testOutboxDuplicateEventID},
 		{"ListPendingOutboxAfter", testListPendingOutboxAfter},
+		{"ListOutboxHeads", testListOutboxHeads},
 		{"ListRoomOutbox", testListRoomOutbox},
 		{"FailOutbox", testFailOutbox},
 		{"FailOutboxConcurrent", testFailOutboxConcurrent},
@@ -1203,6 +1204,73 @@ func testListPendingOutboxAfter(t *testing.T, repo store.Repository) {
 	}
 	if rows, err := repo.ListPendingOutboxAfter(ctx, 0, 0); err != nil || len(rows) != 0 {
 		t.Fatalf("ListPendingOutboxAfter(limit 0) = %d rows, %v; want none", len(rows), err)
+	}
+}
+
+// testListOutboxHeads: each room with pending rows shows its first pending
+// row once, due or not, past its published and dead rows; rooms with none
+// pending show nothing; heads page by id.
+func testListOutboxHeads(t *testing.T, repo store.Repository) {
+	ctx := t.Context()
+	a, b, c, d := newRoomID(t), newRoomID(t), newRoomID(t), newRoomID(t)
+	first := event(a, 1, 0)
+	first.NextAttemptAt = now().Add(time.Hour) // not due: still the head
+	mustSaveOutbox(t, repo, first, event(b, 1, 0), event(b, 2, 0), event(c, 1, 0), event(d, 1, 0))
+	mustSaveOutbox(t, repo, event(a, 2, 0), event(b, 3, 0), event(a, 3, 0))
+	if err := repo.MarkOutboxPublishedBatch(ctx, []string{event(b, 1, 0).EventID, event(c, 1, 0).EventID}); err != nil {
+		t.Fatalf("MarkOutboxPublishedBatch: %v", err)
+	}
+	mustFail(t, repo, event(b, 2, 0).EventID, "poison", time.Time{}, 1)
+	mustFail(t, repo, event(d, 1, 0).EventID, "poison", time.Time{}, 1)
+	mine := func(rows []outbox.Record) []outbox.Record {
+		var out []outbox.Record
+		for _, r := range rows {
+			if r.RoomID == a || r.RoomID == b || r.RoomID == c || r.RoomID == d {
+				out = append(out, r)
+			}
+		}
+		return out
+	}
+	heads := func(after int64, limit int) []outbox.Record {
+		t.Helper()
+		rows, err := repo.ListOutboxHeads(ctx, after, limit)
+		if err != nil {
+			t.Fatalf("ListOutboxHeads(%d, %d): %v", after, limit, err)
+		}
+		if len(rows) > limit {
+			t.Fatalf("ListOutboxHeads(%d, %d) returned %d rows", after, limit, len(rows))
+		}
+		for i, r := range rows {
+			if r.ID <= after || i > 0 && r.ID <= rows[i-1].ID {
+				t.Fatalf("ListOutboxHeads(%d, %d): id %d, want ascending ids above %d", after, limit, r.ID, after)
+			}
+		}
+		return rows
+	}
+
+	got := mine(heads(0, pendingLimit))
+	if ids, want := eventIDs(got), []string{first.EventID, event(b, 3, 0).EventID}; !slices.Equal(ids, want) {
+		t.Fatalf("heads of mine = %v, want %v", ids, want)
+	}
+	if h := got[0]; h.Status != outbox.StatusPending || !h.NextAttemptAt.Equal(first.NextAttemptAt) ||
+		!bytes.Equal(h.Payload, first.Payload) || h.OwnerEpoch != first.OwnerEpoch || h.CreatedAt.IsZero() {
+		t.Fatalf("a's head = %+v, want the row as saved", h)
+	}
+	// Paging: past a's head, b's is next among mine, whatever others wrote.
+	var paged []outbox.Record
+	for after := got[0].ID; ; {
+		rows := heads(after, 2)
+		if len(rows) == 0 {
+			break
+		}
+		paged = append(paged, mine(rows)...)
+		after = rows[len(rows)-1].ID
+	}
+	if ids := eventIDs(paged); !slices.Equal(ids, []string{event(b, 3, 0).EventID}) {
+		t.Fatalf("heads after a's = %v, want b's only", ids)
+	}
+	if rows, err := repo.ListOutboxHeads(ctx, 0, 0); err != nil || len(rows) != 0 {
+		t.Fatalf("ListOutboxHeads(limit 0) = %d rows, %v; want none", len(rows), err)
 	}
 }
 
