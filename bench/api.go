@@ -89,8 +89,8 @@ func settle(ctx context.Context, metrics string) {
 // APIScenarios measures a running service at base (http://host:port) through its API, the way
 // clients reach it: gRPC over HTTP/2 (connect-go) on opts.Conns
 // connections, every call with a deadline. CreateRoom with 16 in flight;
-// joins across opts.Rooms rooms with 256 in flight (the engine scenario's
-// command); joins in one hot room with 256 and with 64 in flight; GetRoomSnapshot
+// joins across opts.Rooms rooms with 256 in flight, and with two per room
+// in flight, the engine scenario's load; joins in one hot room with 256 and with 64 in flight; GetRoomSnapshot
 // across the rooms with 128 in flight. The last row is this load
 // generator's own CPU use, a share of the machine's cores.
 func APIScenarios(ctx context.Context, base string, opts APIOptions) ([]Row, error) {
@@ -180,6 +180,14 @@ func APIScenarios(ctx context.Context, base string, opts APIOptions) ([]Row, err
 	if err != nil {
 		return nil, err
 	}
+	// The engine scenario drives its rooms with two callers each in
+	// flight; through the API at that load the two compare like for like
+	// (at 256 in flight the rate is bounded by in-flight / latency).
+	engineLoad := 2 * len(rooms)
+	manyAtEngineLoad, err := join(fmt.Sprintf("JoinRoom, %d rooms, %d in flight (the engine's load)", len(rooms), engineLoad), rooms, engineLoad, 100_000)
+	if err != nil {
+		return nil, err
+	}
 	// The hot room at two loads: 256 callers in flight (the engine scenario's),
 	// where a p99 of 50 ms would take about 10,000/s (Little's law: the mean
 	// latency is in-flight / rate, 51 ms at 5,000/s), and 64 in flight,
@@ -213,7 +221,7 @@ func APIScenarios(ctx context.Context, base string, opts APIOptions) ([]Row, err
 	used := time.Duration(cpu1.Utime.Nano() + cpu1.Stime.Nano() - cpu0.Utime.Nano() - cpu0.Stime.Nano())
 	gen := Row{Name: "load generator CPU (this process)", Elapsed: wall,
 		Extra: fmt.Sprintf("%.0f%% of %d cores over the run", 100*used.Seconds()/(wall.Seconds()*float64(runtime.NumCPU())), runtime.NumCPU())}
-	return append(append([]Row{create, many}, hots...), read, gen), nil
+	return append(append([]Row{create, many, manyAtEngineLoad}, hots...), read, gen), nil
 }
 
 // bearer sends the service token with every call.
