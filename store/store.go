@@ -260,10 +260,6 @@ type Repository interface {
 	// before, returning the rows deleted. Pending and dead rows are never deleted.
 	PruneOutbox(ctx context.Context, before time.Time, limit int) (int, error)
 
-	// ListPendingOutboxAfter returns up to limit pending rows with id > afterID in id order,
-	// whatever their NextAttemptAt (the relay decides what is due). Used to discover rooms with work.
-	// A limit of zero or less lists nothing.
-	ListPendingOutboxAfter(ctx context.Context, afterID int64, limit int) ([]outbox.Record, error)
 	// ListOutboxHeads returns, for each room with pending rows, its first pending row (the lowest
 	// id), whatever its NextAttemptAt, for up to limit rooms whose first row's id is above afterID,
 	// in id order. It costs what is pending, read from the pending index, and hands over one row

@@ -303,7 +303,6 @@ func TestOutboxRelayReadsUseIndexes(t *testing.T) {
 	}
 	q := sqlstore.OutboxQueries(&dialect)
 	for _, tc := range []struct{ query, key string }{
-		{bind(q.ListPendingAfter, "5", "10"), "room_outbox_pending"},
 		{bind(q.ListRoomOutbox, "'r1'", "10"), "room_outbox_room_pending"},
 		{q.StatsPending, "room_outbox_pending"},
 		{q.StatsPublished, "room_outbox_pending"},

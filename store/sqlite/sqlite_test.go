@@ -228,7 +228,6 @@ func TestOutboxRelayReadsUseIndexes(t *testing.T) {
 		args  []any
 		want  string
 	}{
-		{q.ListPendingAfter, []any{0, 10}, "USING INDEX room_outbox_pending"},
 		{q.ListRoomOutbox, []any{"r", 10}, "USING INDEX room_outbox_room_pending"},
 		{q.StatsPending, nil, "USING INDEX room_outbox_pending"},
 		{q.StatsDead, nil, "USING COVERING INDEX room_outbox_dead"},

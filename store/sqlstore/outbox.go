@@ -31,8 +31,6 @@ func outboxColumnsOf(alias string) string {
 type OutboxSQL struct {
 	// ListPending reads due pending rows in id order.
 	ListPending string
-	// ListPendingAfter reads pending rows by id (room_outbox_pending).
-	ListPendingAfter string
 	// ListHeads reads each room's first pending row: the heads are found
 	// among the pending rows' index entries alone (SQLite's partial
 	// room_outbox_room_pending holds the room and the id; MySQL reads the
@@ -69,8 +67,6 @@ func OutboxQueries(d *Dialect) OutboxSQL {
 	return OutboxSQL{
 		ListPending: `SELECT ` + outboxColumns + ` FROM room_outbox
 		WHERE status = 'pending' AND next_attempt_at <= ? ORDER BY id LIMIT ?`,
-		ListPendingAfter: `SELECT ` + outboxColumns + ` FROM room_outbox
-		WHERE status = 'pending' AND id > ? ORDER BY id LIMIT ?`,
 		ListHeads: `SELECT ` + outboxColumnsOf("o") + ` FROM (SELECT MIN(id) AS head FROM room_outbox` + d.ForceIndex("room_outbox_pending") + `
 		WHERE status = 'pending' GROUP BY room_id HAVING MIN(id) > ?) AS h JOIN room_outbox o ON o.id = h.head ORDER BY h.head LIMIT ?`,
 		ListRoomOutbox: `SELECT ` + outboxColumns + ` FROM room_outbox` + d.ForceIndex("room_outbox_room_pending") + `
@@ -112,13 +108,6 @@ func (db *DB) SaveOutbox(ctx context.Context, records []outbox.Record) error {
 // order. A limit of zero or less lists nothing.
 func (db *DB) ListPendingOutbox(ctx context.Context, limit int) ([]outbox.Record, error) {
 	return db.listOutbox(ctx, "list pending outbox", db.stmts.listPending, time.Now().UnixMilli(), limit)
-}
-
-// ListPendingOutboxAfter returns up to limit pending rows with an id above
-// afterID, due or not, in id order (a range of room_outbox_pending). A limit
-// of zero or less lists nothing.
-func (db *DB) ListPendingOutboxAfter(ctx context.Context, afterID int64, limit int) ([]outbox.Record, error) {
-	return db.listOutbox(ctx, fmt.Sprintf("list pending outbox after=%d", afterID), db.stmts.listPendingAfter, afterID, limit)
 }
 
 // ListOutboxHeads returns each room's first pending row (its lowest id),

@@ -64,8 +64,7 @@ type statements struct {
 
 	getMeta, getCommand, listCommands, getSnapshot *sql.Stmt
 	listCommandsPage, readHead                     *sql.Stmt
-	listPending, listPendingAfter, listRoomOutbox  *sql.Stmt
-	listHeads                                      *sql.Stmt
+	listPending, listHeads, listRoomOutbox         *sql.Stmt
 	listRooms                                      *sql.Stmt
 
 	insertCommands, insertOutbox *bulkInsert
@@ -150,7 +149,6 @@ func (db *DB) prepare(ctx context.Context) error {
 	s.readHead = prep(r, `SELECT room_version FROM rooms WHERE room_id = ?`)
 	s.getSnapshot = prep(r, `SELECT room_version, payload, created_at FROM room_snapshots WHERE room_id = ?`)
 	s.listPending = prep(r, o.ListPending)
-	s.listPendingAfter = prep(r, o.ListPendingAfter)
 	s.listHeads = prep(r, o.ListHeads)
 	s.listRoomOutbox = prep(r, o.ListRoomOutbox)
 	s.listRooms = prep(r, `SELECT room_id, owner_user_id, host_user_id, seat_count, mode, status,

@@ -70,7 +70,6 @@ func Run(t *testing.T, newRepo func(t *testing.T) store.Repository) {
 		{"SaveCommand", testSaveCommand},
 		{"Outbox", testOutbox},
 		{"OutboxDuplicateEventID", testOutboxDuplicateEventID},
-		{"ListPendingOutboxAfter", testListPendingOutboxAfter},
 		{"ListOutboxHeads", testListOutboxHeads},
 		{"ListRoomOutbox", testListRoomOutbox},
 		{"FailOutbox", testFailOutbox},
@@ -1128,85 +1127,6 @@ func testOutboxDuplicateEventID(t *testing.T, repo store.Repository) {
 	}
 }
 
-func testListPendingOutboxAfter(t *testing.T, repo store.Repository) {
-	ctx := t.Context()
-	a, b := newRoomID(t), newRoomID(t)
-	later := event(a, 2, 0)
-	later.NextAttemptAt = now().Add(time.Hour)
-	published := event(b, 1, 0)
-	dead := event(b, 2, 0)
-	dead.EventType = newEventType(t)
-	mustSaveOutbox(t, repo, event(a, 1, 0), published, later)
-	mustSaveOutbox(t, repo, event(b, 3, 0), dead, event(a, 3, 0))
-	if err := repo.MarkOutboxPublished(ctx, published.EventID); err != nil {
-		t.Fatalf("MarkOutboxPublished: %v", err)
-	}
-	mustFail(t, repo, dead.EventID, "poison", time.Time{}, 1)
-	// Id order is insertion order; the row that is not due is listed too.
-	want := []string{event(a, 1, 0).EventID, later.EventID, event(b, 3, 0).EventID, event(a, 3, 0).EventID}
-	mine := func(rows []outbox.Record) []outbox.Record {
-		var out []outbox.Record
-		for _, r := range rows {
-			if r.RoomID == a || r.RoomID == b {
-				out = append(out, r)
-			}
-		}
-		return out
-	}
-
-	all := mustPendingAfter(t, repo, 0, pendingLimit)
-	got := mine(all)
-	if ids := eventIDs(got); !slices.Equal(ids, want) {
-		t.Fatalf("ListPendingOutboxAfter(0) rows of mine = %v, want %v", ids, want)
-	}
-	for _, r := range all {
-		if r.Status != outbox.StatusPending {
-			t.Fatalf("ListPendingOutboxAfter listed %s with status %q", r.EventID, r.Status)
-		}
-	}
-	if first := got[0]; first.RoomID != a || first.RoomVersion != 1 || first.Seq != 0 ||
-		first.EventType != "RoomMicChanged" || !bytes.Equal(first.Payload, event(a, 1, 0).Payload) ||
-		first.Attempts != 0 || first.CreatedAt.IsZero() {
-		t.Fatalf("first row = %+v, want room %s v1 seq 0 as saved", first, a)
-	}
-	if !got[1].NextAttemptAt.Equal(later.NextAttemptAt) {
-		t.Fatalf("not-due row NextAttemptAt = %v, want %v", got[1].NextAttemptAt, later.NextAttemptAt)
-	}
-
-	// Paging by the last id seen walks my rows in order, whatever others
-	// write between them.
-	var paged []outbox.Record
-	after := got[0].ID - 1
-	for page := 0; len(paged) < len(want); page++ {
-		if page > 100000 {
-			t.Fatal("paging did not reach my rows")
-		}
-		rows := mustPendingAfter(t, repo, after, 3)
-		if len(rows) == 0 {
-			break
-		}
-		if len(rows) > 3 {
-			t.Fatalf("ListPendingOutboxAfter(limit 3) returned %d rows", len(rows))
-		}
-		for _, r := range rows {
-			if r.ID <= after {
-				t.Fatalf("ListPendingOutboxAfter(%d) returned id %d", after, r.ID)
-			}
-			after = r.ID
-		}
-		paged = append(paged, mine(rows)...)
-	}
-	if ids := eventIDs(paged); !slices.Equal(ids, want) {
-		t.Fatalf("paged rows of mine = %v, want %v", ids, want)
-	}
-	if rest := mine(mustPendingAfter(t, repo, got[len(got)-1].ID, pendingLimit)); len(rest) != 0 {
-		t.Fatalf("ListPendingOutboxAfter(my last id) = %v, want none of mine", eventIDs(rest))
-	}
-	if rows, err := repo.ListPendingOutboxAfter(ctx, 0, 0); err != nil || len(rows) != 0 {
-		t.Fatalf("ListPendingOutboxAfter(limit 0) = %d rows, %v; want none", len(rows), err)
-	}
-}
-
 // testListOutboxHeads: each room with pending rows shows its first pending
 // row once, due or not, past its published and dead rows; rooms with none
 // pending show nothing; heads page by id.
@@ -1362,8 +1282,10 @@ func testFailOutbox(t *testing.T, repo store.Repository) {
 	if _, ok := row(r.EventID); ok {
 		t.Fatal("a dead row is listed by ListRoomOutbox")
 	}
-	if _, ok := findEvent(mustPendingAfter(t, repo, 0, pendingLimit), r.EventID); ok {
-		t.Fatal("a dead row is listed by ListPendingOutboxAfter")
+	if heads, err := repo.ListOutboxHeads(ctx, 0, pendingLimit); err != nil {
+		t.Fatalf("ListOutboxHeads: %v", err)
+	} else if _, ok := findEvent(heads, r.EventID); ok {
+		t.Fatal("a dead row is listed by ListOutboxHeads")
 	}
 
 	// A row that is not pending is left alone.
@@ -1972,20 +1894,6 @@ func mustSaveOutbox(t *testing.T, repo store.Repository, rows ...outbox.Record) 
 	if err := repo.SaveOutbox(t.Context(), rows); err != nil {
 		t.Fatalf("SaveOutbox: %v", err)
 	}
-}
-
-func mustPendingAfter(t *testing.T, repo store.Repository, afterID int64, limit int) []outbox.Record {
-	t.Helper()
-	rows, err := repo.ListPendingOutboxAfter(t.Context(), afterID, limit)
-	if err != nil {
-		t.Fatalf("ListPendingOutboxAfter(%d, %d): %v", afterID, limit, err)
-	}
-	for i := 1; i < len(rows); i++ {
-		if rows[i].ID <= rows[i-1].ID {
-			t.Fatalf("ListPendingOutboxAfter(%d, %d): id %d after %d, want ascending ids", afterID, limit, rows[i].ID, rows[i-1].ID)
-		}
-	}
-	return rows
 }
 
 func mustRoomOutbox(t *testing.T, repo store.Repository, id string, limit int) []outbox.Record {
