@@ -650,8 +650,10 @@ func (l *Lane) dispatch(ctx context.Context) {
 func (l *Lane) crowded() bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return len(l.ready) > crowdedRooms
+	return l.crowdedLocked()
 }
+
+func (l *Lane) crowdedLocked() bool { return len(l.ready) > crowdedRooms }
 
 // Scheduling constants.
 const (
@@ -693,7 +695,7 @@ func (l *Lane) round(ctx context.Context, now time.Time, tidy bool) {
 	l.recoverLocked(now)
 	want := 0
 	if avail := l.pace.available(now); avail > 0 && !now.Before(l.pausedUntil) {
-		if len(l.ready) > crowdedRooms {
+		if l.crowdedLocked() {
 			want = min(avail, len(l.rosterLocked(now, avail)))
 		} else {
 			for key := range l.ready {
@@ -787,7 +789,7 @@ func first(cands []candidate, n int) {
 // releaseLocked gives n calls to the rooms that can send now, in turn
 // order, one message each.
 func (l *Lane) releaseLocked(now time.Time, n int) {
-	crowded := len(l.ready) > crowdedRooms
+	crowded := l.crowdedLocked()
 	var cands []candidate
 	if crowded {
 		cands = l.rosterLocked(now, n)
