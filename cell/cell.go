@@ -106,8 +106,9 @@ type pending struct {
 	applied bool
 	fromLog bool // answered from the command log (or the recent ids): a retry
 	seats   []room.Seat
-	logged  *recentEntry // answered from the log row a Feature found
-	trace   string       // the request's traceparent, set when its batch is built
+	logged  *recentEntry         // answered from the log row a Feature found
+	trace   string               // the request's traceparent, set when its batch is built
+	commit  func(b *store.Batch) // what its Verdict commits with it
 }
 
 func (c *Cell) run() {
@@ -212,10 +213,12 @@ func (c *Cell) handle(batch []*request) (stop string) {
 		return c.fail(batch, &readError{"look up retried command ids", err})
 	}
 	cmds, out, err := c.attempt(batch, stored, false)
-	if errors.Is(err, store.ErrConflict) {
-		// A command id committed before this cell knew of it: reload and
-		// decide again, every id looked up in the log first.
-		c.log.Info("command id already in the log; reloading the room to check", "err", err)
+	for try := 0; errors.Is(err, store.ErrConflict) && try < redecide; try++ {
+		// The store refused the batch, writing nothing: a command id
+		// committed before this cell knew of it, or a gift charged inside
+		// the commit was decided on a balance that has moved since. Reload
+		// and decide again, every id looked up in the log first.
+		c.log.Info("the store refused the batch; reloading the room to decide it again", "err", err)
 		cmds, out, err = c.attemptFromLog(batch)
 	}
 	if err != nil {
@@ -278,6 +281,10 @@ func (c *Cell) attempt(batch []*request, stored map[string]store.CommandRecord, 
 	return cmds, c.committed(cmds, b), nil
 }
 
+// redecide is how many times a batch the store refused (store.ErrConflict)
+// is decided again before its callers are told to retry.
+const redecide = 3
+
 // attemptFromLog reloads the room and decides the batch again, knowing
 // which of its command ids the log holds.
 func (c *Cell) attemptFromLog(batch []*request) ([]*pending, []room.Committed, error) {
@@ -339,6 +346,12 @@ func (c *Cell) fail(batch []*request, err error) (stop string) {
 		c.log.Warn("room fenced: another owner committed; stopping", "err", err)
 		replyAll(batch, response{err: room.ErrFenced})
 		return stopFenced
+	case errors.Is(err, store.ErrConflict):
+		// Refused each time it was decided again (a sender spending one
+		// balance in several rooms at once): nothing committed.
+		c.log.Warn("the store refused the batch each time it was decided; the room reloads from storage", "err", err)
+		replyAll(batch, response{err: room.Errorf(room.ErrUnavailable, "the batch conflicted with concurrent changes and nothing committed; retry with the same command_id")})
+		return stopFailure
 	}
 	c.log.Error("commit failed; outcome unknown, the room reloads from storage", "err", err)
 	replyAll(batch, response{err: room.Errorf(room.ErrUnavailable, "commit outcome unknown; retry with the same command_id")})
@@ -474,10 +487,12 @@ func (c *Cell) settle(p *pending, v Verdict, seen map[string]*pending) {
 		p.err = v.Err
 	default:
 		c.apply(p, seen)
-		if p.err != nil {
+		if p.err == nil {
+			p.commit = v.Commit
+		} else {
 			// Prepared a moment ago against the same state: unreachable,
-			// and worth knowing about (a gift's charge stays pending until
-			// the reconciler refunds it).
+			// and worth knowing about (a gift charged before its commit
+			// stays pending until the reconciler refunds it).
 			c.log.ErrorContext(p.req.ctx(), "prepared command refused on apply", "command_id", env.CommandID, "type", string(env.Command.Type()), "err", p.err)
 		}
 	}
@@ -635,6 +650,9 @@ func (c *Cell) buildBatch(cmds []*pending, base int64, prevStatus room.Status) (
 		}
 		if err := c.reg.features.contribute(&b, env, p.events, now); err != nil {
 			return b, err
+		}
+		if p.commit != nil {
+			p.commit(&b)
 		}
 	}
 	if c.state.Status != prevStatus {

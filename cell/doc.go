@@ -12,8 +12,9 @@
 //
 //	Admit       on Submit, before the room loads        create.go: the room's metadata row
 //	Lead        before a run of commands is decided     rules.go: the logged switch to the configured rules
-//	Prepare     before a run of one kind applies        gift.go: one wallet charge for a run of gifts
-//	Contribute  while the batch is built                create.go, gift.go (settle keys), rocket.go (timer rows)
+//	Prepare     before a run of one kind applies        gift.go: a run of gifts paid for at once; each
+//	            (its Verdict may add to the batch)      Verdict adds the gift's charge or settle key
+//	Contribute  while the batch is built                create.go, rocket.go (timer rows)
 //	Loaded, Committed, Stopped                          rocket.go: in-memory launches, armed and fired in order
 //	Fire        for due durable timers of its kind      rocket.go: rooms no node serves
 //

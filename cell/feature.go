@@ -68,6 +68,9 @@ type Verdict struct {
 	// committed already (a retry the cell did not know): the cell answers
 	// it from the row.
 	Logged *store.CommandRecord
+	// Commit, when set, adds to the batch that commits the applied command
+	// what this decision must commit with it (a gift's charge).
+	Commit func(b *store.Batch)
 }
 
 // features are a registry's features and the lookups the cell uses.

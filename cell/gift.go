@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"math"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -17,11 +18,20 @@ import (
 
 // giftPayments is the feature that pays for gifts. A run of consecutive
 // gifts is decided together: each is checked against the state, then all
-// are charged with one wallet call, then each applies with its charge.
-// Gifts change no membership or seat, so checking them all before applying
-// any sees what each would see in turn; the room waits on the wallet once
-// per run, not once per gift. With the embedded ledger (Config.
-// SettleInCommit) the batch that commits a gift settles its charge.
+// are paid for, then each applies with its charge. Gifts change no
+// membership or seat, so checking them all before applying any sees what
+// each would see in turn; the room waits on the wallet once per run, not
+// once per gift.
+//
+// With the embedded ledger (Config.SettleInCommit and a wallet.Quoter) a
+// run reads its senders' balances, decides each charge itself, and the
+// batch that commits the gifts writes their charges, settled, in the same
+// transaction (store.Batch.Charges): one transaction per run, and no
+// charge left pending by a commit that failed. A balance that moved in
+// between (the sender's gift in another room, a top-up) refuses the batch
+// and the room decides it again. Any other wallet is charged first (a
+// pending charge, its outcome recorded with the gift), and the charge is
+// settled by the commit (SettleInCommit) or after it (GiftSettler).
 type giftPayments struct {
 	wallet   wallet.Wallet // nil: every gift is refused as unavailable
 	timeout  time.Duration // one charge call
@@ -35,14 +45,10 @@ type giftPayments struct {
 }
 
 func (gp *giftPayments) feature() Feature {
-	f := Feature{Runs: []room.CommandType{room.CmdSendGift}, Prepare: gp.prepare}
-	if gp.settle {
-		f.Contribute = gp.settleInCommit
-	}
-	return f
+	return Feature{Runs: []room.CommandType{room.CmdSendGift}, Prepare: gp.prepare}
 }
 
-// prepare checks and charges a run of gifts and fills in each paid gift's
+// prepare checks and pays for a run of gifts and fills in each paid gift's
 // outcome from its charge.
 func (gp *giftPayments) prepare(ctx context.Context, s *room.State, run []*room.Envelope) []Verdict {
 	verdicts := make([]Verdict, len(run))
@@ -66,15 +72,9 @@ func (gp *giftPayments) prepare(ctx context.Context, s *room.State, run []*room.
 		})
 		charged = append(charged, i)
 	}
-	if len(charges) > 0 {
-		gp.charge(ctx, run, charged, charges, verdicts)
+	if len(charges) == 0 {
+		return verdicts
 	}
-	return verdicts
-}
-
-// charge pays for the checked gifts run[charged[i]] with charges[i] and
-// records each one's verdict.
-func (gp *giftPayments) charge(ctx context.Context, run []*room.Envelope, charged []int, charges []wallet.Charge, verdicts []Verdict) {
 	refuse := func(err error) {
 		for _, i := range charged {
 			verdicts[i].Err = err
@@ -82,31 +82,114 @@ func (gp *giftPayments) charge(ctx context.Context, run []*room.Envelope, charge
 	}
 	if gp.wallet == nil {
 		refuse(room.Errorf(room.ErrUnavailable, "this node has no wallet to pay gifts with"))
-		return
+		return verdicts
 	}
+	q, inCommit := gp.wallet.(wallet.Quoter)
+	inCommit = inCommit && gp.settle
+	var results []wallet.Result
+	var err error
+	if inCommit {
+		results, err = gp.quote(ctx, q, charges)
+	} else {
+		results, err = gp.charge(ctx, charges)
+	}
+	if err != nil {
+		// Charged by the wallet, the charges may or may not exist: a retry
+		// replays them by key, and the reconciler refunds what no retry
+		// commits. Quoted, nothing changed.
+		gp.log.WarnContext(ctx, "wallet call failed; outcome unknown", "room_id", run[0].RoomID, "gifts", len(charged), "err", err)
+		refuse(room.Errorf(room.ErrUnavailable, "the wallet did not answer; retry with the same command_id"))
+		return verdicts
+	}
+	gp.decide(ctx, run, charged, charges, results, inCommit, verdicts)
+	return verdicts
+}
+
+// charge makes the charges with one wallet call.
+func (gp *giftPayments) charge(ctx context.Context, charges []wallet.Charge) ([]wallet.Result, error) {
+	var results []wallet.Result
+	err := gp.call(ctx, "wallet.charge", len(charges), func(ctx context.Context) (err error) {
+		results, err = gp.wallet.Charge(ctx, charges)
+		return err
+	})
+	if err == nil && len(results) != len(charges) {
+		err = errors.New("wallet answered a different number of charges")
+	}
+	return results, err
+}
+
+// quote decides the charges the commit will make, in order, on the
+// balances the ledger holds now: a later charge sees the balance an earlier
+// one left, as Wallet.Charge would. A key charged before answers with its
+// receipt, Replayed, as Wallet.Charge would too.
+func (gp *giftPayments) quote(ctx context.Context, q wallet.Quoter, charges []wallet.Charge) ([]wallet.Result, error) {
+	users := make([]int64, len(charges))
+	keys := make([]string, len(charges))
+	for k, c := range charges {
+		users[k], keys[k] = c.UserID, c.Key
+	}
+	var quote wallet.Quote
+	err := gp.call(ctx, "wallet.quote", len(charges), func(ctx context.Context) (err error) {
+		quote, err = q.Quote(ctx, users, keys)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	results := make([]wallet.Result, len(charges))
+	for k, c := range charges {
+		r := &results[k]
+		if err := c.Check(); err != nil {
+			r.Err = err
+			continue
+		}
+		if before, ok := quote.Receipts[c.Key]; ok {
+			if before.UserID != c.UserID || before.Amount != c.Amount {
+				r.Err = room.Errorf(wallet.ErrKeyConflict, "charge key=%q: charged before for user=%d amount=%d", c.Key, before.UserID, before.Amount)
+				continue
+			}
+			before.Replayed = true
+			r.Receipt = before
+			continue
+		}
+		balance := quote.Balances[c.UserID]
+		if balance < c.Amount {
+			r.Err = wallet.InsufficientFunds(balance, c.Amount)
+			continue
+		}
+		debited := balance - c.Amount
+		if c.Reward > math.MaxInt64-debited {
+			r.Err = room.Errorf(wallet.ErrBadRequest, "reward %d overflows balance %d", c.Reward, debited)
+			continue
+		}
+		quote.Balances[c.UserID] = debited + c.Reward
+		r.Receipt = wallet.Receipt{Charge: c, BalanceAfter: debited + c.Reward, Status: wallet.StatusPending}
+	}
+	return results, nil
+}
+
+// call runs one wallet call with its timeout, span and latency metric.
+func (gp *giftPayments) call(ctx context.Context, name string, charges int, f func(ctx context.Context) error) error {
 	callCtx, cancel := context.WithTimeout(ctx, gp.timeout)
-	callCtx, span := obs.Start(callCtx, "wallet.charge")
+	defer cancel()
+	callCtx, span := obs.Start(callCtx, name)
+	defer span.End()
 	start := time.Now()
-	results, err := gp.wallet.Charge(callCtx, charges)
+	err := f(callCtx)
 	obs.Observe(callCtx, gp.metrics.WalletSeconds, time.Since(start).Seconds())
 	if span.IsRecording() {
-		span.SetAttributes(attribute.Int("wallet.charges", len(charges)))
+		span.SetAttributes(attribute.Int("wallet.charges", charges))
 		if err != nil {
 			span.SetStatus(codes.Error, err.Error())
 		}
 	}
-	span.End()
-	cancel()
-	if err == nil && len(results) != len(charges) {
-		err = errors.New("wallet answered a different number of charges")
-	}
-	if err != nil {
-		// The charges may or may not exist: a retry replays them by key, and
-		// the reconciler refunds what no retry commits.
-		gp.log.WarnContext(ctx, "wallet charge failed; outcome unknown", "room_id", run[0].RoomID, "gifts", len(charged), "err", err)
-		refuse(room.Errorf(room.ErrUnavailable, "the wallet did not answer; retry with the same command_id"))
-		return
-	}
+	return err
+}
+
+// decide records the verdict of each paid gift run[charged[k]] from
+// results[k], the answer to charges[k]. inCommit says the charges not
+// replayed are the commit's to make.
+func (gp *giftPayments) decide(ctx context.Context, run []*room.Envelope, charged []int, charges []wallet.Charge, results []wallet.Result, inCommit bool, verdicts []Verdict) {
 	stored, lookupErr := gp.replayedInLog(ctx, run, charged, results)
 	window := gp.window.Milliseconds()
 	for k, i := range charged {
@@ -137,8 +220,24 @@ func (gp *giftPayments) charge(ctx context.Context, run []*room.Envelope, charge
 			g := env.Command.(*room.SendGift)
 			g.Outcome.MultiplierBP, g.Outcome.Reward = r.Receipt.MultiplierBP, r.Receipt.Reward
 			g.Outcome.ChargedAt, g.Outcome.BalanceAfter = r.Receipt.At.UnixMilli(), r.Receipt.BalanceAfter
+			v.Commit = gp.commit(charges[k], r.Receipt, inCommit)
 		}
 	}
+}
+
+// commit is what a paid gift commits with: the charge the commit makes
+// (inCommit and not replayed), the settle of a pending charge made before
+// (SettleInCommit), or nothing (a GiftSettler settles after the commit).
+func (gp *giftPayments) commit(c wallet.Charge, r wallet.Receipt, inCommit bool) func(b *store.Batch) {
+	switch {
+	case inCommit && !r.Replayed:
+		gc := store.GiftCharge{Key: c.Key, UserID: c.UserID, Amount: c.Amount, Reward: c.Reward,
+			MultiplierBP: c.MultiplierBP, BalanceAfter: r.BalanceAfter, AtMs: r.At.UnixMilli()}
+		return func(b *store.Batch) { b.Charges = append(b.Charges, gc) }
+	case gp.settle:
+		return func(b *store.Batch) { b.Settle = append(b.Settle, c.Key) }
+	}
+	return nil
 }
 
 // replayedInLog reads the log rows of gifts whose charge the wallet replayed:
@@ -155,15 +254,6 @@ func (gp *giftPayments) replayedInLog(ctx context.Context, run []*room.Envelope,
 		return nil, nil
 	}
 	return gp.commands.GetCommands(ctx, run[0].RoomID, ids)
-}
-
-// settleInCommit settles a committed gift's charge in the transaction that
-// commits it.
-func (gp *giftPayments) settleInCommit(b *store.Batch, env *room.Envelope, _ []room.Event, _ time.Time) error {
-	if env.Command.Type() == room.CmdSendGift {
-		b.Settle = append(b.Settle, wallet.ChargeKey(env.RoomID, env.CommandID))
-	}
-	return nil
 }
 
 // GiftSettler is an EventSink that hands the charge keys of committed gifts

@@ -227,44 +227,147 @@ func TestExpiredChargeIsNotAppliedAndIsRefunded(t *testing.T) {
 }
 
 // TestConcurrentGiftsShareOneBalance: 50 gifts race for a balance that
-// covers 20 of them; exactly 20 commit and the balance ends at 0.
+// covers 20 of them; exactly 20 commit, the balance ends at 0, and the
+// rooms' heat adds up to what was charged. The gifts are charged by the
+// wallet before the commit, or inside the commit; and, charged inside the
+// commit, sent in one room or spread over two. Each of two rooms decides on
+// a balance the other may spend before it commits: the commit refuses what
+// was decided on a spent balance, the room decides again, and the client
+// retries what it is told to retry.
 func TestConcurrentGiftsShareOneBalance(t *testing.T) {
 	stores(t, func(t *testing.T, open func(testing.TB) store.Repository) {
-		repo := open(t)
-		l := ledgerOf(t, repo)
-		reg := newRegistry(t, repo, cell.Config{Wallet: l}, nil)
-		giftRoom(t, reg, l, "g", 20*70)
-		var wg sync.WaitGroup
-		var ok, broke atomic.Int64
-		errs := make(chan error, 50)
-		for i := range 50 {
-			wg.Go(func() {
-				_, err := reg.Submit(context.Background(), heart("g", "gift-"+string(rune('A'+i)), 7))
+		for _, c := range []struct {
+			inCommit bool
+			rooms    []string // the runs share the MySQL database: each has its rooms
+		}{{false, []string{"wallet"}}, {true, []string{"commit"}}, {true, []string{"two-a", "two-b"}}} {
+			t.Run(fmt.Sprintf("in_commit=%v/rooms=%d", c.inCommit, len(c.rooms)), func(t *testing.T) {
+				concurrentGiftsShareOneBalance(t, open(t), c.inCommit, c.rooms)
+			})
+		}
+	})
+}
+
+func concurrentGiftsShareOneBalance(t *testing.T, repo store.Repository, inCommit bool, rooms []string) {
+	ctx := context.Background()
+	l := ledgerOf(t, repo)
+	reg := newRegistry(t, repo, cell.Config{Wallet: l, SettleInCommit: inCommit}, nil)
+	giftRoom(t, reg, l, rooms[0], 20*70) // each run leaves the balance at 0
+	for _, id := range rooms[1:] {
+		giftRoom(t, reg, l, id, 0)
+	}
+	var wg sync.WaitGroup
+	var ok, broke atomic.Int64
+	errs := make(chan error, 50)
+	for i := range 50 {
+		wg.Go(func() {
+			for {
+				_, err := reg.Submit(ctx, heart(rooms[i%len(rooms)], fmt.Sprint("gift-", i), 7))
 				switch {
 				case err == nil:
 					ok.Add(1)
 				case errors.Is(err, room.ErrInsufficientBalance):
 					broke.Add(1)
+				case errors.Is(err, room.ErrUnavailable) && len(rooms) > 1:
+					continue // decided twice on a spent balance: retry, as told
 				default:
 					errs <- err
 				}
-			})
-		}
-		wg.Wait()
-		close(errs)
-		for err := range errs {
-			t.Fatal(err)
-		}
-		if ok.Load() != 20 || broke.Load() != 30 || balance(t, l, 10) != 0 {
-			t.Fatalf("%d committed, %d refused, balance %d; want 20, 30, 0", ok.Load(), broke.Load(), balance(t, l, 10))
-		}
-		snap, err := reg.Snapshot(context.Background(), "g")
+				return
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	if ok.Load() != 20 || broke.Load() != 30 || balance(t, l, 10) != 0 {
+		t.Fatalf("%d committed, %d refused, balance %d; want 20, 30, 0", ok.Load(), broke.Load(), balance(t, l, 10))
+	}
+	var heat int64
+	for _, id := range rooms {
+		snap, err := reg.Snapshot(ctx, id)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if h := snap.GetEconomy().GetHeat(); h != 20*70 {
-			t.Fatalf("heat %d, want %d", h, 20*70)
-		}
+		heat += snap.GetEconomy().GetHeat()
+	}
+	if heat != 20*70 {
+		t.Fatalf("heat %d, want %d", heat, 20*70)
+	}
+}
+
+// movingBalance is the embedded ledger with move, run once right after a
+// room quoted its first gifts: what happens to the sender's balance
+// between the room's decision and its commit.
+type movingBalance struct {
+	testLedger
+	once sync.Once
+	move func()
+}
+
+func (m *movingBalance) Quote(ctx context.Context, users []int64, keys []string) (wallet.Quote, error) {
+	q, err := m.testLedger.(wallet.Quoter).Quote(ctx, users, keys)
+	m.once.Do(m.move)
+	return q, err
+}
+
+// TestAGiftOnABalanceThatMovedIsDecidedAgain: the sender's balance changes
+// after the room decided a gift charged inside its commit and before the
+// commit. The commit refuses the batch, and the room decides the gift again
+// on the balance of now: a top-up in between is in the balance the gift
+// records; a spend in between that leaves too little refuses the gift.
+// Nothing is charged but what committed.
+func TestAGiftOnABalanceThatMovedIsDecidedAgain(t *testing.T) {
+	stores(t, func(t *testing.T, open func(testing.TB) store.Repository) {
+		ctx := context.Background()
+		// The subtests share the MySQL database: each has its room, and
+		// counts from the balance the sender has when it starts.
+		t.Run("top-up", func(t *testing.T) {
+			repo := open(t)
+			l := ledgerOf(t, repo)
+			m := &movingBalance{testLedger: l, move: func() {
+				if _, _, err := l.Credit(ctx, 10, 500, "top-up"); err != nil {
+					t.Error(err)
+				}
+			}}
+			reg := newRegistry(t, repo, cell.Config{Wallet: m, SettleInCommit: true}, nil)
+			giftRoom(t, reg, l, "top", 1000)
+			want := balance(t, l, 10) + 500 - 70
+			sent := heart("top", "gift-1", 7)
+			mustSubmit(t, reg, sent)
+			if o := paid(sent); o.BalanceAfter != want || balance(t, l, 10) != want {
+				t.Fatalf("gift recorded balance %d, ledger holds %d; want %d (with the top-up, less 70) for both", o.BalanceAfter, balance(t, l, 10), want)
+			}
+			if r, found, err := l.Receipt(ctx, wallet.ChargeKey("top", "gift-1")); err != nil || !found || r.Status != wallet.StatusSettled || r.BalanceAfter != want {
+				t.Fatalf("charge %+v found=%v err=%v; want settled at balance %d", r, found, err, want)
+			}
+		})
+		t.Run("spent", func(t *testing.T) {
+			repo := open(t)
+			l := ledgerOf(t, repo)
+			m := &movingBalance{testLedger: l, move: func() {
+				spend := balance(t, l, 10) - 20
+				if res, err := l.Charge(ctx, []wallet.Charge{{Key: "elsewhere", UserID: 10, Amount: spend, At: time.Now()}}); err != nil || res[0].Err != nil {
+					t.Errorf("spend elsewhere: %v %+v", err, res)
+				}
+			}}
+			reg := newRegistry(t, repo, cell.Config{Wallet: m, SettleInCommit: true}, nil)
+			giftRoom(t, reg, l, "spent", 1000)
+			if _, err := reg.Submit(ctx, heart("spent", "gift-1", 7)); !errors.Is(err, room.ErrInsufficientBalance) {
+				t.Fatalf("gift after the balance was spent: %v, want insufficient_balance", err)
+			}
+			if _, found, err := l.Receipt(ctx, wallet.ChargeKey("spent", "gift-1")); err != nil || found || balance(t, l, 10) != 20 {
+				t.Fatalf("charge found=%v err=%v balance %d; want no charge and 20 left", found, err, balance(t, l, 10))
+			}
+			snap, err := reg.Snapshot(ctx, "spent")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if h := snap.GetEconomy().GetHeat(); h != 0 {
+				t.Fatalf("heat %d: the refused gift counted", h)
+			}
+		})
 	})
 }
 

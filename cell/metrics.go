@@ -66,7 +66,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Rocket launch timer wakeups, by result: launched, duplicate, not_due, stale, not_pending, foreign, error.",
 		}, []string{"result"}),
 		WalletSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name: "room_wallet_charge_seconds", Help: "Latency of one wallet charge call (a run of gifts).", Buckets: exp(0.0001, 16),
+			Name: "room_wallet_charge_seconds", Help: "Latency of one wallet call for a run of gifts: its charge, or with the embedded ledger its quote.", Buckets: exp(0.0001, 16),
 		}),
 	}
 	if reg != nil {

@@ -61,10 +61,11 @@ type Config struct {
 	// Wallet pays for gifts. Without one, every gift is refused as unavailable.
 	Wallet wallet.Wallet
 	// SettleInCommit says the wallet is the embedded ledger in the room
-	// store's own database: a gift's charge is settled in the transaction
-	// that commits the gift (store.Batch.Settle), so no separate settle
-	// transaction follows. With a remote wallet, leave it false and settle
-	// after the commit (GiftSettler).
+	// store's own database: the transaction that commits a gift makes its
+	// charge (store.Batch.Charges; the wallet is a wallet.Quoter) or
+	// settles the charge made before it (store.Batch.Settle), so no
+	// separate transaction follows. With a remote wallet, leave it false
+	// and settle after the commit (GiftSettler).
 	SettleInCommit bool
 	// WalletTimeout bounds one charge call.
 	WalletTimeout time.Duration

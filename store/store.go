@@ -131,11 +131,18 @@ type Batch struct {
 	Snapshot *SnapshotRecord
 	// Status, when set, becomes rooms.status (so a rebuild without snapshot sees a closed room).
 	Status string
-	// Settle holds charge keys of the embedded COIN ledger (table
-	// wallet_charges, in this same database) to settle in this transaction:
-	// the charges of the gifts the batch commits. Each must be pending and
-	// becomes settled; a key that is not pending (refunded, unknown) makes
-	// the batch write nothing, ErrConflict.
+	// Charges are gift charges of the embedded COIN ledger (tables
+	// wallet_*, in this same database) that this transaction makes, in
+	// order: the charges of the gifts the batch commits, written settled.
+	// Each was decided on the balance its sender had when the room
+	// prepared it; a key charged before, or a balance that has moved
+	// since, makes the batch write nothing, ErrConflict.
+	Charges []GiftCharge
+	// Settle holds charge keys of the embedded ledger to settle in this
+	// transaction: pending charges made before (by Wallet.Charge) of
+	// gifts the batch commits. Each must be pending and becomes settled; a
+	// key that is not pending (refunded, unknown) makes the batch write
+	// nothing, ErrConflict.
 	Settle []string
 	// Meta, when set, replaces the room's owner, host, seat count and mode.
 	// The batch holding CreateRoom sets it, so the row always matches the
@@ -161,6 +168,19 @@ type Batch struct {
 	// (TransferOwnership, SetHost), so the room's row names them as its
 	// state does.
 	Roles *RoomRoles
+}
+
+// GiftCharge is one gift's charge made inside a room's commit
+// (Batch.Charges): UserID pays Amount and is credited Reward, from a
+// balance of BalanceAfter+Amount-Reward to BalanceAfter.
+type GiftCharge struct {
+	Key          string // wallet.ChargeKey(room_id, command_id)
+	UserID       int64
+	Amount       int64
+	Reward       int64
+	MultiplierBP int64
+	BalanceAfter int64
+	AtMs         int64
 }
 
 // RoomRoles are a room's owner and host.

@@ -123,6 +123,25 @@ type Wallet interface {
 	Balance(ctx context.Context, userID int64) (int64, error)
 }
 
+// Quoter is a wallet whose gift charges the room's own commit transaction
+// makes (the embedded ledger, in the room store's database): a room
+// decides each gift on the balance Quote reads, and the commit that logs
+// the gift writes its charge, settled, in the same transaction
+// (store.Batch.Charges), refusing the batch if the balance has moved
+// since. One transaction per run of gifts, and no pending charge to settle
+// or refund.
+type Quoter interface {
+	// Quote reads the balances of users (0 for a user never seen) and the
+	// receipts of those of keys that were charged before.
+	Quote(ctx context.Context, users []int64, keys []string) (Quote, error)
+}
+
+// Quote is what Quoter.Quote read.
+type Quote struct {
+	Balances map[int64]int64
+	Receipts map[string]Receipt
+}
+
 // Cursor is a position in the (At, Key) order of pending charges.
 type Cursor struct {
 	At  time.Time

@@ -62,7 +62,7 @@ func names(spans []consoleSpan) []string {
 // their standard output, sends a TakeMic and a SendGift to the node that
 // does not own the room, each with its own traceparent, and finds under
 // each trace id the API call on both nodes, the hop, the mailbox wait,
-// the apply, the commit and its transaction, the gift's wallet charge,
+// the apply, the commit and its transaction, the gift's wallet quote,
 // the IM send and the outbox publish; the NATS message of the mic change
 // carries the trace id on to consumers.
 func TestOneCommandsTraceAcrossTheFleet(t *testing.T) {
@@ -103,7 +103,7 @@ func TestOneCommandsTraceAcrossTheFleet(t *testing.T) {
 		micTrace: {"cell.apply", "cell.commit", "cell.mailbox_wait", "im.send", "outbox.publish", "room.cell", "room.forward",
 			"room.v1.RoomService/TakeMic", "store.commit"},
 		giftTrace: {"cell.apply", "cell.commit", "cell.mailbox_wait", "cell.prepare", "im.send", "outbox.publish", "room.cell",
-			"room.forward", "room.v1.RoomService/SendGift", "store.commit", "wallet.charge"},
+			"room.forward", "room.v1.RoomService/SendGift", "store.commit", "wallet.quote"},
 	}
 	for id, spans := range want {
 		poll.Until(t, 30*time.Second, "the spans of trace "+id, func() error {

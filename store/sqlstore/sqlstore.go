@@ -22,12 +22,15 @@ import (
 	"hyapp/room-service/store"
 )
 
-// SettleFunc settles, inside a commit transaction, the charges of the
-// gifts it commits (store.Batch.Settle): every key must be pending and
-// becomes settled, or the call is store.ErrConflict. The embedded ledger
-// (wallet/ledger) owns the statement and installs it (SetSettle) when it
+// LedgerFunc writes, inside a commit transaction, the embedded COIN
+// ledger's part of the batches it commits: the gift charges they make
+// (store.Batch.Charges, in order) and the pending charges they settle
+// (store.Batch.Settle). A charge whose key was charged before or whose
+// sender's balance moved since the room decided it, or a settle key that
+// is not pending, makes the call store.ErrConflict. The embedded ledger
+// (wallet/ledger) owns the statements and installs it (SetLedger) when it
 // starts on the database.
-type SettleFunc func(ctx context.Context, tx *sql.Tx, d *Dialect, keys []string, now int64) error
+type LedgerFunc func(ctx context.Context, tx *sql.Tx, charges []store.GiftCharge, settle []string, now int64) error
 
 // Config is what an adapter gives New.
 type Config struct {
@@ -48,7 +51,7 @@ type DB struct {
 	d      Dialect
 	write  *sql.DB
 	read   *sql.DB
-	settle atomic.Pointer[SettleFunc]
+	ledger atomic.Pointer[LedgerFunc]
 	stmts  statements
 }
 
@@ -79,10 +82,11 @@ func New(ctx context.Context, cfg Config) (*DB, error) {
 	return db, nil
 }
 
-// SetSettle installs the statement that settles gift charges inside a
-// commit (store.Batch.Settle). The embedded ledger calls it when it starts:
-// without a ledger on the database, a batch that settles is refused.
-func (db *DB) SetSettle(f SettleFunc) { db.settle.Store(&f) }
+// SetLedger installs what writes the embedded ledger's charges and settles
+// inside a commit (store.Batch.Charges and Settle). The embedded ledger
+// calls it when it starts: without a ledger on the database, a batch that
+// charges or settles is refused.
+func (db *DB) SetLedger(f LedgerFunc) { db.ledger.Store(&f) }
 
 // SQLStore returns db itself; an adapter that embeds the SQL layer passes it
 // on through this method, so that the embedded ledger can start on any of

@@ -13,25 +13,28 @@ import (
 // maxTimerRows caps the rows of one timer upsert (six values a row).
 const maxTimerRows = 256
 
-// writeTimersAndSettles settles the gift charges of the batches that passed
-// their fence (through the ledger's SettleFunc), inserts their gift records
-// and applies their timer changes, in their order, inside tx, touching rows
-// in (room id, timer id) order. Timers are rare (a rocket ignition or
-// launch), so their statements are not kept prepared.
+// writeTimersAndSettles writes the embedded ledger's part of the batches
+// that passed their fence (their gift charges and settles, through the
+// ledger's LedgerFunc), inserts their gift records and applies their timer
+// changes, in their order, inside tx, touching rows in (room id, timer id)
+// order. Timers are rare (a rocket ignition or launch), so their
+// statements are not kept prepared.
 func (db *DB) writeTimersAndSettles(ctx context.Context, tx *sql.Tx, batches []*store.Batch, now int64) error {
 	if err := db.writeGiftRecords(ctx, tx, batches); err != nil {
 		return err
 	}
+	var charges []store.GiftCharge
 	var keys []string
 	for _, b := range batches {
+		charges = append(charges, b.Charges...)
 		keys = append(keys, b.Settle...)
 	}
-	if len(keys) > 0 {
-		settle := db.settle.Load()
-		if settle == nil {
-			return fmt.Errorf("%d gift charges to settle and no ledger: %w", len(keys), store.ErrConflict)
+	if len(charges) > 0 || len(keys) > 0 {
+		ledger := db.ledger.Load()
+		if ledger == nil {
+			return fmt.Errorf("%d gift charges to make and %d to settle and no ledger: %w", len(charges), len(keys), store.ErrConflict)
 		}
-		if err := (*settle)(ctx, tx, &db.d, keys, now); err != nil {
+		if err := (*ledger)(ctx, tx, charges, keys, now); err != nil {
 			return err
 		}
 	}

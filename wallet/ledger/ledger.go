@@ -2,7 +2,7 @@
 // service's own SQL database (SQLite or MySQL, through store/sqlstore). It
 // owns the ledger's tables (wallet_accounts, wallet_entries,
 // wallet_charges) and every statement that touches them, the settle that
-// runs inside a room's commit transaction included (SettleInCommit). Of
+// run inside a room's commit transaction included (inCommit). Of
 // starts it on a store built on that layer (sqlite.DB, mysql.DB); nothing
 // else writes these tables.
 //
@@ -71,6 +71,10 @@ type Options struct {
 	TxTimeout time.Duration
 }
 
+// quoteReaders is the number of readers sharing Quote calls: one reads
+// while the calls for the next read queue.
+const quoteReaders = 2
+
 const (
 	defaultMaxBatch  = 1024
 	defaultTxTimeout = 15 * time.Second
@@ -89,15 +93,26 @@ type Ledger struct {
 	mu     sync.RWMutex // held for reading while a request is queued
 	closed bool
 	wg     sync.WaitGroup
-	stmts  stmtCache // used by the committers only
+	stmts  stmtCache // used by the committers and inCommit
+	// prep wakes a committer to prepare the statements inCommit found
+	// missing: they cannot be prepared while the room commit holds the
+	// writer.
+	prep chan struct{}
+
+	quotes chan *quoteReq // Quote calls, for the readers (see readQuotes)
+	readMu sync.Mutex
+	reads  map[string]*sql.Stmt // Quote's statements on the read pool
 }
 
-var _ wallet.Wallet = (*Ledger)(nil)
+var (
+	_ wallet.Wallet = (*Ledger)(nil)
+	_ wallet.Quoter = (*Ledger)(nil)
+)
 
 // New starts a ledger's committers on db, the SQL layer of the service's
-// own database, and installs in db's commit the statement that settles the
-// charges of the gifts a room commit commits (SettleInCommit). Close the
-// ledger before the database.
+// own database, and installs in db's commit what writes the charges of the
+// gifts a room commit commits (inCommit). Close the ledger before the
+// database.
 //
 // On SQLite its writes share the one writer connection with the room
 // commits (one committer unless opts.Workers says); on MySQL a few
@@ -105,7 +120,6 @@ var _ wallet.Wallet = (*Ledger)(nil)
 // transaction that locks the charges and then the accounts it touches, so
 // nodes sharing the database serialise on those rows.
 func New(db *sqlstore.DB, opts Options) *Ledger {
-	db.SetSettle(SettleInCommit)
 	if opts.Workers <= 0 {
 		opts.Workers = 2
 		if db.Dialect().SingleWriter {
@@ -118,9 +132,14 @@ func New(db *sqlstore.DB, opts Options) *Ledger {
 	if opts.TxTimeout <= 0 {
 		opts.TxTimeout = defaultTxTimeout
 	}
-	l := &Ledger{db: db, opts: opts, in: make(chan *request, 4*opts.MaxBatch)}
+	l := &Ledger{db: db, opts: opts, in: make(chan *request, 4*opts.MaxBatch), prep: make(chan struct{}, 1),
+		quotes: make(chan *quoteReq, 4*maxInKeys), reads: map[string]*sql.Stmt{}}
+	db.SetLedger(l.inCommit)
 	for range opts.Workers {
 		l.wg.Go(l.work)
+	}
+	for range quoteReaders {
+		l.wg.Go(l.readQuotes)
 	}
 	return l
 }
@@ -150,10 +169,17 @@ func (l *Ledger) Close() error {
 	if !l.closed {
 		l.closed = true
 		close(l.in) // no sender is left: senders hold mu for reading
+		close(l.quotes)
 	}
 	l.mu.Unlock()
 	l.wg.Wait()
 	l.stmts.close()
+	l.readMu.Lock()
+	for _, s := range l.reads {
+		_ = s.Close()
+	}
+	l.reads = map[string]*sql.Stmt{}
+	l.readMu.Unlock()
 	return nil
 }
 
@@ -232,9 +258,17 @@ func (l *Ledger) work() {
 		first := carry
 		carry = nil
 		if first == nil {
-			var ok bool
-			if first, ok = <-l.in; !ok {
-				return
+			select {
+			case r, ok := <-l.in:
+				if !ok {
+					return
+				}
+				first = r
+			case <-l.prep:
+				ctx, cancel := context.WithTimeout(context.Background(), l.opts.TxTimeout)
+				l.stmts.prepare(ctx, l.db.Writer())
+				cancel()
+				continue
 			}
 		}
 		batch = append(batch[:0], first)

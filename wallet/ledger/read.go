@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"time"
 
 	"hyapp/room-service/wallet"
@@ -63,6 +64,128 @@ func (l *Ledger) Pending(ctx context.Context, before time.Time, after wallet.Cur
 		return nil, fmt.Errorf("pending charges before=%s: %w", before.Format(time.RFC3339Nano), l.db.MapErr(err))
 	}
 	return out, nil
+}
+
+// Quote reads the balances of users and the receipts of those of keys that
+// were charged before: what a room decides the gifts it charges inside its
+// commit on (wallet.Quoter). Calls that arrive together share one read:
+// see readQuotes.
+func (l *Ledger) Quote(ctx context.Context, users []int64, keys []string) (wallet.Quote, error) {
+	req := &quoteReq{users: users, keys: keys, done: make(chan quoteAnswer, 1)}
+	l.mu.RLock()
+	if l.closed {
+		l.mu.RUnlock()
+		return l.quote(ctx, users, keys)
+	}
+	select {
+	case l.quotes <- req:
+		l.mu.RUnlock()
+	case <-ctx.Done():
+		l.mu.RUnlock()
+		return wallet.Quote{}, ctxErr(ctx.Err())
+	}
+	select {
+	case a := <-req.done:
+		return a.q, a.err
+	case <-ctx.Done():
+		return wallet.Quote{}, ctxErr(ctx.Err())
+	}
+}
+
+type quoteReq struct {
+	users []int64
+	keys  []string
+	done  chan quoteAnswer // buffered: a reader never waits for a caller
+}
+
+type quoteAnswer struct {
+	q   wallet.Quote
+	err error
+}
+
+// readQuotes is a reader: it takes the Quote calls queued, up to maxInKeys
+// users, reads for all of them with one query per table, and answers each
+// with its own users and keys. Under load, the calls that queue during one
+// read share the next, as a group commit shares a transaction: a thousand
+// rooms quoting their gifts cost a few reads, not a thousand.
+func (l *Ledger) readQuotes() {
+	batch := make([]*quoteReq, 0, 64)
+	for first := range l.quotes {
+		batch = append(batch[:0], first)
+		n := len(first.users)
+	more:
+		for n < maxInKeys {
+			select {
+			case r, ok := <-l.quotes:
+				if !ok {
+					break more
+				}
+				batch = append(batch, r)
+				n += len(r.users)
+			default:
+				break more
+			}
+		}
+		var users []int64
+		var keys []string
+		for _, r := range batch {
+			users, keys = append(users, r.users...), append(keys, r.keys...)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), l.opts.TxTimeout)
+		q, err := l.quote(ctx, users, keys)
+		cancel()
+		for _, r := range batch {
+			a := quoteAnswer{err: err}
+			if err == nil {
+				a.q = wallet.Quote{Balances: make(map[int64]int64, len(r.users)), Receipts: map[string]wallet.Receipt{}}
+				for _, u := range r.users {
+					a.q.Balances[u] = q.Balances[u]
+				}
+				for _, k := range r.keys {
+					if rc, ok := q.Receipts[k]; ok {
+						a.q.Receipts[k] = rc
+					}
+				}
+			}
+			r.done <- a
+		}
+		clear(batch)
+	}
+}
+
+// quote reads what Quote answers.
+func (l *Ledger) quote(ctx context.Context, users []int64, keys []string) (wallet.Quote, error) {
+	q := wallet.Quote{Balances: make(map[int64]int64, len(users)), Receipts: map[string]wallet.Receipt{}}
+	users = slices.Compact(slices.Sorted(slices.Values(users)))
+	for chunk := range slices.Chunk(users, maxInKeys) {
+		rows, err := l.read(ctx, in(l.newStmt(`SELECT user_id, balance FROM wallet_accounts WHERE user_id IN `), chunk))
+		if err == nil {
+			err = collect(rows, func(rows *sql.Rows) error {
+				var u, b int64
+				err := rows.Scan(&u, &b)
+				q.Balances[u] = b
+				return err
+			})
+		}
+		if err != nil {
+			return wallet.Quote{}, fmt.Errorf("quote balances: %w", l.db.MapErr(err))
+		}
+	}
+	keys = slices.DeleteFunc(slices.Clone(keys), func(k string) bool { return !validKey(k) })
+	for chunk := range slices.Chunk(keys, maxInKeys) {
+		rows, err := l.read(ctx, in(l.newStmt(`SELECT `+chargeColumns+` FROM wallet_charges WHERE charge_key IN `), chunk))
+		if err == nil {
+			err = collect(rows, func(rows *sql.Rows) error {
+				c, err := scanCharge(rows)
+				q.Receipts[c.c.Key] = c.receipt(false)
+				return err
+			})
+		}
+		if err != nil {
+			return wallet.Quote{}, fmt.Errorf("quote receipts: %w", l.db.MapErr(err))
+		}
+	}
+	return q, nil
 }
 
 // Balance returns the user's balance, 0 for a user the ledger never saw.

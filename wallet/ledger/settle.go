@@ -5,24 +5,90 @@ import (
 	"database/sql"
 	"fmt"
 	"slices"
+	"time"
 
 	"hyapp/room-service/store"
 	"hyapp/room-service/store/sqlstore"
+	"hyapp/room-service/wallet"
 )
 
-var _ sqlstore.SettleFunc = SettleInCommit
+var _ sqlstore.LedgerFunc = (*Ledger)(nil).inCommit
 
-// SettleInCommit settles, inside a room commit's transaction tx, the
-// charges of the gifts that commit (store.Batch.Settle): the embedded
-// ledger's charges are confirmed by the transaction that commits their
-// gifts, with no settle transaction of their own. Keys are settled in key
-// order, the order the ledger locks charges in. Every key must still be
-// pending: one that is not was refunded (the reconciler decided its gift
-// would never commit) or is unknown, and the row lock decides between that
-// refund and this commit, so the call is store.ErrConflict and the store
-// refuses the batch (its cell reloads). The stores call it from
-// CommitBatches; it is wired in when they open.
-func SettleInCommit(ctx context.Context, tx *sql.Tx, d *sqlstore.Dialect, keys []string, now int64) error {
+// inCommit writes, inside a room commit's transaction tx, the ledger's part
+// of the batches it commits (installed with sqlstore.DB.SetLedger):
+//   - charges (store.Batch.Charges), in order: each gift's debit, reward,
+//     journal entries and charge row, written settled. The room decided
+//     each on the balance Quote read; the account's balance must still be
+//     what that decision started from, and the key must be new (the
+//     charge row's primary key refuses one charged before). Otherwise the
+//     call is store.ErrConflict and the store refuses the batch: its cell
+//     reloads and decides the gifts again on the balance of now.
+//   - settles (store.Batch.Settle): pending charges made before by Charge,
+//     whose gifts commit now; see settle.
+//
+// The accounts are locked in user order, the order every ledger
+// transaction takes them in.
+func (l *Ledger) inCommit(ctx context.Context, tx *sql.Tx, charges []store.GiftCharge, keys []string, now int64) error {
+	if len(keys) > 0 {
+		if err := settle(ctx, tx, l.db.Dialect(), keys, now); err != nil {
+			return err
+		}
+	}
+	if len(charges) == 0 {
+		return nil
+	}
+	if l.db.Dialect().KeepPrepared {
+		defer l.askToPrepare()
+	}
+	t := &txn{now: now, charges: map[string]*chargeRow{}, accounts: map[int64]*account{}}
+	users := make(map[int64]struct{}, len(charges))
+	for _, c := range charges {
+		users[c.UserID] = struct{}{}
+	}
+	if err := l.readAccounts(ctx, tx, t, sortedKeys(users)); err != nil {
+		return fmt.Errorf("read accounts: %w", err)
+	}
+	for _, c := range charges {
+		if t.charges[c.Key] != nil {
+			return fmt.Errorf("gift charge key=%q twice in one commit: %w", c.Key, store.ErrConflict)
+		}
+		if before, decided := t.accounts[c.UserID].balance, c.BalanceAfter+c.Amount-c.Reward; before != decided {
+			return fmt.Errorf("gift charge key=%q: user %d's balance is %d, the gift was decided on %d: %w",
+				c.Key, c.UserID, before, decided, store.ErrConflict)
+		}
+		r, err := t.charge(wallet.Charge{Key: c.Key, UserID: c.UserID, Amount: c.Amount, Reward: c.Reward,
+			MultiplierBP: c.MultiplierBP, At: time.UnixMilli(c.AtMs)})
+		if err != nil || r.BalanceAfter != c.BalanceAfter {
+			return fmt.Errorf("gift charge key=%q: balance after %d, decided %d (%v): %w", c.Key, r.BalanceAfter, c.BalanceAfter, err, store.ErrConflict)
+		}
+	}
+	for _, c := range t.created {
+		c.status = wallet.StatusSettled
+	}
+	return l.write(ctx, tx, t)
+}
+
+// askToPrepare wakes a committer when inCommit sent statements that are not
+// prepared yet.
+func (l *Ledger) askToPrepare() {
+	if l.stmts.lacks() {
+		select {
+		case l.prep <- struct{}{}:
+		default: // already asked
+		}
+	}
+}
+
+// settle settles, inside a room commit's transaction tx, the pending
+// charges of the gifts that commit (store.Batch.Settle): charges a wallet
+// Charge call made before the commit, confirmed by the transaction that
+// commits their gifts, with no settle transaction of their own. Keys are
+// settled in key order, the order the ledger locks charges in. Every key
+// must still be pending: one that is not was refunded (the reconciler
+// decided its gift would never commit) or is unknown, and the row lock
+// decides between that refund and this commit, so the call is
+// store.ErrConflict and the store refuses the batch (its cell reloads).
+func settle(ctx context.Context, tx *sql.Tx, d *sqlstore.Dialect, keys []string, now int64) error {
 	keys = slices.Sorted(slices.Values(keys))
 	for chunk := range slices.Chunk(keys, maxInKeys) {
 		q := `UPDATE wallet_charges` + d.ForceIndex("PRIMARY") +

@@ -121,6 +121,33 @@ func (l *Ledger) query(ctx context.Context, tx *sql.Tx, s *stmt) (*sql.Rows, err
 	return tx.QueryContext(ctx, s.b.String(), s.args...)
 }
 
+// read runs a query of s on the read pool, prepared once per text where
+// the dialect keeps statements prepared.
+func (l *Ledger) read(ctx context.Context, s *stmt) (*sql.Rows, error) {
+	if s.inline {
+		return l.db.Reader().QueryContext(ctx, s.b.String())
+	}
+	text := s.b.String()
+	l.readMu.Lock()
+	ps, ok := l.reads[text]
+	l.readMu.Unlock()
+	if !ok {
+		var err error
+		if ps, err = l.db.Reader().PrepareContext(ctx, text); err != nil {
+			return l.db.Reader().QueryContext(ctx, text, s.args...)
+		}
+		l.readMu.Lock()
+		if prev, ok := l.reads[text]; ok {
+			_ = ps.Close()
+			ps = prev
+		} else {
+			l.reads[text] = ps
+		}
+		l.readMu.Unlock()
+	}
+	return ps.QueryContext(ctx, s.args...)
+}
+
 // stmtCache holds the prepared write statements, by text. A statement is
 // prepared after the transaction that first needed it: SQLite's writer is
 // one connection, which the transaction holds, so preparing on the pool
@@ -145,21 +172,40 @@ func (c *stmtCache) get(text string) *sql.Stmt {
 	return nil
 }
 
-// prepare prepares on db the statements found missing. A statement that
-// fails to prepare is left to the next transaction, which sends it as text.
-func (c *stmtCache) prepare(ctx context.Context, db *sql.DB) {
+// lacks says a statement was found missing since the last prepare.
+func (c *stmtCache) lacks() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	return len(c.missing) > 0
+}
+
+// prepare prepares on db the statements found missing. A statement that
+// fails to prepare is left to the next transaction, which sends it as text.
+// The lock is not held while preparing: on SQLite that waits for the
+// writer, which a room commit may hold while it looks up its statements.
+func (c *stmtCache) prepare(ctx context.Context, db *sql.DB) {
+	c.mu.Lock()
+	texts := make([]string, 0, len(c.missing))
 	for text := range c.missing {
+		texts = append(texts, text)
+	}
+	c.mu.Unlock()
+	for _, text := range texts {
 		s, err := db.PrepareContext(ctx, text)
 		if err != nil {
 			return
 		}
+		c.mu.Lock()
 		if c.m == nil {
 			c.m = map[string]*sql.Stmt{}
 		}
-		c.m[text] = s
+		if _, ok := c.m[text]; ok {
+			_ = s.Close()
+		} else {
+			c.m[text] = s
+		}
 		delete(c.missing, text)
+		c.mu.Unlock()
 	}
 }
 
