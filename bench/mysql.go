@@ -89,7 +89,7 @@ func bareParallel(ctx context.Context, db *sql.DB, total, batch, conns int) (tim
 	start := time.Now()
 	share := total / conns / batch * batch
 	err := parallel(conns, conns, func(w int) error {
-		_, err := bareLoopFrom(ctx, db, w*share, share, batch)
+		_, err := bareLoopFrom(ctx, db, "INSERT INTO ", w*share, share, batch)
 		return err
 	})
 	return time.Since(start), err

@@ -29,6 +29,7 @@ func SQLite(dir string) Env {
 			if err != nil {
 				return 0, err
 			}
+			insert := db.Dialect().InsertOrRollback()
 			if err := db.Close(); err != nil {
 				return 0, err
 			}
@@ -38,18 +39,19 @@ func SQLite(dir string) Env {
 			}
 			defer func() { _ = raw.Close() }()
 			raw.SetMaxOpenConns(1)
-			return bareLoopFrom(ctx, raw, 0, total, batch)
+			return bareLoopFrom(ctx, raw, insert, 0, total, batch)
 		},
 	}
 }
 
 // bareLoopFrom inserts total commands' rows, numbered from first, (a log row and an outbox row each,
 // shaped like the engine's) in transactions of batch commands, with one
-// multi-row INSERT per table: the least work the database can do for them.
-func bareLoopFrom(ctx context.Context, db *sql.DB, first, total, batch int) (time.Duration, error) {
-	logSQL := "INSERT INTO room_command_log (room_id, room_version, command_id, command_type, payload, replayable, created_at) VALUES " +
+// multi-row INSERT per table, starting with insert as the engine's do: the
+// least work the database can do for them.
+func bareLoopFrom(ctx context.Context, db *sql.DB, insert string, first, total, batch int) (time.Duration, error) {
+	logSQL := insert + "room_command_log (room_id, room_version, command_id, command_type, payload, replayable, created_at) VALUES " +
 		strings.TrimSuffix(strings.Repeat("(?, ?, ?, ?, ?, 1, ?), ", batch), ", ")
-	outSQL := "INSERT INTO room_outbox (event_id, room_id, room_version, seq, event_type, payload, owner_epoch, status, attempts, last_error, next_attempt_at, created_at) VALUES " +
+	outSQL := insert + "room_outbox (event_id, room_id, room_version, seq, event_type, payload, owner_epoch, status, attempts, last_error, next_attempt_at, created_at) VALUES " +
 		strings.TrimSuffix(strings.Repeat("(?, ?, ?, 0, 'RoomUserJoined', ?, 1, 'pending', 0, '', ?, ?), ", batch), ", ")
 	logStmt, err := db.PrepareContext(ctx, logSQL)
 	if err != nil {

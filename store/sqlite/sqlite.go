@@ -90,6 +90,9 @@ var dialect = sqlstore.Dialect{
 	SingleWriter:   true,
 	PartialIndexes: true,
 	KeepPrepared:   true,
+	// SQLite keeps a statement journal; MySQL undoes a statement from
+	// InnoDB's undo log, which it writes anyway.
+	StatementJournal: true,
 }
 
 // DB is a store.Repository on one SQLite file. It is safe for concurrent use;

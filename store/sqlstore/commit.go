@@ -112,16 +112,18 @@ func (db *DB) commitMerged(ctx context.Context, tx *sql.Tx, batches []store.Batc
 			events = append(events, outboxRow{&b.Outbox[j], b.OwnerEpoch})
 		}
 	}
-	err = db.stmts.insertCommands.exec(ctx, tx, db.d.MapErr, len(commands),
+	// A duplicate key in these INSERTs may roll the transaction back
+	// whole (Dialect.InsertOrRollback): nothing may run after it.
+	err = db.stmts.mergedCommands.exec(ctx, tx, db.d.MapErr, len(commands),
 		func(i int) int { return commandSize(commands[i]) },
 		func(dst []any, i int) []any { return commandArgs(dst, commands[i], now) })
 	if err == nil {
-		err = db.stmts.insertOutbox.exec(ctx, tx, db.d.MapErr, len(events),
+		err = db.stmts.mergedOutbox.exec(ctx, tx, db.d.MapErr, len(events),
 			func(i int) int { return outboxSize(events[i].r) },
 			func(dst []any, i int) []any { return outboxArgs(dst, events[i].r, events[i].epoch, now) })
 	}
 	if err == nil {
-		err = db.writeTimersAndSettles(ctx, tx, pass, now)
+		err = db.writeTimersAndSettles(ctx, tx, db.d.InsertOrRollback(), pass, now)
 	}
 	if errors.Is(err, store.ErrConflict) {
 		return fmt.Errorf("%w: %w", errDuplicate, err) // isolate the batches: only the refused one fails
@@ -232,7 +234,7 @@ func (db *DB) writeRows(ctx context.Context, tx *sql.Tx, update, insert *sql.Stm
 	if err != nil {
 		return err
 	}
-	if err := db.writeTimersAndSettles(ctx, tx, []*store.Batch{b}, now); err != nil {
+	if err := db.writeTimersAndSettles(ctx, tx, "INSERT INTO ", []*store.Batch{b}, now); err != nil {
 		return err
 	}
 	return db.saveBatchSnapshot(ctx, tx, update, insert, b, now)

@@ -61,6 +61,36 @@ type Dialect struct {
 	// statement costs a round trip on MySQL; on SQLite a prepared UPDATE
 	// per batch is cheaper than building the bulk statements.
 	BulkFenceMinRooms int
+	// StatementJournal says the database keeps, for a statement that
+	// writes many rows and may fail part way, a copy of every page it
+	// changes, so that the statement alone can be undone (SQLite: past
+	// 64 KiB in a temporary file, a write system call per page, on the one
+	// writer's time). Statements that are told what a failure does spare
+	// it: see InsertOrRollback and UpdateCannotFail.
+	StatementJournal bool
+}
+
+// InsertOrRollback returns the start of an INSERT whose failure (a
+// duplicate key) may roll back the whole transaction, as its caller does
+// anyway: "INSERT OR ROLLBACK INTO" with a statement journal, "INSERT
+// INTO" otherwise. The caller must not run another statement in the
+// transaction after such a failure: it ran in none.
+func (d *Dialect) InsertOrRollback() string {
+	if d.StatementJournal {
+		return "INSERT OR ROLLBACK INTO "
+	}
+	return "INSERT INTO "
+}
+
+// UpdateCannotFail returns the start of an UPDATE that sets no key and
+// whose values violate no constraint: "UPDATE OR IGNORE" with a statement
+// journal (no row can be skipped, since none fails, and SQLite then keeps
+// no journal for it), "UPDATE" otherwise.
+func (d *Dialect) UpdateCannotFail() string {
+	if d.StatementJournal {
+		return "UPDATE OR IGNORE "
+	}
+	return "UPDATE "
 }
 
 // ForUpdate returns " FOR UPDATE" where reads in a write transaction lock

@@ -18,9 +18,9 @@ const giftRecordColumns = `room_id, room_version, command_id, sender_user_id, re
 const maxGiftRecordRows = 256
 
 // writeGiftRecords inserts the gift records of the batches that passed
-// their fence, inside tx. A gift is rarely more than a few receivers, so
-// the statement is not kept prepared.
-func (db *DB) writeGiftRecords(ctx context.Context, tx *sql.Tx, batches []*store.Batch) error {
+// their fence, inside tx, with an INSERT that starts with insert. A gift is
+// rarely more than a few receivers, so the statement is not kept prepared.
+func (db *DB) writeGiftRecords(ctx context.Context, tx *sql.Tx, insert string, batches []*store.Batch) error {
 	var recs []*store.GiftRecord
 	for _, b := range batches {
 		for i := range b.Gifts {
@@ -33,7 +33,7 @@ func (db *DB) writeGiftRecords(ctx context.Context, tx *sql.Tx, batches []*store
 			args = append(args, r.RoomID, r.RoomVersion, r.CommandID, r.SenderUserID, r.ReceiverID, r.GiftID, r.Count,
 				r.Value, r.MultiplierBP, r.SentAt)
 		}
-		q := `INSERT INTO room_gift_records (` + giftRecordColumns + `) VALUES ` + Values(`(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`, len(chunk))
+		q := insert + `room_gift_records (` + giftRecordColumns + `) VALUES ` + Values(`(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`, len(chunk))
 		if _, err := tx.ExecContext(ctx, q, args...); err != nil {
 			return db.d.MapErr(err)
 		}

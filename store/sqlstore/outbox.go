@@ -174,7 +174,7 @@ func (db *DB) MarkOutboxPublishedBatch(ctx context.Context, eventIDs []string) e
 	err := db.Tx(ctx, func(tx *sql.Tx) error {
 		now := time.Now().UnixMilli()
 		for ids := range slices.Chunk(eventIDs, maxIn) {
-			q := `UPDATE room_outbox SET status = 'published', published_at = ?
+			q := db.d.UpdateCannotFail() + `room_outbox SET status = 'published', published_at = ?
 				WHERE status <> 'published' AND event_id IN ` + In(len(ids))
 			if _, err := tx.ExecContext(ctx, q, AppendStrings([]any{now}, ids)...); err != nil {
 				return db.d.MapErr(err)

@@ -71,6 +71,9 @@ type statements struct {
 	listRooms                                      *sql.Stmt
 
 	insertCommands, insertOutbox *bulkInsert
+	// mergedCommands and mergedOutbox are the INSERTs of a merged commit
+	// (see commitMerged), which a duplicate key rolls back whole.
+	mergedCommands, mergedOutbox *bulkInsert
 }
 
 // New prepares the statements of the SQL layer on cfg's connections.
@@ -162,17 +165,30 @@ func (db *DB) prepare(ctx context.Context) error {
 		return firstErr
 	}
 
+	commands := func(insert string) (*bulkInsert, error) {
+		return db.newBulkInsert(ctx, insert+`room_command_log (`+commandColumns+`) VALUES `,
+			`(?, ?, ?, ?, ?, ?, ?)`)
+	}
+	outbox := func(insert string) (*bulkInsert, error) {
+		return db.newBulkInsert(ctx, insert+`room_outbox (event_id, room_id, room_version, seq, event_type, payload, owner_epoch,
+			next_attempt_at, created_at, trace_context, status, last_error) VALUES `,
+			`(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', '')`)
+	}
 	var err error
-	if s.insertCommands, err = db.newBulkInsert(ctx,
-		`INSERT INTO room_command_log (`+commandColumns+`) VALUES `,
-		`(?, ?, ?, ?, ?, ?, ?)`); err != nil {
+	if s.insertCommands, err = commands("INSERT INTO "); err != nil {
 		return err
 	}
-	if s.insertOutbox, err = db.newBulkInsert(ctx,
-		`INSERT INTO room_outbox (event_id, room_id, room_version, seq, event_type, payload, owner_epoch,
-			next_attempt_at, created_at, trace_context, status, last_error) VALUES `,
-		`(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', '')`); err != nil {
+	if s.insertOutbox, err = outbox("INSERT INTO "); err != nil {
 		return err
+	}
+	s.mergedCommands, s.mergedOutbox = s.insertCommands, s.insertOutbox
+	if db.d.StatementJournal {
+		if s.mergedCommands, err = commands(db.d.InsertOrRollback()); err != nil {
+			return err
+		}
+		if s.mergedOutbox, err = outbox(db.d.InsertOrRollback()); err != nil {
+			return err
+		}
 	}
 	return nil
 }

@@ -18,9 +18,10 @@ const maxTimerRows = 256
 // ledger's LedgerFunc), inserts their gift records and applies their timer
 // changes, in their order, inside tx, touching rows in (room id, timer id)
 // order. Timers are rare (a rocket ignition or launch), so their
-// statements are not kept prepared.
-func (db *DB) writeTimersAndSettles(ctx context.Context, tx *sql.Tx, batches []*store.Batch, now int64) error {
-	if err := db.writeGiftRecords(ctx, tx, batches); err != nil {
+// statements are not kept prepared. insert starts the gift records'
+// INSERT: "INSERT INTO ", or Dialect.InsertOrRollback in a merged commit.
+func (db *DB) writeTimersAndSettles(ctx context.Context, tx *sql.Tx, insert string, batches []*store.Batch, now int64) error {
+	if err := db.writeGiftRecords(ctx, tx, insert, batches); err != nil {
 		return err
 	}
 	var charges []store.GiftCharge
