@@ -15,6 +15,7 @@ import (
 const (
 	erDupKeyName      = 1061 // ER_DUP_KEYNAME: an index of that name exists
 	erDupFieldName    = 1060 // ER_DUP_FIELDNAME: a column of that name exists
+	erCantDropKey     = 1091 // ER_CANT_DROP_FIELD_OR_KEY: no index or column of that name
 	erDupEntry        = 1062 // ER_DUP_ENTRY
 	erLockWaitTimeout = 1205 // ER_LOCK_WAIT_TIMEOUT
 	erLockDeadlock    = 1213 // ER_LOCK_DEADLOCK

@@ -41,7 +41,8 @@ func Migrate(ctx context.Context, dsn string) error {
 // schema_migrations row: every migration is written to be run again
 // (CREATE TABLE IF NOT EXISTS), which covers a crash between the two. MySQL
 // has no ADD KEY (or ADD COLUMN) IF NOT EXISTS, so a migration that adds an
-// index or a column and fails because it is there counts as applied.
+// index or a column and fails because it is there counts as applied, and
+// one that drops an index and fails because it is gone too.
 // A named lock, held on the one connection that migrates, makes nodes that
 // start together take turns; the second finds the work done. It returns the
 // server's version string (MariaDB's names MariaDB).
@@ -136,8 +137,8 @@ func migrateLockName(dbName string) string {
 }
 
 // isAlreadyThere reports whether a migration failed because the index or
-// column it adds exists.
+// column it adds exists, or the index it drops does not.
 func isAlreadyThere(err error) bool {
 	var me *mysql.MySQLError
-	return errors.As(err, &me) && (me.Number == erDupKeyName || me.Number == erDupFieldName)
+	return errors.As(err, &me) && (me.Number == erDupKeyName || me.Number == erDupFieldName || me.Number == erCantDropKey)
 }

@@ -169,9 +169,9 @@ func TestMigrationsIdempotentAndConcurrent(t *testing.T) {
 	}
 }
 
-// TestMigrationRunAgainAfterCrash runs the index migration again, as after
-// a crash between its DDL and its record: the index is there, so it counts
-// as applied.
+// TestMigrationRunAgainAfterCrash runs index migrations again, as after a
+// crash between their DDL and their record: the index they add is there, or
+// the one they drop is gone, so they count as applied.
 func TestMigrationRunAgainAfterCrash(t *testing.T) {
 	ctx := t.Context()
 	dsn := mysqltest.DSN(t)
@@ -179,18 +179,24 @@ func TestMigrationRunAgainAfterCrash(t *testing.T) {
 		t.Fatalf("Migrate: %v", err)
 	}
 	raw := rawDB(t, dsn)
-	const version = "0005_room_outbox_room_pending"
-	if res, err := raw.ExecContext(ctx, `DELETE FROM schema_migrations WHERE version = ?`, version); err != nil {
-		t.Fatal(err)
-	} else if n, _ := res.RowsAffected(); n != 1 {
-		t.Fatalf("migration %s was not recorded", version)
+	for _, version := range []string{"0005_room_outbox_room_pending", "0010_drop_room_outbox_room"} {
+		if res, err := raw.ExecContext(ctx, `DELETE FROM schema_migrations WHERE version = ?`, version); err != nil {
+			t.Fatal(err)
+		} else if n, _ := res.RowsAffected(); n != 1 {
+			t.Fatalf("migration %s was not recorded", version)
+		}
+		if err := Migrate(ctx, dsn); err != nil {
+			t.Fatalf("Migrate with %s done but unrecorded: %v", version, err)
+		}
+		var n int
+		if err := raw.QueryRowContext(ctx, `SELECT COUNT(*) FROM schema_migrations WHERE version = ?`, version).Scan(&n); err != nil || n != 1 {
+			t.Fatalf("migration %s recorded %d times, err %v; want once", version, n, err)
+		}
 	}
-	if err := Migrate(ctx, dsn); err != nil {
-		t.Fatalf("Migrate with the index present but unrecorded: %v", err)
-	}
-	var n int
-	if err := raw.QueryRowContext(ctx, `SELECT COUNT(*) FROM schema_migrations WHERE version = ?`, version).Scan(&n); err != nil || n != 1 {
-		t.Fatalf("migration %s recorded %d times, err %v; want once", version, n, err)
+	var indexes int
+	if err := raw.QueryRowContext(ctx, `SELECT COUNT(*) FROM information_schema.statistics
+		WHERE table_schema = DATABASE() AND table_name = 'room_outbox' AND index_name = 'room_outbox_room'`).Scan(&indexes); err != nil || indexes != 0 {
+		t.Fatalf("room_outbox_room: %d index columns, err %v; want it dropped", indexes, err)
 	}
 }
 

@@ -38,9 +38,8 @@ type OutboxSQL struct {
 	// sort of the rooms, not of their rows.
 	ListHeads string
 	// ListRoomOutbox reads one room's pending rows in order
-	// (room_outbox_room_pending). MySQL's optimiser prefers
-	// room_outbox_room, which gives the order too but walks the room's
-	// published rows: FORCE INDEX keeps it on the pending ones.
+	// (room_outbox_room_pending). FORCE INDEX keeps MySQL's optimiser
+	// on it: it has preferred indexes that walk the room's published rows.
 	ListRoomOutbox string
 	// StatsPending counts the pending rows and finds the oldest.
 	// MIN(created_at) reads each pending row, which MySQL's optimiser would
