@@ -63,16 +63,24 @@ func (db *DB) CommitBatches(ctx context.Context, batches []store.Batch) ([]error
 	sort.SliceStable(order, func(a, b int) bool { return batches[order[a]].RoomID < batches[order[b]].RoomID })
 
 	results := make([]error, len(batches))
+	marks := db.marks.take() // empty unless the database has a single writer
 	err := db.Tx(ctx, func(tx *sql.Tx) error {
 		copy(results, checked)
-		return db.commitMerged(ctx, tx, batches, order, results)
+		if err := db.commitMerged(ctx, tx, batches, order, results); err != nil {
+			return err
+		}
+		return db.markIn(ctx, tx, marks)
 	})
 	if errors.Is(err, errDuplicate) {
 		err = db.Tx(ctx, func(tx *sql.Tx) error {
 			copy(results, checked)
-			return db.commitIsolated(ctx, tx, batches, order, results)
+			if err := db.commitIsolated(ctx, tx, batches, order, results); err != nil {
+				return err
+			}
+			return db.markIn(ctx, tx, marks)
 		})
 	}
+	finish(marks, err)
 	if err != nil {
 		return nil, fmt.Errorf("commit batches: %w", err)
 	}

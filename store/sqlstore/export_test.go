@@ -3,6 +3,7 @@ package sqlstore
 import (
 	"context"
 	"database/sql"
+	"time"
 
 	"hyapp/room-service/store"
 )
@@ -11,4 +12,21 @@ import (
 // own, with batches fenced in order.
 func (db *DB) CommitMerged(ctx context.Context, batches []store.Batch, order []int, results []error) error {
 	return db.Tx(ctx, func(tx *sql.Tx) error { return db.commitMerged(ctx, tx, batches, order, results) })
+}
+
+// RideMark offers ids to the next room commit, as MarkOutboxPublishedBatch
+// does on a database with a single writer, and reports whether one stored
+// them.
+func (db *DB) RideMark(ctx context.Context, ids []string) (bool, error) {
+	return db.marks.ride(ctx, ids)
+}
+
+// SetMarkWait sets how long a mark waits for a room commit.
+func (db *DB) SetMarkWait(d time.Duration) { db.marks.wait = d }
+
+// WaitingMarks counts the marks waiting for a room commit.
+func (db *DB) WaitingMarks() int {
+	db.marks.mu.Lock()
+	defer db.marks.mu.Unlock()
+	return len(db.marks.waiting)
 }

@@ -165,24 +165,38 @@ func (db *DB) MarkOutboxFailed(ctx context.Context, eventID string, lastErr stri
 // published now, dead ones too, with one UPDATE by event id per chunk of
 // ids, all in one transaction: one durable commit for the whole call, as
 // the relay gathers the acknowledgements of many rooms into one call.
-// Unknown and published ids are ignored.
+// With a single writer that transaction is, when one comes within
+// markRide, the next room commit's (see marks). Unknown and published ids
+// are ignored.
 func (db *DB) MarkOutboxPublishedBatch(ctx context.Context, eventIDs []string) error {
 	if len(eventIDs) == 0 {
 		return nil
 	}
-	err := db.Tx(ctx, func(tx *sql.Tx) error {
-		now := time.Now().UnixMilli()
-		for ids := range slices.Chunk(eventIDs, maxIn) {
-			q := db.d.UpdateCannotFail() + `room_outbox SET status = 'published', published_at = ?
-				WHERE status <> 'published' AND event_id IN ` + In(len(ids))
-			if _, err := tx.ExecContext(ctx, q, AppendStrings([]any{now}, ids)...); err != nil {
-				return db.d.MapErr(err)
-			}
+	var err error
+	if db.d.SingleWriter {
+		var stored bool
+		if stored, err = db.marks.ride(ctx, eventIDs); stored {
+			return nil
 		}
-		return nil
-	})
+	}
+	if err == nil {
+		err = db.Tx(ctx, func(tx *sql.Tx) error { return db.markPublished(ctx, tx, eventIDs) })
+	}
 	if err != nil {
 		return fmt.Errorf("mark outbox published rows=%d: %w", len(eventIDs), err)
+	}
+	return nil
+}
+
+// markPublished runs MarkOutboxPublishedBatch's UPDATEs inside tx.
+func (db *DB) markPublished(ctx context.Context, tx *sql.Tx, eventIDs []string) error {
+	now := time.Now().UnixMilli()
+	for ids := range slices.Chunk(eventIDs, maxIn) {
+		q := db.d.UpdateCannotFail() + `room_outbox SET status = 'published', published_at = ?
+			WHERE status <> 'published' AND event_id IN ` + In(len(ids))
+		if _, err := tx.ExecContext(ctx, q, AppendStrings([]any{now}, ids)...); err != nil {
+			return db.d.MapErr(err)
+		}
 	}
 	return nil
 }

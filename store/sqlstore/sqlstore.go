@@ -53,6 +53,7 @@ type DB struct {
 	read   *sql.DB
 	ledger atomic.Pointer[LedgerFunc]
 	stmts  statements
+	marks  marks // single writer: marks waiting for a room commit
 }
 
 // statements are prepared once: writes on the write pool, reads on the read pool.
