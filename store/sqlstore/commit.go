@@ -63,7 +63,10 @@ func (db *DB) CommitBatches(ctx context.Context, batches []store.Batch) ([]error
 	sort.SliceStable(order, func(a, b int) bool { return batches[order[a]].RoomID < batches[order[b]].RoomID })
 
 	results := make([]error, len(batches))
-	marks := db.marks.take() // empty unless the database has a single writer
+	var marks []*mark
+	if db.d.SingleWriter {
+		marks = db.marks.take()
+	}
 	err := db.Tx(ctx, func(tx *sql.Tx) error {
 		copy(results, checked)
 		if err := db.commitMerged(ctx, tx, batches, order, results); err != nil {

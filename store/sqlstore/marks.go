@@ -20,7 +20,9 @@ import (
 // of its own, as it always did. A commit that fails hands the marks it
 // took back to their callers, which then run them alone: a mark is never
 // lost to a room commit's failure, and never changes what a room commit
-// decides.
+// decides. A mark waits only while commits run (one began within
+// markRide): on a database that commits nothing, as while a backlog drains
+// after a restart, it runs at once.
 const markRide = 5 * time.Millisecond
 
 // errNotTaken tells a mark's caller that the commit that took it did not
@@ -38,19 +40,24 @@ type marks struct {
 	mu      sync.Mutex
 	waiting []*mark
 	wait    time.Duration // how long a mark waits for a commit; 0: markRide
+	last    time.Time     // when the last commit took the waiting marks
 }
 
 // ride offers ids to the next room commit and reports whether one stored
 // them (with its error, nil when stored, or ctx's).
 func (m *marks) ride(ctx context.Context, ids []string) (stored bool, err error) {
 	mk := &mark{ids: ids, done: make(chan error, 1)}
-	m.mu.Lock()
-	m.waiting = append(m.waiting, mk)
-	m.mu.Unlock()
 	wait := m.wait
 	if wait == 0 {
 		wait = markRide
 	}
+	m.mu.Lock()
+	if time.Since(m.last) > wait {
+		m.mu.Unlock()
+		return false, nil // no commits run
+	}
+	m.waiting = append(m.waiting, mk)
+	m.mu.Unlock()
 	t := time.NewTimer(wait)
 	defer t.Stop()
 	select {
@@ -78,6 +85,7 @@ func (m *marks) take() []*mark {
 	defer m.mu.Unlock()
 	taken := m.waiting
 	m.waiting = nil
+	m.last = time.Now()
 	return taken
 }
 
