@@ -27,10 +27,12 @@ import (
 // (store.Batch.Charges, in order) and the pending charges they settle
 // (store.Batch.Settle). A charge whose key was charged before or whose
 // sender's balance moved since the room decided it, or a settle key that
-// is not pending, makes the call store.ErrConflict. The embedded ledger
-// (wallet/ledger) owns the statements and installs it (SetLedger) when it
-// starts on the database.
-type LedgerFunc func(ctx context.Context, tx *sql.Tx, charges []store.GiftCharge, settle []string, now int64) error
+// is not pending, makes the call store.ErrConflict. insert starts its
+// INSERTs: Dialect.InsertOrRollback in a merged commit, whose failure ends
+// the transaction anyway, "INSERT INTO " in a batch's own savepoint. The
+// embedded ledger (wallet/ledger) owns the statements and installs it
+// (SetLedger) when it starts on the database.
+type LedgerFunc func(ctx context.Context, tx *sql.Tx, insert string, charges []store.GiftCharge, settle []string, now int64) error
 
 // Config is what an adapter gives New.
 type Config struct {

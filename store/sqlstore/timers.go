@@ -18,8 +18,9 @@ const maxTimerRows = 256
 // ledger's LedgerFunc), inserts their gift records and applies their timer
 // changes, in their order, inside tx, touching rows in (room id, timer id)
 // order. Timers are rare (a rocket ignition or launch), so their
-// statements are not kept prepared. insert starts the gift records'
-// INSERT: "INSERT INTO ", or Dialect.InsertOrRollback in a merged commit.
+// statements are not kept prepared. insert starts the INSERTs of the gift
+// records and the ledger's rows: "INSERT INTO ", or
+// Dialect.InsertOrRollback in a merged commit.
 func (db *DB) writeTimersAndSettles(ctx context.Context, tx *sql.Tx, insert string, batches []*store.Batch, now int64) error {
 	if err := db.writeGiftRecords(ctx, tx, insert, batches); err != nil {
 		return err
@@ -35,7 +36,7 @@ func (db *DB) writeTimersAndSettles(ctx context.Context, tx *sql.Tx, insert stri
 		if ledger == nil {
 			return fmt.Errorf("%d gift charges to make and %d to settle and no ledger: %w", len(charges), len(keys), store.ErrConflict)
 		}
-		if err := (*ledger)(ctx, tx, charges, keys, now); err != nil {
+		if err := (*ledger)(ctx, tx, insert, charges, keys, now); err != nil {
 			return err
 		}
 	}

@@ -121,7 +121,7 @@ func (l *Ledger) apply(ctx context.Context, tx *sql.Tx, reqs []*request) error {
 			}
 		}
 	}
-	return l.write(ctx, tx, t)
+	return l.write(ctx, tx, "INSERT INTO ", t)
 }
 
 // run decides one operation in memory and records its answer.
@@ -287,7 +287,9 @@ func inChunks[T string | int64](ctx context.Context, l *Ledger, tx *sql.Tx, ids 
 	return nil
 }
 
-func (l *Ledger) write(ctx context.Context, tx *sql.Tx, t *txn) error {
+// write stores t's changes inside tx; insert starts its INSERTs (see
+// sqlstore.LedgerFunc).
+func (l *Ledger) write(ctx context.Context, tx *sql.Tx, insert string, t *txn) error {
 	var fresh, known []int64
 	for _, u := range sortedKeys(t.accounts) {
 		switch a := t.accounts[u]; {
@@ -305,14 +307,14 @@ func (l *Ledger) write(ctx context.Context, tx *sql.Tx, t *txn) error {
 	}
 	// Accounts first: a new account that a concurrent transaction created
 	// meanwhile fails here, on its duplicate key, before anything else is written.
-	const accounts = `INSERT INTO wallet_accounts (user_id, balance, updated_at) VALUES `
+	accounts := insert + `wallet_accounts (user_id, balance, updated_at) VALUES `
 	if err := l.insert(ctx, tx, accounts, "", len(fresh), account(fresh)); err != nil {
 		return fmt.Errorf("insert accounts: %w", err)
 	}
 	if err := l.insert(ctx, tx, accounts, l.db.Dialect().Upsert("user_id", "balance", "updated_at"), len(known), account(known)); err != nil {
 		return fmt.Errorf("update accounts: %w", err)
 	}
-	if err := l.insert(ctx, tx, `INSERT INTO wallet_entries (user_id, kind, amount, balance_after, idem_key, created_at) VALUES `,
+	if err := l.insert(ctx, tx, insert+`wallet_entries (user_id, kind, amount, balance_after, idem_key, created_at) VALUES `,
 		"", len(t.entries), func(s *stmt, i int) {
 			e := &t.entries[i]
 			s.sql("(").int(e.userID).sql(", ").str(string(e.kind)).sql(", ").int(e.amount).sql(", ").int(e.after).
@@ -320,7 +322,7 @@ func (l *Ledger) write(ctx context.Context, tx *sql.Tx, t *txn) error {
 		}); err != nil {
 		return fmt.Errorf("insert entries: %w", err)
 	}
-	if err := l.insert(ctx, tx, `INSERT INTO wallet_charges (`+chargeColumns+`, updated_at) VALUES `,
+	if err := l.insert(ctx, tx, insert+`wallet_charges (`+chargeColumns+`, updated_at) VALUES `,
 		"", len(t.created), func(s *stmt, i int) {
 			c := t.created[i]
 			s.sql("(").str(c.c.Key).sql(", ").int(c.c.UserID).sql(", ").int(c.c.Amount).sql(", ").int(c.c.Reward).

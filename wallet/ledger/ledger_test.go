@@ -181,3 +181,70 @@ func BenchmarkChargeMySQL(b *testing.B) {
 		})
 	}
 }
+
+// TestACommitRefusesOnlyTheBatchWhoseChargeWasMade: a room commit whose
+// batches charge gifts, one of them with a key charged before, refuses that
+// batch alone (the merged attempt rolls back whole, then the batches commit
+// one by one) and charges the others exactly once.
+func TestACommitRefusesOnlyTheBatchWhoseChargeWasMade(t *testing.T) {
+	type db interface {
+		ledgerStore
+		store.Repository
+	}
+	for name, open := range map[string]func(t *testing.T) db{
+		"sqlite": func(t *testing.T) db { return openSQLite(t, sqlite.Options{}) },
+		"mysql":  func(t *testing.T) db { return openMySQL(t, mysqltest.DSN(t)) },
+	} {
+		t.Run(name, func(t *testing.T) {
+			ctx := t.Context()
+			repo := open(t)
+			l := openLedger(t, repo, ledger.Options{})
+			epochs := map[string]int64{}
+			for _, id := range []string{"a", "b"} {
+				if err := repo.SaveRoomMeta(ctx, store.RoomMeta{RoomID: id, SeatCount: 8, Status: "open"}); err != nil {
+					t.Fatal(err)
+				}
+				c, err := repo.ClaimRoom(ctx, id, "node-a")
+				if err != nil {
+					t.Fatal(err)
+				}
+				epochs[id] = c.Epoch
+			}
+			for _, u := range []int64{1, 2} {
+				if _, _, err := l.Credit(ctx, u, 100, fmt.Sprintf("top-up-%d", u)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			// batch charges amount to user in room id at version v, deciding on balance.
+			batch := func(id string, v int64, key string, user, amount, balance int64) store.Batch {
+				return store.Batch{RoomID: id, OwnerEpoch: epochs[id], BaseVersion: v - 1,
+					Commands: []store.CommandRecord{{RoomID: id, RoomVersion: v, CommandID: fmt.Sprintf("%s-%d", id, v), CommandType: "SendGift"}},
+					Charges:  []store.GiftCharge{{Key: key, UserID: user, Amount: amount, BalanceAfter: balance - amount, AtMs: 1}}}
+			}
+			commit := func(batches ...store.Batch) []error {
+				t.Helper()
+				results, err := repo.CommitBatches(ctx, batches)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return results
+			}
+			if r := commit(batch("a", 1, "k1", 1, 10, 100)); r[0] != nil {
+				t.Fatal(r[0])
+			}
+			r := commit(batch("a", 2, "k1", 1, 10, 90), batch("b", 1, "k2", 2, 30, 100))
+			if !errors.Is(r[0], store.ErrConflict) || r[1] != nil {
+				t.Fatalf("results %v; want the charged key refused and the other batch committed", r)
+			}
+			for u, want := range map[int64]int64{1: 90, 2: 70} {
+				if got, err := l.Balance(ctx, u); err != nil || got != want {
+					t.Fatalf("user %d: balance %d, err %v; want %d", u, got, err, want)
+				}
+			}
+			rooms, err := repo.ListRooms(ctx, "", 10)
+			if err != nil || len(rooms) != 2 || rooms[0].Meta.RoomID != "a" || rooms[0].HeadVersion != 1 || rooms[1].HeadVersion != 1 {
+				t.Fatalf("rooms %+v, err %v; want a and b at head 1: the refused batch wrote nothing", rooms, err)
+			}
+		})
+	}
+}

@@ -28,7 +28,7 @@ var _ sqlstore.LedgerFunc = (*Ledger)(nil).inCommit
 //
 // The accounts are locked in user order, the order every ledger
 // transaction takes them in.
-func (l *Ledger) inCommit(ctx context.Context, tx *sql.Tx, charges []store.GiftCharge, keys []string, now int64) error {
+func (l *Ledger) inCommit(ctx context.Context, tx *sql.Tx, insert string, charges []store.GiftCharge, keys []string, now int64) error {
 	if len(keys) > 0 {
 		if err := settle(ctx, tx, l.db.Dialect(), keys, now); err != nil {
 			return err
@@ -65,7 +65,7 @@ func (l *Ledger) inCommit(ctx context.Context, tx *sql.Tx, charges []store.GiftC
 	for _, c := range t.created {
 		c.status = wallet.StatusSettled
 	}
-	return l.write(ctx, tx, t)
+	return l.write(ctx, tx, insert, t)
 }
 
 // askToPrepare wakes a committer when inCommit sent statements that are not
