@@ -67,6 +67,10 @@ func (db *DB) CommitBatches(ctx context.Context, batches []store.Batch) ([]error
 	if db.d.SingleWriter {
 		marks = db.marks.take()
 	}
+	// The marks' callers hear back however this ends, a panic included:
+	// stored only when the transaction committed.
+	stored := errNotTaken
+	defer func() { finish(marks, stored) }()
 	err := db.Tx(ctx, func(tx *sql.Tx) error {
 		copy(results, checked)
 		if err := db.commitMerged(ctx, tx, batches, order, results); err != nil {
@@ -83,10 +87,10 @@ func (db *DB) CommitBatches(ctx context.Context, batches []store.Batch) ([]error
 			return db.markIn(ctx, tx, marks)
 		})
 	}
-	finish(marks, err)
 	if err != nil {
 		return nil, fmt.Errorf("commit batches: %w", err)
 	}
+	stored = nil
 	return results, nil
 }
 

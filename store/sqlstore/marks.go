@@ -90,14 +90,10 @@ func (m *marks) take() []*mark {
 }
 
 // finish tells the callers of taken whether the commit that ran them
-// committed (err nil).
-func finish(taken []*mark, err error) {
+// stored them: nil, or errNotTaken.
+func finish(taken []*mark, stored error) {
 	for _, mk := range taken {
-		if err != nil {
-			mk.done <- errNotTaken
-		} else {
-			mk.done <- nil
-		}
+		mk.done <- stored
 	}
 }
 
