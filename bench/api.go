@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	healthv1 "google.golang.org/grpc/health/grpc_health_v1"
 
 	roomv1 "hyapp/room-service/gen/room/v1"
 	"hyapp/room-service/gen/room/v1/roomv1connect"
@@ -98,6 +99,7 @@ func APIScenarios(ctx context.Context, base string, opts APIOptions) ([]Row, err
 		opts.Conns = 8
 	}
 	clients := make([]roomv1connect.RoomServiceClient, opts.Conns)
+	healths := make([]*connect.Client[healthv1.HealthCheckRequest, healthv1.HealthCheckResponse], opts.Conns)
 	for i := range clients {
 		p := new(http.Protocols)
 		p.SetUnencryptedHTTP2(true)
@@ -109,6 +111,8 @@ func APIScenarios(ctx context.Context, base string, opts APIOptions) ([]Row, err
 			copts = append(copts, connect.WithInterceptors(bearer(opts.Token)))
 		}
 		clients[i] = roomv1connect.NewRoomServiceClient(&http.Client{Transport: tr}, base, copts...)
+		healths[i] = connect.NewClient[healthv1.HealthCheckRequest, healthv1.HealthCheckResponse](&http.Client{Transport: tr},
+			strings.TrimSuffix(base, "/")+healthv1.Health_Check_FullMethodName, copts...)
 	}
 	client := func(w int) roomv1connect.RoomServiceClient { return clients[w%len(clients)] }
 	call := func() (context.Context, context.CancelFunc) { return context.WithTimeout(ctx, 10*time.Second) }
@@ -136,6 +140,28 @@ func APIScenarios(ctx context.Context, base string, opts APIOptions) ([]Row, err
 	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &cpu0)
 	start := time.Now()
 
+	// The transport's ceiling: the health check does no work, so its rate
+	// is what HTTP/2 and the gRPC framing alone allow this process and
+	// this load generator on this machine; the command rows are read
+	// against it.
+	floor, err := measured(func() (Row, error) {
+		return closedLoop("Health/Check, 256 in flight (a call that does no work: the transport's ceiling)", 256, opts.Commands, func(w int, _ int64) error {
+			c, cancel := call()
+			defer cancel()
+			res, err := healths[w%len(healths)].CallUnary(c, connect.NewRequest(&healthv1.HealthCheckRequest{}))
+			if err == nil && res.Msg.GetStatus() != healthv1.HealthCheckResponse_SERVING {
+				err = fmt.Errorf("health: %s", res.Msg.GetStatus())
+			}
+			return err
+		})
+	})
+	if err != nil {
+		return nil, fmt.Errorf("health check: %w", err)
+	}
+	ofFloor := func(r *Row) {
+		r.Extra = strings.TrimPrefix(fmt.Sprintf("%.0f%% of the transport's ceiling; %s", 100*r.Rate()/floor.Rate(), r.Extra), "; ")
+	}
+
 	rooms := make([]string, opts.Rooms)
 	for i := range rooms {
 		rooms[i] = fmt.Sprintf("%s-api-%d", opts.Run, i)
@@ -158,6 +184,7 @@ func APIScenarios(ctx context.Context, base string, opts APIOptions) ([]Row, err
 		return nil, fmt.Errorf("create rooms: %w", err)
 	}
 	create.Extra = strings.TrimSuffix(fmt.Sprintf("target >= 2000/s: %.2fx; %s", create.Rate()/2000, create.Extra), "; ")
+	ofFloor(&create)
 
 	scenario := 0
 	join := func(name string, ids []string, callers, users int) (Row, error) {
@@ -180,6 +207,7 @@ func APIScenarios(ctx context.Context, base string, opts APIOptions) ([]Row, err
 	if err != nil {
 		return nil, err
 	}
+	ofFloor(&many)
 	// The engine scenario drives its rooms with two callers each in
 	// flight; through the API at that load the two compare like for like
 	// (at 256 in flight the rate is bounded by in-flight / latency).
@@ -188,6 +216,7 @@ func APIScenarios(ctx context.Context, base string, opts APIOptions) ([]Row, err
 	if err != nil {
 		return nil, err
 	}
+	ofFloor(&manyAtEngineLoad)
 	// The hot room at two loads: 256 callers in flight (the engine scenario's),
 	// where a p99 of 50 ms would take about 10,000/s (Little's law: the mean
 	// latency is in-flight / rate, 51 ms at 5,000/s), and 64 in flight,
@@ -200,6 +229,7 @@ func APIScenarios(ctx context.Context, base string, opts APIOptions) ([]Row, err
 			return nil, err
 		}
 		hot.Extra = strings.TrimSuffix(fmt.Sprintf("target >= 5000/s: %.2fx; p99 target <= 50 ms: %.2fx; %s", hot.Rate()/5000, ms(hot.P99)/50, hot.Extra), "; ")
+		ofFloor(&hot)
 		hots = append(hots, hot)
 	}
 	read, err := measured(func() (Row, error) {
@@ -214,6 +244,7 @@ func APIScenarios(ctx context.Context, base string, opts APIOptions) ([]Row, err
 		return nil, err
 	}
 	read.Extra = strings.TrimSuffix(fmt.Sprintf("target >= 20000/s: %.2fx; %s", read.Rate()/20000, read.Extra), "; ")
+	ofFloor(&read)
 
 	var cpu1 syscall.Rusage
 	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &cpu1)
@@ -221,7 +252,7 @@ func APIScenarios(ctx context.Context, base string, opts APIOptions) ([]Row, err
 	used := time.Duration(cpu1.Utime.Nano() + cpu1.Stime.Nano() - cpu0.Utime.Nano() - cpu0.Stime.Nano())
 	gen := Row{Name: "load generator CPU (this process)", Elapsed: wall,
 		Extra: fmt.Sprintf("%.0f%% of %d cores over the run", 100*used.Seconds()/(wall.Seconds()*float64(runtime.NumCPU())), runtime.NumCPU())}
-	return append(append([]Row{create, many, manyAtEngineLoad}, hots...), read, gen), nil
+	return append(append([]Row{floor, create, many, manyAtEngineLoad}, hots...), read, gen), nil
 }
 
 // bearer sends the service token with every call.

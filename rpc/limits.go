@@ -1,13 +1,13 @@
 package rpc
 
 import (
-	"compress/gzip"
 	"context"
 	"io"
 	"net/http"
 	"time"
 
 	"connectrpc.com/connect"
+	"github.com/klauspost/compress/gzip"
 
 	"hyapp/room-service/room"
 )
@@ -80,7 +80,10 @@ func tooLarge(max int64) error {
 
 // cappedGzip replaces connect's gzip with one that stops inflating a
 // message at max bytes (request_too_large), so a small compressed body
-// cannot grow into a large one in memory or in CPU time.
+// cannot grow into a large one in memory or in CPU time. Both directions
+// use klauspost/compress: the same format as the standard library's, at
+// half its CPU per answer (a pooled writer's Reset alone clears 64 KiB of
+// tables in the standard library).
 func cappedGzip(max int64) connect.HandlerOption {
 	return connect.WithCompression("gzip",
 		func() connect.Decompressor { return &gzipCapped{max: max} },

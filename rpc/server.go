@@ -83,12 +83,12 @@ func NewMux(rooms *RoomHandler, ops *OperatorHandler, wallets *WalletHandler, op
 	if maxBytes <= 0 {
 		maxBytes = DefaultMaxRequestBytes
 	}
+	// Most answers are a few bytes: compressing them costs more CPU than
+	// it saves on the wire. The health check answers in three.
+	compression := connect.WithHandlerOptions(cappedGzip(maxBytes), connect.WithCompressMinBytes(compressMinBytes))
 	handlerOpts := connect.WithHandlerOptions(
 		strictCodecs(),
-		cappedGzip(maxBytes),
-		// Most answers are a few bytes: compressing them costs more CPU
-		// than it saves on the wire.
-		connect.WithCompressMinBytes(compressMinBytes),
+		compression,
 		connect.WithRequestGate(authGate(callersOf(opts), opts.Users)),
 		connect.WithInterceptors(interceptors(opts, log)...),
 		connect.WithRecover(func(ctx context.Context, spec connect.Spec, _ http.Header, p any) error {
@@ -112,7 +112,7 @@ func NewMux(rooms *RoomHandler, ops *OperatorHandler, wallets *WalletHandler, op
 	if health == nil {
 		health = grpchealth.NewStaticChecker(serviceNames...)
 	}
-	mux.Handle(grpchealth.NewHandler(health))
+	mux.Handle(grpchealth.NewHandler(health, compression))
 	if opts.Open() {
 		mountAdmin(mux, opts)
 	}
