@@ -89,7 +89,9 @@ func settle(ctx context.Context, metrics string) {
 
 // APIScenarios measures a running service at base (http://host:port) through its API, the way
 // clients reach it: gRPC over HTTP/2 (connect-go) on opts.Conns
-// connections, every call with a deadline. CreateRoom with 16 in flight;
+// connections, every call with a deadline. First the health check with 256
+// in flight, a call that does no work: the transport's ceiling, which
+// every other row is read against. Then CreateRoom with 16 in flight;
 // joins across opts.Rooms rooms with 256 in flight, and with two per room
 // in flight, the engine scenario's load; joins in one hot room with 256 and with 64 in flight; GetRoomSnapshot
 // across the rooms with 128 in flight. The last row is this load
