@@ -3,8 +3,10 @@ package bench
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
+	"os/exec"
 	"runtime"
 	"strconv"
 	"strings"
@@ -30,6 +32,9 @@ type APIOptions struct {
 	Commands int
 	// Run names the rooms of this run, so runs against one service do not meet.
 	Run string
+	// Ghz is the path of a ghz binary: when set, ghz drives the calls
+	// instead of this process's client.
+	Ghz string
 	// Metrics is the service's Prometheus endpoint (empty: base + /metrics);
 	// when it answers, each row says the service's CPU time and allocations
 	// per call.
@@ -87,18 +92,40 @@ func settle(ctx context.Context, metrics string) {
 	}
 }
 
+// apiCall is one API scenario's request, in the two forms its load
+// generators send: send makes call i of caller w through this process's
+// client; template is the same request as protojson for ghz, with
+// {{.RequestNumber}} in place of i (ghz's template data, with the sprig
+// functions).
+type apiCall struct {
+	method   string // the gRPC method, package.Service/Method
+	template string
+	send     func(ctx context.Context, w int, i int64) error
+}
+
+// apiDriver drives total calls of c with callers in flight and returns
+// the scenario's row; extra says what it took itself, for the table.
+type apiDriver interface {
+	drive(ctx context.Context, name string, callers, total int, c apiCall) (Row, error)
+	extra(wall time.Duration) Row
+}
+
 // APIScenarios measures a running service at base (http://host:port) through its API, the way
-// clients reach it: gRPC over HTTP/2 (connect-go) on opts.Conns
-// connections, every call with a deadline. First the health check with 256
+// clients reach it: gRPC over HTTP/2 on opts.Conns connections, every call
+// with a deadline, driven by this process's connect-go client or, with
+// opts.Ghz, by ghz. First the health check with 256
 // in flight, a call that does no work: the transport's ceiling, which
 // every other row is read against. Then CreateRoom with 16 in flight;
 // joins across opts.Rooms rooms with 256 in flight, and with two per room
 // in flight, the engine scenario's load; joins in one hot room with 256 and with 64 in flight; GetRoomSnapshot
-// across the rooms with 128 in flight. The last row is this load
+// across the rooms with 128 in flight. The last row is the load
 // generator's own CPU use, a share of the machine's cores.
 func APIScenarios(ctx context.Context, base string, opts APIOptions) ([]Row, error) {
 	if opts.Conns <= 0 {
 		opts.Conns = 8
+	}
+	if opts.Metrics == "" {
+		opts.Metrics = strings.TrimSuffix(base, "/") + "/metrics"
 	}
 	clients := make([]roomv1connect.RoomServiceClient, opts.Conns)
 	healths := make([]*connect.Client[healthv1.HealthCheckRequest, healthv1.HealthCheckResponse], opts.Conns)
@@ -117,20 +144,20 @@ func APIScenarios(ctx context.Context, base string, opts APIOptions) ([]Row, err
 			strings.TrimSuffix(base, "/")+healthv1.Health_Check_FullMethodName, copts...)
 	}
 	client := func(w int) roomv1connect.RoomServiceClient { return clients[w%len(clients)] }
-	call := func() (context.Context, context.CancelFunc) { return context.WithTimeout(ctx, 10*time.Second) }
-	if opts.Metrics == "" {
-		opts.Metrics = strings.TrimSuffix(base, "/") + "/metrics"
+	var driver apiDriver = newOwnDriver()
+	if opts.Ghz != "" {
+		driver = &ghzDriver{bin: opts.Ghz, base: base, token: opts.Token, conns: opts.Conns}
 	}
 	// measured runs one scenario and adds the service's cost per call,
 	// once the service finished what the previous scenario left it (IM
 	// messages waiting for the app budget, relay chains), so that work is
 	// not counted against this one.
-	measured := func(run func() (Row, error)) (Row, error) {
+	measured := func(name string, callers, total int, c apiCall) (Row, error) {
 		settle(ctx, opts.Metrics)
 		cpu0, allocs0, ok0 := processCost(ctx, opts.Metrics)
-		r, err := run()
+		r, err := driver.drive(ctx, name, callers, total, c)
 		if err != nil {
-			return r, err
+			return r, fmt.Errorf("%s: %w", name, err)
 		}
 		if cpu1, allocs1, ok1 := processCost(ctx, opts.Metrics); ok0 && ok1 && r.Ops > 0 {
 			cost := fmt.Sprintf("service: %.0f µs CPU, %.0f allocs per call", 1e6*(cpu1-cpu0)/float64(r.Ops), (allocs1-allocs0)/float64(r.Ops))
@@ -138,49 +165,42 @@ func APIScenarios(ctx context.Context, base string, opts APIOptions) ([]Row, err
 		}
 		return r, nil
 	}
-	var cpu0 syscall.Rusage
-	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &cpu0)
 	start := time.Now()
 
 	// The transport's ceiling: the health check does no work, so its rate
-	// is what HTTP/2 and the gRPC framing alone allow this process and
+	// is what HTTP/2 and the gRPC framing alone allow this service and
 	// this load generator on this machine; the command rows are read
 	// against it.
-	floor, err := measured(func() (Row, error) {
-		return closedLoop("Health/Check, 256 in flight (a call that does no work: the transport's ceiling)", 256, opts.Commands, func(w int, _ int64) error {
-			c, cancel := call()
-			defer cancel()
-			res, err := healths[w%len(healths)].CallUnary(c, connect.NewRequest(&healthv1.HealthCheckRequest{}))
+	floor, err := measured("Health/Check, 256 in flight (a call that does no work: the transport's ceiling)", 256, opts.Commands, apiCall{
+		method: "grpc.health.v1.Health/Check", template: `{}`,
+		send: func(ctx context.Context, w int, _ int64) error {
+			res, err := healths[w%len(healths)].CallUnary(ctx, connect.NewRequest(&healthv1.HealthCheckRequest{}))
 			if err == nil && res.Msg.GetStatus() != healthv1.HealthCheckResponse_SERVING {
 				err = fmt.Errorf("health: %s", res.Msg.GetStatus())
 			}
 			return err
-		})
+		},
 	})
 	if err != nil {
-		return nil, fmt.Errorf("health check: %w", err)
+		return nil, err
 	}
 	ofFloor := func(r *Row) {
 		r.Extra = strings.TrimPrefix(fmt.Sprintf("%.0f%% of the transport's ceiling; %s", 100*r.Rate()/floor.Rate(), r.Extra), "; ")
 	}
 
-	rooms := make([]string, opts.Rooms)
-	for i := range rooms {
-		rooms[i] = fmt.Sprintf("%s-api-%d", opts.Run, i)
-	}
-	create, err := measured(func() (Row, error) {
-		return closedLoop("CreateRoom, 16 in flight", 16, len(rooms)+1, func(w int, i int64) error {
-			id := fmt.Sprintf("%s-hot", opts.Run)
-			if int(i) < len(rooms) {
-				id = rooms[i]
-			}
-			c, cancel := call()
-			defer cancel()
-			_, err := client(w).CreateRoom(c, connect.NewRequest(&roomv1.CreateRoomRequest{
-				RoomId: id, CommandId: "create", OperatorUserId: 1, OwnerUserId: 1, SeatCount: 10, Title: "bench",
+	// Rooms <run>-api-0 … <run>-api-<Rooms-1>, and the hot room
+	// <run>-api-<Rooms>.
+	roomsOf := func(i string) string { return fmt.Sprintf("%s-api-%s", opts.Run, i) }
+	hot := roomsOf(strconv.Itoa(opts.Rooms))
+	create, err := measured("CreateRoom, 16 in flight", 16, opts.Rooms+1, apiCall{
+		method:   "room.v1.RoomService/CreateRoom",
+		template: fmt.Sprintf(`{"room_id":"%s","command_id":"create","operator_user_id":1,"owner_user_id":1,"seat_count":10,"title":"bench"}`, roomsOf("{{.RequestNumber}}")),
+		send: func(ctx context.Context, w int, i int64) error {
+			_, err := client(w).CreateRoom(ctx, connect.NewRequest(&roomv1.CreateRoomRequest{
+				RoomId: roomsOf(strconv.FormatInt(i, 10)), CommandId: "create", OperatorUserId: 1, OwnerUserId: 1, SeatCount: 10, Title: "bench",
 			}))
 			return err
-		})
+		},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("create rooms: %w", err)
@@ -189,23 +209,31 @@ func APIScenarios(ctx context.Context, base string, opts APIOptions) ([]Row, err
 	ofFloor(&create)
 
 	scenario := 0
-	join := func(name string, ids []string, callers, users int) (Row, error) {
+	// join joins users 1000… in rooms (one room: the hot room; else
+	// round robin over the rooms), callers in flight.
+	join := func(name string, rooms, callers, users int) (Row, error) {
 		// Command ids of their own: a scenario that reused another's on
 		// the same room would measure duplicate answers, not joins.
 		scenario++
 		prefix := fmt.Sprintf("j%d-", scenario)
-		return measured(func() (Row, error) {
-			return closedLoop(name, callers, opts.Commands, func(w int, i int64) error {
-				c, cancel := call()
-				defer cancel()
-				_, err := client(w).JoinRoom(c, connect.NewRequest(&roomv1.JoinRoomRequest{
-					RoomId: ids[int(i)%len(ids)], CommandId: prefix + strconv.FormatInt(i, 10), OperatorUserId: 1000 + i%int64(users),
+		roomOf := func(i int64) string { return roomsOf(strconv.FormatInt(i%int64(rooms), 10)) }
+		roomTemplate := roomsOf(fmt.Sprintf("{{mod .RequestNumber %d}}", rooms))
+		if rooms == 1 {
+			roomOf, roomTemplate = func(int64) string { return hot }, hot
+		}
+		return measured(name, callers, opts.Commands, apiCall{
+			method: "room.v1.RoomService/JoinRoom",
+			template: fmt.Sprintf(`{"room_id":"%s","command_id":"%s{{.RequestNumber}}","operator_user_id":"{{add 1000 (mod .RequestNumber %d)}}"}`,
+				roomTemplate, prefix, users),
+			send: func(ctx context.Context, w int, i int64) error {
+				_, err := client(w).JoinRoom(ctx, connect.NewRequest(&roomv1.JoinRoomRequest{
+					RoomId: roomOf(i), CommandId: prefix + strconv.FormatInt(i, 10), OperatorUserId: 1000 + i%int64(users),
 				}))
 				return err
-			})
+			},
 		})
 	}
-	many, err := join(fmt.Sprintf("JoinRoom, %d rooms, 256 in flight", len(rooms)), rooms, 256, 100_000)
+	many, err := join(fmt.Sprintf("JoinRoom, %d rooms, 256 in flight", opts.Rooms), opts.Rooms, 256, 100_000)
 	if err != nil {
 		return nil, err
 	}
@@ -213,8 +241,8 @@ func APIScenarios(ctx context.Context, base string, opts APIOptions) ([]Row, err
 	// The engine scenario drives its rooms with two callers each in
 	// flight; through the API at that load the two compare like for like
 	// (at 256 in flight the rate is bounded by in-flight / latency).
-	engineLoad := 2 * len(rooms)
-	manyAtEngineLoad, err := join(fmt.Sprintf("JoinRoom, %d rooms, %d in flight (the engine's load)", len(rooms), engineLoad), rooms, engineLoad, 100_000)
+	engineLoad := 2 * opts.Rooms
+	manyAtEngineLoad, err := join(fmt.Sprintf("JoinRoom, %d rooms, %d in flight (the engine's load)", opts.Rooms, engineLoad), opts.Rooms, engineLoad, 100_000)
 	if err != nil {
 		return nil, err
 	}
@@ -223,10 +251,9 @@ func APIScenarios(ctx context.Context, base string, opts APIOptions) ([]Row, err
 	// where a p99 of 50 ms would take about 10,000/s (Little's law: the mean
 	// latency is in-flight / rate, 51 ms at 5,000/s), and 64 in flight,
 	// where 5,000/s leaves room for the latency target.
-	hotRoom := []string{fmt.Sprintf("%s-hot", opts.Run)}
 	var hots []Row
 	for _, callers := range []int{256, 64} {
-		hot, err := join(fmt.Sprintf("JoinRoom, one hot room, %d in flight", callers), hotRoom, callers, 2000)
+		hot, err := join(fmt.Sprintf("JoinRoom, one hot room, %d in flight", callers), 1, callers, 2000)
 		if err != nil {
 			return nil, err
 		}
@@ -234,27 +261,109 @@ func APIScenarios(ctx context.Context, base string, opts APIOptions) ([]Row, err
 		ofFloor(&hot)
 		hots = append(hots, hot)
 	}
-	read, err := measured(func() (Row, error) {
-		return closedLoop(fmt.Sprintf("GetRoomSnapshot, %d rooms, 128 in flight", len(rooms)), 128, opts.Commands, func(w int, i int64) error {
-			c, cancel := call()
-			defer cancel()
-			_, err := client(w).GetRoomSnapshot(c, connect.NewRequest(&roomv1.GetRoomSnapshotRequest{RoomId: rooms[int(i)%len(rooms)]}))
+	read, err := measured(fmt.Sprintf("GetRoomSnapshot, %d rooms, 128 in flight", opts.Rooms), 128, opts.Commands, apiCall{
+		method:   "room.v1.RoomService/GetRoomSnapshot",
+		template: fmt.Sprintf(`{"room_id":"%s"}`, roomsOf(fmt.Sprintf("{{mod .RequestNumber %d}}", opts.Rooms))),
+		send: func(ctx context.Context, w int, i int64) error {
+			_, err := client(w).GetRoomSnapshot(ctx, connect.NewRequest(&roomv1.GetRoomSnapshotRequest{RoomId: roomsOf(strconv.FormatInt(i%int64(opts.Rooms), 10))}))
 			return err
-		})
+		},
 	})
 	if err != nil {
 		return nil, err
 	}
 	read.Extra = strings.TrimSuffix(fmt.Sprintf("target >= 20000/s: %.2fx; %s", read.Rate()/20000, read.Extra), "; ")
 	ofFloor(&read)
+	return append(append([]Row{floor, create, many, manyAtEngineLoad}, hots...), read, driver.extra(time.Since(start))), nil
+}
 
+// ownDriver drives the calls from this process's client; its CPU is this
+// process's.
+type ownDriver struct{ cpu0 syscall.Rusage }
+
+func newOwnDriver() *ownDriver {
+	d := &ownDriver{}
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &d.cpu0)
+	return d
+}
+
+func (*ownDriver) drive(ctx context.Context, name string, callers, total int, c apiCall) (Row, error) {
+	return closedLoop(name, callers, total, func(w int, i int64) error {
+		ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		return c.send(ctx, w, i)
+	})
+}
+
+func (d *ownDriver) extra(wall time.Duration) Row {
 	var cpu1 syscall.Rusage
 	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &cpu1)
-	wall := time.Since(start)
-	used := time.Duration(cpu1.Utime.Nano() + cpu1.Stime.Nano() - cpu0.Utime.Nano() - cpu0.Stime.Nano())
-	gen := Row{Name: "load generator CPU (this process)", Elapsed: wall,
+	used := time.Duration(cpu1.Utime.Nano() + cpu1.Stime.Nano() - d.cpu0.Utime.Nano() - d.cpu0.Stime.Nano())
+	return Row{Name: "load generator CPU (this process)", Elapsed: wall,
 		Extra: fmt.Sprintf("%.0f%% of %d cores over the run", 100*used.Seconds()/(wall.Seconds()*float64(runtime.NumCPU())), runtime.NumCPU())}
-	return append(append([]Row{floor, create, many, manyAtEngineLoad}, hots...), read, gen), nil
+}
+
+// ghzDriver drives the calls with ghz (github.com/bojand/ghz), a load
+// generator independent of this code, which finds the methods through the
+// service's gRPC reflection (served on the API port of a development
+// server). Its CPU is the sum over its runs.
+type ghzDriver struct {
+	bin, base, token string
+	conns            int
+	used             time.Duration // CPU of the ghz runs so far
+}
+
+// ghzReport is the part of ghz's JSON report the table reads.
+type ghzReport struct {
+	Count          int64          `json:"count"`
+	Total          time.Duration  `json:"total"`
+	StatusCodeDist map[string]int `json:"statusCodeDistribution"`
+	ErrorDist      map[string]int `json:"errorDistribution"`
+	Latency        []struct {
+		Percentage int           `json:"percentage"`
+		Latency    time.Duration `json:"latency"`
+	} `json:"latencyDistribution"`
+}
+
+func (d *ghzDriver) drive(ctx context.Context, name string, callers, total int, c apiCall) (Row, error) {
+	host := strings.TrimPrefix(strings.TrimPrefix(d.base, "http://"), "https://")
+	args := []string{"--insecure", "--call", c.method, "-d", c.template, "-c", strconv.Itoa(callers),
+		"--connections", strconv.Itoa(min(d.conns, callers)), "-n", strconv.Itoa(total), "-t", "10s", "-O", "json"}
+	if d.token != "" {
+		args = append(args, "-m", fmt.Sprintf(`{"authorization":"Bearer %s"}`, d.token))
+	}
+	cmd := exec.CommandContext(ctx, d.bin, append(args, strings.TrimSuffix(host, "/"))...)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if cmd.ProcessState != nil {
+		d.used += cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()
+	}
+	if err != nil {
+		return Row{}, fmt.Errorf("ghz: %w: %s", err, stderr.String())
+	}
+	var rep ghzReport
+	if err := json.Unmarshal(out, &rep); err != nil {
+		return Row{}, fmt.Errorf("ghz report: %w", err)
+	}
+	if ok := rep.StatusCodeDist["OK"]; ok != total {
+		return Row{}, fmt.Errorf("ghz: %d of %d calls OK: %v %v", ok, total, rep.StatusCodeDist, rep.ErrorDist)
+	}
+	r := Row{Name: name, Ops: int(rep.Count), Elapsed: rep.Total}
+	for _, l := range rep.Latency {
+		switch l.Percentage {
+		case 50:
+			r.P50 = l.Latency
+		case 99:
+			r.P99 = l.Latency
+		}
+	}
+	return r, nil
+}
+
+func (d *ghzDriver) extra(wall time.Duration) Row {
+	return Row{Name: "load generator CPU (ghz)", Elapsed: wall,
+		Extra: fmt.Sprintf("%.0f%% of %d cores over the run", 100*d.used.Seconds()/(wall.Seconds()*float64(runtime.NumCPU())), runtime.NumCPU())}
 }
 
 // bearer sends the service token with every call.

@@ -42,6 +42,7 @@ func setupBench(fs *flag.FlagSet) func(ctx context.Context, _ *client, _ []strin
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 	api := fs.Bool("api", false, "first measure the running service at -addr through its API (gRPC over HTTP/2), then the engine scenarios of -only (default then: throughput,hot) in the same run")
 	apiCommands := fs.Int("api-commands", 50_000, "calls in each API scenario")
+	ghz := fs.String("ghz", "", "with -api, also drive the API scenarios with this ghz binary (go install github.com/bojand/ghz/cmd/ghz@v0.120.0), an independent load generator; needs gRPC reflection on the API port (a development server)")
 	mysqlDSN := fs.String("mysql-dsn", os.Getenv("ROOM_MYSQL_DSN"), "run on this MySQL/MariaDB server (fresh databases, dropped afterwards) instead of SQLite (env ROOM_MYSQL_DSN)")
 	return func(ctx context.Context, c *client, _ []string, out io.Writer) error {
 		if *api {
@@ -51,6 +52,14 @@ func setupBench(fs *flag.FlagSet) func(ctx context.Context, _ *client, _ []strin
 				return fmt.Errorf("api: %w", err)
 			}
 			bench.Print(out, "the service at "+c.base+", through its API", rows)
+			if *ghz != "" {
+				rows, err := bench.APIScenarios(ctx, c.base, bench.APIOptions{Token: c.token, Rooms: *rooms, Commands: *apiCommands,
+					Run: fmt.Sprintf("g%d", time.Now().UnixNano()%1e9), Ghz: *ghz})
+				if err != nil {
+					return fmt.Errorf("api with ghz: %w", err)
+				}
+				bench.Print(out, "the service at "+c.base+", through its API, driven by ghz", rows)
+			}
 			if !flagSet(fs, "only") {
 				*only = "throughput,hot"
 			}
