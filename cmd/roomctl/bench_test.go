@@ -1,0 +1,87 @@
+package main
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"hyapp/room-service/internal/daemon"
+)
+
+// TestBenchAPI runs the API scenarios, small, against a development server
+// (zero configuration on a loopback port, as the README runs it): every call
+// of every scenario must succeed, or the command fails. With ghz on the
+// PATH or in $GOPATH/bin the same scenarios run driven by ghz too.
+func TestBenchAPI(t *testing.T) {
+	m := daemon.NewMain()
+	if err := m.ParseFlags([]string{"-data-dir", t.TempDir(), "-listen", "127.0.0.1:0", "-log-level", "error", "-sqlite-synchronous", "NORMAL"},
+		func(string) string { return "" }); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Run(context.Background()); err != nil {
+		_ = m.Close(context.Background())
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := m.Close(ctx); err != nil {
+			t.Error(err)
+		}
+	})
+	args := []string{"-addr", "http://" + m.Addr, "bench", "-api", "-only", "", "-rooms", "4", "-api-commands", "40"}
+	ghz := findGhz()
+	if ghz != "" {
+		args = append(args, "-ghz", ghz)
+	} else {
+		t.Log("ghz not found: the scenarios run with this command's own client only")
+	}
+	out := mustRun(t, args...)
+
+	tables := strings.Split(out, "\nthe service at ")
+	if want := map[bool]int{false: 2, true: 3}[ghz != ""]; len(tables) != want {
+		t.Fatalf("%d tables, want %d:\n%s", len(tables)-1, want-1, out)
+	}
+	// Each scenario's row: its name, then the calls it made.
+	rows := map[string]string{
+		"Health/Check, 256 in flight":      "40",
+		"CreateRoom, 16 in flight":         "5", // 4 rooms and the hot room
+		"JoinRoom, 4 rooms, 256 in flight": "40",
+		"JoinRoom, 4 rooms, 8 in flight":   "40",
+		"JoinRoom, one hot room, 256":      "40",
+		"JoinRoom, one hot room, 64":       "40",
+		"GetRoomSnapshot, 4 rooms":         "40",
+	}
+	for _, table := range tables[1:] {
+		for name, ops := range rows {
+			re := regexp.MustCompile(regexp.QuoteMeta(name) + `[^\n]*?\s` + ops + `\s+[0-9.]+\s+[0-9]+\s+[0-9.]+\s+[0-9.]+`)
+			if !re.MatchString(table) {
+				t.Errorf("no row %q with %s calls in:\n%s", name, ops, table)
+			}
+		}
+		// The service's cost per call, read from its /metrics, and the
+		// share of the transport's ceiling.
+		if !strings.Contains(table, "µs CPU") || !strings.Contains(table, "of the transport's ceiling") {
+			t.Errorf("no cost per call or share of the ceiling in:\n%s", table)
+		}
+	}
+}
+
+// findGhz returns the path of a ghz binary, or "".
+func findGhz() string {
+	if p, err := exec.LookPath("ghz"); err == nil {
+		return p
+	}
+	if gopath, err := exec.Command("go", "env", "GOPATH").Output(); err == nil {
+		p := filepath.Join(strings.TrimSpace(string(gopath)), "bin", "ghz")
+		if _, err := os.Stat(p); err == nil {
+			return p
+		}
+	}
+	return ""
+}
