@@ -54,6 +54,7 @@ type RoomHandler struct {
 	// lists answer list_not_served).
 	directory   DirectoryReader
 	giftRecords GiftRecordReader
+	wire        *snapshotWire // GetRoomSnapshot's encodings
 }
 
 // RobotDisplay shows robot display events (the IM lane).
@@ -123,6 +124,7 @@ func NewRoomHandler(engine Engine, rooms RoomStore, catalogue *gift.Catalogue, r
 	}
 	h := &RoomHandler{
 		engine: engine, rooms: rooms, gifts: app.NewGifts(catalogue, engine), robots: robots, platform: platform, log: log,
+		wire: newSnapshotWire(),
 	}
 	h.directory, _ = rooms.(DirectoryReader)
 	h.giftRecords, _ = rooms.(GiftRecordReader)
@@ -326,7 +328,7 @@ func (h *RoomHandler) GetRoomSnapshot(ctx context.Context, r *connect.Request[ro
 	if m.GetKnownVersion() != 0 && m.GetKnownVersion() == snap.GetRoomVersion() {
 		out.NotModified = true
 	} else {
-		out.Snapshot = snapshot.WithMemberLimit(snap, limit)
+		h.wire.answer(out, r.Header().Get("Content-Type"), snap, limit, func() *roomv1.RoomSnapshot { return snapshot.WithMemberLimit(snap, limit) })
 	}
 	return connect.NewResponse(out), nil
 }

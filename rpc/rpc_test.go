@@ -685,3 +685,53 @@ func TestSmallAnswersAreNotCompressed(t *testing.T) {
 		t.Fatalf("a %d-byte snapshot was sent with Content-Encoding %q, want gzip", n, enc)
 	}
 }
+
+// TestSnapshotReadsAgreeAcrossEncodings: a room read in binary protobuf
+// (gRPC, Connect) and in JSON is the same room, read after read, after a
+// change and with another member limit; the binary answers of one version
+// share one encoding.
+func TestSnapshotReadsAgreeAcrossEncodings(t *testing.T) {
+	s := start(t)
+	seed(t, s)
+	clients := map[string]roomv1connect.RoomServiceClient{
+		"grpc":          roomv1connect.NewRoomServiceClient(s.h2c, s.base, connect.WithGRPC(), withToken(token)),
+		"connect-proto": roomv1connect.NewRoomServiceClient(s.h1, s.base, withToken(token)),
+		"connect-json":  roomv1connect.NewRoomServiceClient(s.h1, s.base, connect.WithProtoJSON(), withToken(token)),
+	}
+	read := func(name string, limit int32) *roomv1.RoomSnapshot {
+		t.Helper()
+		res, err := clients[name].GetRoomSnapshot(context.Background(), connect.NewRequest(&roomv1.GetRoomSnapshotRequest{RoomId: "r1", MemberLimit: limit}))
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if len(res.Msg.ProtoReflect().GetUnknown()) != 0 {
+			t.Fatalf("%s: the answer has unknown fields", name)
+		}
+		return res.Msg.GetSnapshot()
+	}
+	agree := func(limit int32, members int) {
+		t.Helper()
+		want := read("connect-json", limit)
+		if len(want.GetMembers()) != members {
+			t.Fatalf("member_limit %d: %d members, want %d", limit, len(want.GetMembers()), members)
+		}
+		for _, name := range []string{"grpc", "connect-proto", "grpc", "connect-proto"} {
+			if got := read(name, limit); !proto.Equal(got, want) {
+				t.Fatalf("member_limit %d: %s read\n%v\nJSON read\n%v", limit, name, got, want)
+			}
+		}
+	}
+	agree(0, 2) // users 2 and 3
+	agree(1, 1)
+	agree(0, 2)
+	// A change, read at the limit of the last read before it.
+	must(t, s.rooms.JoinRoom, &roomv1.JoinRoomRequest{RoomId: "r1", CommandId: "join-4", OperatorUserId: 4, Nickname: "four"})
+	agree(0, 3)
+	agree(2, 2)
+	title := "Saturday"
+	must(t, s.rooms.UpdateProfile, &roomv1.UpdateProfileRequest{RoomId: "r1", CommandId: "title", OperatorUserId: 1, Title: &title})
+	agree(2, 2)
+	if got := read("grpc", 2); got.GetProfile().GetTitle() != "Saturday" {
+		t.Fatalf("after the title change: %v", got)
+	}
+}
