@@ -1,6 +1,7 @@
 package rpc
 
 import (
+	"slices"
 	"strings"
 	"sync"
 
@@ -59,7 +60,9 @@ func (w *snapshotWire) answer(out *roomv1.GetRoomSnapshotResponse, contentType s
 			out.Snapshot = cut()
 			return
 		}
-		e = wireEntry{snap: snap, limit: limit, field: protowire.AppendBytes(protowire.AppendTag(nil, snapshotField, protowire.BytesType), b)}
+		// Clipped: the answers share it, so an append must copy.
+		field := slices.Clip(protowire.AppendBytes(protowire.AppendTag(nil, snapshotField, protowire.BytesType), b))
+		e = wireEntry{snap: snap, limit: limit, field: field}
 		w.keep(roomID, e)
 	}
 	out.ProtoReflect().SetUnknown(e.field)
