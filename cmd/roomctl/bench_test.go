@@ -1,16 +1,12 @@
 package main
 
 import (
-	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
-	"time"
-
-	"hyapp/room-service/internal/daemon"
 )
 
 // TestBenchAPI runs the API scenarios, small, against a development server
@@ -18,22 +14,7 @@ import (
 // of every scenario must succeed, or the command fails. With ghz on the
 // PATH or in $GOPATH/bin the same scenarios run driven by ghz too.
 func TestBenchAPI(t *testing.T) {
-	m := daemon.NewMain()
-	if err := m.ParseFlags([]string{"-data-dir", t.TempDir(), "-listen", "127.0.0.1:0", "-log-level", "error", "-sqlite-synchronous", "NORMAL"},
-		func(string) string { return "" }); err != nil {
-		t.Fatal(err)
-	}
-	if err := m.Run(context.Background()); err != nil {
-		_ = m.Close(context.Background())
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := m.Close(ctx); err != nil {
-			t.Error(err)
-		}
-	})
+	m := startMain(t, "-listen", "127.0.0.1:0", "-sqlite-synchronous", "NORMAL") // no credentials: a development server
 	args := []string{"-addr", "http://" + m.Addr, "bench", "-api", "-only", "", "-rooms", "4", "-api-commands", "40"}
 	ghz := findGhz()
 	if ghz != "" {

@@ -33,9 +33,15 @@ func startServer(t *testing.T) string {
 // closes it when the test ends.
 func runDaemon(t *testing.T, args ...string) *daemon.Main {
 	t.Helper()
+	return startMain(t, append([]string{"-tokens", "roomctl=" + testToken + ":room+act-as-any+operator+wallet.credit"}, args...)...)
+}
+
+// startMain runs room-service in-process with args, its own data
+// directory and only errors logged, and closes it when the test ends.
+func startMain(t *testing.T, args ...string) *daemon.Main {
+	t.Helper()
 	m := daemon.NewMain()
-	args = append([]string{"-data-dir", t.TempDir(), "-tokens", "roomctl=" + testToken + ":room+act-as-any+operator+wallet.credit",
-		"-log-level", "error"}, args...)
+	args = append([]string{"-data-dir", t.TempDir(), "-log-level", "error"}, args...)
 	if err := m.ParseFlags(args, func(string) string { return "" }); err != nil {
 		t.Fatal(err)
 	}
