@@ -82,8 +82,8 @@ func tooLarge(max int64) error {
 // message at max bytes (request_too_large), so a small compressed body
 // cannot grow into a large one in memory or in CPU time. Both directions
 // use klauspost/compress: the same format as the standard library's, at
-// half its CPU per answer (a pooled writer's Reset alone clears 64 KiB of
-// tables in the standard library).
+// half its CPU for a small answer (11 µs against 23 µs for 425 bytes, most
+// of the standard library's in resetting the pooled writer).
 func cappedGzip(max int64) connect.HandlerOption {
 	return connect.WithCompression("gzip",
 		func() connect.Decompressor { return &gzipCapped{max: max} },
