@@ -59,14 +59,15 @@ func (noRobots) PublishRobot(string, string, json.RawMessage) {}
 // stack is the real service in-process: SQLite, the cell registry and the
 // HTTP server on a random loopback port.
 type stack struct {
-	base    string
-	reg     *cell.Registry
-	h1      *http.Client // HTTP/1.1
-	h2c     *http.Client // HTTP/2 without TLS, for gRPC
-	rooms   roomv1connect.RoomServiceClient
-	ops     roomv1connect.OperatorServiceClient
-	wallets roomv1connect.WalletServiceClient
-	ledger  *walletledger.Ledger
+	base     string
+	grpcAddr string // the API on grpc-go's transport (NewGRPCServer)
+	reg      *cell.Registry
+	h1       *http.Client // HTTP/1.1
+	h2c      *http.Client // HTTP/2 without TLS, for gRPC
+	rooms    roomv1connect.RoomServiceClient
+	ops      roomv1connect.OperatorServiceClient
+	wallets  roomv1connect.WalletServiceClient
+	ledger   *walletledger.Ledger
 }
 
 func start(t *testing.T) *stack {
@@ -108,6 +109,14 @@ func startWith(t *testing.T, opts rpc.Options, log *slog.Logger) *stack {
 	srv := rpc.NewServer(mux)
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
+	// The same API on grpc-go's transport.
+	gln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gsrv := rpc.ServerLimits{}.NewGRPCServer(mux, opts.MaxRequestBytes, log)
+	gserved := make(chan error, 1)
+	go func() { gserved <- gsrv.Serve(gln) }()
 
 	h1 := &http.Transport{}
 	p := new(http.Protocols)
@@ -124,6 +133,10 @@ func startWith(t *testing.T, opts rpc.Options, log *slog.Logger) *stack {
 		if err := <-served; !errors.Is(err, http.ErrServerClosed) {
 			t.Errorf("serve: %v", err)
 		}
+		gsrv.GracefulStop()
+		if err := <-gserved; err != nil {
+			t.Errorf("serve gRPC: %v", err)
+		}
 		if err := reg.Close(ctx); err != nil {
 			t.Errorf("registry close: %v", err)
 		}
@@ -136,7 +149,7 @@ func startWith(t *testing.T, opts rpc.Options, log *slog.Logger) *stack {
 			t.Errorf("db close: %v", err)
 		}
 	})
-	s := &stack{base: "http://" + ln.Addr().String(), reg: reg, h1: &http.Client{Transport: h1}, h2c: &http.Client{Transport: h2}, ledger: ledger}
+	s := &stack{base: "http://" + ln.Addr().String(), grpcAddr: gln.Addr().String(), reg: reg, h1: &http.Client{Transport: h1}, h2c: &http.Client{Transport: h2}, ledger: ledger}
 	s.rooms = roomv1connect.NewRoomServiceClient(s.h1, s.base, withToken(token))
 	s.ops = roomv1connect.NewOperatorServiceClient(s.h1, s.base, withToken(token))
 	s.wallets = roomv1connect.NewWalletServiceClient(s.h1, s.base, withToken(token))

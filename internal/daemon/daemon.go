@@ -30,6 +30,7 @@ import (
 	"connectrpc.com/grpchealth"
 	"github.com/redis/go-redis/v9"
 
+	"google.golang.org/grpc"
 	"hyapp/room-service/cell"
 	"hyapp/room-service/config"
 	"hyapp/room-service/im"
@@ -37,6 +38,7 @@ import (
 	"hyapp/room-service/im/tencent"
 	"hyapp/room-service/im/timlocal"
 	"hyapp/room-service/internal/obs"
+
 	"hyapp/room-service/lease"
 	"hyapp/room-service/lease/redislease"
 	"hyapp/room-service/outbox/natsbus"
@@ -96,6 +98,9 @@ type Main struct {
 	Addr string
 	// AdminAddr is the admin surface's address, set by Run ("" when off).
 	AdminAddr string
+	// GRPCAddr is the address of the gRPC transport (grpc_listen), set by
+	// Run ("" when off).
+	GRPCAddr string
 
 	// workers owns every goroutine Main starts: retention, reconciler,
 	// relay, im-control, http and in fleet mode lease-renew and membership.
@@ -123,6 +128,8 @@ type Main struct {
 	registry      *cell.Registry
 	server        *http.Server
 	side          []*http.Server // the admin surface, the local IM endpoint off the API port
+	grpc          *grpc.Server   // the API's gRPC protocol on grpc_listen; nil when off
+	grpcLn        net.Listener   // grpc_listen until it is served
 
 	closeOnce sync.Once
 	closeErr  error
@@ -493,6 +500,10 @@ func (m *Main) Run(ctx context.Context) error {
 		return err
 	}
 	server := m.serverLimits().NewServer(mux)
+	if err := m.listenGRPC(mux, opts); err != nil {
+		_ = ln.Close()
+		return err
+	}
 	if err := m.workers.Go("http", func(context.Context) error {
 		if err := server.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
 			return err
@@ -504,7 +515,7 @@ func (m *Main) Run(ctx context.Context) error {
 	}
 	m.server = server
 	m.Log.Info("serving", "addr", m.Addr)
-	return nil
+	return m.serveGRPC()
 }
 
 // directoryEvery is how often the room directory's projector writes.
@@ -591,6 +602,7 @@ func (m *Main) close(ctx context.Context) error {
 		if deadline, ok := ctx.Deadline(); ok {
 			httpCtx, cancel = context.WithDeadline(ctx, time.Now().Add(time.Until(deadline)/3))
 		}
+		m.stopGRPC(httpCtx)
 		err := m.server.Shutdown(httpCtx)
 		errs = append(errs, m.shutdownSide(httpCtx)...)
 		cancel()
@@ -602,6 +614,9 @@ func (m *Main) close(ctx context.Context) error {
 	}
 	if err := m.workers.Stop(ctx, "http"); err != nil {
 		errs = append(errs, fmt.Errorf("serve: %w", err))
+	}
+	if err := m.workers.Stop(ctx, "grpc"); err != nil {
+		errs = append(errs, fmt.Errorf("serve gRPC: %w", err))
 	}
 	if m.registry != nil {
 		if err := m.registry.Close(ctx); err != nil {

@@ -89,7 +89,8 @@ func spawn(t *testing.T, args, env []string) (*exec.Cmd, string) {
 // (nil: discarded).
 func spawnTo(t *testing.T, stdout io.Writer, args, env []string) (*exec.Cmd, string) {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], args...)
+	// A gRPC port of its own: several children run at once.
+	cmd := exec.Command(os.Args[0], append([]string{"-grpc-listen", "127.0.0.1:0"}, args...)...)
 	cmd.Stdout = stdout
 	cmd.Env = append(append(os.Environ(), childEnv+"=1"), env...)
 	stderr, err := cmd.StderrPipe()

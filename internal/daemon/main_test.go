@@ -40,7 +40,7 @@ func TestMain(m *testing.M) {
 func runMain(t *testing.T, dir string, args ...string) (*Main, roomv1connect.RoomServiceClient) {
 	t.Helper()
 	m := NewMain()
-	if err := m.ParseFlags(append([]string{"-listen", "127.0.0.1:0", "-data-dir", dir, "-log-level", "error"}, args...), func(string) string { return "" }); err != nil {
+	if err := m.ParseFlags(append([]string{"-listen", "127.0.0.1:0", "-grpc-listen", "127.0.0.1:0", "-data-dir", dir, "-log-level", "error"}, args...), func(string) string { return "" }); err != nil {
 		t.Fatal(err)
 	}
 	if err := m.Run(context.Background()); err != nil {
@@ -335,7 +335,7 @@ func TestStartsWhenMySQLComesUpLate(t *testing.T) {
 	cfg.Addr = proxy.Addr()
 	proxy.Cut()
 	m := NewMain()
-	if err := m.ParseFlags([]string{"-listen", "127.0.0.1:0", "-mysql-dsn", cfg.FormatDSN(), "-data-dir", t.TempDir(), "-log-level", "error"}, func(string) string { return "" }); err != nil {
+	if err := m.ParseFlags([]string{"-listen", "127.0.0.1:0", "-grpc-listen", "127.0.0.1:0", "-mysql-dsn", cfg.FormatDSN(), "-data-dir", t.TempDir(), "-log-level", "error"}, func(string) string { return "" }); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = m.Close(context.Background()) })

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"golang.org/x/net/netutil"
+	"google.golang.org/grpc"
 
 	"hyapp/room-service/rpc"
 )
@@ -66,6 +67,61 @@ func (m *Main) serveSide(name string, ln net.Listener, h http.Handler, limits rp
 	}
 	m.side = append(m.side, srv)
 	return nil
+}
+
+// listenGRPC listens on grpc_listen, unless it is off, for the API's gRPC
+// protocol on grpc-go's transport: the calls of mux, within the API's
+// limits (the connection bound is its own, as large as the API port's).
+func (m *Main) listenGRPC(mux http.Handler, opts rpc.Options) error {
+	if m.Config.GRPCListen == "off" {
+		return nil
+	}
+	ln, err := net.Listen("tcp", m.Config.GRPCListen)
+	if err != nil {
+		return fmt.Errorf("grpc listen: %w", err)
+	}
+	m.GRPCAddr = ln.Addr().String()
+	m.grpcLn = m.limitConns(ln)
+	m.grpc = m.serverLimits().NewGRPCServer(mux, opts.MaxRequestBytes, m.Log)
+	return nil
+}
+
+// serveGRPC serves the listener of listenGRPC.
+func (m *Main) serveGRPC() error {
+	if m.grpc == nil {
+		return nil
+	}
+	srv, ln := m.grpc, m.grpcLn
+	if err := m.workers.Go("grpc", func(context.Context) error {
+		if err := srv.Serve(ln); !errors.Is(err, grpc.ErrServerStopped) {
+			return err
+		}
+		return nil
+	}); err != nil {
+		_ = ln.Close()
+		return err
+	}
+	m.Log.Info("serving gRPC", "addr", m.GRPCAddr)
+	return nil
+}
+
+// stopGRPC stops the gRPC transport: its calls in flight may finish
+// until ctx ends, then they are cancelled.
+func (m *Main) stopGRPC(ctx context.Context) {
+	if m.grpc == nil {
+		return
+	}
+	done := make(chan struct{})
+	go func() {
+		m.grpc.GracefulStop()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		m.grpc.Stop()
+		<-done
+	}
 }
 
 // serveAdmin serves the admin surface (metrics, reflection, pprof) on
