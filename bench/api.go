@@ -13,11 +13,13 @@ import (
 	"syscall"
 	"time"
 
-	"connectrpc.com/connect"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 	healthv1 "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/protobuf/proto"
 
 	roomv1 "hyapp/room-service/gen/room/v1"
-	"hyapp/room-service/gen/room/v1/roomv1connect"
 )
 
 // APIOptions shape the API scenarios.
@@ -39,6 +41,13 @@ type APIOptions struct {
 	// when it answers, each row says the service's CPU time and allocations
 	// per call.
 	Metrics string
+	// GRPC is the address (host:port) of the service's gRPC transport
+	// (grpc_listen): when set, the calls go there instead of base.
+	GRPC string
+	// Engine is the in-process engine's rate over as many rooms, measured
+	// in the same run (0: not measured); the many-room joins are read
+	// against it.
+	Engine float64
 }
 
 // processCost reads the service's CPU seconds and heap allocations so far
@@ -112,7 +121,7 @@ type apiDriver interface {
 
 // APIScenarios measures a running service at base (http://host:port) through its API, the way
 // clients reach it: gRPC over HTTP/2 on opts.Conns connections, every call
-// with a deadline, driven by this process's connect-go client or, with
+// with a deadline, driven by this process's grpc-go client or, with
 // opts.Ghz, by ghz. First the health check with 256
 // in flight, a call that does no work: the transport's ceiling, which
 // every other row is read against. Then CreateRoom with 16 in flight;
@@ -127,23 +136,28 @@ func APIScenarios(ctx context.Context, base string, opts APIOptions) ([]Row, err
 	if opts.Metrics == "" {
 		opts.Metrics = strings.TrimSuffix(base, "/") + "/metrics"
 	}
-	clients := make([]roomv1connect.RoomServiceClient, opts.Conns)
-	healths := make([]*connect.Client[healthv1.HealthCheckRequest, healthv1.HealthCheckResponse], opts.Conns)
-	for i := range clients {
-		p := new(http.Protocols)
-		p.SetUnencryptedHTTP2(true)
-		tr := &http.Transport{Protocols: p}
-		defer tr.CloseIdleConnections()
-		var copts []connect.ClientOption
-		copts = append(copts, connect.WithGRPC())
-		if opts.Token != "" {
-			copts = append(copts, connect.WithInterceptors(bearer(opts.Token)))
-		}
-		clients[i] = roomv1connect.NewRoomServiceClient(&http.Client{Transport: tr}, base, copts...)
-		healths[i] = connect.NewClient[healthv1.HealthCheckRequest, healthv1.HealthCheckResponse](&http.Client{Transport: tr},
-			strings.TrimSuffix(base, "/")+healthv1.Health_Check_FullMethodName, copts...)
+	if opts.GRPC != "" {
+		base = "http://" + opts.GRPC
 	}
-	client := func(w int) roomv1connect.RoomServiceClient { return clients[w%len(clients)] }
+	// This process's client is grpc-go's: of the Go gRPC clients the one
+	// that leaves the service the most of the machine they share.
+	target := strings.TrimPrefix(strings.TrimPrefix(strings.TrimSuffix(base, "/"), "http://"), "https://")
+	conns := make([]*grpc.ClientConn, opts.Conns)
+	for i := range conns {
+		conn, err := grpc.NewClient(target, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			return nil, err
+		}
+		defer conn.Close()
+		conns[i] = conn
+	}
+	if opts.Token != "" {
+		ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+opts.Token)
+	}
+	// invoke makes caller w's call of method with req, answered in res.
+	invoke := func(ctx context.Context, w int, method string, req, res proto.Message) error {
+		return conns[w%len(conns)].Invoke(ctx, "/"+method, req, res)
+	}
 	var driver apiDriver = newOwnDriver()
 	if opts.Ghz != "" {
 		driver = &ghzDriver{bin: opts.Ghz, base: base, token: opts.Token, conns: opts.Conns}
@@ -174,9 +188,10 @@ func APIScenarios(ctx context.Context, base string, opts APIOptions) ([]Row, err
 	floor, err := measured("Health/Check, 256 in flight (a call that does no work: the transport's ceiling)", 256, opts.Commands, apiCall{
 		method: "grpc.health.v1.Health/Check", template: `{}`,
 		send: func(ctx context.Context, w int, _ int64) error {
-			res, err := healths[w%len(healths)].CallUnary(ctx, connect.NewRequest(&healthv1.HealthCheckRequest{}))
-			if err == nil && res.Msg.GetStatus() != healthv1.HealthCheckResponse_SERVING {
-				err = fmt.Errorf("health: %s", res.Msg.GetStatus())
+			var res healthv1.HealthCheckResponse
+			err := invoke(ctx, w, "grpc.health.v1.Health/Check", &healthv1.HealthCheckRequest{}, &res)
+			if err == nil && res.GetStatus() != healthv1.HealthCheckResponse_SERVING {
+				err = fmt.Errorf("health: %s", res.GetStatus())
 			}
 			return err
 		},
@@ -196,10 +211,9 @@ func APIScenarios(ctx context.Context, base string, opts APIOptions) ([]Row, err
 		method:   "room.v1.RoomService/CreateRoom",
 		template: fmt.Sprintf(`{"room_id":"%s","command_id":"create","operator_user_id":1,"owner_user_id":1,"seat_count":10,"title":"bench"}`, roomsOf("{{.RequestNumber}}")),
 		send: func(ctx context.Context, w int, i int64) error {
-			_, err := client(w).CreateRoom(ctx, connect.NewRequest(&roomv1.CreateRoomRequest{
+			return invoke(ctx, w, "room.v1.RoomService/CreateRoom", &roomv1.CreateRoomRequest{
 				RoomId: roomsOf(strconv.FormatInt(i, 10)), CommandId: "create", OperatorUserId: 1, OwnerUserId: 1, SeatCount: 10, Title: "bench",
-			}))
-			return err
+			}, &roomv1.CreateRoomResponse{})
 		},
 	})
 	if err != nil {
@@ -226,17 +240,22 @@ func APIScenarios(ctx context.Context, base string, opts APIOptions) ([]Row, err
 			template: fmt.Sprintf(`{"room_id":"%s","command_id":"%s{{.RequestNumber}}","operator_user_id":"{{add 1000 (mod .RequestNumber %d)}}"}`,
 				roomTemplate, prefix, users),
 			send: func(ctx context.Context, w int, i int64) error {
-				_, err := client(w).JoinRoom(ctx, connect.NewRequest(&roomv1.JoinRoomRequest{
+				return invoke(ctx, w, "room.v1.RoomService/JoinRoom", &roomv1.JoinRoomRequest{
 					RoomId: roomOf(i), CommandId: prefix + strconv.FormatInt(i, 10), OperatorUserId: 1000 + i%int64(users),
-				}))
-				return err
+				}, &roomv1.JoinRoomResponse{})
 			},
 		})
+	}
+	ofEngine := func(r *Row) {
+		if opts.Engine > 0 {
+			r.Extra = strings.TrimSuffix(fmt.Sprintf("%.0f%% of the engine in-process (target >= 50%%); %s", 100*r.Rate()/opts.Engine, r.Extra), "; ")
+		}
 	}
 	many, err := join(fmt.Sprintf("JoinRoom, %d rooms, 256 in flight", opts.Rooms), opts.Rooms, 256, 100_000)
 	if err != nil {
 		return nil, err
 	}
+	ofEngine(&many)
 	ofFloor(&many)
 	// The engine scenario drives its rooms with two callers each in
 	// flight; through the API at that load the two compare like for like
@@ -246,6 +265,7 @@ func APIScenarios(ctx context.Context, base string, opts APIOptions) ([]Row, err
 	if err != nil {
 		return nil, err
 	}
+	ofEngine(&manyAtEngineLoad)
 	ofFloor(&manyAtEngineLoad)
 	// The hot room at two loads: 256 callers in flight (the engine scenario's),
 	// where a p99 of 50 ms would take about 10,000/s (Little's law: the mean
@@ -265,8 +285,8 @@ func APIScenarios(ctx context.Context, base string, opts APIOptions) ([]Row, err
 		method:   "room.v1.RoomService/GetRoomSnapshot",
 		template: fmt.Sprintf(`{"room_id":"%s"}`, roomsOf(fmt.Sprintf("{{mod .RequestNumber %d}}", opts.Rooms))),
 		send: func(ctx context.Context, w int, i int64) error {
-			_, err := client(w).GetRoomSnapshot(ctx, connect.NewRequest(&roomv1.GetRoomSnapshotRequest{RoomId: roomsOf(strconv.FormatInt(i%int64(opts.Rooms), 10))}))
-			return err
+			return invoke(ctx, w, "room.v1.RoomService/GetRoomSnapshot",
+				&roomv1.GetRoomSnapshotRequest{RoomId: roomsOf(strconv.FormatInt(i%int64(opts.Rooms), 10))}, &roomv1.GetRoomSnapshotResponse{})
 		},
 	})
 	if err != nil {
@@ -364,14 +384,4 @@ func (d *ghzDriver) drive(ctx context.Context, name string, callers, total int, 
 func (d *ghzDriver) extra(wall time.Duration) Row {
 	return Row{Name: "load generator CPU (ghz)", Elapsed: wall,
 		Extra: fmt.Sprintf("%.0f%% of %d cores over the run", 100*d.used.Seconds()/(wall.Seconds()*float64(runtime.NumCPU())), runtime.NumCPU())}
-}
-
-// bearer sends the service token with every call.
-func bearer(token string) connect.UnaryInterceptorFunc {
-	return func(next connect.UnaryFunc) connect.UnaryFunc {
-		return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
-			req.Header().Set("Authorization", "Bearer "+token)
-			return next(ctx, req)
-		}
-	}
 }

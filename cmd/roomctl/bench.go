@@ -40,29 +40,14 @@ func setupBench(fs *flag.FlagSet) func(ctx context.Context, _ *client, _ []strin
 	giftRoomsFor := fs.Duration("gift-rooms-duration", 20*time.Second, "how long the paced gift scenario drives load")
 	maxRooms := fs.Int("commit-max-rooms", 0, "room batches per group-commit transaction (0: the engine's default)")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
-	api := fs.Bool("api", false, "first measure the running service at -addr through its API (gRPC over HTTP/2), then the engine scenarios of -only (default then: throughput,hot) in the same run")
+	api := fs.Bool("api", false, "measure the engine scenarios of -only (default then: throughput,hot), then in the same run the running service at -addr through its API (gRPC over HTTP/2), its joins against the engine's rate")
 	apiCommands := fs.Int("api-commands", 50_000, "calls in each API scenario")
 	ghz := fs.String("ghz", "", "with -api, also drive the API scenarios with this ghz binary (go install github.com/bojand/ghz/cmd/ghz@v0.120.0), an independent load generator; needs gRPC reflection on the API port (a development server)")
+	grpcAddr := fs.String("grpc-addr", "", "with -api, also measure the service's gRPC transport at this address (its grpc_listen: 127.0.0.1:9090 with zero configuration)")
 	mysqlDSN := fs.String("mysql-dsn", os.Getenv("ROOM_MYSQL_DSN"), "run on this MySQL/MariaDB server (fresh databases, dropped afterwards) instead of SQLite (env ROOM_MYSQL_DSN)")
 	return func(ctx context.Context, c *client, _ []string, out io.Writer) error {
-		if *api {
-			rows, err := bench.APIScenarios(ctx, c.base, bench.APIOptions{Token: c.token, Rooms: *rooms, Commands: *apiCommands,
-				Run: fmt.Sprintf("b%d", time.Now().UnixNano()%1e9)})
-			if err != nil {
-				return fmt.Errorf("api: %w", err)
-			}
-			bench.Print(out, "the service at "+c.base+", through its API", rows)
-			if *ghz != "" {
-				rows, err := bench.APIScenarios(ctx, c.base, bench.APIOptions{Token: c.token, Rooms: *rooms, Commands: *apiCommands,
-					Run: fmt.Sprintf("g%d", time.Now().UnixNano()%1e9), Ghz: *ghz})
-				if err != nil {
-					return fmt.Errorf("api with ghz: %w", err)
-				}
-				bench.Print(out, "the service at "+c.base+", through its API, driven by ghz", rows)
-			}
-			if !flagSet(fs, "only") {
-				*only = "throughput,hot"
-			}
+		if *api && !flagSet(fs, "only") {
+			*only = "throughput,hot"
 		}
 		if *cpuProfile != "" {
 			f, err := os.Create(*cpuProfile)
@@ -98,6 +83,7 @@ func setupBench(fs *flag.FlagSet) func(ctx context.Context, _ *client, _ []strin
 			fmt.Fprintf(out, "room-service engine on SQLite (synchronous=FULL) in %s\n", d)
 		}
 		var names []string
+		var engine float64 // the in-process 1,000-room rate, when measured
 		for _, name := range strings.Split(*only, ",") {
 			if name = strings.TrimSpace(name); name == "" {
 				continue
@@ -155,6 +141,18 @@ func setupBench(fs *flag.FlagSet) func(ctx context.Context, _ *client, _ []strin
 			if err != nil {
 				return fmt.Errorf("%s: %w", name, err)
 			}
+			if name == "throughput" {
+				for _, r := range rows {
+					if strings.HasSuffix(r.Name, " rooms") {
+						engine = r.Rate()
+					}
+				}
+			}
+		}
+		if *api {
+			// After the engine, while the service is quiet: its rate is
+			// what the API's rows are read against.
+			return benchAPI(ctx, c, out, bench.APIOptions{Token: c.token, Rooms: *rooms, Commands: *apiCommands, GRPC: *grpcAddr, Ghz: *ghz, Engine: engine})
 		}
 		return nil
 	}
@@ -217,4 +215,37 @@ func flagSet(fs *flag.FlagSet, name string) bool {
 	set := false
 	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
 	return set
+}
+
+// benchAPI measures the running service through its API: the calls to
+// -addr, then with opts.GRPC to its gRPC transport, each driven by this
+// command's client and with opts.Ghz by ghz; a table each.
+func benchAPI(ctx context.Context, c *client, out io.Writer, opts bench.APIOptions) error {
+	targets := []string{""}
+	if opts.GRPC != "" {
+		targets = append(targets, opts.GRPC)
+	}
+	drivers := []string{""}
+	if opts.Ghz != "" {
+		drivers = append(drivers, opts.Ghz)
+	}
+	for _, target := range targets {
+		for _, ghz := range drivers {
+			o := opts
+			o.GRPC, o.Ghz, o.Run = target, ghz, fmt.Sprintf("b%d", time.Now().UnixNano()%1e9)
+			title := "the service at " + c.base + ", through its API"
+			if target != "" {
+				title = "the service's gRPC transport at " + target + ", through its API"
+			}
+			if ghz != "" {
+				title += ", driven by ghz"
+			}
+			rows, err := bench.APIScenarios(ctx, c.base, o)
+			if err != nil {
+				return fmt.Errorf("%s: %w", title, err)
+			}
+			bench.Print(out, title, rows)
+		}
+	}
+	return nil
 }

@@ -11,11 +11,12 @@ import (
 
 // TestBenchAPI runs the API scenarios, small, against a development server
 // (zero configuration on a loopback port, as the README runs it): every call
-// of every scenario must succeed, or the command fails. With ghz on the
-// PATH or in $GOPATH/bin the same scenarios run driven by ghz too.
+// of every scenario must succeed, or the command fails; on the API port and
+// on the gRPC transport. With ghz on the PATH or in $GOPATH/bin the same
+// scenarios run driven by ghz too.
 func TestBenchAPI(t *testing.T) {
 	m := startMain(t, "-listen", "127.0.0.1:0", "-sqlite-synchronous", "NORMAL") // no credentials: a development server
-	args := []string{"-addr", "http://" + m.Addr, "bench", "-api", "-only", "", "-rooms", "4", "-api-commands", "40"}
+	args := []string{"-addr", "http://" + m.Addr, "bench", "-api", "-grpc-addr", m.GRPCAddr, "-only", "", "-rooms", "4", "-api-commands", "40"}
 	ghz := findGhz()
 	if ghz != "" {
 		args = append(args, "-ghz", ghz)
@@ -24,9 +25,14 @@ func TestBenchAPI(t *testing.T) {
 	}
 	out := mustRun(t, args...)
 
-	tables := strings.Split(out, "\nthe service at ")
-	if want := map[bool]int{false: 2, true: 3}[ghz != ""]; len(tables) != want {
+	// A table for each port (the API's, the gRPC transport's) and each
+	// load generator.
+	tables := strings.Split(out, "\nthe service")
+	if want := map[bool]int{false: 3, true: 5}[ghz != ""]; len(tables) != want {
 		t.Fatalf("%d tables, want %d:\n%s", len(tables)-1, want-1, out)
+	}
+	if !strings.Contains(out, "gRPC transport at "+m.GRPCAddr) {
+		t.Fatalf("no table of the gRPC transport:\n%s", out)
 	}
 	// Each scenario's row: its name, then the calls it made.
 	rows := map[string]string{

@@ -41,7 +41,7 @@ func runDaemon(t *testing.T, args ...string) *daemon.Main {
 func startMain(t *testing.T, args ...string) *daemon.Main {
 	t.Helper()
 	m := daemon.NewMain()
-	args = append([]string{"-data-dir", t.TempDir(), "-log-level", "error"}, args...)
+	args = append([]string{"-data-dir", t.TempDir(), "-grpc-listen", "127.0.0.1:0", "-log-level", "error"}, args...)
 	if err := m.ParseFlags(args, func(string) string { return "" }); err != nil {
 		t.Fatal(err)
 	}
