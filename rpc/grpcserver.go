@@ -29,8 +29,9 @@ import (
 // most maxBytes (0: DefaultMaxRequestBytes).
 //
 // Why a second transport: on net/http's HTTP/2 server a call that does no
-// work costs about 100 µs of CPU on a small machine, and caps the whole API
-// near 10,000 calls/s; on grpc-go's it costs about a quarter of that.
+// work costs the service about 100 µs of CPU on a 2-core machine and caps
+// the API near 12,000 calls/s; on grpc-go's, with the API's handlers
+// behind it as here, 55 µs and 20,000 calls/s (roomctl bench -api).
 //
 // Every call still goes through h, as the same call would arrive over
 // net/http: the authorisation, the interceptors, the limits, the routing

@@ -29,8 +29,8 @@ import (
 
 	"connectrpc.com/grpchealth"
 	"github.com/redis/go-redis/v9"
-
 	"google.golang.org/grpc"
+
 	"hyapp/room-service/cell"
 	"hyapp/room-service/config"
 	"hyapp/room-service/im"
@@ -38,7 +38,6 @@ import (
 	"hyapp/room-service/im/tencent"
 	"hyapp/room-service/im/timlocal"
 	"hyapp/room-service/internal/obs"
-
 	"hyapp/room-service/lease"
 	"hyapp/room-service/lease/redislease"
 	"hyapp/room-service/outbox/natsbus"
@@ -504,13 +503,7 @@ func (m *Main) Run(ctx context.Context) error {
 		_ = ln.Close()
 		return err
 	}
-	if err := m.workers.Go("http", func(context.Context) error {
-		if err := server.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
-			return err
-		}
-		return nil
-	}); err != nil {
-		_ = ln.Close()
+	if err := m.goServe("http", ln, server.Serve, http.ErrServerClosed); err != nil {
 		return err
 	}
 	m.server = server
@@ -602,9 +595,11 @@ func (m *Main) close(ctx context.Context) error {
 		if deadline, ok := ctx.Deadline(); ok {
 			httpCtx, cancel = context.WithDeadline(ctx, time.Now().Add(time.Until(deadline)/3))
 		}
-		m.stopGRPC(httpCtx)
+		grpcStopped := make(chan struct{})
+		go func() { defer close(grpcStopped); m.stopGRPC(httpCtx) }()
 		err := m.server.Shutdown(httpCtx)
 		errs = append(errs, m.shutdownSide(httpCtx)...)
+		<-grpcStopped
 		cancel()
 		if err != nil {
 			errs = append(errs, fmt.Errorf("http shutdown: %w", err))

@@ -56,8 +56,19 @@ func (m *Main) limitConns(ln net.Listener) net.Listener {
 // shuts it down with the API server.
 func (m *Main) serveSide(name string, ln net.Listener, h http.Handler, limits rpc.ServerLimits) error {
 	srv := limits.NewServer(h)
+	if err := m.goServe(name, ln, srv.Serve, http.ErrServerClosed); err != nil {
+		return err
+	}
+	m.side = append(m.side, srv)
+	return nil
+}
+
+// goServe runs serve(ln) as the worker name until it fails, or returns
+// closed when its server was shut down; ln is closed when the worker
+// cannot start.
+func (m *Main) goServe(name string, ln net.Listener, serve func(net.Listener) error, closed error) error {
 	if err := m.workers.Go(name, func(context.Context) error {
-		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+		if err := serve(ln); !errors.Is(err, closed) {
 			return err
 		}
 		return nil
@@ -65,7 +76,6 @@ func (m *Main) serveSide(name string, ln net.Listener, h http.Handler, limits rp
 		_ = ln.Close()
 		return err
 	}
-	m.side = append(m.side, srv)
 	return nil
 }
 
@@ -91,14 +101,7 @@ func (m *Main) serveGRPC() error {
 	if m.grpc == nil {
 		return nil
 	}
-	srv, ln := m.grpc, m.grpcLn
-	if err := m.workers.Go("grpc", func(context.Context) error {
-		if err := srv.Serve(ln); !errors.Is(err, grpc.ErrServerStopped) {
-			return err
-		}
-		return nil
-	}); err != nil {
-		_ = ln.Close()
+	if err := m.goServe("grpc", m.grpcLn, m.grpc.Serve, grpc.ErrServerStopped); err != nil {
 		return err
 	}
 	m.Log.Info("serving gRPC", "addr", m.GRPCAddr)
