@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -116,7 +117,7 @@ func TestHotList(t *testing.T) {
 				if value(a) != value(b) {
 					return int(value(b) - value(a))
 				}
-				return -1 // ties: room ids descending, checked by uniqueness below
+				return strings.Compare(b.GetRoomId(), a.GetRoomId()) // ties: room ids descending
 			}) {
 				t.Errorf("order %v %+v: not sorted: %v", order, f, ids(got))
 			}
