@@ -15,7 +15,6 @@ import (
 	"google.golang.org/grpc"
 	grpccodes "google.golang.org/grpc/codes"
 	"google.golang.org/grpc/encoding"
-	_ "google.golang.org/grpc/encoding/gzip" // gzip requests, and answers from 1 KiB to callers that take it
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/metadata"
