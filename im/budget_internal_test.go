@@ -37,3 +37,26 @@ func TestPacingBoundsEverySecond(t *testing.T) {
 		}
 	}
 }
+
+// TestTurnOrderKeptLongerWhenLong: a crowded lane's turn order is made
+// again every rosterEvery while short, less often as it grows (so making
+// it costs about the same per second), and never kept past rosterMax.
+func TestTurnOrderKeptLongerWhenLong(t *testing.T) {
+	if got := keepFor(crowdedRooms + 1); got != rosterEvery {
+		t.Fatalf("an order of %d rooms is kept %v, want %v", crowdedRooms+1, got, rosterEvery)
+	}
+	prev := time.Duration(0)
+	for _, n := range []int{rosterRooms, 2 * rosterRooms, 8 * rosterRooms, 1000 * rosterRooms} {
+		got := keepFor(n)
+		if got < prev || got > rosterMax {
+			t.Fatalf("an order of %d rooms is kept %v (the shorter one before it %v, at most %v)", n, got, prev, rosterMax)
+		}
+		if perRoom := got / time.Duration(n); n >= rosterRooms && got < rosterMax && perRoom != rosterEvery/rosterRooms {
+			t.Fatalf("an order of %d rooms is kept %v: not in proportion to its length", n, got)
+		}
+		prev = got
+	}
+	if keepFor(1000*rosterRooms) != rosterMax {
+		t.Fatalf("a very long order is kept %v, want %v", keepFor(1000*rosterRooms), rosterMax)
+	}
+}
