@@ -7,6 +7,8 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	roomv1 "hyapp/room-service/gen/room/v1"
 )
 
 // TestBenchAPI runs the API scenarios, small, against a development server
@@ -56,6 +58,14 @@ func TestBenchAPI(t *testing.T) {
 		if !strings.Contains(table, "µs CPU") || !strings.Contains(table, "of the transport's ceiling") {
 			t.Errorf("no cost per call or share of the ceiling in:\n%s", table)
 		}
+	}
+	// Each table closed the rooms it made (5 per table), so none of their
+	// members is left to expire during a later table.
+	var open, closed roomv1.ListRoomsResponse
+	decode(t, mustRun(t, "-addr", "http://"+m.Addr, "call", "ListRooms", `{"page_size":500,"status":"ROOM_STATUS_OPEN"}`), &open)
+	decode(t, mustRun(t, "-addr", "http://"+m.Addr, "call", "ListRooms", `{"page_size":500,"status":"ROOM_STATUS_CLOSED"}`), &closed)
+	if want := 5 * (len(tables) - 1); len(open.GetRooms()) != 0 || len(closed.GetRooms()) != want || open.GetNextPageToken()+closed.GetNextPageToken() != "" {
+		t.Fatalf("after the run %d rooms are open and %d closed, want 0 and %d", len(open.GetRooms()), len(closed.GetRooms()), want)
 	}
 }
 
