@@ -79,16 +79,26 @@ func (m *Main) goServe(name string, ln net.Listener, serve func(net.Listener) er
 	return nil
 }
 
+// listenUnlessOff listens on addr, a setting that may say "off": then it
+// returns no listener and no error.
+func listenUnlessOff(name, addr string) (net.Listener, error) {
+	if addr == "off" {
+		return nil, nil
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("%s listen: %w", name, err)
+	}
+	return ln, nil
+}
+
 // listenGRPC listens on grpc_listen, unless it is off, for the API's gRPC
 // protocol on grpc-go's transport: the calls of mux, within the API's
 // limits (the connection bound is its own, as large as the API port's).
 func (m *Main) listenGRPC(mux http.Handler, opts rpc.Options) error {
-	if m.Config.GRPCListen == "off" {
-		return nil
-	}
-	ln, err := net.Listen("tcp", m.Config.GRPCListen)
-	if err != nil {
-		return fmt.Errorf("grpc listen: %w", err)
+	ln, err := listenUnlessOff("grpc", m.Config.GRPCListen)
+	if ln == nil {
+		return err
 	}
 	m.GRPCAddr = ln.Addr().String()
 	m.grpcLn = m.limitConns(ln)
@@ -130,12 +140,9 @@ func (m *Main) stopGRPC(ctx context.Context) {
 // serveAdmin serves the admin surface (metrics, reflection, pprof) on
 // admin_listen, unless it is off.
 func (m *Main) serveAdmin(opts rpc.Options) error {
-	if m.Config.AdminListen == "off" {
-		return nil
-	}
-	ln, err := net.Listen("tcp", m.Config.AdminListen)
-	if err != nil {
-		return fmt.Errorf("admin listen: %w", err)
+	ln, err := listenUnlessOff("admin", m.Config.AdminListen)
+	if ln == nil {
+		return err
 	}
 	m.AdminAddr = ln.Addr().String()
 	// A CPU profile or trace takes 30 s by default: the answer may take longer.
