@@ -202,10 +202,15 @@ func (c Control) withDefaults() Control {
 }
 
 // Run consumes until ctx ends, then waits for the calls in flight; events
-// not acknowledged by then are delivered again later.
+// not acknowledged by then are delivered again later. A ctx that ends while
+// the consumer is being set up (a service stopped as it starts) is a
+// clean stop: nothing was consumed.
 func (c *Control) Run(ctx context.Context) error {
 	cfg := c.withDefaults()
 	if err := cfg.Bus.CreateSideStream(ctx, cfg.DeadStream, []string{cfg.DeadSubject + ".>"}, controlDeadMaxAge, controlDeadMaxMsgs); err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
 		return fmt.Errorf("im control dead stream: %w", err)
 	}
 	iter, err := cfg.Bus.Subscribe(ctx, jetstream.ConsumerConfig{
@@ -213,6 +218,9 @@ func (c *Control) Run(ctx context.Context) error {
 		AckWait: controlAckWait, MaxDeliver: -1, MaxAckPending: cfg.MaxAckPending,
 	}, controlFetchBatch)
 	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
 		return fmt.Errorf("im control consumer: %w", err)
 	}
 	stop := context.AfterFunc(ctx, iter.Stop)

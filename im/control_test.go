@@ -269,3 +269,24 @@ func TestFailingRoomHoldsBackOnlyItself(t *testing.T) {
 		t.Fatal("the unmute was applied before the mute")
 	}
 }
+
+// TestControlStoppedAsItStartsStopsCleanly: a service stopped while group
+// control sets up its consumer stops without an error; a broken consumer
+// setup on a live context still is one.
+func TestControlStoppedAsItStartsStopsCleanly(t *testing.T) {
+	bus, err := natsbus.Open(context.Background(), natsbus.Config{StoreDir: t.TempDir()}, quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = bus.Close() })
+	control := &im.Control{Bus: bus, Log: quiet}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := control.Run(ctx); err != nil {
+		t.Fatalf("stopped before it started: %v", err)
+	}
+	bad := &im.Control{Bus: bus, Durable: "no.dots.allowed", Log: quiet}
+	if err := bad.Run(t.Context()); err == nil || !strings.Contains(err.Error(), "im control consumer") {
+		t.Fatalf("a consumer the broker refuses: %v", err)
+	}
+}
