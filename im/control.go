@@ -24,10 +24,12 @@ import (
 // for concurrent use.
 type EventStream interface {
 	// Subscribe creates or updates the durable pull consumer cfg describes
-	// over every room event (the implementation sets the stream and filter)
-	// and starts pulling at most batch messages at a time. The caller stops
-	// the iterator.
-	Subscribe(ctx context.Context, cfg jetstream.ConsumerConfig, batch int) (jetstream.MessagesContext, error)
+	// over the room events of types (the implementation sets the stream and
+	// filters) and starts pulling at most batch messages at a time. It may
+	// deliver events of other types too (a broker that cannot filter by
+	// several types); they are acknowledged unread. The caller stops the
+	// iterator.
+	Subscribe(ctx context.Context, cfg jetstream.ConsumerConfig, types []string, batch int) (jetstream.MessagesContext, error)
 	// RoomEvent decodes a delivered message. The event is never nil: when
 	// the body does not decode, it still carries the room id and event type
 	// (from the message's headers) beside the error.
@@ -216,7 +218,7 @@ func (c *Control) Run(ctx context.Context) error {
 	iter, err := cfg.Bus.Subscribe(ctx, jetstream.ConsumerConfig{
 		Durable: cfg.Durable, AckPolicy: jetstream.AckExplicitPolicy, DeliverPolicy: jetstream.DeliverAllPolicy,
 		AckWait: controlAckWait, MaxDeliver: -1, MaxAckPending: cfg.MaxAckPending,
-	}, controlFetchBatch)
+	}, controlTypes, controlFetchBatch)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil
@@ -466,7 +468,17 @@ func (c *Control) recordDead(ctx context.Context, ev *roomv1.RoomEvent, seq uint
 	return nil
 }
 
-// apply makes the Tencent calls an event needs; events that need none succeed.
+// controlTypes are the room events group control acts on (apply); its
+// consumer takes only these, so the joins, gifts and mic changes that make
+// up most of the stream never reach it.
+var controlTypes = []string{
+	string(room.EventRoomCreated), string(room.EventRoomClosed), string(room.EventRoomProfileUpdated),
+	string(room.EventRoomChatEnabledChanged), string(room.EventRoomUserMuted), string(room.EventRoomUserKicked),
+	string(room.EventRoomUserUnbanned),
+}
+
+// apply makes the Tencent calls an event needs; events that need none
+// succeed. Only the types of controlTypes need calls.
 func (c *Control) apply(ctx context.Context, ev *roomv1.RoomEvent) error {
 	roomID := ev.GetRoomId()
 	group := c.GroupOf(roomID)

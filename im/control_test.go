@@ -10,6 +10,8 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"hyapp/room-service/im"
 	"hyapp/room-service/im/tencent"
 	"hyapp/room-service/internal/poll"
@@ -190,6 +192,42 @@ func TestPermanentFailuresAreTerminated(t *testing.T) {
 	}
 	if n := dead.CachedInfo().State.Msgs; n != 2*bad {
 		t.Fatalf("%d dead records, want %d", n, 2*bad)
+	}
+}
+
+// TestControlIsDeliveredOnlyWhatItActsOn: the joins of a room are
+// published to the stream but never delivered to group control's consumer,
+// which takes the room's creation and the kick (on the embedded server,
+// which filters by several subjects).
+func TestControlIsDeliveredOnlyWhatItActsOn(t *testing.T) {
+	w := newControlWorld(t, nil)
+	const joins = 40
+	w.submit(t, "quiet", "create", 1, &room.CreateRoom{OwnerUserID: 1, SeatCount: 8})
+	for u := range int64(joins) {
+		w.submit(t, "quiet", fmt.Sprint("join-", u), 100+u, &room.JoinRoom{})
+	}
+	w.submit(t, "quiet", "kick", 1, &room.KickUser{TargetUserID: 100})
+	poll.Until(t, 30*time.Second, "the ban", poll.Bool(func() bool { return w.banned(im.GroupID("quiet"), 100) }))
+	ctx := context.Background()
+	cons, err := w.bus.JetStream().Consumer(ctx, w.bus.Stream(), im.DefaultControlDurable)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var info *jetstream.ConsumerInfo
+	poll.Until(t, 30*time.Second, "nothing left in flight", poll.Bool(func() bool {
+		info, err = cons.Info(ctx)
+		return err == nil && info.NumAckPending == 0 && info.NumPending == 0
+	}))
+	if info.Delivered.Consumer != 2 {
+		t.Errorf("control was delivered %d events, want 2 (the creation and the kick), filters %q",
+			info.Delivered.Consumer, info.Config.FilterSubjects)
+	}
+	stream, err := w.bus.JetStream().Stream(ctx, w.bus.Stream())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := stream.CachedInfo().State.Msgs; got < joins+2 {
+		t.Errorf("the stream holds %d events, want at least %d", got, joins+2)
 	}
 }
 

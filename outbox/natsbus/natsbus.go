@@ -375,11 +375,21 @@ func (b *Bus) CreateSideStream(ctx context.Context, name string, subjects []stri
 }
 
 // Subscribe creates or updates the durable pull consumer cfg describes on
-// the room event stream, filtered to every room event (cfg's FilterSubject
-// is replaced), and starts pulling at most batch messages at a time. The
-// caller stops the iterator; closing the Bus stops it too.
-func (b *Bus) Subscribe(ctx context.Context, cfg jetstream.ConsumerConfig, batch int) (jetstream.MessagesContext, error) {
-	cfg.FilterSubject = b.AllFilter()
+// the room event stream and starts pulling at most batch messages at a
+// time. The consumer takes the events of types only (cfg's filters are
+// replaced), so the broker neither delivers nor tracks the others. It takes
+// every room event when types is empty, and on a server that predates
+// consumers with several filters (NATS 2.10), where the caller skips what it
+// did not ask for. The caller stops the iterator; closing the Bus stops it
+// too.
+func (b *Bus) Subscribe(ctx context.Context, cfg jetstream.ConsumerConfig, types []string, batch int) (jetstream.MessagesContext, error) {
+	cfg.FilterSubject, cfg.FilterSubjects = b.AllFilter(), nil
+	if len(types) > 0 && b.manyFilters() {
+		cfg.FilterSubject = ""
+		for _, t := range types {
+			cfg.FilterSubjects = append(cfg.FilterSubjects, b.TypeFilter(t))
+		}
+	}
 	cons, err := b.js.CreateOrUpdateConsumer(ctx, b.cfg.Stream, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("consumer %s on %s: %w", cfg.Durable, b.cfg.Stream, err)
@@ -389,6 +399,16 @@ func (b *Bus) Subscribe(ctx context.Context, cfg jetstream.ConsumerConfig, batch
 		return nil, fmt.Errorf("consume %s on %s: %w", cfg.Durable, b.cfg.Stream, err)
 	}
 	return iter, nil
+}
+
+// manyFilters reports whether the server the Bus is connected to takes
+// consumers with several filter subjects (NATS 2.10 and later).
+func (b *Bus) manyFilters() bool {
+	var major, minor int
+	if _, err := fmt.Sscanf(b.nc.ConnectedServerVersion(), "%d.%d", &major, &minor); err != nil {
+		return false
+	}
+	return major > 2 || major == 2 && minor >= 10
 }
 
 // RoomEvent decodes a delivered room event. The room id and event type are
