@@ -43,6 +43,7 @@ func setupBench(fs *flag.FlagSet) func(ctx context.Context, _ *client, _ []strin
 	api := fs.Bool("api", false, "measure the engine scenarios of -only (default then: throughput,hot), then in the same run the running service at -addr through its API (gRPC over HTTP/2), its joins against the engine's rate")
 	apiCommands := fs.Int("api-commands", 50_000, "calls in each API scenario")
 	ghz := fs.String("ghz", "", "with -api, also drive the API scenarios with this ghz binary (go install github.com/bojand/ghz/cmd/ghz@v0.120.0), an independent load generator; needs gRPC reflection on the API port (a development server)")
+	apiListen := fs.Bool("api-listen", true, "with -api, measure the service at -addr (its listen port); false with -grpc-addr measures the gRPC transport only")
 	grpcAddr := fs.String("grpc-addr", "", "with -api, also measure the service's gRPC transport at this address (its grpc_listen: 127.0.0.1:9090 with zero configuration)")
 	mysqlDSN := fs.String("mysql-dsn", os.Getenv("ROOM_MYSQL_DSN"), "run on this MySQL/MariaDB server (fresh databases, dropped afterwards) instead of SQLite (env ROOM_MYSQL_DSN)")
 	return func(ctx context.Context, c *client, _ []string, out io.Writer) error {
@@ -152,7 +153,7 @@ func setupBench(fs *flag.FlagSet) func(ctx context.Context, _ *client, _ []strin
 		if *api {
 			// After the engine, while the service is quiet: its rate is
 			// what the API's rows are read against.
-			return benchAPI(ctx, c, out, bench.APIOptions{Token: c.token, Rooms: *rooms, Commands: *apiCommands, GRPC: *grpcAddr, Ghz: *ghz, Engine: engine})
+			return benchAPI(ctx, c, out, *apiListen, bench.APIOptions{Token: c.token, Rooms: *rooms, Commands: *apiCommands, GRPC: *grpcAddr, Ghz: *ghz, Engine: engine})
 		}
 		return nil
 	}
@@ -220,8 +221,11 @@ func flagSet(fs *flag.FlagSet, name string) bool {
 // benchAPI measures the running service through its API: the calls to
 // -addr, then with opts.GRPC to its gRPC transport, each driven by this
 // command's client and with opts.Ghz by ghz; a table each.
-func benchAPI(ctx context.Context, c *client, out io.Writer, opts bench.APIOptions) error {
-	targets := []string{""}
+func benchAPI(ctx context.Context, c *client, out io.Writer, listen bool, opts bench.APIOptions) error {
+	var targets []string
+	if listen || opts.GRPC == "" {
+		targets = append(targets, "")
+	}
 	if opts.GRPC != "" {
 		targets = append(targets, opts.GRPC)
 	}

@@ -67,6 +67,12 @@ func TestBenchAPI(t *testing.T) {
 	if want := 5 * (len(tables) - 1); len(open.GetRooms()) != 0 || len(closed.GetRooms()) != want || open.GetNextPageToken()+closed.GetNextPageToken() != "" {
 		t.Fatalf("after the run %d rooms are open and %d closed, want 0 and %d", len(open.GetRooms()), len(closed.GetRooms()), want)
 	}
+
+	// -api-listen=false measures the gRPC transport alone.
+	out = mustRun(t, "-addr", "http://"+m.Addr, "bench", "-api", "-api-listen=false", "-grpc-addr", m.GRPCAddr, "-only", "", "-rooms", "4", "-api-commands", "40")
+	if tables := strings.Split(out, "\nthe service"); len(tables) != 2 || !strings.HasPrefix(tables[1], "'s gRPC transport at "+m.GRPCAddr) {
+		t.Fatalf("want only the gRPC transport's table:\n%s", out)
+	}
 }
 
 // findGhz returns the path of a ghz binary, or "".
