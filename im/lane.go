@@ -276,8 +276,8 @@ type combo struct {
 type item struct {
 	typ      string
 	priority room.Priority
-	env      map[string]any // the envelope
-	data     []byte         // env encoded, once the item is taken (see encode)
+	env      any    // the envelope: *envelope, or *robotEnvelope
+	data     []byte // env encoded, once the item is taken (see encode)
 	version  int64
 	seq      int
 	queued   time.Time
@@ -324,9 +324,39 @@ func (l *Lane) Close() {
 	l.wg.Wait()
 }
 
-// envelope is the JSON every event carries: (room_version, seq) names it.
-func envelope(typ room.EventType, roomID string, version int64, seq int, at int64, data any) map[string]any {
-	return map[string]any{"type": string(typ), "room_id": roomID, "room_version": version, "seq": seq, "at": at, "data": data}
+// envelope is the JSON every event carries: (room_version, seq) names it;
+// a seat change also carries the whole mic row. The fields are in the order
+// of their names, the order encoding/json writes a map's keys in, which is
+// how the envelope was once encoded: the bytes on the wire are the same.
+type envelope struct {
+	At          int64  `json:"at"`
+	Data        any    `json:"data"`
+	RoomID      string `json:"room_id"`
+	RoomVersion int64  `json:"room_version"`
+	Seats       []seat `json:"seats,omitzero"`
+	Seq         int    `json:"seq"`
+	Type        string `json:"type"`
+}
+
+// robotEnvelope is the envelope of a robot display event (PublishRobot):
+// no room_version or seq, and robot: true. Its fields are in name order too.
+type robotEnvelope struct {
+	At     int64           `json:"at"`
+	Data   json.RawMessage `json:"data"`
+	Robot  bool            `json:"robot"`
+	RoomID string          `json:"room_id"`
+	Type   string          `json:"type"`
+}
+
+// roomID is the room of the item's event.
+func (it *item) roomID() string {
+	switch e := it.env.(type) {
+	case *envelope:
+		return e.RoomID
+	case *robotEnvelope:
+		return e.RoomID
+	}
+	return ""
 }
 
 // Publish implements cell.EventSink: it queues the IM events of committed
@@ -341,10 +371,10 @@ func (l *Lane) Publish(batch []room.Committed) {
 			if !lanes.IM {
 				continue
 			}
-			env := envelope(ev.Type, c.RoomID, c.RoomVersion, seq, c.At, ev.Data)
+			env := &envelope{Type: string(ev.Type), RoomID: c.RoomID, RoomVersion: c.RoomVersion, Seq: seq, At: c.At, Data: ev.Data}
 			micRow := c.Seats != nil && (ev.Type == room.EventRoomMicChanged || ev.Type == room.EventRoomMicSeatLocked)
 			if micRow {
-				env["seats"] = seatView(c.Seats)
+				env.Seats = seatView(c.Seats)
 			}
 			it := l.newItem(string(ev.Type), lanes, env, c.RoomVersion, now)
 			it.seq, it.kind, it.trace = seq, stateKind(ev.Type, micRow), c.Trace
@@ -415,7 +445,7 @@ func seatView(seats []room.Seat) []seat {
 // like everything else, at Low priority.
 func (l *Lane) PublishRobot(roomID, eventType string, payload json.RawMessage) {
 	now := time.Now()
-	env := map[string]any{"type": eventType, "room_id": roomID, "robot": true, "at": now.UnixMilli(), "data": payload}
+	env := &robotEnvelope{Type: eventType, RoomID: roomID, Robot: true, At: now.UnixMilli(), Data: payload}
 	l.mu.Lock()
 	it := l.newItem(eventType, room.Lanes{IM: true, Priority: room.PriorityLow, Merge: true}, env, 0, now)
 	l.enqueueLocked(roomID, l.queueLocked(roomID, l.cfg.GroupOf(roomID), false), it, false)
@@ -436,7 +466,7 @@ const lostThroughSize = len(`,"lost_through":`) + 20
 // newItem queues an event unencoded: most events of a busy room are
 // superseded, coalesced, folded or shed before any message could carry them,
 // and those are never encoded (see encode).
-func (l *Lane) newItem(typ string, lanes room.Lanes, env map[string]any, version int64, now time.Time) *item {
+func (l *Lane) newItem(typ string, lanes room.Lanes, env any, version int64, now time.Time) *item {
 	return &item{typ: typ, priority: lanes.Priority, env: env, version: version, queued: now, merge: lanes.Merge}
 }
 
@@ -540,7 +570,11 @@ func (l *Lane) overflowLocked(q *roomQueue) {
 		if len(q.folded)+len(q.combos) == 0 {
 			q.foldedAt = it.queued
 		}
-		g, gift := it.env["data"].(*room.RoomGiftSentEvent)
+		var g *room.RoomGiftSentEvent
+		gift := false
+		if e, ok := it.env.(*envelope); ok {
+			g, gift = e.Data.(*room.RoomGiftSentEvent)
+		}
 		k := comboKey{}
 		if gift {
 			k = comboKey{g.SenderUserID, g.GiftID}
@@ -1164,7 +1198,7 @@ func (l *Lane) encodeLocked(q *roomQueue, items []*item, f *foldedEvents) Messag
 // queue, which mixes rooms, the room of the first event.
 func (q *roomQueue) roomID(items []*item) any {
 	if q.regional && len(items) > 0 {
-		return items[0].env["room_id"]
+		return items[0].roomID()
 	}
 	return q.key
 }
