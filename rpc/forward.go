@@ -83,12 +83,17 @@ const (
 
 // NewHopClient returns an HTTP client for hops between nodes: HTTP/2
 // without TLS, so all calls to one node share a connection. Close its idle
-// connections (CloseIdleConnections) at shutdown.
+// connections (CloseIdleConnections) at shutdown. A connection idle for
+// hopIdle is closed, so one to a node that left does not stay open until
+// that node's server gives up on it.
 func NewHopClient() *http.Client {
 	p := new(http.Protocols)
 	p.SetUnencryptedHTTP2(true)
-	return &http.Client{Transport: &http.Transport{Protocols: p}}
+	return &http.Client{Transport: &http.Transport{Protocols: p, IdleConnTimeout: hopIdle}}
 }
+
+// hopIdle is how long a hop connection may stay idle.
+const hopIdle = 90 * time.Second
 
 // router sends each call that names a room to the node that owns it, and
 // each call that names a node (Drain) to that node.

@@ -7,6 +7,8 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"runtime/pprof"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -44,6 +46,26 @@ func (f *fleet) closeIdle() {
 	defer f.mu.Unlock()
 	for _, c := range f.hops {
 		c.CloseIdleConnections()
+	}
+}
+
+// shutdown shuts srv down while the other nodes drop their idle hop
+// connections, again and again: net/http never sends a GOAWAY to an HTTP/2
+// connection that was still reading its preface when Shutdown began, and
+// such a connection lives as long as its client keeps it. Calls still
+// running are waited for, until ctx ends.
+func (f *fleet) shutdown(ctx context.Context, srv *http.Server) error {
+	done := make(chan error, 1)
+	go func() { done <- srv.Shutdown(ctx) }()
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		f.closeIdle()
+		select {
+		case err := <-done:
+			return err
+		case <-tick.C:
+		}
 	}
 }
 
@@ -175,9 +197,10 @@ func (f *fleet) start(t *testing.T, id string, owners rpc.Owners, wrap ...func(*
 		once.Do(func() {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
-			f.closeIdle()
-			if err := srv.Shutdown(ctx); err != nil {
-				t.Errorf("%s: server shutdown: %v", id, err)
+			if err := f.shutdown(ctx, srv); err != nil {
+				var stacks strings.Builder
+				_ = pprof.Lookup("goroutine").WriteTo(&stacks, 1)
+				t.Errorf("%s: server shutdown: %v; goroutines:\n%s", id, err, stacks.String())
 			}
 			if err := <-served; !errors.Is(err, http.ErrServerClosed) {
 				t.Errorf("%s: serve: %v", id, err)

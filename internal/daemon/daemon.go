@@ -597,7 +597,7 @@ func (m *Main) close(ctx context.Context) error {
 		}
 		grpcStopped := make(chan struct{})
 		go func() { defer close(grpcStopped); m.stopGRPC(httpCtx) }()
-		err := m.server.Shutdown(httpCtx)
+		err := shutdownServer(httpCtx, m.server)
 		errs = append(errs, m.shutdownSide(httpCtx)...)
 		<-grpcStopped
 		cancel()

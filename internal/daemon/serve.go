@@ -187,11 +187,23 @@ func (m *Main) mountLocalIM(mux *http.ServeMux, local http.Handler, ln net.Liste
 func (m *Main) shutdownSide(ctx context.Context) []error {
 	var errs []error
 	for _, srv := range m.side {
-		if err := srv.Shutdown(ctx); err != nil {
+		if err := shutdownServer(ctx, srv); err != nil {
 			errs = append(errs, fmt.Errorf("http shutdown: %w", err))
 		}
 	}
 	return errs
+}
+
+// shutdownServer lets srv finish its calls until ctx ends, then cuts what
+// is left: calls that outlived ctx, and HTTP/2 connections that were still
+// reading their preface when Shutdown began, which net/http never sends a
+// GOAWAY, so they would stay open for as long as their client keeps them.
+func shutdownServer(ctx context.Context, srv *http.Server) error {
+	err := srv.Shutdown(ctx)
+	if err != nil {
+		_ = srv.Close()
+	}
+	return err
 }
 
 // mountTIMCallback serves Tencent IM's callbacks at rpc.TIMCallbackPath
