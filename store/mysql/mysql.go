@@ -14,9 +14,10 @@
 //
 // # Transactions
 //
-// Write transactions run at READ COMMITTED, set per transaction (SET
-// TRANSACTION ISOLATION LEVEL before each START TRANSACTION), so the
-// server's default isolation level does not matter and is not changed. A
+// Write transactions run at READ COMMITTED, the isolation level Open sets
+// on each connection as it connects (one statement per connection, not one
+// per transaction), so the server's default does not matter and is not
+// changed. A
 // batch is fenced on its room's row, which stays locked until commit: two
 // writers of one room serialise there, and the second finds the head moved.
 // A commit of a few rooms fences each batch with a conditional UPDATE; a
@@ -31,8 +32,10 @@
 // # Connections
 //
 // Open forces the driver settings the adapter relies on (parseTime,
-// clientFoundRows so that an UPDATE reports the rows it matched, no client
-// side interpolation, no multi statements) and, unless the DSN sets them,
+// clientFoundRows so that an UPDATE reports the rows it matched, READ
+// COMMITTED, no multi statements, and client side interpolation, so a
+// statement that is not kept prepared costs one round trip, not three
+// packets and two) and, unless the DSN sets them,
 // connect, read and write timeouts, a strict sql_mode (so an over-long value
 // is an error, never silently truncated) and an innodb_lock_wait_timeout
 // shorter than the read timeout (so a lock wait ends as a retryable error,
@@ -144,8 +147,9 @@ func (o Options) withDefaults() (Options, error) {
 var dialect = sqlstore.Dialect{
 	Name:   "mysql",
 	MapErr: mapErr,
-	// See the package comment.
-	WriteTx:            &sql.TxOptions{Isolation: sql.LevelReadCommitted},
+	// Write transactions run at READ COMMITTED, every connection's own
+	// level (see readCommitted): asking for it per transaction would cost a
+	// round trip per transaction.
 	LockReads:          true,
 	IndexHints:         true,
 	UpsertDuplicateKey: true,
@@ -156,8 +160,8 @@ var dialect = sqlstore.Dialect{
 	MaxBulkBytes: 4 << 20,
 	// Each per-batch UPDATE is a round trip and a statement (about 130µs on
 	// loopback, several times that across a network); the bulk fence costs
-	// four round trips (two statements, each prepared for one use).
-	BulkFenceMinRooms: 4,
+	// two (a locking read and one UPDATE, each sent as one query).
+	BulkFenceMinRooms: 3,
 }
 
 // DB is a store.Repository on one MySQL or MariaDB database. It is safe for
@@ -186,7 +190,9 @@ func Open(ctx context.Context, dsn string, opts Options) (*DB, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open mysql db=%s: %w", cfg.DBName, err)
 	}
-	opts = endIdleTx(cfg, opts, strings.Contains(version, "MariaDB"))
+	mariaDB := strings.Contains(version, "MariaDB")
+	opts = endIdleTx(cfg, opts, mariaDB)
+	readCommitted(cfg, mariaDB)
 	conn, err := mysql.NewConnector(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("open mysql db=%s: %w", cfg.DBName, err)
@@ -227,7 +233,11 @@ func config(dsn string) (*mysql.Config, error) {
 		return nil, errors.New("parse mysql dsn: no database name (want user:pass@tcp(host:3306)/db)")
 	}
 	cfg.ParseTime = true
-	cfg.InterpolateParams = false
+	// A statement prepared once and kept (sqlstore's) runs as one round
+	// trip; any other statement with arguments (a fence over n rooms, a
+	// multi-row INSERT of a size not kept) is sent as one query with its
+	// arguments escaped by the driver, instead of prepare, execute and close.
+	cfg.InterpolateParams = true
 	cfg.MultiStatements = false
 	// Rows affected by an UPDATE must be the rows it matched: a fence that
 	// matches but changes nothing (a batch without commands, in the same
@@ -272,6 +282,24 @@ func endIdleTx(cfg *mysql.Config, opts Options, mariaDB bool) Options {
 	cfg.Params["wait_timeout"] = fmt.Sprint(secs)
 	opts.ConnMaxIdleTime = min(opts.ConnMaxIdleTime, time.Duration(secs)*time.Second/2)
 	return opts
+}
+
+// readCommitted makes READ COMMITTED every connection's isolation level:
+// the level of the adapter's write transactions (see the package comment),
+// set once per connection, not per transaction. MariaDB names the variable
+// tx_isolation (transaction_isolation only from 11.1), MySQL
+// transaction_isolation (tx_isolation is gone from 8.0).
+func readCommitted(cfg *mysql.Config, mariaDB bool) {
+	name := "transaction_isolation"
+	if mariaDB {
+		name = "tx_isolation"
+	}
+	for k := range cfg.Params {
+		if strings.EqualFold(k, "tx_isolation") || strings.EqualFold(k, "transaction_isolation") {
+			delete(cfg.Params, k)
+		}
+	}
+	cfg.Params[name] = "'READ-COMMITTED'"
 }
 
 func hasParam(params map[string]string, name string) bool {

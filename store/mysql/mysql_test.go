@@ -68,7 +68,7 @@ func TestConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !cfg.ParseTime || cfg.InterpolateParams || cfg.MultiStatements || !cfg.ClientFoundRows {
+	if !cfg.ParseTime || !cfg.InterpolateParams || cfg.MultiStatements || !cfg.ClientFoundRows {
 		t.Fatalf("forced flags: parseTime %v interpolateParams %v multiStatements %v clientFoundRows %v",
 			cfg.ParseTime, cfg.InterpolateParams, cfg.MultiStatements, cfg.ClientFoundRows)
 	}
@@ -80,14 +80,14 @@ func TestConfig(t *testing.T) {
 	}
 
 	// What the DSN sets wins, except the flags the adapter relies on.
-	cfg, err = config("u:p@tcp(db:3306)/room?timeout=1s&readTimeout=30s&writeTimeout=2s&interpolateParams=true&parseTime=false&innodb_lock_wait_timeout=7&sql_mode=%27ANSI%27")
+	cfg, err = config("u:p@tcp(db:3306)/room?timeout=1s&readTimeout=30s&writeTimeout=2s&interpolateParams=false&parseTime=false&innodb_lock_wait_timeout=7&sql_mode=%27ANSI%27")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if cfg.Timeout != time.Second || cfg.ReadTimeout != 30*time.Second || cfg.WriteTimeout != 2*time.Second {
 		t.Fatalf("timeouts %v/%v/%v, want the DSN's", cfg.Timeout, cfg.ReadTimeout, cfg.WriteTimeout)
 	}
-	if cfg.InterpolateParams || !cfg.ParseTime || cfg.Params["innodb_lock_wait_timeout"] != "7" || cfg.Params["sql_mode"] != "'ANSI'" {
+	if !cfg.InterpolateParams || !cfg.ParseTime || cfg.Params["innodb_lock_wait_timeout"] != "7" || cfg.Params["sql_mode"] != "'ANSI'" {
 		t.Fatalf("config %+v, params %v", cfg, cfg.Params)
 	}
 
@@ -207,6 +207,63 @@ func TestMigrateLockName(t *testing.T) {
 	long := migrateLockName(strings.Repeat("d", 64))
 	if len(long) > 64 || long == migrateLockName(strings.Repeat("e", 64)) {
 		t.Fatalf("lock name for a long database name: %q", long)
+	}
+}
+
+// TestWriteTransactionsReadCommitted: every connection runs at READ
+// COMMITTED, whatever the DSN or the server's default says, under the name
+// the server knows.
+func TestWriteTransactionsReadCommitted(t *testing.T) {
+	for _, c := range []struct {
+		dsn     string
+		mariaDB bool
+		want    string
+	}{
+		{"u:p@tcp(db:3306)/room", true, "tx_isolation"},
+		{"u:p@tcp(db:3306)/room?transaction_isolation=%27SERIALIZABLE%27", true, "tx_isolation"},
+		{"u:p@tcp(db:3306)/room?TX_ISOLATION=%27SERIALIZABLE%27", false, "transaction_isolation"},
+	} {
+		cfg, err := config(c.dsn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		readCommitted(cfg, c.mariaDB)
+		var names []string
+		for k := range cfg.Params {
+			if strings.Contains(strings.ToLower(k), "isolation") {
+				names = append(names, k)
+			}
+		}
+		if len(names) != 1 || names[0] != c.want || cfg.Params[c.want] != "'READ-COMMITTED'" {
+			t.Errorf("%s (MariaDB %v): isolation params %v = %v, want only %s='READ-COMMITTED'", c.dsn, c.mariaDB, names, cfg.Params, c.want)
+		}
+	}
+
+	// On the server, with a DSN that asks for another level.
+	ctx := t.Context()
+	cfg, err := mysql.ParseDSN(mysqltest.DSN(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var version string
+	if err := rawDB(t, cfg.FormatDSN()).QueryRowContext(ctx, `SELECT VERSION()`).Scan(&version); err != nil {
+		t.Fatal(err)
+	}
+	name := "transaction_isolation"
+	if strings.Contains(version, "MariaDB") {
+		name = "tx_isolation"
+	}
+	if cfg.Params == nil {
+		cfg.Params = map[string]string{}
+	}
+	cfg.Params[name] = "'SERIALIZABLE'"
+	db := openDSN(t, cfg.FormatDSN(), Options{})
+	var level string
+	if err := db.Tx(ctx, func(tx *sql.Tx) error { return tx.QueryRowContext(ctx, `SELECT @@SESSION.`+name).Scan(&level) }); err != nil {
+		t.Fatal(err)
+	}
+	if level != "READ-COMMITTED" {
+		t.Fatalf("a write transaction runs at %s, want READ-COMMITTED", level)
 	}
 }
 

@@ -1,9 +1,6 @@
 package sqlstore
 
-import (
-	"database/sql"
-	"strings"
-)
+import "strings"
 
 // Dialect is what the SQL layer needs to know of a database: the few
 // clauses SQLite and MySQL spell differently and the shape of their writes.
@@ -18,9 +15,6 @@ type Dialect struct {
 	// in its chain, anything else store.ErrUnavailable. The driver's text
 	// stays in the message only. nil maps to nil.
 	MapErr func(error) error
-	// WriteTx are the options of every write transaction (nil: the
-	// driver's default).
-	WriteTx *sql.TxOptions
 	// SingleWriter says the database runs one write transaction at a time
 	// (SQLite): writers queue for it instead of racing for row locks.
 	SingleWriter bool

@@ -232,7 +232,7 @@ func (db *DB) Tx(ctx context.Context, fn func(tx *sql.Tx) error) error {
 }
 
 func (db *DB) tryTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
-	tx, err := db.write.BeginTx(ctx, db.d.WriteTx)
+	tx, err := db.write.BeginTx(ctx, nil)
 	if err != nil {
 		return db.d.MapErr(err)
 	}
