@@ -106,7 +106,7 @@ type outboxRow struct {
 // refuses the merged writes; the caller rolls back and isolates the batches.
 func (db *DB) commitMerged(ctx context.Context, tx *sql.Tx, batches []store.Batch, order []int, results []error) error {
 	now := time.Now().UnixMilli() // after the wait for the writer
-	order, err := db.create(ctx, tx, batches, order, results, now)
+	order, err := db.create(ctx, tx, batches, order, results, now, true)
 	if err != nil {
 		return err
 	}
@@ -158,7 +158,7 @@ func (db *DB) commitMerged(ctx context.Context, tx *sql.Tx, batches []store.Batc
 // commitIsolated commits each batch in its own savepoint.
 func (db *DB) commitIsolated(ctx context.Context, tx *sql.Tx, batches []store.Batch, order []int, results []error) error {
 	now := time.Now().UnixMilli()
-	order, err := db.create(ctx, tx, batches, order, results, now)
+	order, err := db.create(ctx, tx, batches, order, results, now, false)
 	if err != nil {
 		return err
 	}
@@ -191,12 +191,21 @@ func (db *DB) commitIsolated(ctx context.Context, tx *sql.Tx, batches []store.Ba
 	return nil
 }
 
+// statusCreating is the status of a room row inserted before its create
+// batch is fenced.
+const statusCreating = "creating"
+
 // create inserts the rows of the rooms that batches of order create (see
-// store.Batch.CreatedBy), claimed at the batch's owner epoch, and returns
-// order without the batches of rooms that already had a row: those, and
-// every other batch of their rooms, get store.ErrFenced in results. A
-// created row is then fenced and advanced like any other.
-func (db *DB) create(ctx context.Context, tx *sql.Tx, batches []store.Batch, order []int, results []error, now int64) ([]int, error) {
+// store.Batch.CreatedBy), claimed at the batch's owner epoch with the
+// batch's metadata, and returns order without the batches of rooms that
+// already had a row: those, and every other batch of their rooms, get
+// store.ErrFenced in results. With atHead a row is inserted at its batch's
+// head and status, the batch passed by the insert itself (see fence): for
+// the merged path, where any refusal undoes the whole transaction.
+// Otherwise it is inserted at version 0, creating, then fenced and advanced
+// like any other, so a batch refused later in its savepoint leaves an
+// empty room, never a head without its commands.
+func (db *DB) create(ctx context.Context, tx *sql.Tx, batches []store.Batch, order []int, results []error, now int64, atHead bool) ([]int, error) {
 	var stmt *sql.Stmt
 	var exists map[string]bool
 	for _, i := range order {
@@ -208,7 +217,14 @@ func (db *DB) create(ctx context.Context, tx *sql.Tx, batches []store.Batch, ord
 			stmt = tx.StmtContext(ctx, db.stmts.insertCreated)
 		}
 		m := b.Meta
-		_, err := stmt.ExecContext(ctx, b.RoomID, m.OwnerUserID, m.HostUserID, m.SeatCount, m.Mode, b.OwnerEpoch, b.CreatedBy, now, now)
+		version, status := int64(0), statusCreating
+		if atHead {
+			version = b.HeadVersion()
+			if b.Status != "" {
+				status = b.Status
+			}
+		}
+		_, err := stmt.ExecContext(ctx, b.RoomID, m.OwnerUserID, m.HostUserID, m.SeatCount, m.Mode, status, version, b.OwnerEpoch, b.CreatedBy, now, now)
 		switch err = db.d.MapErr(err); {
 		case err == nil:
 		case errors.Is(err, store.ErrConflict):
@@ -255,10 +271,11 @@ func (db *DB) writeRows(ctx context.Context, tx *sql.Tx, update, insert *sql.Stm
 	return db.saveBatchSnapshot(ctx, tx, update, insert, b, now)
 }
 
-// saveBatchSnapshot writes the batch's room metadata when it carries some,
-// and its snapshot unless a newer one is stored.
+// saveBatchSnapshot writes the batch's room metadata when it carries some
+// (a batch that created its room inserted it already), and its snapshot
+// unless a newer one is stored.
 func (db *DB) saveBatchSnapshot(ctx context.Context, tx *sql.Tx, update, insert *sql.Stmt, b *store.Batch, now int64) error {
-	if m := b.Meta; m != nil {
+	if m := b.Meta; m != nil && b.CreatedBy == "" {
 		if _, err := tx.ExecContext(ctx, `UPDATE rooms SET owner_user_id = ?, host_user_id = ?, seat_count = ?, mode = ? WHERE room_id = ?`,
 			m.OwnerUserID, m.HostUserID, m.SeatCount, m.Mode, b.RoomID); err != nil {
 			return db.d.MapErr(err)
@@ -300,7 +317,8 @@ const maxFenceRooms = 500
 // the rooms whose batches pass. A batch that does not pass gets
 // store.ErrFenced in results and writes nothing. It returns the batches that
 // passed. From Dialect.BulkFenceMinRooms rooms it fences them all at once
-// (fenceRooms); below, one conditional UPDATE per batch.
+// (fenceRooms); below, one conditional UPDATE per batch. A batch that
+// created its room passed already: create inserted the row at its head.
 func (db *DB) fence(ctx context.Context, tx *sql.Tx, batches []store.Batch, order []int, results []error, now int64) ([]*store.Batch, error) {
 	pass := make([]*store.Batch, 0, len(order))
 	decide := func(i int, err error) error {
@@ -320,19 +338,30 @@ func (db *DB) fence(ctx context.Context, tx *sql.Tx, batches []store.Batch, orde
 			return pass, db.fenceRooms(ctx, tx, batches, order, rooms, now, decide)
 		}
 	}
-	stmt := tx.StmtContext(ctx, db.stmts.advanceFenced)
+	var stmt *sql.Stmt
 	for _, i := range order {
-		if err := decide(i, db.advance(ctx, stmt, &batches[i], now)); err != nil {
+		var err error
+		if b := &batches[i]; b.CreatedBy == "" {
+			if stmt == nil {
+				stmt = tx.StmtContext(ctx, db.stmts.advanceFenced)
+			}
+			err = db.advance(ctx, stmt, b, now)
+		}
+		if err := decide(i, err); err != nil {
 			return nil, err
 		}
 	}
 	return pass, nil
 }
 
-// distinctRooms lists the rooms of order, which is sorted by room id.
+// distinctRooms lists the rooms of order, which is sorted by room id, that
+// have a batch to fence (one that did not create its room).
 func distinctRooms(batches []store.Batch, order []int) []string {
 	var rooms []string
 	for _, i := range order {
+		if batches[i].CreatedBy != "" {
+			continue
+		}
 		if id := batches[i].RoomID; len(rooms) == 0 || rooms[len(rooms)-1] != id {
 			rooms = append(rooms, id)
 		}
@@ -379,6 +408,12 @@ func (db *DB) fenceRooms(ctx context.Context, tx *sql.Tx, batches []store.Batch,
 
 	for _, i := range order {
 		b := &batches[i]
+		if b.CreatedBy != "" { // inserted at its head: the room's later batches read that
+			if err := decide(i, nil); err != nil {
+				return err
+			}
+			continue
+		}
 		h := heads[b.RoomID]
 		if h == nil || h.version != b.BaseVersion || h.epoch != b.OwnerEpoch {
 			if err := decide(i, store.ErrFenced); err != nil {
