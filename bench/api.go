@@ -126,7 +126,7 @@ type apiDriver interface {
 // with a deadline, driven by this process's grpc-go client or, with
 // opts.Ghz, by ghz. First the health check with 256
 // in flight, a call that does no work: the transport's ceiling, which
-// every other row is read against. Then CreateRoom with 16 in flight;
+// every other row is read against. Then CreateRoom with 16 and with 256 in flight;
 // joins across opts.Rooms rooms with 256 in flight, and with two per room
 // in flight, the engine scenario's load; joins in one hot room with 256 and with 64 in flight; GetRoomSnapshot
 // across the rooms with 128 in flight. The last row is the load
@@ -209,20 +209,29 @@ func APIScenarios(ctx context.Context, base string, opts APIOptions) ([]Row, err
 	// <run>-api-<Rooms>.
 	roomsOf := func(i string) string { return fmt.Sprintf("%s-api-%s", opts.Run, i) }
 	hot := roomsOf(strconv.Itoa(opts.Rooms))
-	create, err := measured("CreateRoom, 16 in flight", 16, opts.Rooms+1, apiCall{
-		method:   "room.v1.RoomService/CreateRoom",
-		template: fmt.Sprintf(`{"room_id":"%s","command_id":"create","operator_user_id":1,"owner_user_id":1,"seat_count":10,"title":"bench"}`, roomsOf("{{.RequestNumber}}")),
-		send: func(ctx context.Context, w int, i int64) error {
-			return invoke(ctx, w, "room.v1.RoomService/CreateRoom", &roomv1.CreateRoomRequest{
-				RoomId: roomsOf(strconv.FormatInt(i, 10)), CommandId: "create", OperatorUserId: 1, OwnerUserId: 1, SeatCount: 10, Title: "bench",
-			}, &roomv1.CreateRoomResponse{})
-		},
-	})
-	if err != nil {
-		return nil, fmt.Errorf("create rooms: %w", err)
+	// CreateRoom at two loads: 16 in flight, rooms 0 … Rooms (those the
+	// rows below use), and 256 in flight, as many callers as the joins
+	// have, rooms Rooms+1 … 5×Rooms, where the group commit writes many
+	// rooms per transaction.
+	creates := make([]Row, 0, 2)
+	for _, load := range []struct{ callers, first, n int }{{16, 0, opts.Rooms + 1}, {256, opts.Rooms + 1, 4 * opts.Rooms}} {
+		create, err := measured(fmt.Sprintf("CreateRoom, %d in flight", load.callers), load.callers, load.n, apiCall{
+			method:   "room.v1.RoomService/CreateRoom",
+			template: fmt.Sprintf(`{"room_id":"%s","command_id":"create","operator_user_id":1,"owner_user_id":1,"seat_count":10,"title":"bench"}`, roomsOf(fmt.Sprintf("{{add %d .RequestNumber}}", load.first))),
+			send: func(ctx context.Context, w int, i int64) error {
+				return invoke(ctx, w, "room.v1.RoomService/CreateRoom", &roomv1.CreateRoomRequest{
+					RoomId: roomsOf(strconv.FormatInt(int64(load.first)+i, 10)), CommandId: "create", OperatorUserId: 1, OwnerUserId: 1, SeatCount: 10, Title: "bench",
+				}, &roomv1.CreateRoomResponse{})
+			},
+		})
+		if err != nil {
+			return nil, fmt.Errorf("create rooms: %w", err)
+		}
+		create.Extra = strings.TrimSuffix(fmt.Sprintf("target >= 2000/s: %.2fx; %s", create.Rate()/2000, create.Extra), "; ")
+		ofFloor(&create)
+		creates = append(creates, create)
 	}
-	create.Extra = strings.TrimSuffix(fmt.Sprintf("target >= 2000/s: %.2fx; %s", create.Rate()/2000, create.Extra), "; ")
-	ofFloor(&create)
+	created := 5*opts.Rooms + 1
 
 	scenario := 0
 	// join joins users 1000… in rooms (one room: the hot room; else
@@ -296,11 +305,12 @@ func APIScenarios(ctx context.Context, base string, opts APIOptions) ([]Row, err
 	}
 	read.Extra = strings.TrimSuffix(fmt.Sprintf("target >= 20000/s: %.2fx; %s", read.Rate()/20000, read.Extra), "; ")
 	ofFloor(&read)
-	rows := append(append([]Row{floor, create, many, manyAtEngineLoad}, hots...), read, driver.extra(time.Since(start)))
+	rows := append(append(append([]Row{floor}, creates...), many, manyAtEngineLoad), hots...)
+	rows = append(rows, read, driver.extra(time.Since(start)))
 	// Leave the service as the run found it: closing the rooms ends their
 	// members' presence, which would otherwise expire during a later run
 	// against the same service and count against its rows.
-	if err := closeRooms(ctx, opts.Rooms+1, roomsOf, invoke); err != nil {
+	if err := closeRooms(ctx, created, roomsOf, invoke); err != nil {
 		return rows, fmt.Errorf("close the run's rooms: %w", err)
 	}
 	return rows, nil
