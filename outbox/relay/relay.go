@@ -402,7 +402,7 @@ func (r *Relay) forgetIdle(idle time.Duration) {
 // Rows acknowledged but not yet marked when it stops are published again by
 // the next run; the broker drops them as duplicates of their event id.
 func (r *Relay) Run(ctx context.Context) {
-	var chains sync.WaitGroup
+	chains := &chainPool{work: make(chan string), max: r.cfg.MaxRooms}
 	markerDone := make(chan struct{})
 	markCtx, stopMarker := context.WithCancel(context.WithoutCancel(ctx))
 	go func() {
@@ -410,12 +410,11 @@ func (r *Relay) Run(ctx context.Context) {
 		r.marker(markCtx)
 	}()
 	defer func() {
-		chains.Wait()
+		chains.workers.Wait()
 		r.releaseKept(time.Time{}) // all of them
 		stopMarker()
 		<-markerDone
 	}()
-	slots := make(chan struct{}, r.cfg.MaxRooms)
 	poll := time.NewTimer(0)
 	defer poll.Stop()
 	for {
@@ -430,20 +429,20 @@ func (r *Relay) Run(ctx context.Context) {
 		case <-r.kick:
 		}
 		if scan {
-			if err := r.scan(ctx, slots, &chains); err != nil && ctx.Err() == nil {
+			if err := r.scan(ctx, chains); err != nil && ctx.Err() == nil {
 				r.log.Warn("outbox scan", "err", err)
 			}
 			r.forgetIdle(forgetAfter)
 			r.releaseKept(r.now())
 			poll.Reset(r.cfg.PollInterval)
 		}
-		r.dispatch(ctx, slots, &chains)
+		r.dispatch(ctx, chains)
 	}
 }
 
 // dispatch starts a chain for each room Committed handed over. While the broker is
 // away it starts none: the scan after the pause finds their rows.
-func (r *Relay) dispatch(ctx context.Context, slots chan struct{}, chains *sync.WaitGroup) {
+func (r *Relay) dispatch(ctx context.Context, chains *chainPool) {
 	r.mu.Lock()
 	rooms := r.ready
 	now := r.now()
@@ -455,49 +454,80 @@ func (r *Relay) dispatch(ctx context.Context, slots chan struct{}, chains *sync.
 	r.ready = make(map[string]bool)
 	r.mu.Unlock()
 	for roomID := range rooms {
-		if !r.start(ctx, roomID, now, slots, chains) {
+		if !r.start(ctx, roomID, now, chains) {
 			return
 		}
 	}
 }
 
-// start runs a chain for the room unless one runs or it backs off; it
-// waits for a free slot. It returns false once ctx ended.
-func (r *Relay) start(ctx context.Context, roomID string, now time.Time, slots chan struct{}, chains *sync.WaitGroup) bool {
+// chainPool runs the rooms' chains on up to max long-lived workers, started
+// as they are needed: a goroutine per turn would grow its stack, copying
+// it, on the way into each publish. Only Run's goroutine hands out work.
+type chainPool struct {
+	work    chan string // a room for an idle worker
+	max     int
+	started int
+	workers sync.WaitGroup
+}
+
+// start runs a turn for the room unless one runs or it backs off; it waits
+// for a free worker. It returns false once ctx ended.
+func (r *Relay) start(ctx context.Context, roomID string, now time.Time, chains *chainPool) bool {
 	if !r.claim(roomID, now) {
 		return true
 	}
 	select {
-	case slots <- struct{}{}:
+	case chains.work <- roomID:
+		return true
+	default:
+	}
+	if chains.started < chains.max {
+		chains.started++
+		chains.workers.Go(func() { r.worker(ctx, roomID, chains.work) })
+		return true
+	}
+	select {
+	case chains.work <- roomID:
+		return true
 	case <-ctx.Done():
 		_ = r.free(roomID)
 		return false
 	}
-	chains.Add(1)
-	go func() {
-		defer chains.Done()
-		// A room with a backlog keeps its slot for a few chains (no
-		// rescan of every pending row per chain), then yields it.
-		more := true
-		for i := 0; more && i < chainsPerTurn && ctx.Err() == nil; i++ {
-			more = r.chain(ctx, roomID)
+}
+
+// worker runs the turn of roomID, then of each room it is handed, until
+// ctx ends.
+func (r *Relay) worker(ctx context.Context, roomID string, work <-chan string) {
+	for {
+		r.turn(ctx, roomID)
+		select {
+		case roomID = <-work:
+		case <-ctx.Done():
+			return
 		}
-		missed := r.free(roomID)
-		<-slots
-		if missed || more {
-			// Rows came in while the chain ran, or more wait.
-			r.mu.Lock()
-			r.ready[roomID] = true
-			r.mu.Unlock()
-			r.kickRun()
-		}
-	}()
-	return true
+	}
+}
+
+// turn runs a few chains of the room, frees it and, when rows came in
+// meanwhile or more wait, makes it ready again. A room with a backlog keeps
+// its worker for a few chains (no rescan of every pending row per chain),
+// then yields it.
+func (r *Relay) turn(ctx context.Context, roomID string) {
+	more := true
+	for i := 0; more && i < chainsPerTurn && ctx.Err() == nil; i++ {
+		more = r.chain(ctx, roomID)
+	}
+	if missed := r.free(roomID); missed || more {
+		r.mu.Lock()
+		r.ready[roomID] = true
+		r.mu.Unlock()
+		r.kickRun()
+	}
 }
 
 // scan finds rooms with due rows and starts a chain for each one that is
-// free, until the slots run out.
-func (r *Relay) scan(ctx context.Context, slots chan struct{}, chains *sync.WaitGroup) error {
+// free, waiting for workers when all are busy.
+func (r *Relay) scan(ctx context.Context, chains *chainPool) error {
 	now := r.now()
 	r.mu.Lock()
 	paused := now.Before(r.pause)
@@ -522,7 +552,7 @@ func (r *Relay) scan(ctx context.Context, slots chan struct{}, chains *sync.Wait
 				continue
 			}
 			r.doubt(row, now)
-			if !r.start(ctx, row.RoomID, now, slots, chains) {
+			if !r.start(ctx, row.RoomID, now, chains) {
 				return nil
 			}
 		}
