@@ -344,15 +344,18 @@ func closeRooms(ctx context.Context, n int, roomsOf func(string) string,
 	return nil
 }
 
+// processCPU is the CPU time this process used so far, user and system.
+func processCPU() time.Duration {
+	var u syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &u)
+	return time.Duration(u.Utime.Nano() + u.Stime.Nano())
+}
+
 // ownDriver drives the calls from this process's client; its CPU is this
 // process's.
-type ownDriver struct{ cpu0 syscall.Rusage }
+type ownDriver struct{ cpu0 time.Duration }
 
-func newOwnDriver() *ownDriver {
-	d := &ownDriver{}
-	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &d.cpu0)
-	return d
-}
+func newOwnDriver() *ownDriver { return &ownDriver{cpu0: processCPU()} }
 
 func (*ownDriver) drive(ctx context.Context, name string, callers, total int, c apiCall) (Row, error) {
 	return closedLoop(name, callers, total, func(w int, i int64) error {
@@ -363,9 +366,7 @@ func (*ownDriver) drive(ctx context.Context, name string, callers, total int, c 
 }
 
 func (d *ownDriver) extra(wall time.Duration) Row {
-	var cpu1 syscall.Rusage
-	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &cpu1)
-	used := time.Duration(cpu1.Utime.Nano() + cpu1.Stime.Nano() - d.cpu0.Utime.Nano() - d.cpu0.Stime.Nano())
+	used := processCPU() - d.cpu0
 	return Row{Name: "load generator CPU (this process)", Elapsed: wall,
 		Extra: fmt.Sprintf("%.0f%% of %d cores over the run", 100*used.Seconds()/(wall.Seconds()*float64(runtime.NumCPU())), runtime.NumCPU())}
 }
