@@ -94,6 +94,10 @@ type Config struct {
 	MaxRooms         int           `yaml:"max_rooms" help:"rooms loaded at once on this node; one more passivates the least recently used idle room (node_full when all are busy)"`
 	CreateRoomRate   int           `yaml:"create_room_rate" help:"rooms each caller may create per second on one node, in bursts of twice as many (0: no bound)"`
 
+	// The Go runtime's memory settings.
+	GCPercent          int `yaml:"gc_percent" help:"the Go collector's heap growth between collections, in percent of the live heap (GOGC; 0: the runtime's default, 100); the GOGC environment variable wins"`
+	MemoryLimitPercent int `yaml:"memory_limit_percent" help:"heap bound the Go collector keeps under, in percent of the container's memory limit (cgroup) or else the machine's memory (GOMEMLIMIT; 0: none); the GOMEMLIMIT environment variable wins"`
+
 	// Presence: members who disconnect without LeaveRoom.
 	PresenceTimeout  time.Duration `yaml:"presence_timeout" help:"a member not seen for this long (no Heartbeat, no Tencent IM login, no command of their own) leaves the room; a seated member silent for a third of it counts as offline"`
 	MicOfflineGrace  time.Duration `yaml:"mic_offline_grace" help:"a seated member offline (logged out, disconnected or silent) this long loses the seat and stays in the room"`
@@ -139,6 +143,7 @@ func Default() Config {
 		AdminListen: "127.0.0.1:0", MaxRequestBytes: 1 << 20, MaxConnections: 4096,
 		HTTPReadTimeout: 10 * time.Second, HTTPWriteTimeout: 30 * time.Second, HTTPIdleTimeout: 2 * time.Minute, HTTP2MaxStreams: 250, CreateRoomRate: 20, MaxRooms: 100_000,
 		PresenceTimeout: 90 * time.Second, MicOfflineGrace: 30 * time.Second,
+		GCPercent: 400, MemoryLimitPercent: 80,
 	}
 }
 
@@ -406,7 +411,7 @@ func (c Config) Validate() error {
 		{"rank_size", c.RankSize, 1, 100}, {"lucky_max_payout_bp", c.LuckyMaxPayout, 0, 10_000},
 		{"max_request_bytes", c.MaxRequestBytes, 1 << 10, 64 << 20}, {"max_connections", c.MaxConnections, 1, 1 << 20},
 		{"http2_max_streams", c.HTTP2MaxStreams, 1, 10_000}, {"create_room_rate", c.CreateRoomRate, 0, 100_000},
-		{"max_rooms", c.MaxRooms, 1, 10_000_000},
+		{"max_rooms", c.MaxRooms, 1, 10_000_000}, {"gc_percent", c.GCPercent, 0, 10_000}, {"memory_limit_percent", c.MemoryLimitPercent, 0, 100},
 		{"lucky_regional_threshold", c.LuckyRegionalMin, 0, 1 << 30},
 	} {
 		if n.v < n.min || n.v > n.max {

@@ -348,6 +348,7 @@ func (m *Main) Run(ctx context.Context) error {
 	m.Log = newLogger(cfg)
 	m.workers.log = m.Log
 	m.Log.Info("starting room-service", cfg.Redacted()...)
+	m.Log.Info("go runtime", tuneRuntime(cfg, os.Getenv, m.Log)...)
 	m.metrics = newMetrics()
 	m.health = grpchealth.NewStaticChecker(rpc.ServiceNames()...)
 	m.ready = newReadiness(m.health, m.metrics.registry)
