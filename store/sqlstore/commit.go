@@ -64,13 +64,14 @@ func (db *DB) CommitBatches(ctx context.Context, batches []store.Batch) ([]error
 
 	results := make([]error, len(batches))
 	var marks []*mark
-	if db.d.SingleWriter {
-		marks = db.marks.take()
-	}
-	// The marks' callers hear back however this ends, a panic included:
-	// stored only when the transaction committed.
 	stored := errNotTaken
-	defer func() { finish(marks, stored) }()
+	if db.d.SingleWriter {
+		var start time.Time
+		marks, start = db.marks.take()
+		// The marks' callers hear back however this ends, a panic
+		// included: stored only when the transaction committed.
+		defer func() { db.marks.finish(marks, start, stored) }()
+	}
 	err := db.Tx(ctx, func(tx *sql.Tx) error {
 		copy(results, checked)
 		if err := db.commitMerged(ctx, tx, batches, order, results); err != nil {

@@ -13,17 +13,28 @@ import (
 // transaction waits for the one before it, and each ends with its own
 // durable flush. The relay marks rows published in transactions of its
 // own, as often as room commits run, so under load half the writer's turns
-// and flushes went to marks. Instead, a mark waits a moment for the next
-// room commit (CommitBatches) to take it: that commit runs the mark's
-// UPDATE in its own transaction, so one flush stores both. A mark that no
-// commit takes within markRide (an idle database) runs in a transaction
-// of its own, as it always did. A commit that fails hands the marks it
-// took back to their callers, which then run them alone: a mark is never
-// lost to a room commit's failure, and never changes what a room commit
-// decides. A mark waits only while commits run (one began within
-// markRide): on a database that commits nothing, as while a backlog drains
-// after a restart, it runs at once.
-const markRide = 5 * time.Millisecond
+// and flushes went to marks. Instead, a mark waits for the next room
+// commit (CommitBatches) to take it: that commit runs the mark's UPDATE in
+// its own transaction, so one flush stores both. A commit that fails hands
+// the marks it took back to their callers, which then run them alone: a
+// mark is never lost to a room commit's failure, and never changes what a
+// room commit decides.
+//
+// A mark waits only while commits run: one is running, or one began
+// within markRide. On a database that commits nothing, as while a backlog
+// drains after a restart, it runs at once. It waits for the next commit at
+// most markRide beyond twice what the last commit took (at most
+// markRideMax): a commit that runs follows the one before it, so under
+// load the next one takes the mark, and one that does not come (the load
+// stopped) leaves the mark to run alone. Until this bound counted the
+// commit's length, a mark gave up after markRide alone, and under 1,000
+// rooms of joins on a slow disk, where a commit takes 15-25 ms, nearly
+// every mark ran alone: the relay's marks were 6% of the service's CPU and
+// a second transaction beside each room commit.
+const (
+	markRide    = 5 * time.Millisecond
+	markRideMax = 250 * time.Millisecond
+)
 
 // errNotTaken tells a mark's caller that the commit that took it did not
 // store it: the caller runs it alone.
@@ -39,8 +50,11 @@ type mark struct {
 type marks struct {
 	mu      sync.Mutex
 	waiting []*mark
-	wait    time.Duration // how long a mark waits for a commit; 0: markRide
+	wait    time.Duration // how long a mark waits for a commit beyond its length; 0: markRide
 	last    time.Time     // when the last commit took the waiting marks
+	running int           // commits that took their marks and have not finished
+	took    time.Duration // how long the last commit that finished ran
+	max     time.Duration // the most a commit's length adds to the wait; 0: markRideMax
 }
 
 // ride offers ids to the next room commit and reports whether one stored
@@ -52,10 +66,15 @@ func (m *marks) ride(ctx context.Context, ids []string) (stored bool, err error)
 		wait = markRide
 	}
 	m.mu.Lock()
-	if time.Since(m.last) > wait {
+	if m.running == 0 && time.Since(m.last) > wait {
 		m.mu.Unlock()
 		return false, nil // no commits run
 	}
+	longest := m.max
+	if longest == 0 {
+		longest = markRideMax
+	}
+	wait += min(2*m.took, longest)
 	m.waiting = append(m.waiting, mk)
 	m.mu.Unlock()
 	t := time.NewTimer(wait)
@@ -79,19 +98,25 @@ func (m *marks) ride(ctx context.Context, ids []string) (stored bool, err error)
 	return <-mk.done == nil, nil
 }
 
-// take removes and returns the waiting marks.
-func (m *marks) take() []*mark {
+// take starts a commit: it removes and returns the waiting marks, for the
+// commit to store, and the commit's start, for finish.
+func (m *marks) take() ([]*mark, time.Time) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	taken := m.waiting
 	m.waiting = nil
 	m.last = time.Now()
-	return taken
+	m.running++
+	return taken, m.last
 }
 
-// finish tells the callers of taken whether the commit that ran them
-// stored them: nil, or errNotTaken.
-func finish(taken []*mark, stored error) {
+// finish ends the commit that began at start and tells the callers of
+// taken whether it stored their marks: nil, or errNotTaken.
+func (m *marks) finish(taken []*mark, start time.Time, stored error) {
+	m.mu.Lock()
+	m.running--
+	m.took = time.Since(start)
+	m.mu.Unlock()
 	for _, mk := range taken {
 		mk.done <- stored
 	}

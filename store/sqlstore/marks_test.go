@@ -2,6 +2,7 @@ package sqlstore_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"testing"
@@ -102,6 +103,33 @@ func TestAMarkRidesTheNextCommit(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("the commit did not take the waiting mark")
+	}
+	if n := pending(t, db); n != 1 {
+		t.Fatalf("%d rows pending after the commit that stored the mark, want 1", n)
+	}
+}
+
+// TestAMarkWaitsThroughALongCommit: a mark that comes while a commit runs
+// waits for the next commit, however long ago the running one began, and
+// the next one stores it. A mark that gave up after its wait alone ran in
+// a transaction of its own whenever commits took longer than that wait.
+func TestAMarkWaitsThroughALongCommit(t *testing.T) {
+	db, ids, next := markRoom(t, 2)
+	db.SetMarkWait(time.Millisecond)
+	end := db.CommitRunning(time.Minute)
+	done := make(chan error, 1)
+	go func() {
+		stored, err := db.RideMark(t.Context(), ids[:1])
+		if err == nil && !stored {
+			err = errors.New("not stored by a commit")
+		}
+		done <- err
+	}()
+	waitForMark(t, db)
+	end()
+	mustCommitAll(t, db, next())
+	if err := <-done; err != nil {
+		t.Fatalf("ride during a long commit: %v", err)
 	}
 	if n := pending(t, db); n != 1 {
 		t.Fatalf("%d rows pending after the commit that stored the mark, want 1", n)
