@@ -28,7 +28,7 @@ import (
 // load the next one takes the mark, and one that does not come (the load
 // stopped) leaves the mark to run alone. Until this bound counted the
 // commit's length, a mark gave up after markRide alone, and under 1,000
-// rooms of joins on a slow disk, where a commit takes 15-25 ms, nearly
+// rooms of joins on a 2-core machine, where a commit took 15-25 ms, nearly
 // every mark ran alone: the relay's marks were 6% of the service's CPU and
 // a second transaction beside each room commit.
 const (
