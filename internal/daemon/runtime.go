@@ -26,13 +26,14 @@ import (
 // being killed. GOGC and GOMEMLIMIT in the environment are the runtime's
 // own: when set they win over both settings.
 func tuneRuntime(cfg config.Config, getenv func(string) string, log *slog.Logger) []any {
-	gc := "GOGC=" + getenv("GOGC")
-	if getenv("GOGC") == "" {
+	gc := strconv.Itoa(cfg.GCPercent)
+	switch env := getenv("GOGC"); {
+	case env != "":
+		gc = "GOGC=" + env
+	case cfg.GCPercent > 0:
+		debug.SetGCPercent(cfg.GCPercent)
+	default:
 		gc = "100"
-		if cfg.GCPercent > 0 {
-			debug.SetGCPercent(cfg.GCPercent)
-			gc = strconv.Itoa(cfg.GCPercent)
-		}
 	}
 	if getenv("GOMEMLIMIT") == "" && cfg.MemoryLimitPercent > 0 {
 		_, err := memlimit.Set(
