@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os/exec"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -50,6 +51,18 @@ type APIOptions struct {
 	// in the same run (0: not measured); the many-room joins are read
 	// against it.
 	Engine float64
+	// Scenarios names the scenarios to run, of create, joins, hot and
+	// reads (empty: all). The transport's ceiling and CreateRoom at 16 in
+	// flight, which creates the rooms the others use, always run.
+	Scenarios []string
+}
+
+// APIScenarioNames are the scenarios APIOptions.Scenarios may name.
+var APIScenarioNames = []string{"create", "joins", "hot", "reads"}
+
+// runs reports whether the options ask for the scenario name.
+func (o APIOptions) runs(name string) bool {
+	return len(o.Scenarios) == 0 || slices.Contains(o.Scenarios, name)
 }
 
 // processCost reads the service's CPU seconds and heap allocations so far
@@ -214,7 +227,12 @@ func APIScenarios(ctx context.Context, base string, opts APIOptions) ([]Row, err
 	// have, rooms Rooms+1 … 5×Rooms, where the group commit writes many
 	// rooms per transaction.
 	creates := make([]Row, 0, 2)
-	for _, load := range []struct{ callers, first, n int }{{16, 0, opts.Rooms + 1}, {256, opts.Rooms + 1, 4 * opts.Rooms}} {
+	loads := []struct{ callers, first, n int }{{16, 0, opts.Rooms + 1}, {256, opts.Rooms + 1, 4 * opts.Rooms}}
+	created := 5*opts.Rooms + 1
+	if !opts.runs("create") {
+		loads, created = loads[:1], opts.Rooms+1
+	}
+	for _, load := range loads {
 		create, err := measured(fmt.Sprintf("CreateRoom, %d in flight", load.callers), load.callers, load.n, apiCall{
 			method:   "room.v1.RoomService/CreateRoom",
 			template: fmt.Sprintf(`{"room_id":"%s","command_id":"create","operator_user_id":1,"owner_user_id":1,"seat_count":10,"title":"bench"}`, roomsOf(fmt.Sprintf("{{add %d .RequestNumber}}", load.first))),
@@ -231,7 +249,7 @@ func APIScenarios(ctx context.Context, base string, opts APIOptions) ([]Row, err
 		ofFloor(&create)
 		creates = append(creates, create)
 	}
-	created := 5*opts.Rooms + 1
+	rows := append([]Row{floor}, creates...)
 
 	scenario := 0
 	// join joins users 1000… in rooms (one room: the hot room; else
@@ -262,51 +280,58 @@ func APIScenarios(ctx context.Context, base string, opts APIOptions) ([]Row, err
 			r.Extra = strings.TrimSuffix(fmt.Sprintf("%.0f%% of the engine in-process (target >= 50%%); %s", 100*r.Rate()/opts.Engine, r.Extra), "; ")
 		}
 	}
-	many, err := join(fmt.Sprintf("JoinRoom, %d rooms, 256 in flight", opts.Rooms), opts.Rooms, 256, 100_000)
-	if err != nil {
-		return nil, err
+	if opts.runs("joins") {
+		many, err := join(fmt.Sprintf("JoinRoom, %d rooms, 256 in flight", opts.Rooms), opts.Rooms, 256, 100_000)
+		if err != nil {
+			return nil, err
+		}
+		ofEngine(&many)
+		ofFloor(&many)
+		// The engine scenario drives its rooms with two callers each in
+		// flight; through the API at that load the two compare like for like
+		// (at 256 in flight the rate is bounded by in-flight / latency).
+		engineLoad := 2 * opts.Rooms
+		manyAtEngineLoad, err := join(fmt.Sprintf("JoinRoom, %d rooms, %d in flight (the engine's load)", opts.Rooms, engineLoad), opts.Rooms, engineLoad, 100_000)
+		if err != nil {
+			return nil, err
+		}
+		ofEngine(&manyAtEngineLoad)
+		ofFloor(&manyAtEngineLoad)
+		rows = append(rows, many, manyAtEngineLoad)
 	}
-	ofEngine(&many)
-	ofFloor(&many)
-	// The engine scenario drives its rooms with two callers each in
-	// flight; through the API at that load the two compare like for like
-	// (at 256 in flight the rate is bounded by in-flight / latency).
-	engineLoad := 2 * opts.Rooms
-	manyAtEngineLoad, err := join(fmt.Sprintf("JoinRoom, %d rooms, %d in flight (the engine's load)", opts.Rooms, engineLoad), opts.Rooms, engineLoad, 100_000)
-	if err != nil {
-		return nil, err
-	}
-	ofEngine(&manyAtEngineLoad)
-	ofFloor(&manyAtEngineLoad)
 	// The hot room at two loads: 256 callers in flight (the engine scenario's),
 	// where a p99 of 50 ms would take about 10,000/s (Little's law: the mean
 	// latency is in-flight / rate, 51 ms at 5,000/s), and 64 in flight,
 	// where 5,000/s leaves room for the latency target.
-	var hots []Row
 	for _, callers := range []int{256, 64} {
+		if !opts.runs("hot") {
+			break
+		}
 		hot, err := join(fmt.Sprintf("JoinRoom, one hot room, %d in flight", callers), 1, callers, 2000)
 		if err != nil {
 			return nil, err
 		}
 		hot.Extra = strings.TrimSuffix(fmt.Sprintf("target >= 5000/s: %.2fx; p99 target <= 50 ms: %.2fx; %s", hot.Rate()/5000, ms(hot.P99)/50, hot.Extra), "; ")
 		ofFloor(&hot)
-		hots = append(hots, hot)
+		rows = append(rows, hot)
 	}
-	read, err := measured(fmt.Sprintf("GetRoomSnapshot, %d rooms, 128 in flight", opts.Rooms), 128, opts.Commands, apiCall{
-		method:   "room.v1.RoomService/GetRoomSnapshot",
-		template: fmt.Sprintf(`{"room_id":"%s"}`, roomsOf(fmt.Sprintf("{{mod .RequestNumber %d}}", opts.Rooms))),
-		send: func(ctx context.Context, w int, i int64) error {
-			return invoke(ctx, w, "room.v1.RoomService/GetRoomSnapshot",
-				&roomv1.GetRoomSnapshotRequest{RoomId: roomsOf(strconv.FormatInt(i%int64(opts.Rooms), 10))}, &roomv1.GetRoomSnapshotResponse{})
-		},
-	})
-	if err != nil {
-		return nil, err
+	if opts.runs("reads") {
+		read, err := measured(fmt.Sprintf("GetRoomSnapshot, %d rooms, 128 in flight", opts.Rooms), 128, opts.Commands, apiCall{
+			method:   "room.v1.RoomService/GetRoomSnapshot",
+			template: fmt.Sprintf(`{"room_id":"%s"}`, roomsOf(fmt.Sprintf("{{mod .RequestNumber %d}}", opts.Rooms))),
+			send: func(ctx context.Context, w int, i int64) error {
+				return invoke(ctx, w, "room.v1.RoomService/GetRoomSnapshot",
+					&roomv1.GetRoomSnapshotRequest{RoomId: roomsOf(strconv.FormatInt(i%int64(opts.Rooms), 10))}, &roomv1.GetRoomSnapshotResponse{})
+			},
+		})
+		if err != nil {
+			return nil, err
+		}
+		read.Extra = strings.TrimSuffix(fmt.Sprintf("target >= 20000/s: %.2fx; %s", read.Rate()/20000, read.Extra), "; ")
+		ofFloor(&read)
+		rows = append(rows, read)
 	}
-	read.Extra = strings.TrimSuffix(fmt.Sprintf("target >= 20000/s: %.2fx; %s", read.Rate()/20000, read.Extra), "; ")
-	ofFloor(&read)
-	rows := append(append(append([]Row{floor}, creates...), many, manyAtEngineLoad), hots...)
-	rows = append(rows, read, driver.extra(time.Since(start)))
+	rows = append(rows, driver.extra(time.Since(start)))
 	// Leave the service as the run found it: closing the rooms ends their
 	// members' presence, which would otherwise expire during a later run
 	// against the same service and count against its rows.

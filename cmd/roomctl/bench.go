@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"runtime/pprof"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -44,6 +45,7 @@ func setupBench(fs *flag.FlagSet) func(ctx context.Context, _ *client, _ []strin
 	apiCommands := fs.Int("api-commands", 50_000, "calls in each API scenario")
 	ghz := fs.String("ghz", "", "with -api, also drive the API scenarios with this ghz binary (go install github.com/bojand/ghz/cmd/ghz@v0.120.0), an independent load generator; needs gRPC reflection on the API port (a development server)")
 	apiListen := fs.Bool("api-listen", true, "with -api, measure the service at -addr (its listen port); false with -grpc-addr measures the gRPC transport only")
+	apiScenarios := fs.String("api-scenarios", "", "with -api, the API scenarios to run, comma-separated, of "+strings.Join(bench.APIScenarioNames, ",")+" (default: all; the transport's ceiling and the rooms' creation always run)")
 	grpcAddr := fs.String("grpc-addr", "", "with -api, also measure the service's gRPC transport at this address (its grpc_listen: 127.0.0.1:9090 with zero configuration)")
 	mysqlDSN := fs.String("mysql-dsn", os.Getenv("ROOM_MYSQL_DSN"), "run on this MySQL/MariaDB server (fresh databases, dropped afterwards) instead of SQLite (env ROOM_MYSQL_DSN)")
 	return func(ctx context.Context, c *client, _ []string, out io.Writer) error {
@@ -153,7 +155,16 @@ func setupBench(fs *flag.FlagSet) func(ctx context.Context, _ *client, _ []strin
 		if *api {
 			// After the engine, while the service is quiet: its rate is
 			// what the API's rows are read against.
-			return benchAPI(ctx, c, out, *apiListen, bench.APIOptions{Token: c.token, Rooms: *rooms, Commands: *apiCommands, GRPC: *grpcAddr, Ghz: *ghz, Engine: engine})
+			var scenarios []string
+			for _, name := range strings.Split(*apiScenarios, ",") {
+				if name = strings.TrimSpace(name); name == "" {
+					continue
+				} else if !slices.Contains(bench.APIScenarioNames, name) {
+					return usagef("-api-scenarios: unknown scenario %q (known: %s)", name, strings.Join(bench.APIScenarioNames, ","))
+				}
+				scenarios = append(scenarios, name)
+			}
+			return benchAPI(ctx, c, out, *apiListen, bench.APIOptions{Token: c.token, Rooms: *rooms, Commands: *apiCommands, GRPC: *grpcAddr, Ghz: *ghz, Engine: engine, Scenarios: scenarios})
 		}
 		return nil
 	}
