@@ -52,6 +52,10 @@ type Options struct {
 	BusyTimeout time.Duration
 	// ReadConns is the size of the read pool. Default 4.
 	ReadConns int
+
+	// restartFrames is the log length past which the log is made to start
+	// over (default walRestartFrames); tests lower it.
+	restartFrames int64
 }
 
 const (
@@ -79,6 +83,9 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.ReadConns == 0 {
 		o.ReadConns = defaultReadConns
+	}
+	if o.restartFrames <= 0 {
+		o.restartFrames = walRestartFrames
 	}
 	return o, nil
 }
@@ -157,18 +164,15 @@ func Open(ctx context.Context, path string, opts Options) (*DB, error) {
 	read.SetMaxIdleConns(opts.ReadConns)
 	db.read = read
 
-	cq := url.Values{}
-	// A checkpoint that finds the database busy gives up at once and tries
-	// again next tick: a RESTART waiting for a long read must not hold the
-	// writer back for the length of a commit timeout.
-	cq.Set("_busy_timeout", "100")
-	ckpt, err := sql.Open("sqlite", path+"?"+cq.Encode())
+	// The checkpoint connection runs PASSIVE checkpoints only, which wait
+	// for no lock (see checkpointer).
+	ckpt, err := sql.Open("sqlite", path)
 	if err != nil {
 		_ = db.Close()
 		return nil, fmt.Errorf("open sqlite path=%s: %w", path, unavailable(err))
 	}
 	ckpt.SetMaxOpenConns(1)
-	db.ckpt = startCheckpointer(ckpt)
+	db.ckpt = startCheckpointer(ckpt, write, busy, opts.restartFrames)
 
 	if db.DB, err = sqlstore.New(ctx, sqlstore.Config{
 		Dialect: dialect, Write: write, Read: read,

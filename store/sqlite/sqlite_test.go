@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -473,6 +474,93 @@ func TestCheckpointsRunOffTheWriter(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// TestTheLogStartsOverUnderSteadyCommits: while the writer commits without
+// a pause and readers read, the log is made to start over once it passes
+// its bound, again and again, instead of growing.
+func TestTheLogStartsOverUnderSteadyCommits(t *testing.T) {
+	db, _ := openTemp(t, Options{Synchronous: "NORMAL", restartFrames: 1024})
+	ctx, stop := context.WithCancel(t.Context())
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer stop()
+	if _, err := db.write.ExecContext(ctx, `CREATE TABLE scratch (k INTEGER PRIMARY KEY, v TEXT)`); err != nil {
+		t.Fatal(err)
+	}
+	big := strings.Repeat("x", 4000) // about a page per row
+	wg.Go(func() {
+		// Transactions of a hundred pages back to back, as under a gift
+		// storm: a PASSIVE checkpoint never finds the log fully copied
+		// before the next commit.
+		for i := 0; ctx.Err() == nil; i++ {
+			err := db.Tx(ctx, func(tx *sql.Tx) error {
+				for j := range 100 {
+					if _, err := tx.ExecContext(ctx, `INSERT OR REPLACE INTO scratch (k, v) VALUES (?, ?)`, (i*100+j)%20000, big); err != nil {
+						return err
+					}
+				}
+				return nil
+			})
+			if err != nil && ctx.Err() == nil {
+				t.Errorf("commit: %v", err)
+				return
+			}
+		}
+	})
+	wg.Go(func() {
+		for ctx.Err() == nil {
+			if _, _, err := db.GetRoomMeta(ctx, "steady-007"); err != nil && ctx.Err() == nil {
+				t.Errorf("read: %v", err)
+				return
+			}
+		}
+	})
+	var last, restarts int64
+	poll.Until(t, 30*time.Second, "the log starting over three times", func() error {
+		var logged int64
+		if err := db.read.QueryRowContext(ctx, `PRAGMA wal_checkpoint(PASSIVE)`).Scan(new(int64), &logged, new(int64)); err != nil {
+			return err
+		}
+		if logged < last {
+			restarts++
+		}
+		last = logged
+		if restarts < 3 {
+			return fmt.Errorf("the log started over %d times; it holds %d frames", restarts, logged)
+		}
+		return nil
+	})
+}
+
+// TestARestartLeavesTheWriterAsItWas: the RESTART runs on the writer's
+// connection with no busy wait, and the writer gets its busy timeout back.
+func TestARestartLeavesTheWriterAsItWas(t *testing.T) {
+	db, _ := openTemp(t, Options{BusyTimeout: 1234 * time.Millisecond})
+	if err := db.SaveRoomMeta(t.Context(), store.RoomMeta{RoomID: "r", OwnerUserID: 1, SeatCount: 8}); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.ckpt.restart(t.Context()); err != nil {
+		t.Fatalf("restart: %v", err)
+	}
+	var busy int64
+	if err := db.write.QueryRowContext(t.Context(), `PRAGMA busy_timeout`).Scan(&busy); err != nil || busy != 1234 {
+		t.Fatalf("the writer's busy_timeout is %d (%v) after a restart, want 1234", busy, err)
+	}
+	frames := func() int64 {
+		var logged int64
+		if err := db.read.QueryRowContext(t.Context(), `PRAGMA wal_checkpoint(PASSIVE)`).Scan(new(int64), &logged, new(int64)); err != nil {
+			t.Fatal(err)
+		}
+		return logged
+	}
+	before := frames()
+	if err := db.SaveRoomMeta(t.Context(), store.RoomMeta{RoomID: "r", OwnerUserID: 2, SeatCount: 8}); err != nil {
+		t.Fatal(err)
+	}
+	if after := frames(); after >= before {
+		t.Fatalf("the log went from %d to %d frames with the commit after a restart: it did not start over", before, after)
+	}
 }
 
 // TestHotListReadsAnIndexWithoutASort: every order of the room directory,
