@@ -303,10 +303,11 @@ func APIScenarios(ctx context.Context, base string, opts APIOptions) ([]Row, err
 	// where a p99 of 50 ms would take about 10,000/s (Little's law: the mean
 	// latency is in-flight / rate, 51 ms at 5,000/s), and 64 in flight,
 	// where 5,000/s leaves room for the latency target.
-	for _, callers := range []int{256, 64} {
-		if !opts.runs("hot") {
-			break
-		}
+	hotLoads := []int{256, 64}
+	if !opts.runs("hot") {
+		hotLoads = nil
+	}
+	for _, callers := range hotLoads {
 		hot, err := join(fmt.Sprintf("JoinRoom, one hot room, %d in flight", callers), 1, callers, 2000)
 		if err != nil {
 			return nil, err

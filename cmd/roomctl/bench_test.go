@@ -74,6 +74,22 @@ func TestBenchAPI(t *testing.T) {
 	if tables := strings.Split(out, "\nthe service"); len(tables) != 2 || !strings.HasPrefix(tables[1], "'s gRPC transport at "+m.GRPCAddr) {
 		t.Fatalf("want only the gRPC transport's table:\n%s", out)
 	}
+
+	// -api-scenarios runs the named scenarios, beside the ceiling and the
+	// rooms' creation; an unknown name is a usage error.
+	out = mustRun(t, "-addr", "http://"+m.Addr, "bench", "-api", "-api-listen=false", "-grpc-addr", m.GRPCAddr, "-only", "", "-rooms", "4", "-api-commands", "40", "-api-scenarios", "hot")
+	for name, want := range map[string]bool{
+		"Health/Check": true, "CreateRoom, 16 in flight": true, "JoinRoom, one hot room, 256": true, "JoinRoom, one hot room, 64": true,
+		"CreateRoom, 256 in flight": false, "JoinRoom, 4 rooms": false, "GetRoomSnapshot": false,
+	} {
+		if strings.Contains(out, name) != want {
+			t.Errorf("row %q shown: %v, want %v, with -api-scenarios hot:\n%s", name, !want, want, out)
+		}
+	}
+	code, _, stderr := roomctl(t, "-addr", "http://"+m.Addr, "bench", "-api", "-only", "", "-api-scenarios", "hot,warm")
+	if code != 2 || !strings.Contains(stderr, `unknown scenario "warm"`) {
+		t.Fatalf("-api-scenarios hot,warm: exit %d, stderr %q; want a usage error naming warm", code, stderr)
+	}
 }
 
 // findGhz returns the path of a ghz binary, or "".
