@@ -23,7 +23,7 @@ import (
 // and the log starts over (or, should a reader still be on the log, at the
 // next commit). It waits for no reader: with busy_timeout 0 a reader on the
 // log ends it at once, and the next tick tries again. The writer waits for
-// it as for one more commit: 9-83 ms under a storm of 5,000 gifts/s, every
+// it as for one more commit: up to 83 ms under a storm of 5,000 gifts/s, every
 // 2-3 s. Before, the RESTART ran on a connection of its own and held the
 // writer lock while its busy handler waited for readers, 34-221 ms; under
 // the same storm it failed to start the log over tick after tick, stalling
