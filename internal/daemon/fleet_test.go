@@ -590,6 +590,10 @@ func TestFleetSurvivesARedisOutage(t *testing.T) {
 	progress("load before the outage", 300)
 	proxy.Cut()
 	outage := time.NewTimer(30 * time.Second) // the outage: a duration, not a condition
+	// The held rooms are served on: a call that reaches another node is
+	// refused at once (Redis counts as down there) and the gateway sends it
+	// on until it reaches the holder.
+	progress("load while Redis is cut", 100)
 	<-outage.C
 	// Redis comes back as a restart without persistence would: empty.
 	rc := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379", DB: 11})

@@ -19,6 +19,13 @@
 //     see as a retryable unavailable. Serving without a lease would let two
 //     nodes load the same room at once; the owner epoch keeps that safe, but
 //     each load fences the other and the room ping-pongs.
+//   - Once Redis has answered nothing for a renewal period (TTL/3), Acquire
+//     and Owner answer lease.ErrUnavailable at once, without a call: a call
+//     that reaches a node not holding its room then fails in microseconds
+//     instead of waiting out its deadline, so a gateway finds the holder
+//     while the outage lasts, and calls do not pile up behind a dead
+//     connection pool. One call per probe period (probeEvery) still goes to
+//     Redis, as do the renewals, and the first answer ends it.
 package redislease
 
 import (
@@ -193,7 +200,16 @@ type Lease struct {
 	held        map[*handle]struct{}
 	degraded    int  // handles in held marked degraded
 	unreachable bool // logged once per outage
+	// Redis's reachability, from every call's outcome (see asks).
+	failing    bool          // the last call failed
+	failSince  time.Duration // when the calls began to fail, on now's clock
+	lastProbe  time.Duration // when asks last let a call through while Redis was down
+	probeEvery time.Duration // 0: defaultProbeEvery
 }
+
+// defaultProbeEvery is how often a call still goes to a Redis that counts
+// as down, to find it back.
+const defaultProbeEvery = 250 * time.Millisecond
 
 var _ lease.Lease = (*Lease)(nil)
 
@@ -216,19 +232,74 @@ func (l *Lease) Held() int {
 	return len(l.held)
 }
 
+// asks reports whether a call may go to Redis now: not while Redis counts
+// as down (every call failed for a renewal period or more), but for one
+// probe per probe period.
+func (l *Lease) asks() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	now := l.now()
+	if !l.failing || now-l.failSince < l.cfg.callTimeout() {
+		return true
+	}
+	every := l.probeEvery
+	if every == 0 {
+		every = defaultProbeEvery
+	}
+	if now-l.lastProbe < every {
+		return false
+	}
+	l.lastProbe = now
+	return true
+}
+
+// answered records a call's outcome: err nil when Redis answered (with a
+// value or none), else the call's failure.
+func (l *Lease) answered(err error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	switch {
+	case err == nil:
+		l.failing = false
+	case !l.failing:
+		l.failing, l.failSince = true, l.now()
+	}
+}
+
+// answeredFor records the outcome of a call made under the caller's ctx,
+// unless the caller gave up on it: a call that ran out of time counts.
+func (l *Lease) answeredFor(ctx context.Context, err error) {
+	if !errors.Is(ctx.Err(), context.Canceled) {
+		l.answered(err)
+	}
+}
+
+// down is the error of a call not made because Redis counts as down.
+func (l *Lease) down(what string) error {
+	l.mu.Lock()
+	since := l.now() - l.failSince
+	l.mu.Unlock()
+	return room.Errorf(lease.ErrUnavailable, "%s: Redis has not answered for %s", what, since.Round(time.Millisecond))
+}
+
 // Acquire implements lease.Lease. It returns lease.ErrHeld (with the
 // holder) when another token holds the key, and lease.ErrUnavailable when
-// Redis did not answer within one TTL.
+// Redis did not answer within one TTL, or at once while it counts as down.
 func (l *Lease) Acquire(ctx context.Context, roomID string) (lease.Handle, error) {
 	key := l.cfg.Keys.Lease(roomID)
 	token := newToken(l.cfg.Self)
 	giveUp := l.now() + l.cfg.TTL
 	wait := 20 * time.Millisecond
 	for {
+		if !l.asks() {
+			l.count(l.metrics.Acquired, "unavailable")
+			return nil, l.down("acquire lease room=" + roomID)
+		}
 		sent := l.now()
 		cctx, cancel := context.WithTimeout(ctx, l.cfg.callTimeout())
 		res, err := acquireScript.Run(cctx, l.client, []string{key}, token, l.cfg.TTL.Milliseconds()).Result()
 		cancel()
+		l.answeredFor(ctx, err)
 		if err == nil {
 			if holder, ok := res.(string); ok {
 				l.count(l.metrics.Acquired, "held")
@@ -256,8 +327,16 @@ func (l *Lease) Acquire(ctx context.Context, roomID string) (lease.Handle, error
 // Owner tells who holds the room's lease now, for routing a call to it.
 // found is false when nobody does.
 func (l *Lease) Owner(ctx context.Context, roomID string) (o Owner, found bool, err error) {
+	if !l.asks() {
+		return Owner{}, false, l.down("lease owner room=" + roomID)
+	}
 	token, err := l.client.Get(ctx, l.cfg.Keys.Lease(roomID)).Result()
-	if errors.Is(err, redis.Nil) {
+	missing := errors.Is(err, redis.Nil)
+	if missing {
+		err = nil
+	}
+	l.answeredFor(ctx, err)
+	if missing {
 		return Owner{}, false, nil
 	}
 	if err != nil {
@@ -300,6 +379,7 @@ func (l *Lease) renewAll(ctx context.Context) {
 		if ctx.Err() != nil {
 			return // stopping: an error now says nothing of Redis
 		}
+		l.answered(err)
 		if err != nil {
 			for _, h := range hs[lo:] {
 				l.settle(h, sent, 0, err)

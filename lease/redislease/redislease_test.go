@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -265,6 +266,89 @@ func TestUnreachableRedisKeepsTheLeaseDegraded(t *testing.T) {
 	}
 	if _, err := a.Acquire(context.Background(), "r3"); err != nil {
 		t.Errorf("acquire after Redis came back: %v", err)
+	}
+}
+
+// callCount counts the calls a client sends to Redis (a pipeline is one).
+type callCount struct{ n atomic.Int64 }
+
+func (c *callCount) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (c *callCount) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error { c.n.Add(1); return next(ctx, cmd) }
+}
+
+func (c *callCount) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error { c.n.Add(1); return next(ctx, cmds) }
+}
+
+// setProbeEvery sets how often a call still goes to a Redis that counts as down.
+func (l *Lease) setProbeEvery(d time.Duration) {
+	l.mu.Lock()
+	l.probeEvery = d
+	l.mu.Unlock()
+}
+
+// TestADownRedisIsNotAskedForEveryCall: once Redis has answered nothing
+// for a renewal period, Acquire and Owner answer ErrUnavailable without a
+// call, and the first probe Redis answers ends it.
+func TestADownRedisIsNotAskedForEveryCall(t *testing.T) {
+	addr := server(t)
+	const ttl = 300 * time.Millisecond
+	ctx := context.Background()
+	keys := testKeys(t, addr)
+	proxy := mysqltest.NewProxy(t, addr)
+	a := newNode(t, proxy.Addr(), keys, "a", ttl, false)
+	var calls callCount
+	a.client.AddHook(&calls)
+	a.setProbeEvery(time.Hour) // no probe until the test asks for one
+
+	if _, found, err := a.Owner(ctx, "r1"); err != nil || found {
+		t.Fatalf("owner before the outage: found %v, err %v", found, err)
+	}
+	proxy.Cut()
+	poll.Until(t, 10*time.Second, "owner lookups answered without a call", func() error {
+		before := calls.n.Load()
+		_, _, err := a.Owner(ctx, "r1")
+		switch {
+		case err == nil:
+			return errors.New("owner lookup succeeded with Redis cut")
+		case calls.n.Load() != before:
+			return fmt.Errorf("still asking Redis: %v", err)
+		}
+		return nil
+	})
+	before := calls.n.Load()
+	for i := range 20 {
+		room := fmt.Sprintf("r%d", i)
+		if _, err := a.Acquire(ctx, room); !errors.Is(err, lease.ErrUnavailable) || !strings.Contains(err.Error(), "Redis has not answered") {
+			t.Fatalf("acquire %s with Redis down: %v, want ErrUnavailable without a call", room, err)
+		}
+		if _, _, err := a.Owner(ctx, room); !errors.Is(err, lease.ErrUnavailable) {
+			t.Fatalf("owner %s with Redis down: %v, want ErrUnavailable", room, err)
+		}
+	}
+	if n := calls.n.Load() - before; n != 0 {
+		t.Fatalf("%d calls went to a Redis known to be down", n)
+	}
+	a.counts.mu.Lock()
+	unavailable := a.counts.acquired["unavailable"]
+	a.counts.mu.Unlock()
+	if n := unavailable; n < 20 {
+		t.Fatalf("acquired{unavailable} = %d, want at least 20", n)
+	}
+
+	proxy.Restore()
+	a.setProbeEvery(time.Millisecond)
+	poll.Until(t, 10*time.Second, "a lease taken once Redis answers", func() error {
+		h, err := a.Acquire(ctx, "r1")
+		if err != nil {
+			return err
+		}
+		return h.Release(ctx)
+	})
+	if _, found, err := a.Owner(ctx, "r2"); err != nil || found {
+		t.Fatalf("owner after the outage: found %v, err %v", found, err)
 	}
 }
 
