@@ -204,7 +204,7 @@ func (m *Main) openLeases(ctx context.Context, nodeID string) (lease.Lease, erro
 	if err != nil {
 		return nil, err
 	}
-	if m.members, err = redislease.NewMembership(m.redis, rc, leases.Held, log); err != nil {
+	if m.members, err = redislease.NewMembership(m.redis, rc, leases, log); err != nil {
 		return nil, err
 	}
 	if err := m.workers.Go("lease-renew", leases.Run); err != nil {

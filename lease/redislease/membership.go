@@ -31,7 +31,7 @@ type Member struct {
 type Membership struct {
 	client   *redis.Client
 	cfg      Config
-	rooms    func() int
+	lease    Holder
 	log      *slog.Logger
 	draining atomic.Bool
 
@@ -39,16 +39,24 @@ type Membership struct {
 	failed bool // the last heartbeat failed: logged once per outage
 }
 
-// NewMembership returns the membership of cfg.Self; rooms reports how many
-// leases the node holds (Lease.Held).
-func NewMembership(client *redis.Client, cfg Config, rooms func() int, log *slog.Logger) (*Membership, error) {
+// Holder is what the membership needs of the node's lease (a *Lease): the
+// number of rooms it holds, for the heartbeat, and each heartbeat's
+// outcome, so that a node holding no room learns from its heartbeats that
+// Redis is down (see Lease.asks).
+type Holder interface {
+	Held() int
+	answered(err error)
+}
+
+// NewMembership returns the membership of cfg.Self, whose lease is lease.
+func NewMembership(client *redis.Client, cfg Config, lease Holder, log *slog.Logger) (*Membership, error) {
 	if err := cfg.check(); err != nil {
 		return nil, err
 	}
-	if rooms == nil {
-		rooms = func() int { return 0 }
+	if lease == nil {
+		return nil, errors.New("membership: no lease")
 	}
-	return &Membership{client: client, cfg: cfg, rooms: rooms, log: log}, nil
+	return &Membership{client: client, cfg: cfg, lease: lease, log: log}, nil
 }
 
 // Run writes a heartbeat at once and every TTL/3 until ctx ends, then
@@ -86,6 +94,7 @@ func (m *Membership) beat(ctx context.Context) {
 	if ctx.Err() != nil {
 		return
 	}
+	m.lease.answered(err)
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	switch {
@@ -102,7 +111,7 @@ func (m *Membership) write(ctx context.Context) error {
 	defer cancel()
 	key := m.cfg.Keys.Node(m.cfg.Self.ID)
 	_, err := m.client.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		p.HSet(ctx, key, "addr", m.cfg.Self.Addr, "rooms", m.rooms(),
+		p.HSet(ctx, key, "addr", m.cfg.Self.Addr, "rooms", m.lease.Held(),
 			"draining", strconv.FormatBool(m.draining.Load()), "heartbeat_ms", time.Now().UnixMilli())
 		p.PExpire(ctx, key, 3*m.cfg.TTL)
 		return nil

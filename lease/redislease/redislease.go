@@ -25,7 +25,8 @@
 //     instead of waiting out its deadline, so a gateway finds the holder
 //     while the outage lasts, and calls do not pile up behind a dead
 //     connection pool. One call per probe period (probeEvery) still goes to
-//     Redis, as do the renewals, and the first answer ends it.
+//     Redis, as do the renewals and the membership's heartbeats (which tell
+//     a node that holds no room), and the first answer ends it.
 package redislease
 
 import (

@@ -352,6 +352,32 @@ func TestADownRedisIsNotAskedForEveryCall(t *testing.T) {
 	}
 }
 
+// TestHeartbeatsTellTheLeaseRedisIsDown: a node that holds no room and
+// asks nothing learns from its failed heartbeats that Redis is down, so its
+// first owner lookup is answered without a call.
+func TestHeartbeatsTellTheLeaseRedisIsDown(t *testing.T) {
+	addr := server(t)
+	const ttl = 300 * time.Millisecond
+	keys := testKeys(t, addr)
+	proxy := mysqltest.NewProxy(t, addr)
+	a := newNode(t, proxy.Addr(), keys, "a", ttl, false)
+	a.setProbeEvery(time.Hour)
+	m, err := NewMembership(a.client, Config{Self: Node{ID: "a", Addr: "a.test:9000"}, TTL: ttl, Keys: keys}, a.Lease, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = m.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+
+	proxy.Cut()
+	poll.Until(t, 10*time.Second, "the lease counting Redis as down", poll.Bool(func() bool { return !a.asks() }))
+	if _, _, err := a.Owner(context.Background(), "r1"); !errors.Is(err, lease.ErrUnavailable) || !strings.Contains(err.Error(), "Redis has not answered") {
+		t.Fatalf("first owner lookup after the heartbeats failed: %v, want ErrUnavailable without a call", err)
+	}
+}
+
 func TestCheckPastTheDeadlineAsksRedis(t *testing.T) {
 	addr := server(t)
 	const ttl = 200 * time.Millisecond
@@ -407,6 +433,12 @@ func TestOwnerAndHeld(t *testing.T) {
 	}
 }
 
+// heldRooms is a lease holding n rooms, for the membership.
+type heldRooms int
+
+func (h heldRooms) Held() int    { return int(h) }
+func (heldRooms) answered(error) {}
+
 func TestMembership(t *testing.T) {
 	addr := server(t)
 	const ttl = 300 * time.Millisecond
@@ -414,7 +446,7 @@ func TestMembership(t *testing.T) {
 	proxy := mysqltest.NewProxy(t, addr)
 	join := func(c *redis.Client, id string, rooms int) (*Membership, func()) {
 		m, err := NewMembership(c, Config{Self: Node{ID: id, Addr: id + ".test:9000"}, TTL: ttl, Keys: keys},
-			func() int { return rooms }, slog.New(slog.DiscardHandler))
+			heldRooms(rooms), slog.New(slog.DiscardHandler))
 		if err != nil {
 			t.Fatal(err)
 		}
