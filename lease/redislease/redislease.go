@@ -19,14 +19,16 @@
 //     see as a retryable unavailable. Serving without a lease would let two
 //     nodes load the same room at once; the owner epoch keeps that safe, but
 //     each load fences the other and the room ping-pongs.
-//   - Once Redis has answered nothing for a renewal period (TTL/3), Acquire
-//     and Owner answer lease.ErrUnavailable at once, without a call: a call
+//   - Once every call to Redis has failed for a renewal period (TTL/3): no
+//     answer, or an error reply such as READONLY, Acquire and Owner answer
+//     lease.ErrUnavailable at once, without a call: a call
 //     that reaches a node not holding its room then fails in microseconds
 //     instead of waiting out its deadline, so a gateway finds the holder
 //     while the outage lasts, and calls do not pile up behind a dead
 //     connection pool. One call per probe period (probeEvery) still goes to
 //     Redis, as do the renewals and the membership's heartbeats (which tell
-//     a node that holds no room), and the first answer ends it.
+//     a node that holds no room), and the first that succeeds ends it. A
+//     caller's cancelled or expired context counts for nothing.
 package redislease
 
 import (
@@ -268,19 +270,22 @@ func (l *Lease) answered(err error) {
 }
 
 // answeredFor records the outcome of a call made under the caller's ctx,
-// unless the caller gave up on it: a call that ran out of time counts.
+// unless the caller's ctx ended (cancelled, or its deadline passed): that
+// says nothing of Redis. A call that ran out of its own time (callTimeout)
+// counts.
 func (l *Lease) answeredFor(ctx context.Context, err error) {
-	if !errors.Is(ctx.Err(), context.Canceled) {
+	if ctx.Err() == nil {
 		l.answered(err)
 	}
 }
 
-// down is the error of a call not made because Redis counts as down.
+// down is the error of a call not made because Redis counts as down (no
+// answer, or error replies such as READONLY: no lease can be taken).
 func (l *Lease) down(what string) error {
 	l.mu.Lock()
 	since := l.now() - l.failSince
 	l.mu.Unlock()
-	return room.Errorf(lease.ErrUnavailable, "%s: Redis has not answered for %s", what, since.Round(time.Millisecond))
+	return room.Errorf(lease.ErrUnavailable, "%s: every call to Redis has failed for %s", what, since.Round(time.Millisecond))
 }
 
 // Acquire implements lease.Lease. It returns lease.ErrHeld (with the
@@ -331,7 +336,9 @@ func (l *Lease) Owner(ctx context.Context, roomID string) (o Owner, found bool, 
 	if !l.asks() {
 		return Owner{}, false, l.down("lease owner room=" + roomID)
 	}
-	token, err := l.client.Get(ctx, l.cfg.Keys.Lease(roomID)).Result()
+	cctx, cancel := context.WithTimeout(ctx, l.cfg.callTimeout())
+	token, err := l.client.Get(cctx, l.cfg.Keys.Lease(roomID)).Result()
+	cancel()
 	missing := errors.Is(err, redis.Nil)
 	if missing {
 		err = nil
