@@ -220,13 +220,22 @@ func TestOverwrittenKeyIsLostWithinARenewal(t *testing.T) {
 	}
 }
 
-func TestUnreachableRedisKeepsTheLeaseDegraded(t *testing.T) {
+// cutOff is a node "a" reaching Redis through a proxy the test can cut, with
+// a lease TTL of 300 ms, and the proxy and keys it uses.
+func cutOff(t *testing.T, renew bool) (node, *mysqltest.Proxy, Keys) {
+	t.Helper()
 	addr := server(t)
-	const ttl = 300 * time.Millisecond
 	keys := testKeys(t, addr)
 	proxy := mysqltest.NewProxy(t, addr)
-	a := newNode(t, proxy.Addr(), keys, "a", ttl, true)
-	direct := newNode(t, addr, keys, "direct", ttl, false)
+	return newNode(t, proxy.Addr(), keys, "a", cutOffTTL, renew), proxy, keys
+}
+
+const cutOffTTL = 300 * time.Millisecond
+
+func TestUnreachableRedisKeepsTheLeaseDegraded(t *testing.T) {
+	const ttl = cutOffTTL
+	a, proxy, keys := cutOff(t, true)
+	direct := newNode(t, server(t), keys, "direct", ttl, false)
 	h1 := mustAcquire(t, a, "r1")
 	h2 := mustAcquire(t, a, "r2")
 
@@ -293,12 +302,8 @@ func (l *Lease) setProbeEvery(d time.Duration) {
 // for a renewal period, Acquire and Owner answer ErrUnavailable without a
 // call, and the first probe Redis answers ends it.
 func TestADownRedisIsNotAskedForEveryCall(t *testing.T) {
-	addr := server(t)
-	const ttl = 300 * time.Millisecond
 	ctx := context.Background()
-	keys := testKeys(t, addr)
-	proxy := mysqltest.NewProxy(t, addr)
-	a := newNode(t, proxy.Addr(), keys, "a", ttl, false)
+	a, proxy, _ := cutOff(t, false)
 	var calls callCount
 	a.client.AddHook(&calls)
 	a.setProbeEvery(time.Hour) // no probe until the test asks for one
@@ -356,13 +361,9 @@ func TestADownRedisIsNotAskedForEveryCall(t *testing.T) {
 // asks nothing learns from its failed heartbeats that Redis is down, so its
 // first owner lookup is answered without a call.
 func TestHeartbeatsTellTheLeaseRedisIsDown(t *testing.T) {
-	addr := server(t)
-	const ttl = 300 * time.Millisecond
-	keys := testKeys(t, addr)
-	proxy := mysqltest.NewProxy(t, addr)
-	a := newNode(t, proxy.Addr(), keys, "a", ttl, false)
+	a, proxy, keys := cutOff(t, false)
 	a.setProbeEvery(time.Hour)
-	m, err := NewMembership(a.client, Config{Self: Node{ID: "a", Addr: "a.test:9000"}, TTL: ttl, Keys: keys}, a.Lease, slog.New(slog.DiscardHandler))
+	m, err := NewMembership(a.client, Config{Self: Node{ID: "a", Addr: "a.test:9000"}, TTL: cutOffTTL, Keys: keys}, a.Lease, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
