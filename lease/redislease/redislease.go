@@ -19,16 +19,16 @@
 //     see as a retryable unavailable. Serving without a lease would let two
 //     nodes load the same room at once; the owner epoch keeps that safe, but
 //     each load fences the other and the room ping-pongs.
-//   - Once every call to Redis has failed for a renewal period (TTL/3): no
-//     answer, or an error reply such as READONLY, Acquire and Owner answer
-//     lease.ErrUnavailable at once, without a call: a call
-//     that reaches a node not holding its room then fails in microseconds
-//     instead of waiting out its deadline, so a gateway finds the holder
-//     while the outage lasts, and calls do not pile up behind a dead
-//     connection pool. One call per probe period (probeEvery) still goes to
-//     Redis, as do the renewals and the membership's heartbeats (which tell
-//     a node that holds no room), and the first that succeeds ends it. A
-//     caller's cancelled or expired context counts for nothing.
+//   - Once every call to Redis has failed for a renewal period (TTL/3),
+//     with no answer or with an error reply such as READONLY, Acquire and
+//     Owner answer lease.ErrUnavailable at once, without a call. A call that
+//     reaches a node not holding its room then fails in microseconds instead
+//     of waiting out its deadline, so a gateway finds the holder while the
+//     outage lasts, and calls do not pile up behind a dead connection pool.
+//     One call per probe period (probeEvery) still goes to Redis, as do the
+//     renewals and the membership's heartbeats (which tell a node that holds
+//     no room), and the first that succeeds ends it. A caller's cancelled or
+//     expired context counts for nothing.
 package redislease
 
 import (
