@@ -172,7 +172,13 @@ func Open(ctx context.Context, path string, opts Options) (*DB, error) {
 		return nil, fmt.Errorf("open sqlite path=%s: %w", path, unavailable(err))
 	}
 	ckpt.SetMaxOpenConns(1)
-	db.ckpt = startCheckpointer(ckpt, write, busy, opts.restartFrames)
+	file, err := os.Open(path)
+	if err != nil {
+		_ = ckpt.Close()
+		_ = db.Close()
+		return nil, fmt.Errorf("open sqlite path=%s: %w", path, err)
+	}
+	db.ckpt = startCheckpointer(ckpt, write, file, busy, opts.restartFrames)
 
 	if db.DB, err = sqlstore.New(ctx, sqlstore.Config{
 		Dialect: dialect, Write: write, Read: read,
@@ -186,11 +192,12 @@ func Open(ctx context.Context, path string, opts Options) (*DB, error) {
 // Close closes the writer connection and the read pool. Calls after the first
 // return nil; methods called after Close return store.ErrUnavailable.
 func (db *DB) Close() error {
-	var err error
-	if db.ckpt != nil {
-		err = db.ckpt.close()
+	if db.ckpt == nil {
+		return errors.Join(db.write.Close(), db.read.Close())
 	}
-	return errors.Join(err, db.write.Close(), db.read.Close())
+	err := db.ckpt.close()
+	err = errors.Join(err, db.write.Close(), db.read.Close())
+	return errors.Join(err, db.ckpt.closeFile())
 }
 
 // migrate applies, in file name order, each embedded migration not yet
