@@ -172,7 +172,8 @@ func Open(ctx context.Context, path string, opts Options) (*DB, error) {
 		return nil, fmt.Errorf("open sqlite path=%s: %w", path, unavailable(err))
 	}
 	ckpt.SetMaxOpenConns(1)
-	file, err := os.Open(path)
+	// Read-write: some systems (Windows) sync only a handle open for writing.
+	file, err := os.OpenFile(path, os.O_RDWR, 0)
 	if err != nil {
 		_ = ckpt.Close()
 		_ = db.Close()
