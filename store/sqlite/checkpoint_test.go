@@ -30,6 +30,15 @@ func TestCatchUpEndsOnAShortPass(t *testing.T) {
 			return log, log, nil
 		}, &n
 	}
+	t.Run("held back by a reader", func(t *testing.T) {
+		// A reader's snapshot stops each pass at the same mark: the pass
+		// that reached it and the one that got no further are all.
+		calls := 0
+		pass := func(context.Context) (int64, int64, error) { calls++; return 80_000, 71_000, nil }
+		if err := catchUp(t.Context(), pass, 70_000); err != nil || calls != 2 {
+			t.Fatalf("%d passes (%v), want 2", calls, err)
+		}
+	})
 	for _, tc := range []struct {
 		name  string
 		found []int64
