@@ -22,7 +22,7 @@ import (
 // back: a pass copies each page once, at its newest frame. Under 1,000 rooms
 // × 5 gifts/s, passes every second instead of every 250 ms wrote 16% fewer
 // bytes to the disk (3.69 GB against 4.38 GB over the run) and took the
-// p99 from 45-81 ms to 36-47 ms in alternated runs; passes every 2 s measured
+// p99 from 45-81 ms to 36-46 ms in alternated runs; passes every 2 s measured
 // the same as every second. The price is a longer log between passes.
 //
 // A PASSIVE checkpoint alone never lets the log start over under steady
