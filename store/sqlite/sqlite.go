@@ -114,7 +114,10 @@ type DB struct {
 // Open opens (creating if needed) the database at path, switches it to WAL
 // and applies the embedded migrations that it has not applied yet. path is a
 // file name; ":memory:" is refused because the writer and the read pool must
-// share one database.
+// share one database. A process opens a file once at a time: the checkpointer
+// syncs it through a descriptor of its own, and closing that descriptor at
+// Close drops every POSIX lock the process holds on the file, those of
+// another DB on the same file included.
 func Open(ctx context.Context, path string, opts Options) (*DB, error) {
 	opts, err := opts.withDefaults()
 	if err != nil {
