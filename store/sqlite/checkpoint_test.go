@@ -73,15 +73,7 @@ func TestCatchUpEndsOnAShortPass(t *testing.T) {
 // file and records the copy mark it covered; the file is closed only with
 // the database, after its connections.
 func TestAPassSyncsWhatItCopied(t *testing.T) {
-	db, path := openTemp(t, Options{})
-	db.ckpt.stop()
-	<-db.ckpt.done
-	big := strings.Repeat("x", 4000) // about a page per row
-	for i := range 20 {
-		if err := db.SaveRoomMeta(t.Context(), store.RoomMeta{RoomID: fmt.Sprintf("s%02d", i), OwnerUserID: 1, SeatCount: 8, Mode: big}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	db, path := openUncopied(t, Options{}, 20)
 	logged, copied, err := db.ckpt.passive(t.Context())
 	if err != nil {
 		t.Fatal(err)
@@ -101,6 +93,22 @@ func TestAPassSyncsWhatItCopied(t *testing.T) {
 	if err := db.ckpt.file.Sync(); !errors.Is(err, os.ErrClosed) {
 		t.Fatalf("after Close the file answers %v, want it closed", err)
 	}
+}
+
+// openUncopied opens a database without its background checkpoints and
+// commits rows of about a page each, which nothing has copied back.
+func openUncopied(t *testing.T, opts Options, rows int) (*DB, string) {
+	t.Helper()
+	db, path := openTemp(t, opts)
+	db.ckpt.stop()
+	<-db.ckpt.done
+	big := strings.Repeat("x", 4000)
+	for i := range rows {
+		if err := db.SaveRoomMeta(t.Context(), store.RoomMeta{RoomID: fmt.Sprintf("r%02d", i), OwnerUserID: 1, SeatCount: 8, Mode: big}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return db, path
 }
 
 func mustStat(t *testing.T, path string) os.FileInfo {

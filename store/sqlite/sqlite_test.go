@@ -537,16 +537,8 @@ func TestTheLogStartsOverUnderSteadyCommits(t *testing.T) {
 // connection with no busy wait, the writer gets its busy timeout back, and
 // the commit after it starts the log over.
 func TestARestartLeavesTheWriterAsItWas(t *testing.T) {
-	db, _ := openTemp(t, Options{BusyTimeout: 1234 * time.Millisecond})
 	// No background checkpoint: nothing but the RESTART copies the log.
-	db.ckpt.stop()
-	<-db.ckpt.done
-	big := strings.Repeat("x", 4000) // about a page per row
-	for i := range 50 {
-		if err := db.SaveRoomMeta(t.Context(), store.RoomMeta{RoomID: fmt.Sprintf("r%02d", i), OwnerUserID: 1, SeatCount: 8, Mode: big}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	db, _ := openUncopied(t, Options{BusyTimeout: 1234 * time.Millisecond}, 50)
 	if err := db.ckpt.restart(t.Context()); err != nil {
 		t.Fatalf("restart: %v", err)
 	}
