@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"database/sql/driver"
 	"errors"
+	"fmt"
 	"os"
 	"time"
 )
@@ -49,6 +50,7 @@ const (
 	walRestartFrames = 1 << 16 // 256 MiB of 4 KiB pages
 	catchUpFrames    = 256     // a pass that found no more than this ends the catch-up
 	catchUpPasses    = 8
+	closeWait        = 5 * time.Second // for connections still in use at Close
 )
 
 // checkpointer is the background checkpoint loop and its connection.
@@ -59,7 +61,7 @@ type checkpointer struct {
 	// file is the database file, synced after each pass that copied frames
 	// (see passive). Closing a descriptor of a file drops every POSIX lock
 	// the process holds on it, SQLite's included, so it is closed only
-	// after every connection (closeFile).
+	// once every connection is (closeFile).
 	file *os.File
 	// synced is the copy mark the last sync of file covered.
 	synced int64
@@ -96,11 +98,11 @@ func (c *checkpointer) run(ctx context.Context) {
 	}
 }
 
-// catchUp runs PASSIVE passes off the writer until one of them finds at
-// most catchUpFrames frames to copy, or catchUpPasses have run: what is left
-// for the RESTART in the writer's turn is then what the writer committed
-// during that short last pass. A pass reports the frames it found (the log's
-// length when it began) and leaves them copied, so what a pass copied is
+// catchUp runs PASSIVE passes off the writer until one of them copied all
+// it found and found at most catchUpFrames frames, or catchUpPasses have
+// run: what is left for the RESTART in the writer's turn is then what the
+// writer committed during that short last pass. A pass reports the log's
+// length when it began and its copy mark when it ended, so what it found is
 // its log length less the copy mark of the pass before; copied is the mark
 // of the pass that saw the log past its bound.
 //
@@ -108,25 +110,35 @@ func (c *checkpointer) run(ctx context.Context) {
 // a pass lasts about as long as its frames take to reach the disk (about
 // 17 µs per page here, for the database file's sync), so under a steady
 // writer each pass finds fewer than the last and the passes converge: two
-// to six passes under a storm of 5,000 gifts/s. A reader's snapshot stops
-// every pass at its mark; a pass that copied nothing ends the catch-up, and
-// the RESTART then finds the reader too. The catch-up it replaced compared a pass's log length with its
-// own copy mark, which a pass always reaches, so it never ran a second pass
-// and left the RESTART hundreds to thousands of frames.
+// to six passes under a storm of 5,000 gifts/s. A reader's snapshot stops a
+// pass at its mark: a pass that got no further than the one before answers
+// errHeldBack, and the RESTART waits for the next tick instead of copying,
+// in the writer's turn, what the reader held back. Past catchUpPasses the
+// RESTART runs all the same: the log's bound matters more than one stall.
+// The catch-up this replaced compared a pass's log length with its own copy
+// mark, which a pass always reaches, so it never ran a second pass and left
+// the RESTART hundreds to thousands of frames.
 func catchUp(ctx context.Context, pass func(context.Context) (logged, copied int64, err error), copied int64) error {
 	for range catchUpPasses {
 		logged, next, err := pass(ctx)
 		if err != nil {
 			return err
 		}
-		found := logged - copied
-		if found <= catchUpFrames || next == copied {
-			return nil // short, or held back by a reader: no pass gets further
+		if next == copied && next < logged {
+			return errHeldBack
 		}
+		found := logged - copied // negative once the log has started over
 		copied = next
+		if found <= catchUpFrames && next == logged {
+			return nil
+		}
 	}
 	return nil
 }
+
+// errHeldBack is catchUp's answer when a reader's snapshot keeps a pass
+// from copying further.
+var errHeldBack = errors.New("a reader holds the checkpoint back")
 
 // passive runs a PASSIVE checkpoint, syncs the database file if it copied
 // frames, and returns the frames in the log and the frames copied back into
@@ -144,7 +156,7 @@ func (c *checkpointer) passive(ctx context.Context) (logged, copied int64, err e
 	if err = c.conn.QueryRowContext(ctx, "PRAGMA wal_checkpoint(PASSIVE)").Scan(new(int64), &logged, &copied); err != nil {
 		return logged, copied, err
 	}
-	if copied != c.synced {
+	if copied > 0 && copied != c.synced { // -1: a pass that could not run
 		if err = c.file.Sync(); err != nil {
 			return logged, copied, err
 		}
@@ -182,7 +194,28 @@ func (c *checkpointer) close() error {
 	return c.conn.Close()
 }
 
-func (c *checkpointer) closeFile() error {
+// closeFile closes the file once none of pools has a connection open. A
+// closed pool closes a connection still in use when it is handed back, so
+// Close waits for those, up to closeWait; past it the file stays open (the
+// runtime closes it with the garbage it becomes), since closing it under a
+// connection would drop that connection's lock on the file. In-process
+// connections do not depend on those locks (SQLite tracks its own per
+// file); another process opening the file does.
+func (c *checkpointer) closeFile(pools ...*sql.DB) error {
+	deadline := time.Now().Add(closeWait)
+	for {
+		open := 0
+		for _, p := range pools {
+			open += p.Stats().OpenConnections
+		}
+		if open == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("close sqlite: %d connections still in use after %s; the database file stays open", open, closeWait)
+		}
+		time.Sleep(time.Millisecond)
+	}
 	if err := c.file.Close(); err != nil && !errors.Is(err, os.ErrClosed) {
 		return err
 	}

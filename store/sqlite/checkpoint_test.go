@@ -7,52 +7,60 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 
+	"hyapp/room-service/internal/poll"
 	"hyapp/room-service/store"
 )
 
-// TestCatchUpEndsOnAShortPass: the catch-up runs passes until one found no
-// more than catchUpFrames frames to copy, each pass's find being its log
-// length less the copy mark of the pass before, and gives up after
-// catchUpPasses when the writer outruns it.
+// TestCatchUpEndsOnAShortPass: the catch-up runs passes until one copied
+// all it found and found no more than catchUpFrames frames, each pass's
+// find being its log length less the copy mark of the pass before; it
+// answers errHeldBack when a reader keeps a pass where the one before
+// ended, and gives up after catchUpPasses when the writer outruns it.
 func TestCatchUpEndsOnAShortPass(t *testing.T) {
-	// passes replays a log that grows by the frames in found, each pass
-	// copying all it found.
-	passes := func(found ...int64) (func(context.Context) (int64, int64, error), *int) {
+	type result struct{ logged, copied int64 }
+	// replay answers the passes in order and fails a pass past the last.
+	replay := func(t *testing.T, passes ...result) (func(context.Context) (int64, int64, error), *int) {
 		var n int
-		var log int64 = 70_000
 		return func(context.Context) (int64, int64, error) {
-			if n == len(found) {
+			if n == len(passes) {
 				t.Fatalf("pass %d: the catch-up should have ended", n+1)
 			}
-			log += found[n]
 			n++
-			return log, log, nil
+			return passes[n-1].logged, passes[n-1].copied, nil
 		}, &n
 	}
-	t.Run("held back by a reader", func(t *testing.T) {
-		// A reader's snapshot stops each pass at the same mark: the pass
-		// that reached it and the one that got no further are all.
-		calls := 0
-		pass := func(context.Context) (int64, int64, error) { calls++; return 80_000, 71_000, nil }
-		if err := catchUp(t.Context(), pass, 70_000); err != nil || calls != 2 {
-			t.Fatalf("%d passes (%v), want 2", calls, err)
+	// grows is a log that grows by each of found, each pass copying it all.
+	grows := func(found ...int64) []result {
+		log := int64(70_000)
+		var out []result
+		for _, f := range found {
+			log += f
+			out = append(out, result{log, log})
 		}
-	})
+		return out
+	}
 	for _, tc := range []struct {
-		name  string
-		found []int64
-		want  int
+		name   string
+		passes []result
+		want   int
+		err    error
 	}{
-		{"converging", []int64{9000, 3800, 1600, 700, 256}, 5},
-		{"already short", []int64{40}, 1},
-		{"nothing new", []int64{0}, 1},
-		{"outrun by the writer", []int64{9000, 9000, 9000, 9000, 9000, 9000, 9000, 9000}, catchUpPasses},
+		{"converging", grows(9000, 3800, 1600, 700, 256), 5, nil},
+		{"already short", grows(40), 1, nil},
+		{"nothing new", grows(0), 1, nil},
+		{"outrun by the writer", grows(9000, 9000, 9000, 9000, 9000, 9000, 9000, 9000), catchUpPasses, nil},
+		{"the log started over", []result{{120, 120}}, 1, nil},
+		// A short find the pass could not copy whole is not caught up.
+		{"a reader for a while", []result{{80_000, 75_000}, {80_100, 80_050}, {80_150, 80_150}}, 3, nil},
+		// The first pass reaches the reader's mark, the second gets no further.
+		{"held back by a reader", []result{{80_000, 71_000}, {80_000, 71_000}}, 2, errHeldBack},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			pass, n := passes(tc.found...)
-			if err := catchUp(t.Context(), pass, 70_000); err != nil {
-				t.Fatal(err)
+			pass, n := replay(t, tc.passes...)
+			if err := catchUp(t.Context(), pass, 70_000); !errors.Is(err, tc.err) {
+				t.Fatalf("catchUp = %v, want %v", err, tc.err)
 			}
 			if *n != tc.want {
 				t.Fatalf("%d passes, want %d", *n, tc.want)
@@ -109,6 +117,44 @@ func openUncopied(t *testing.T, opts Options, rows int) (*DB, string) {
 		}
 	}
 	return db, path
+}
+
+// TestCloseKeepsTheFileUnderAConnectionInUse: a connection still in use at
+// Close keeps the checkpointer's descriptor open until it is handed back,
+// since closing the descriptor would drop its lock on the file.
+func TestCloseKeepsTheFileUnderAConnectionInUse(t *testing.T) {
+	db, _ := openTemp(t, Options{})
+	conn, err := db.read.Conn(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := make(chan error, 1)
+	go func() { closed <- db.Close() }()
+	// Once the pools are closed, Close waits on the connection in use, and
+	// the file stays open.
+	poll.Until(t, 2*time.Second, "the read pool closed", func() error {
+		if err := db.read.PingContext(t.Context()); err == nil {
+			return errors.New("the read pool still answers")
+		}
+		return nil
+	})
+	select {
+	case err := <-closed:
+		t.Fatalf("Close returned (%v) with a connection in use", err)
+	default:
+	}
+	if err := db.ckpt.file.Sync(); err != nil {
+		t.Fatalf("the file answers %v while a connection is in use, want it open", err)
+	}
+	if err := conn.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-closed; err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	if err := db.ckpt.file.Sync(); !errors.Is(err, os.ErrClosed) {
+		t.Fatalf("after Close the file answers %v, want it closed", err)
+	}
 }
 
 func mustStat(t *testing.T, path string) os.FileInfo {

@@ -193,15 +193,17 @@ func Open(ctx context.Context, path string, opts Options) (*DB, error) {
 	return db, nil
 }
 
-// Close closes the writer connection and the read pool. Calls after the first
-// return nil; methods called after Close return store.ErrUnavailable.
+// Close closes the writer connection, the read pool and the checkpointer,
+// and then the checkpointer's descriptor of the file, once every connection
+// still in use is handed back and closed (see closeFile). Calls after the
+// first return nil; methods called after Close return store.ErrUnavailable.
 func (db *DB) Close() error {
 	if db.ckpt == nil {
 		return errors.Join(db.write.Close(), db.read.Close())
 	}
 	err := db.ckpt.close()
 	err = errors.Join(err, db.write.Close(), db.read.Close())
-	return errors.Join(err, db.ckpt.closeFile())
+	return errors.Join(err, db.ckpt.closeFile(db.ckpt.conn, db.write, db.read))
 }
 
 // migrate applies, in file name order, each embedded migration not yet
