@@ -50,7 +50,8 @@ const (
 	walRestartFrames = 1 << 16 // 256 MiB of 4 KiB pages
 	catchUpFrames    = 256     // a pass that found no more than this ends the catch-up
 	catchUpPasses    = 8
-	closeWait        = 5 * time.Second // for connections still in use at Close
+	heldBackFrames   = 4 * catchUpFrames // what a RESTART may copy past a reader that held a pass back
+	closeWait        = 5 * time.Second   // for connections still in use at Close
 )
 
 // checkpointer is the background checkpoint loop and its connection.
@@ -111,10 +112,14 @@ func (c *checkpointer) run(ctx context.Context) {
 // 17 µs per page here, for the database file's sync), so under a steady
 // writer each pass finds fewer than the last and the passes converge: two
 // to six passes under a storm of 5,000 gifts/s. A reader's snapshot stops a
-// pass at its mark: a pass that got no further than the one before answers
-// errHeldBack, and the RESTART waits for the next tick instead of copying,
-// in the writer's turn, what the reader held back. Past catchUpPasses the
-// RESTART runs all the same: the log's bound matters more than one stall.
+// pass at its mark, and a pass that got no further than the one before
+// ends the catch-up. The ledger's balance reads do that often under a gift
+// storm, a few hundred frames short and gone a moment later, so with at
+// most heldBackFrames left the RESTART runs (and fails at once, should the
+// reader still be there); with more left, catchUp answers errHeldBack and
+// the RESTART waits for the next tick instead of copying, in the writer's
+// turn, what the reader held back. Past catchUpPasses the RESTART runs all
+// the same: the log's bound matters more than one stall.
 // The catch-up this replaced compared a pass's log length with its own copy
 // mark, which a pass always reaches, so it never ran a second pass and left
 // the RESTART hundreds to thousands of frames.
@@ -125,6 +130,9 @@ func catchUp(ctx context.Context, pass func(context.Context) (logged, copied int
 			return err
 		}
 		if next == copied && next < logged {
+			if logged-next <= heldBackFrames {
+				return nil // a RESTART copies it, or fails at once should the reader stay
+			}
 			return errHeldBack
 		}
 		found := logged - copied // negative once the log has started over

@@ -16,8 +16,9 @@ import (
 // TestCatchUpEndsOnAShortPass: the catch-up runs passes until one copied
 // all it found and found no more than catchUpFrames frames, each pass's
 // find being its log length less the copy mark of the pass before; it
-// answers errHeldBack when a reader keeps a pass where the one before
-// ended, and gives up after catchUpPasses when the writer outruns it.
+// ends when a reader keeps a pass where the one before ended, with
+// errHeldBack if more than heldBackFrames are left, and gives up after
+// catchUpPasses when the writer outruns it.
 func TestCatchUpEndsOnAShortPass(t *testing.T) {
 	type result struct{ logged, copied int64 }
 	// replay answers the passes in order and fails a pass past the last.
@@ -56,6 +57,7 @@ func TestCatchUpEndsOnAShortPass(t *testing.T) {
 		{"a reader for a while", []result{{80_000, 75_000}, {80_100, 80_050}, {80_150, 80_150}}, 3, nil},
 		// The first pass reaches the reader's mark, the second gets no further.
 		{"held back by a reader", []result{{80_000, 71_000}, {80_000, 71_000}}, 2, errHeldBack},
+		{"held back a few frames short", []result{{80_000, 79_700}, {80_100, 79_700}}, 2, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			pass, n := replay(t, tc.passes...)
