@@ -37,7 +37,7 @@ import (
 // tries again. So the log runs to restartFrames plus up to a tick of
 // commits, more while readers hold it: 80,000-134,000 frames (310-520 MB)
 // at the RESTARTs of that storm. The writer waits for the RESTART as for one
-// more commit, 1-16 ms under that storm, since each pass syncs what it
+// more commit, 1-17 ms under that storm, since each pass syncs what it
 // copied (see passive) and the catch-up ends on a short pass; 10-60 ms
 // before, when the RESTART's sync wrote back every page copied since the
 // log last started over. Before that, the RESTART ran on a connection of
