@@ -120,6 +120,7 @@ func (c *checkpointer) run(ctx context.Context) {
 // the RESTART waits for the next tick instead of copying, in the writer's
 // turn, what the reader held back. Past catchUpPasses the RESTART runs all
 // the same: the log's bound matters more than one stall.
+//
 // The catch-up this replaced compared a pass's log length with its own copy
 // mark, which a pass always reaches, so it never ran a second pass and left
 // the RESTART hundreds to thousands of frames.
