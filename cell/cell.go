@@ -88,7 +88,10 @@ type Cell struct {
 
 	// Owned by the cell goroutine.
 	// fresh: the room has no row yet; its next commit creates it.
-	fresh        bool
+	fresh bool
+	// again: the batch is decided again after the store refused it
+	// (attemptFromLog); features read what they decide on anew.
+	again        bool
 	state        *room.State
 	lastSnapshot int64 // version of the newest stored snapshot
 	recent       *recentIDs
@@ -288,6 +291,8 @@ const redecide = 3
 // attemptFromLog reloads the room and decides the batch again, knowing
 // which of its command ids the log holds.
 func (c *Cell) attemptFromLog(batch []*request) ([]*pending, []room.Committed, error) {
+	c.again = true
+	defer func() { c.again = false }()
 	if err := c.reload(); err != nil {
 		return nil, nil, &readError{"reload room", err}
 	}
@@ -448,7 +453,11 @@ func (c *Cell) decideRun(run []*pending, f *Feature, seen map[string]*pending, s
 	if len(fresh) > 0 {
 		// One span for the run's preparation (a gift run's wallet charge):
 		// under the first traced command, linking the others.
-		ctx, span := obs.StartFor(c.reg.ctx, "cell.prepare", parents(fresh, func(p *pending) trace.SpanContext { return p.req.spanContext() }))
+		ctx := c.reg.ctx
+		if c.again {
+			ctx = decidingAgain(ctx)
+		}
+		ctx, span := obs.StartFor(ctx, "cell.prepare", parents(fresh, func(p *pending) trace.SpanContext { return p.req.spanContext() }))
 		if span.IsRecording() {
 			span.SetAttributes(attribute.Int("room.run_commands", len(fresh)))
 		}

@@ -122,11 +122,25 @@ func (gp *giftPayments) charge(ctx context.Context, charges []wallet.Charge) ([]
 // balances the ledger holds now: a later charge sees the balance an earlier
 // one left, as Wallet.Charge would. A key charged before answers with its
 // receipt, Replayed, as Wallet.Charge would too.
+//
+// A first decision takes the senders' balances from the ledger's hints when
+// it has them all, without a read (see wallet.Quoter). It reads (Quote)
+// when a hint would refuse a gift for its funds, and when the cell decides
+// again after the commit refused the batch (decidingAgain): a balance that
+// moved, or a key charged before, which only Quote's receipts show.
 func (gp *giftPayments) quote(ctx context.Context, q wallet.Quoter, charges []wallet.Charge) ([]wallet.Result, error) {
 	users := make([]int64, len(charges))
 	keys := make([]string, len(charges))
 	for k, c := range charges {
 		users[k], keys[k] = c.UserID, c.Key
+	}
+	if !isDecidingAgain(ctx) {
+		if balances, ok := q.Hint(users); ok {
+			if results, short := decideCharges(charges, wallet.Quote{Balances: balances}); !short {
+				gp.metrics.GiftBalances.WithLabelValues("hint").Inc()
+				return results, nil
+			}
+		}
 	}
 	var quote wallet.Quote
 	err := gp.call(ctx, "wallet.quote", len(charges), func(ctx context.Context) (err error) {
@@ -136,7 +150,15 @@ func (gp *giftPayments) quote(ctx context.Context, q wallet.Quoter, charges []wa
 	if err != nil {
 		return nil, err
 	}
-	results := make([]wallet.Result, len(charges))
+	gp.metrics.GiftBalances.WithLabelValues("read").Inc()
+	results, _ := decideCharges(charges, quote)
+	return results, nil
+}
+
+// decideCharges decides each charge in turn on quote, which it changes;
+// short says one was refused for its funds.
+func decideCharges(charges []wallet.Charge, quote wallet.Quote) (results []wallet.Result, short bool) {
+	results = make([]wallet.Result, len(charges))
 	for k, c := range charges {
 		r := &results[k]
 		if err := c.Check(); err != nil {
@@ -154,7 +176,7 @@ func (gp *giftPayments) quote(ctx context.Context, q wallet.Quoter, charges []wa
 		}
 		balance := quote.Balances[c.UserID]
 		if balance < c.Amount {
-			r.Err = wallet.InsufficientFunds(balance, c.Amount)
+			r.Err, short = wallet.InsufficientFunds(balance, c.Amount), true
 			continue
 		}
 		debited := balance - c.Amount
@@ -165,8 +187,21 @@ func (gp *giftPayments) quote(ctx context.Context, q wallet.Quoter, charges []wa
 		quote.Balances[c.UserID] = debited + c.Reward
 		r.Receipt = wallet.Receipt{Charge: c, BalanceAfter: debited + c.Reward, Status: wallet.StatusPending}
 	}
-	return results, nil
+	return results, short
 }
+
+// decidingAgain marks ctx as the context of a batch the cell decides again
+// after the store refused it (Cell.attemptFromLog).
+func decidingAgain(ctx context.Context) context.Context {
+	return context.WithValue(ctx, againKey{}, true)
+}
+
+func isDecidingAgain(ctx context.Context) bool {
+	again, _ := ctx.Value(againKey{}).(bool)
+	return again
+}
+
+type againKey struct{}
 
 // call runs one wallet call with its timeout, span and latency metric.
 func (gp *giftPayments) call(ctx context.Context, name string, charges int, f func(ctx context.Context) error) error {

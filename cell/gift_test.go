@@ -298,12 +298,14 @@ func concurrentGiftsShareOneBalance(t *testing.T, repo store.Repository, inCommi
 }
 
 // movingBalance is the embedded ledger with move, run once right after a
-// room quoted its first gifts: what happens to the sender's balance
-// between the room's decision and its commit.
+// room took its first balances to decide gifts on (Quote's read or the
+// ledger's hint): what happens to the sender's balance between the room's
+// decision and its commit. hinted says that first decision was on a hint.
 type movingBalance struct {
 	testLedger
-	once sync.Once
-	move func()
+	once   sync.Once
+	move   func()
+	hinted atomic.Bool
 }
 
 func (m *movingBalance) Quote(ctx context.Context, users []int64, keys []string) (wallet.Quote, error) {
@@ -312,62 +314,216 @@ func (m *movingBalance) Quote(ctx context.Context, users []int64, keys []string)
 	return q, err
 }
 
+func (m *movingBalance) Hint(users []int64) (map[int64]int64, bool) {
+	b, ok := m.testLedger.(wallet.Quoter).Hint(users)
+	if ok {
+		m.once.Do(func() {
+			m.hinted.Store(true)
+			m.move()
+		})
+	}
+	return b, ok
+}
+
 // TestAGiftOnABalanceThatMovedIsDecidedAgain: the sender's balance changes
 // after the room decided a gift charged inside its commit and before the
 // commit. The commit refuses the batch, and the room decides the gift again
 // on the balance of now: a top-up in between is in the balance the gift
 // records; a spend in between that leaves too little refuses the gift.
-// Nothing is charged but what committed.
+// Nothing is charged but what committed. The same holds whether the room
+// read the balance (the sender's first gift on this node) or took the
+// ledger's hint (a sender who gave before).
 func TestAGiftOnABalanceThatMovedIsDecidedAgain(t *testing.T) {
 	stores(t, func(t *testing.T, open func(testing.TB) store.Repository) {
 		ctx := context.Background()
-		// The subtests share the MySQL database: each has its room, and
-		// counts from the balance the sender has when it starts.
-		t.Run("top-up", func(t *testing.T) {
-			repo := open(t)
-			l := ledgerOf(t, repo)
-			m := &movingBalance{testLedger: l, move: func() {
-				if _, _, err := l.Credit(ctx, 10, 500, "top-up"); err != nil {
-					t.Error(err)
+		for _, hinted := range []bool{false, true} {
+			// The subtests share the MySQL database: each has its room, and
+			// counts from the balance the sender has when it starts.
+			suffix := map[bool]string{false: "-read", true: "-hint"}[hinted]
+			// prepare gives the room's sender a hint when hinted: a first
+			// gift, decided on a read, whose commit leaves the hint.
+			prepare := func(t *testing.T, reg *cell.Registry, l testLedger, roomID string) {
+				t.Helper()
+				giftRoom(t, reg, l, roomID, 1000)
+				if hinted {
+					mustSubmit(t, reg, heart(roomID, "gift-0", 1))
 				}
-			}}
-			reg := newRegistry(t, repo, cell.Config{Wallet: m, SettleInCommit: true}, nil)
-			giftRoom(t, reg, l, "top", 1000)
-			want := balance(t, l, 10) + 500 - 70
-			sent := heart("top", "gift-1", 7)
-			mustSubmit(t, reg, sent)
-			if o := paid(sent); o.BalanceAfter != want || balance(t, l, 10) != want {
-				t.Fatalf("gift recorded balance %d, ledger holds %d; want %d (with the top-up, less 70) for both", o.BalanceAfter, balance(t, l, 10), want)
 			}
-			if r, found, err := l.Receipt(ctx, wallet.ChargeKey("top", "gift-1")); err != nil || !found || r.Status != wallet.StatusSettled || r.BalanceAfter != want {
-				t.Fatalf("charge %+v found=%v err=%v; want settled at balance %d", r, found, err, want)
-			}
-		})
-		t.Run("spent", func(t *testing.T) {
-			repo := open(t)
-			l := ledgerOf(t, repo)
-			m := &movingBalance{testLedger: l, move: func() {
-				spend := balance(t, l, 10) - 20
-				if res, err := l.Charge(ctx, []wallet.Charge{{Key: "elsewhere", UserID: 10, Amount: spend, At: time.Now()}}); err != nil || res[0].Err != nil {
-					t.Errorf("spend elsewhere: %v %+v", err, res)
+			check := func(t *testing.T, m *movingBalance) {
+				t.Helper()
+				if m.hinted.Load() != hinted {
+					t.Fatalf("decided on a hint: %v, want %v", m.hinted.Load(), hinted)
 				}
-			}}
-			reg := newRegistry(t, repo, cell.Config{Wallet: m, SettleInCommit: true}, nil)
-			giftRoom(t, reg, l, "spent", 1000)
-			if _, err := reg.Submit(ctx, heart("spent", "gift-1", 7)); !errors.Is(err, room.ErrInsufficientBalance) {
-				t.Fatalf("gift after the balance was spent: %v, want insufficient_balance", err)
 			}
-			if _, found, err := l.Receipt(ctx, wallet.ChargeKey("spent", "gift-1")); err != nil || found || balance(t, l, 10) != 20 {
-				t.Fatalf("charge found=%v err=%v balance %d; want no charge and 20 left", found, err, balance(t, l, 10))
-			}
-			snap, err := reg.Snapshot(ctx, "spent")
-			if err != nil {
-				t.Fatal(err)
-			}
-			if h := snap.GetEconomy().GetHeat(); h != 0 {
-				t.Fatalf("heat %d: the refused gift counted", h)
-			}
-		})
+			t.Run("top-up"+suffix, func(t *testing.T) {
+				repo := open(t)
+				l := ledgerOf(t, repo)
+				var moving atomic.Bool
+				m := &movingBalance{testLedger: l, move: func() {
+					if !moving.Load() {
+						return
+					}
+					if _, _, err := l.Credit(ctx, 10, 500, "top-up"+suffix); err != nil {
+						t.Error(err)
+					}
+				}}
+				reg := newRegistry(t, repo, cell.Config{Wallet: m, SettleInCommit: true}, nil)
+				roomID := "top" + suffix
+				prepare(t, reg, m, roomID)
+				m.once = sync.Once{}
+				moving.Store(true)
+				want := balance(t, l, 10) + 500 - 70
+				sent := heart(roomID, "gift-1", 7)
+				mustSubmit(t, reg, sent)
+				check(t, m)
+				if o := paid(sent); o.BalanceAfter != want || balance(t, l, 10) != want {
+					t.Fatalf("gift recorded balance %d, ledger holds %d; want %d (with the top-up, less 70) for both", o.BalanceAfter, balance(t, l, 10), want)
+				}
+				if r, found, err := l.Receipt(ctx, wallet.ChargeKey(roomID, "gift-1")); err != nil || !found || r.Status != wallet.StatusSettled || r.BalanceAfter != want {
+					t.Fatalf("charge %+v found=%v err=%v; want settled at balance %d", r, found, err, want)
+				}
+			})
+			t.Run("spent"+suffix, func(t *testing.T) {
+				repo := open(t)
+				l := ledgerOf(t, repo)
+				var moving atomic.Bool
+				m := &movingBalance{testLedger: l, move: func() {
+					if !moving.Load() {
+						return
+					}
+					spend := balance(t, l, 10) - 20
+					if res, err := l.Charge(ctx, []wallet.Charge{{Key: "elsewhere" + suffix, UserID: 10, Amount: spend, At: time.Now()}}); err != nil || res[0].Err != nil {
+						t.Errorf("spend elsewhere: %v %+v", err, res)
+					}
+				}}
+				reg := newRegistry(t, repo, cell.Config{Wallet: m, SettleInCommit: true}, nil)
+				roomID := "spent" + suffix
+				prepare(t, reg, m, roomID)
+				m.once = sync.Once{}
+				moving.Store(true)
+				heatBefore := heatOf(t, reg, roomID)
+				if _, err := reg.Submit(ctx, heart(roomID, "gift-1", 7)); !errors.Is(err, room.ErrInsufficientBalance) {
+					t.Fatalf("gift after the balance was spent: %v, want insufficient_balance", err)
+				}
+				check(t, m)
+				if _, found, err := l.Receipt(ctx, wallet.ChargeKey(roomID, "gift-1")); err != nil || found || balance(t, l, 10) != 20 {
+					t.Fatalf("charge found=%v err=%v balance %d; want no charge and 20 left", found, err, balance(t, l, 10))
+				}
+				if h := heatOf(t, reg, roomID); h != heatBefore {
+					t.Fatalf("heat %d, was %d: the refused gift counted", h, heatBefore)
+				}
+			})
+		}
+	})
+}
+
+func heatOf(t *testing.T, reg *cell.Registry, roomID string) int64 {
+	t.Helper()
+	snap, err := reg.Snapshot(context.Background(), roomID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return snap.GetEconomy().GetHeat()
+}
+
+// TestAGiftAHintWouldRefuseIsDecidedOnARead: another node credited the
+// sender, which this node's ledger did not see, so its hint is lower than
+// the balance. A gift the hint cannot pay for is decided on a read, not
+// refused, and charged on the balance of now.
+func TestAGiftAHintWouldRefuseIsDecidedOnARead(t *testing.T) {
+	stores(t, func(t *testing.T, open func(testing.TB) store.Repository) {
+		ctx := context.Background()
+		repo := open(t)
+		l := ledgerOf(t, repo)
+		m := &movingBalance{testLedger: l, move: func() {}}
+		reg := newRegistry(t, repo, cell.Config{Wallet: m, SettleInCommit: true}, nil)
+		giftRoom(t, reg, l, "low", 100)
+		mustSubmit(t, reg, heart("low", "gift-0", 1)) // read, then the hint: 90
+		if b, ok := l.(wallet.Quoter).Hint([]int64{10}); !ok || b[10] != balance(t, l, 10) {
+			t.Fatalf("hint %v (%v) after a committed gift, want the balance %d", b, ok, balance(t, l, 10))
+		}
+		// Another node's top-up: straight to the shared table.
+		if _, err := repo.(ledger.Host).SQLStore().Writer().ExecContext(ctx,
+			`UPDATE wallet_accounts SET balance = balance + 1000 WHERE user_id = 10`); err != nil {
+			t.Fatal(err)
+		}
+		want := balance(t, l, 10) - 200
+		sent := heart("low", "gift-1", 20) // 200 coins: more than the hint
+		if _, err := reg.Submit(ctx, sent); err != nil {
+			t.Fatalf("gift the balance pays and the hint does not: %v", err)
+		}
+		if o := paid(sent); o.BalanceAfter != want || balance(t, l, 10) != want {
+			t.Fatalf("gift recorded balance %d, ledger holds %d; want %d for both", o.BalanceAfter, balance(t, l, 10), want)
+		}
+	})
+}
+
+// TestARetriedGiftDecidedOnAHintIsAnsweredFromTheLog: a retry of a
+// committed gift reaches a room that no longer knows its id, while the
+// ledger holds a hint for its sender. Decided on the hint, its charge is
+// refused by the commit (the key was charged), and the room answers it
+// from the log: the first answer, charged once.
+func TestARetriedGiftDecidedOnAHintIsAnsweredFromTheLog(t *testing.T) {
+	stores(t, func(t *testing.T, open func(testing.TB) store.Repository) {
+		repo := open(t)
+		l := ledgerOf(t, repo)
+		first := newRegistry(t, repo, cell.Config{Wallet: l, SettleInCommit: true}, nil)
+		giftRoom(t, first, l, "again", 1000)
+		sent := mustSubmit(t, first, heart("again", "gift-1", 7))
+		if err := first.Close(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		m := &movingBalance{testLedger: l, move: func() {}}
+		reg := newRegistry(t, repo, cell.Config{Wallet: m, SettleInCommit: true}, nil)
+		mustSubmit(t, reg, env("again", "j12", 12, &room.JoinRoom{})) // loaded; gift-1 is below its snapshot
+		retry := heart("again", "gift-1", 7)
+		r, err := reg.Submit(context.Background(), retry)
+		if o := paid(retry); err != nil || !r.Duplicate || r.RoomVersion != sent.RoomVersion || o.BalanceAfter != 930 {
+			t.Fatalf("retry: %+v gift=%+v err=%v; want the first answer (version %d, balance 930)", r, o, err, sent.RoomVersion)
+		}
+		if !m.hinted.Load() {
+			t.Fatal("the retry was not decided on a hint first")
+		}
+		if b := balance(t, l, 10); b != 930 {
+			t.Fatalf("balance %d, want 930: charged once", b)
+		}
+	})
+}
+
+// TestAGiftWhoseKeyWasChargedIsDecidedAgainOnARead: a gift's key was
+// charged before (pending, through the wallet's Charge) and its sender has
+// a hint. Decided on the hint as a new charge, the commit refuses it (the
+// key is taken); decided again, the room reads the receipt instead of
+// trusting the hint once more, and the gift commits with the charge made
+// before, settled, charged once.
+func TestAGiftWhoseKeyWasChargedIsDecidedAgainOnARead(t *testing.T) {
+	stores(t, func(t *testing.T, open func(testing.TB) store.Repository) {
+		ctx := context.Background()
+		repo := open(t)
+		l := ledgerOf(t, repo)
+		reg := newRegistry(t, repo, cell.Config{Wallet: l, SettleInCommit: true}, nil)
+		giftRoom(t, reg, l, "taken", 1000)
+		res, err := l.Charge(ctx, []wallet.Charge{{Key: wallet.ChargeKey("taken", "gift-1"), UserID: 10, Amount: 70, At: time.Now()}})
+		if err != nil || res[0].Err != nil {
+			t.Fatalf("charge: %v %+v", err, res)
+		}
+		mustSubmit(t, reg, heart("taken", "gift-0", 1)) // the hint: 920 - 10
+		if _, ok := l.(wallet.Quoter).Hint([]int64{10}); !ok {
+			t.Fatal("no hint after a committed gift")
+		}
+		sent := heart("taken", "gift-1", 7)
+		if _, err := reg.Submit(ctx, sent); err != nil {
+			t.Fatalf("gift whose charge was made before: %v", err)
+		}
+		if o := paid(sent); o.BalanceAfter != 930 {
+			t.Fatalf("gift recorded balance %d, want 930, the charge made before", o.BalanceAfter)
+		}
+		if r, found, err := l.Receipt(ctx, wallet.ChargeKey("taken", "gift-1")); err != nil || !found || r.Status != wallet.StatusSettled {
+			t.Fatalf("charge %+v found=%v err=%v; want settled", r, found, err)
+		}
+		if b := balance(t, l, 10); b != 920 {
+			t.Fatalf("balance %d, want 920: 70 and 10, each charged once", b)
+		}
 	})
 }
 

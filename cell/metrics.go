@@ -18,6 +18,7 @@ type Metrics struct {
 	Stops          *prometheus.CounterVec // cell stops by reason
 	RocketWakeups  *prometheus.CounterVec // rocket launch wakeups by result
 	WalletSeconds  prometheus.Histogram   // one wallet Charge call for a run of gifts
+	GiftBalances   *prometheus.CounterVec // runs of gifts decided in the commit, by where their balances came from
 }
 
 // NewMetrics makes the instruments and registers them with reg (nil: not registered).
@@ -68,10 +69,14 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		WalletSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "room_wallet_charge_seconds", Help: "Latency of one wallet call for a run of gifts: its charge, or with the embedded ledger its quote.", Buckets: exp(0.0001, 16),
 		}),
+		GiftBalances: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "room_gift_balances_total",
+			Help: "Runs of gifts the embedded ledger charges inside the room commit, by where the room took the senders' balances: hint (this node's last committed balances, no read) or read (the ledger's Quote).",
+		}, []string{"source"}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.Commands, m.BatchSize, m.TxnRooms, m.CommitSeconds, m.MailboxDepth, m.MailboxFull, m.LoadedCells,
-			m.Recoveries, m.Claims, m.ReplayLength, m.RecoverSeconds, m.Stops, m.RocketWakeups, m.WalletSeconds)
+			m.Recoveries, m.Claims, m.ReplayLength, m.RecoverSeconds, m.Stops, m.RocketWakeups, m.WalletSeconds, m.GiftBalances)
 	}
 	return m
 }

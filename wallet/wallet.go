@@ -130,10 +130,21 @@ type Wallet interface {
 // (store.Batch.Charges), refusing the batch if the balance has moved
 // since. One transaction per run of gifts, and no pending charge to settle
 // or refund.
+//
+// A room may decide gifts on Hint instead, without a read: the commit's
+// check makes a hint that is too high cost a second decision on Quote,
+// never a wrong charge. A hint may also be too low (a top-up elsewhere),
+// so a room never refuses a gift for its funds on a hint alone. Nor does
+// a hint say whether a key was charged before: a retried gift decided on
+// one is refused by the commit (the key is the charge row's primary key)
+// and decided again on Quote.
 type Quoter interface {
 	// Quote reads the balances of users (0 for a user never seen) and the
 	// receipts of those of keys that were charged before.
 	Quote(ctx context.Context, users []int64, keys []string) (Quote, error)
+	// Hint returns the balances of users as this process last saw them
+	// committed, without a read, and false unless it knows every one.
+	Hint(users []int64) (map[int64]int64, bool)
 }
 
 // Quote is what Quoter.Quote read.

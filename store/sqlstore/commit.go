@@ -92,7 +92,26 @@ func (db *DB) CommitBatches(ctx context.Context, batches []store.Batch) ([]error
 		return nil, fmt.Errorf("commit batches: %w", err)
 	}
 	stored = nil
+	db.ledgerCommitted(batches, order, results)
 	return results, nil
+}
+
+// ledgerCommitted tells the ledger the gift charges of the batches of
+// order that committed (LedgerHooks.Committed).
+func (db *DB) ledgerCommitted(batches []store.Batch, order []int, results []error) {
+	h := db.ledger.Load()
+	if h == nil || h.Committed == nil {
+		return
+	}
+	var charges []store.GiftCharge
+	for _, i := range order {
+		if results[i] == nil {
+			charges = append(charges, batches[i].Charges...)
+		}
+	}
+	if len(charges) > 0 {
+		h.Committed(charges)
+	}
 }
 
 // outboxRow is one outbox record of a batch, with the batch's owner epoch.

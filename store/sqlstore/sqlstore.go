@@ -34,6 +34,18 @@ import (
 // (SetLedger) when it starts on the database.
 type LedgerFunc func(ctx context.Context, tx *sql.Tx, insert string, charges []store.GiftCharge, settle []string, now int64) error
 
+// LedgerHooks are the embedded COIN ledger's part of room commits.
+type LedgerHooks struct {
+	// Write writes the ledger's rows inside a commit transaction.
+	Write LedgerFunc
+	// Committed, when set, is told after a commit transaction committed
+	// the gift charges of the batches it committed, in the order the
+	// transaction wrote them. A transaction that failed, or a batch it
+	// refused, tells nothing. It runs on the committing goroutine and must
+	// not block.
+	Committed func(charges []store.GiftCharge)
+}
+
 // Config is what an adapter gives New.
 type Config struct {
 	// Dialect describes the database.
@@ -53,7 +65,7 @@ type DB struct {
 	d      Dialect
 	write  *sql.DB
 	read   *sql.DB
-	ledger atomic.Pointer[LedgerFunc]
+	ledger atomic.Pointer[LedgerHooks]
 	stmts  statements
 	marks  marks // single writer: marks waiting for a room commit
 }
@@ -92,7 +104,7 @@ func New(ctx context.Context, cfg Config) (*DB, error) {
 // inside a commit (store.Batch.Charges and Settle). The embedded ledger
 // calls it when it starts: without a ledger on the database, a batch that
 // charges or settles is refused.
-func (db *DB) SetLedger(f LedgerFunc) { db.ledger.Store(&f) }
+func (db *DB) SetLedger(h LedgerHooks) { db.ledger.Store(&h) }
 
 // SQLStore returns db itself; an adapter that embeds the SQL layer passes it
 // on through this method, so that the embedded ledger can start on any of

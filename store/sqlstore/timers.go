@@ -15,7 +15,7 @@ const maxTimerRows = 256
 
 // writeTimersAndSettles writes the embedded ledger's part of the batches
 // that passed their fence (their gift charges and settles, through the
-// ledger's LedgerFunc), inserts their gift records and applies their timer
+// ledger's LedgerHooks.Write), inserts their gift records and applies their timer
 // changes, in their order, inside tx, touching rows in (room id, timer id)
 // order. Timers are rare (a rocket ignition or launch), so their
 // statements are not kept prepared. insert starts the INSERTs of the gift
@@ -36,7 +36,7 @@ func (db *DB) writeTimersAndSettles(ctx context.Context, tx *sql.Tx, insert stri
 		if ledger == nil {
 			return fmt.Errorf("%d gift charges to make and %d to settle and no ledger: %w", len(charges), len(keys), store.ErrConflict)
 		}
-		if err := (*ledger)(ctx, tx, insert, charges, keys, now); err != nil {
+		if err := ledger.Write(ctx, tx, insert, charges, keys, now); err != nil {
 			return err
 		}
 	}

@@ -100,6 +100,7 @@ type Ledger struct {
 	prep chan struct{}
 
 	quotes chan *quoteReq // Quote calls, for the readers (see readQuotes)
+	hints  *hints         // balances last seen committed (see Hint)
 	readMu sync.Mutex
 	reads  map[string]*sql.Stmt // Quote's statements on the read pool
 }
@@ -133,8 +134,8 @@ func New(db *sqlstore.DB, opts Options) *Ledger {
 		opts.TxTimeout = defaultTxTimeout
 	}
 	l := &Ledger{db: db, opts: opts, in: make(chan *request, 4*opts.MaxBatch), prep: make(chan struct{}, 1),
-		quotes: make(chan *quoteReq, 4*maxInKeys), reads: map[string]*sql.Stmt{}}
-	db.SetLedger(l.inCommit)
+		quotes: make(chan *quoteReq, 4*maxInKeys), reads: map[string]*sql.Stmt{}, hints: newHints()}
+	db.SetLedger(sqlstore.LedgerHooks{Write: l.inCommit, Committed: l.hints.committed})
 	for range opts.Workers {
 		l.wg.Go(l.work)
 	}
@@ -326,12 +327,28 @@ func (l *Ledger) commit(batch []*request) {
 	if err != nil {
 		err = fmt.Errorf("wallet ledger transaction of %d requests: %w", len(live), unknown(err))
 	}
+	l.forgetHints(live)
 	for _, r := range live {
 		r.done <- err
 	}
 	if l.db.Dialect().KeepPrepared {
 		l.stmts.prepare(ctx, l.db.Writer())
 	}
+}
+
+// forgetHints drops the balance hints of the users the requests charged
+// or credited, whatever the transaction's outcome. A refund only raises a
+// balance, which a hint may understate (see hints).
+func (l *Ledger) forgetHints(reqs []*request) {
+	var users []int64
+	for _, r := range reqs {
+		for _, o := range r.ops {
+			if o.kind == opCharge || o.kind == opCredit {
+				users = append(users, o.in.UserID)
+			}
+		}
+	}
+	l.hints.forget(users...)
 }
 
 // unknown makes sure a failed transaction reads as store.ErrUnavailable

@@ -15,7 +15,8 @@ import (
 var _ sqlstore.LedgerFunc = (*Ledger)(nil).inCommit
 
 // inCommit writes, inside a room commit's transaction tx, the ledger's part
-// of the batches it commits (installed with sqlstore.DB.SetLedger):
+// of the batches it commits (installed with sqlstore.DB.SetLedger, beside
+// the hints' committed, which learns the charges that committed):
 //   - charges (store.Batch.Charges), in order: each gift's debit, reward,
 //     journal entries and charge row, written settled. The room decided
 //     each on the balance Quote read; the account's balance must still be
@@ -53,6 +54,7 @@ func (l *Ledger) inCommit(ctx context.Context, tx *sql.Tx, insert string, charge
 			return fmt.Errorf("gift charge key=%q twice in one commit: %w", c.Key, store.ErrConflict)
 		}
 		if before, decided := t.accounts[c.UserID].balance, c.BalanceAfter+c.Amount-c.Reward; before != decided {
+			l.hints.forget(c.UserID) // the room decides again on Quote's read
 			return fmt.Errorf("gift charge key=%q: user %d's balance is %d, the gift was decided on %d: %w",
 				c.Key, c.UserID, before, decided, store.ErrConflict)
 		}
