@@ -13,6 +13,8 @@ import (
 	"hyapp/room-service/internal/poll"
 	"hyapp/room-service/room"
 	"hyapp/room-service/store"
+	"hyapp/room-service/store/mysql"
+	"hyapp/room-service/store/mysql/mysqltest"
 	"hyapp/room-service/wallet"
 	"hyapp/room-service/wallet/ledger"
 )
@@ -248,12 +250,50 @@ func TestConcurrentGiftsShareOneBalance(t *testing.T) {
 }
 
 func concurrentGiftsShareOneBalance(t *testing.T, repo store.Repository, inCommit bool, rooms []string) {
-	ctx := context.Background()
 	l := ledgerOf(t, repo)
 	reg := newRegistry(t, repo, cell.Config{Wallet: l, SettleInCommit: inCommit}, nil)
-	giftRoom(t, reg, l, rooms[0], 20*70) // each run leaves the balance at 0
-	for _, id := range rooms[1:] {
-		giftRoom(t, reg, l, id, 0)
+	node := giftNode{reg, l}
+	nodes := make([]giftNode, len(rooms))
+	for i := range nodes {
+		nodes[i] = node
+	}
+	giftsShareOneBalance(t, rooms, nodes)
+}
+
+// TestGiftsOnTwoNodesShareOneBalance: the same as
+// TestConcurrentGiftsShareOneBalance with the two rooms on two nodes that
+// share one MySQL database, each with its own ledger, so that each node's
+// balance hints miss every charge the other node makes: a gift decided on
+// a stale hint is refused by its commit and decided again on a read.
+func TestGiftsOnTwoNodesShareOneBalance(t *testing.T) {
+	dsn := mysqltest.DSN(t)
+	var nodes []giftNode
+	for range 2 {
+		db, err := mysql.Open(context.Background(), dsn, mysql.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = db.Close() })
+		l := ledgerOf(t, db)
+		nodes = append(nodes, giftNode{newRegistry(t, db, cell.Config{Wallet: l, SettleInCommit: true}, nil), l})
+	}
+	giftsShareOneBalance(t, []string{"node-a", "node-b"}, nodes)
+}
+
+// giftNode is a registry and the ledger its gifts are paid from.
+type giftNode struct {
+	reg *cell.Registry
+	l   testLedger
+}
+
+// giftsShareOneBalance sends 50 gifts of 70 coins from one sender, who has
+// 20 gifts' worth, spread over rooms, rooms[i] held by nodes[i]: exactly 20
+// commit and 30 are refused for the balance.
+func giftsShareOneBalance(t *testing.T, rooms []string, nodes []giftNode) {
+	ctx := context.Background()
+	giftRoom(t, nodes[0].reg, nodes[0].l, rooms[0], 20*70) // each run leaves the balance at 0
+	for i, id := range rooms[1:] {
+		giftRoom(t, nodes[i+1].reg, nodes[i+1].l, id, 0)
 	}
 	var wg sync.WaitGroup
 	var ok, broke atomic.Int64
@@ -261,7 +301,7 @@ func concurrentGiftsShareOneBalance(t *testing.T, repo store.Repository, inCommi
 	for i := range 50 {
 		wg.Go(func() {
 			for {
-				_, err := reg.Submit(ctx, heart(rooms[i%len(rooms)], fmt.Sprint("gift-", i), 7))
+				_, err := nodes[i%len(rooms)].reg.Submit(ctx, heart(rooms[i%len(rooms)], fmt.Sprint("gift-", i), 7))
 				switch {
 				case err == nil:
 					ok.Add(1)
@@ -281,12 +321,13 @@ func concurrentGiftsShareOneBalance(t *testing.T, repo store.Repository, inCommi
 	for err := range errs {
 		t.Fatal(err)
 	}
+	l := nodes[0].l
 	if ok.Load() != 20 || broke.Load() != 30 || balance(t, l, 10) != 0 {
 		t.Fatalf("%d committed, %d refused, balance %d; want 20, 30, 0", ok.Load(), broke.Load(), balance(t, l, 10))
 	}
 	var heat int64
-	for _, id := range rooms {
-		snap, err := reg.Snapshot(ctx, id)
+	for i, id := range rooms {
+		snap, err := nodes[i].reg.Snapshot(ctx, id)
 		if err != nil {
 			t.Fatal(err)
 		}
