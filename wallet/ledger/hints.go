@@ -21,7 +21,12 @@ const maxHints = 1 << 17
 //     account's lock), which forgets the hint; the room decides again on
 //     Quote;
 //   - a hint lower than the balance could refuse a gift for its funds, so
-//     the room never refuses on a hint: it asks Quote first.
+//     the room asks Quote before refusing one for its funds; a low hint
+//     that still covers the gift is refused by the commit, as above.
+//
+// A stale hint refused in a merged group commit makes the store commit
+// that transaction's batches again one by one (sqlstore commitIsolated):
+// a cost paid when another node moved the balance, not on one node.
 //
 // A commit's charge moves a hint only from the balance it was decided
 // on: a hint that holds anything else is forgotten, not guessed at.

@@ -154,7 +154,7 @@ func (l *Ledger) readQuotes() {
 }
 
 // Hint answers, without a read, the balances of users as this process last
-// saw them committed (wallet.Quoter); see hints for how far to trust them.
+// saw them (read or committed; possibly stale) (wallet.Quoter); see hints for how far to trust them.
 func (l *Ledger) Hint(users []int64) (map[int64]int64, bool) { return l.hints.get(users) }
 
 // quote reads what Quote answers, and keeps the balances it read as hints.

@@ -19,7 +19,7 @@ var _ sqlstore.LedgerFunc = (*Ledger)(nil).inCommit
 // the hints' committed, which learns the charges that committed):
 //   - charges (store.Batch.Charges), in order: each gift's debit, reward,
 //     journal entries and charge row, written settled. The room decided
-//     each on the balance Quote read; the account's balance must still be
+//     each on the balance Quote read or the ledger's hint (Hint); the account's balance must still be
 //     what that decision started from, and the key must be new (the
 //     charge row's primary key refuses one charged before). Otherwise the
 //     call is store.ErrConflict and the store refuses the batch: its cell
