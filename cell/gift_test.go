@@ -396,23 +396,31 @@ func TestAGiftOnABalanceThatMovedIsDecidedAgain(t *testing.T) {
 					t.Fatalf("decided on a hint: %v, want %v", m.hinted.Load(), hinted)
 				}
 			}
-			t.Run("top-up"+suffix, func(t *testing.T) {
+			// setup makes the room name+suffix on a fresh store, prepared, whose
+			// ledger runs move once after the room's next decision.
+			setup := func(t *testing.T, name string, move func(l testLedger)) (testLedger, *movingBalance, *cell.Registry, string) {
+				t.Helper()
 				repo := open(t)
 				l := ledgerOf(t, repo)
 				var moving atomic.Bool
 				m := &movingBalance{testLedger: l, move: func() {
-					if !moving.Load() {
-						return
-					}
-					if _, _, err := l.Credit(ctx, 10, 500, "top-up"+suffix); err != nil {
-						t.Error(err)
+					if moving.Load() {
+						move(l)
 					}
 				}}
 				reg := newRegistry(t, repo, cell.Config{Wallet: m, SettleInCommit: true}, nil)
-				roomID := "top" + suffix
+				roomID := name + suffix
 				prepare(t, reg, m, roomID)
 				m.once = sync.Once{}
 				moving.Store(true)
+				return l, m, reg, roomID
+			}
+			t.Run("top-up"+suffix, func(t *testing.T) {
+				l, m, reg, roomID := setup(t, "top", func(l testLedger) {
+					if _, _, err := l.Credit(ctx, 10, 500, "top-up"+suffix); err != nil {
+						t.Error(err)
+					}
+				})
 				want := balance(t, l, 10) + 500 - 70
 				sent := heart(roomID, "gift-1", 7)
 				mustSubmit(t, reg, sent)
@@ -425,23 +433,12 @@ func TestAGiftOnABalanceThatMovedIsDecidedAgain(t *testing.T) {
 				}
 			})
 			t.Run("spent"+suffix, func(t *testing.T) {
-				repo := open(t)
-				l := ledgerOf(t, repo)
-				var moving atomic.Bool
-				m := &movingBalance{testLedger: l, move: func() {
-					if !moving.Load() {
-						return
-					}
+				l, m, reg, roomID := setup(t, "spent", func(l testLedger) {
 					spend := balance(t, l, 10) - 20
 					if res, err := l.Charge(ctx, []wallet.Charge{{Key: "elsewhere" + suffix, UserID: 10, Amount: spend, At: time.Now()}}); err != nil || res[0].Err != nil {
 						t.Errorf("spend elsewhere: %v %+v", err, res)
 					}
-				}}
-				reg := newRegistry(t, repo, cell.Config{Wallet: m, SettleInCommit: true}, nil)
-				roomID := "spent" + suffix
-				prepare(t, reg, m, roomID)
-				m.once = sync.Once{}
-				moving.Store(true)
+				})
 				heatBefore := heatOf(t, reg, roomID)
 				if _, err := reg.Submit(ctx, heart(roomID, "gift-1", 7)); !errors.Is(err, room.ErrInsufficientBalance) {
 					t.Fatalf("gift after the balance was spent: %v, want insufficient_balance", err)
