@@ -370,6 +370,7 @@ func (c *Cell) fail(batch []*request, err error) (stop string) {
 func (c *Cell) decideAll(batch []*request, stored map[string]store.CommandRecord) []*pending {
 	cmds := make([]*pending, 0, len(batch))
 	seen := make(map[string]*pending, len(batch))
+	ctx := withDeciding(c.reg.ctx, c.again) // one for the batch's runs
 	var run []*pending
 	var runBy *Feature // the feature preparing run
 	for _, r := range batch {
@@ -378,7 +379,7 @@ func (c *Cell) decideAll(batch []*request, stored map[string]store.CommandRecord
 		}
 		f := c.reg.features.runs[r.env.Command.Type()]
 		if len(run) > 0 && f != runBy {
-			c.decideRun(run, runBy, seen, stored)
+			c.decideRun(ctx, run, runBy, seen, stored)
 			run = run[:0]
 		}
 		if len(run) == 0 {
@@ -393,7 +394,7 @@ func (c *Cell) decideAll(batch []*request, stored map[string]store.CommandRecord
 		run, runBy = append(run, p), f
 	}
 	if len(run) > 0 {
-		c.decideRun(run, runBy, seen, stored)
+		c.decideRun(ctx, run, runBy, seen, stored)
 	}
 	return cmds
 }
@@ -432,7 +433,7 @@ func (c *Cell) apply(p *pending, seen map[string]*pending) {
 // their ids first, then f.Prepare for the others, then each applied in
 // order with what Prepare filled in. A command id repeated within the run
 // is answered as its first occurrence was.
-func (c *Cell) decideRun(run []*pending, f *Feature, seen map[string]*pending, stored map[string]store.CommandRecord) {
+func (c *Cell) decideRun(ctx context.Context, run []*pending, f *Feature, seen map[string]*pending, stored map[string]store.CommandRecord) {
 	fresh := make([]*pending, 0, len(run))
 	envs := make([]*room.Envelope, 0, len(run))
 	first := make(map[string]*pending, len(run))
@@ -453,10 +454,6 @@ func (c *Cell) decideRun(run []*pending, f *Feature, seen map[string]*pending, s
 	if len(fresh) > 0 {
 		// One span for the run's preparation (a gift run's wallet charge):
 		// under the first traced command, linking the others.
-		ctx := c.reg.ctx
-		if c.again {
-			ctx = decidingAgain(ctx)
-		}
 		ctx, span := obs.StartFor(ctx, "cell.prepare", parents(fresh, func(p *pending) trace.SpanContext { return p.req.spanContext() }))
 		if span.IsRecording() {
 			span.SetAttributes(attribute.Int("room.run_commands", len(fresh)))

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"maps"
 	"math"
 	"time"
 
@@ -123,20 +124,25 @@ func (gp *giftPayments) charge(ctx context.Context, charges []wallet.Charge) ([]
 // one left, as Wallet.Charge would. A key charged before answers with its
 // receipt, Replayed, as Wallet.Charge would too.
 //
-// A first decision takes the senders' balances from the ledger's hints when
-// it has them all, without a read (see wallet.Quoter). It reads (Quote)
-// when a hint would refuse a gift for its funds, and when the cell decides
-// again after the commit refused the batch (decidingAgain): a balance that
-// moved, or a key charged before, which only Quote's receipts show.
+// A sender an earlier run of the batch charged starts from what that run
+// left (deciding.left). For the others, a first decision takes the
+// balances from the ledger's hints when it has them all, without a read
+// (see wallet.Quoter). It reads (Quote) when a hint would refuse a gift for
+// its funds, and when the cell decides again after the commit refused the
+// batch (deciding.again): a balance that moved, or a key charged before,
+// which only Quote's receipts show.
 func (gp *giftPayments) quote(ctx context.Context, q wallet.Quoter, charges []wallet.Charge) ([]wallet.Result, error) {
+	d := decidingOf(ctx)
 	users := make([]int64, len(charges))
 	keys := make([]string, len(charges))
 	for k, c := range charges {
 		users[k], keys[k] = c.UserID, c.Key
 	}
-	if !isDecidingAgain(ctx) {
-		if balances, ok := q.Hint(users); ok {
-			if results, short := decideCharges(charges, wallet.Quote{Balances: balances}); !short {
+	left, others := d.balances(users)
+	if !d.again {
+		if hinted, ok := q.Hint(others); ok {
+			maps.Copy(hinted, left)
+			if results, short := decideCharges(charges, wallet.Quote{Balances: hinted}); !short {
 				gp.metrics.GiftBalances.WithLabelValues("hint").Inc()
 				return results, nil
 			}
@@ -151,6 +157,10 @@ func (gp *giftPayments) quote(ctx context.Context, q wallet.Quoter, charges []wa
 		return nil, err
 	}
 	gp.metrics.GiftBalances.WithLabelValues("read").Inc()
+	if quote.Balances == nil {
+		quote.Balances = map[int64]int64{}
+	}
+	maps.Copy(quote.Balances, left) // what the read cannot see yet: this batch's earlier charges
 	results, _ := decideCharges(charges, quote)
 	return results, nil
 }
@@ -190,18 +200,49 @@ func decideCharges(charges []wallet.Charge, quote wallet.Quote) (results []walle
 	return results, short
 }
 
-// decidingAgain marks ctx as the context of a batch the cell decides again
-// after the store refused it (Cell.attemptFromLog).
-func decidingAgain(ctx context.Context) context.Context {
-	return context.WithValue(ctx, againKey{}, true)
+// deciding is what one decision of a batch carries from run to run, in
+// the context the cell gives Prepare (Cell.decideAll).
+type deciding struct {
+	// again: the cell decides the batch again after the store refused it
+	// (Cell.attemptFromLog).
+	again bool
+	// left holds, by sender, the balance the charges of the batch's earlier
+	// runs leave, charged inside the commit: the commit makes a batch's
+	// charges in order, so a later run of the same sender (gift, join,
+	// gift) is decided on what the earlier one left, not on the balance of
+	// before, which the commit would refuse every time.
+	left map[int64]int64
 }
 
-func isDecidingAgain(ctx context.Context) bool {
-	again, _ := ctx.Value(againKey{}).(bool)
-	return again
+type decidingKey struct{}
+
+// withDeciding gives ctx a new decision's deciding.
+func withDeciding(ctx context.Context, again bool) context.Context {
+	return context.WithValue(ctx, decidingKey{}, &deciding{again: again})
 }
 
-type againKey struct{}
+// decidingOf returns ctx's deciding; a context without one is a first
+// decision that carries nothing.
+func decidingOf(ctx context.Context) *deciding {
+	if d, ok := ctx.Value(decidingKey{}).(*deciding); ok {
+		return d
+	}
+	return &deciding{}
+}
+
+// balances returns the balance of each of users the batch's earlier runs
+// left, and the users they left none for.
+func (d *deciding) balances(users []int64) (left map[int64]int64, others []int64) {
+	left = make(map[int64]int64, len(users))
+	for _, u := range users {
+		if b, ok := d.left[u]; ok {
+			left[u] = b
+		} else {
+			others = append(others, u)
+		}
+	}
+	return left, others
+}
 
 // call runs one wallet call with its timeout, span and latency metric.
 func (gp *giftPayments) call(ctx context.Context, name string, charges int, f func(ctx context.Context) error) error {
@@ -226,6 +267,10 @@ func (gp *giftPayments) call(ctx context.Context, name string, charges int, f fu
 // replayed are the commit's to make.
 func (gp *giftPayments) decide(ctx context.Context, run []*room.Envelope, charged []int, charges []wallet.Charge, results []wallet.Result, inCommit bool, verdicts []Verdict) {
 	stored, lookupErr := gp.replayedInLog(ctx, run, charged, results)
+	d := decidingOf(ctx)
+	if d.left == nil {
+		d.left = map[int64]int64{}
+	}
 	window := gp.window.Milliseconds()
 	for k, i := range charged {
 		r, env := results[k], run[i]
@@ -256,6 +301,9 @@ func (gp *giftPayments) decide(ctx context.Context, run []*room.Envelope, charge
 			g.Outcome.MultiplierBP, g.Outcome.Reward = r.Receipt.MultiplierBP, r.Receipt.Reward
 			g.Outcome.ChargedAt, g.Outcome.BalanceAfter = r.Receipt.At.UnixMilli(), r.Receipt.BalanceAfter
 			v.Commit = gp.commit(charges[k], r.Receipt, inCommit)
+			if inCommit && !r.Receipt.Replayed {
+				d.left[r.Receipt.UserID] = r.Receipt.BalanceAfter
+			}
 		}
 	}
 }

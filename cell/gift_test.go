@@ -820,3 +820,72 @@ func TestTwoCopiesOfAGiftInOneRun(t *testing.T) {
 		checkLog(t, repo, "g", results[1].RoomVersion)
 	})
 }
+
+// gatedQuoter is the embedded ledger whose first balance lookup (Hint or
+// Quote) waits for gate, closing entered when that lookup has begun.
+type gatedQuoter struct {
+	testLedger
+	once    sync.Once
+	entered chan struct{}
+	gate    chan struct{}
+}
+
+func (g *gatedQuoter) wait() {
+	g.once.Do(func() {
+		close(g.entered)
+		<-g.gate
+	})
+}
+
+func (g *gatedQuoter) Quote(ctx context.Context, users []int64, keys []string) (wallet.Quote, error) {
+	g.wait()
+	return g.testLedger.(wallet.Quoter).Quote(ctx, users, keys)
+}
+
+func (g *gatedQuoter) Hint(users []int64) (map[int64]int64, bool) {
+	g.wait()
+	return g.testLedger.(wallet.Quoter).Hint(users)
+}
+
+// TestASendersGiftsOnEitherSideOfAnotherCommand: one batch holds a gift, a
+// join and a second gift of the same sender, so its gifts form two runs,
+// both charged inside the one commit. The second run is decided on the
+// balance the first leaves, which is what the commit finds when it makes
+// the charges in order: both gifts commit, each charged once.
+func TestASendersGiftsOnEitherSideOfAnotherCommand(t *testing.T) {
+	stores(t, func(t *testing.T, open func(testing.TB) store.Repository) {
+		ctx := context.Background()
+		repo := open(t)
+		l := ledgerOf(t, repo)
+		g := &gatedQuoter{testLedger: l, entered: make(chan struct{}), gate: make(chan struct{})}
+		reg := newRegistry(t, repo, cell.Config{Wallet: g, SettleInCommit: true}, nil)
+		giftRoom(t, reg, l, "g", 1000)
+		var wg sync.WaitGroup
+		var errs [4]error
+		var results [4]cell.Result
+		cmds := []*room.Envelope{heart("g", "blocker", 1), heart("g", "gift-1", 7), env("g", "j12", 12, &room.JoinRoom{}), heart("g", "gift-2", 7)}
+		wg.Go(func() { results[0], errs[0] = reg.Submit(ctx, cmds[0]) })
+		<-g.entered // the cell waits on the blocker's balance: what comes now queues
+		for i := 1; i < len(cmds); i++ {
+			wg.Go(func() { results[i], errs[i] = reg.Submit(ctx, cmds[i]) })
+			poll.Until(t, 10*time.Second, fmt.Sprintf("command %d queued", i), poll.Bool(func() bool { return cell.Queued(reg, "g") == i }))
+		}
+		close(g.gate)
+		wg.Wait()
+		if errs != [4]error{} {
+			t.Fatalf("errors %v", errs)
+		}
+		for i, want := range map[int]int64{1: 920, 3: 850} {
+			if o := paid(cmds[i]); o.ChargedAt == 0 || o.BalanceAfter != want {
+				t.Fatalf("%s paid %+v, want balance %d", cmds[i].CommandID, o, want)
+			}
+		}
+		if b := balance(t, l, 10); b != 850 {
+			t.Fatalf("balance %d, want 850 (the blocker and both gifts, once each)", b)
+		}
+		if h := heatOf(t, reg, "g"); h != 150 {
+			t.Fatalf("heat %d, want 150", h)
+		}
+		checkLog(t, repo, "g", results[3].RoomVersion)
+	})
+}
