@@ -1,8 +1,13 @@
 package sqlstore_test
 
 import (
+	"context"
+	"database/sql"
 	"errors"
 	"fmt"
+	"path/filepath"
+	"reflect"
+	"sync"
 	"testing"
 
 	"go.uber.org/goleak"
@@ -10,9 +15,20 @@ import (
 	"hyapp/room-service/store"
 	"hyapp/room-service/store/mysql"
 	"hyapp/room-service/store/mysql/mysqltest"
+	"hyapp/room-service/store/sqlite"
+	"hyapp/room-service/store/sqlstore"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// batch makes n commands of room id after base, named by tag.
+func batch(id string, epoch, base int64, n int, tag string) store.Batch {
+	b := store.Batch{RoomID: id, OwnerEpoch: epoch, BaseVersion: base}
+	for v := base + 1; v <= base+int64(n); v++ {
+		b.Commands = append(b.Commands, store.CommandRecord{RoomID: id, RoomVersion: v, CommandID: fmt.Sprintf("%s-%d", tag, v), CommandType: "T"})
+	}
+	return b
+}
 
 // TestBulkFence runs the merged path alone on MySQL, on enough rooms for
 // the bulk fence. Through CommitBatches a batch wrongly let through would
@@ -38,14 +54,6 @@ func TestBulkFence(t *testing.T) {
 	}
 	if _, err := db.ClaimRoom(ctx, "b", "node-b"); err != nil {
 		t.Fatal(err)
-	}
-	// batch makes n commands of room id after base, named by tag.
-	batch := func(id string, epoch, base int64, n int, tag string) store.Batch {
-		b := store.Batch{RoomID: id, OwnerEpoch: epoch, BaseVersion: base}
-		for v := base + 1; v <= base+int64(n); v++ {
-			b.Commands = append(b.Commands, store.CommandRecord{RoomID: id, RoomVersion: v, CommandID: fmt.Sprintf("%s-%d", tag, v), CommandType: "T"})
-		}
-		return b
 	}
 	batches := []store.Batch{
 		batch("e", epochs["e"], 0, 0, "x"),
@@ -77,5 +85,107 @@ func TestBulkFence(t *testing.T) {
 		if want := map[bool]string{true: "closed", false: "open"}[id == "e"]; c.Meta.Status != want {
 			t.Fatalf("room %s status %q, want %q", id, c.Meta.Status, want)
 		}
+	}
+}
+
+// TestTheLedgerIsToldOnlyOfChargesThatCommitted: LedgerHooks.Committed
+// hears, after the commit, the charges of the batches that committed, in
+// the order they were written, and nothing of a batch the ledger refused,
+// of a fenced batch, or of a transaction that did not commit. The ledger
+// here refuses the charge keyed "stale" as a balance that moved, so the
+// merged commit is refused and the batches commit one by one.
+func TestTheLedgerIsToldOnlyOfChargesThatCommitted(t *testing.T) {
+	for name, open := range map[string]func(t *testing.T) *sqlstore.DB{
+		"sqlite": func(t *testing.T) *sqlstore.DB {
+			db, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "rooms.db"), sqlite.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = db.Close() })
+			return db.DB
+		},
+		"mysql": func(t *testing.T) *sqlstore.DB {
+			db, err := mysql.Open(t.Context(), mysqltest.DSN(t), mysql.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = db.Close() })
+			return db.DB
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			ctx := t.Context()
+			db := open(t)
+			var mu sync.Mutex
+			var told [][]string
+			var broken bool // the ledger fails as a broken connection would
+			db.SetLedger(sqlstore.LedgerHooks{
+				Write: func(_ context.Context, _ *sql.Tx, _ string, charges []store.GiftCharge, _ []string, _ int64) error {
+					for _, c := range charges {
+						switch {
+						case broken:
+							return errors.New("connection lost")
+						case c.Key == "stale":
+							return fmt.Errorf("balance moved: %w", store.ErrConflict)
+						}
+					}
+					return nil
+				},
+				Committed: func(charges []store.GiftCharge) {
+					mu.Lock()
+					defer mu.Unlock()
+					var keys []string
+					for _, c := range charges {
+						keys = append(keys, c.Key)
+					}
+					told = append(told, keys)
+				},
+			})
+			epochs := map[string]int64{}
+			for _, id := range []string{"a", "b", "c"} {
+				if err := db.SaveRoomMeta(ctx, store.RoomMeta{RoomID: id, SeatCount: 8, Status: "open"}); err != nil {
+					t.Fatal(err)
+				}
+				c, err := db.ClaimRoom(ctx, id, "node-a")
+				if err != nil {
+					t.Fatal(err)
+				}
+				epochs[id] = c.Epoch
+			}
+			charged := func(b store.Batch, keys ...string) store.Batch {
+				for _, k := range keys {
+					b.Charges = append(b.Charges, store.GiftCharge{Key: k, UserID: 10, Amount: 10, BalanceAfter: 90})
+				}
+				return b
+			}
+			batches := []store.Batch{
+				charged(batch("c", epochs["c"], 0, 1, "x"), "c1"),
+				charged(batch("b", epochs["b"], 0, 1, "x"), "b1", "stale"),
+				charged(batch("a", epochs["a"], 0, 1, "x"), "a1", "a2"),
+				charged(batch("c", epochs["c"]+1, 1, 1, "x"), "fenced"),
+				charged(batch("a", epochs["a"], 1, 1, "x"), "a3"),
+			}
+			results, err := db.CommitBatches(ctx, batches)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i, want := range []error{nil, store.ErrConflict, nil, store.ErrFenced, nil} {
+				if (want == nil) != (results[i] == nil) || !errors.Is(results[i], want) {
+					t.Fatalf("batch %d: %v, want %v", i, results[i], want)
+				}
+			}
+			want := [][]string{{"a1", "a2", "a3", "c1"}} // rooms in id order, each room's batches in order
+			if !reflect.DeepEqual(told, want) {
+				t.Fatalf("the ledger was told %v, want %v", told, want)
+			}
+
+			broken = true
+			if _, err := db.CommitBatches(ctx, []store.Batch{charged(batch("b", epochs["b"], 0, 1, "y"), "b2")}); err == nil {
+				t.Fatal("a commit whose ledger write failed: no error")
+			}
+			if !reflect.DeepEqual(told, want) {
+				t.Fatalf("after a commit that failed, the ledger was told %v, want %v", told, want)
+			}
+		})
 	}
 }
