@@ -29,13 +29,23 @@ const maxHints = 1 << 17
 // a cost paid when another node moved the balance, not on one node.
 //
 // A commit's charge moves a hint only from the balance it was decided
-// on: a hint that holds anything else is forgotten, not guessed at.
+// on: a hint that holds anything else is forgotten, not guessed at. A read
+// that began before a hint was moved or forgotten does not overwrite it:
+// the commit that moved it is newer than what the read may have seen.
 type hints struct {
-	mu sync.Mutex
-	m  map[int64]int64
+	mu    sync.Mutex
+	m     map[int64]hint
+	clock uint64 // counts the moves and forgets
 }
 
-func newHints() *hints { return &hints{m: map[int64]int64{}} }
+// hint is one user's balance as last seen, or a forgotten one.
+type hint struct {
+	balance int64
+	known   bool   // false: forgotten, kept so that an older read does not bring it back
+	at      uint64 // the clock when a move or forget set it, or when the read that set it began
+}
+
+func newHints() *hints { return &hints{m: map[int64]hint{}} }
 
 // get returns the hinted balances of users, and false unless it knows
 // every one of them.
@@ -44,21 +54,32 @@ func (h *hints) get(users []int64) (map[int64]int64, bool) {
 	defer h.mu.Unlock()
 	out := make(map[int64]int64, len(users))
 	for _, u := range users {
-		b, ok := h.m[u]
-		if !ok {
+		v := h.m[u]
+		if !v.known {
 			return nil, false
 		}
-		out[u] = b
+		out[u] = v.balance
 	}
 	return out, true
 }
 
-// read records balances a read found.
-func (h *hints) read(balances map[int64]int64) {
+// begin is what a read passes to read when it is done.
+func (h *hints) begin() uint64 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.clock
+}
+
+// read records balances a read found that began at began (begin), except
+// where a commit or a forget changed the hint since.
+func (h *hints) read(balances map[int64]int64, began uint64) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for u, b := range balances {
-		h.setLocked(u, b)
+		if v, ok := h.m[u]; ok && v.at > began {
+			continue
+		}
+		h.setLocked(u, hint{balance: b, known: true, at: began})
 	}
 }
 
@@ -69,11 +90,12 @@ func (h *hints) committed(charges []store.GiftCharge) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for _, c := range charges {
+		h.clock++
 		before := c.BalanceAfter + c.Amount - c.Reward
-		if b, ok := h.m[c.UserID]; ok && b == before {
-			h.m[c.UserID] = c.BalanceAfter
+		if v := h.m[c.UserID]; v.known && v.balance == before {
+			h.setLocked(c.UserID, hint{balance: c.BalanceAfter, known: true, at: h.clock})
 		} else {
-			delete(h.m, c.UserID)
+			h.setLocked(c.UserID, hint{at: h.clock})
 		}
 	}
 }
@@ -82,14 +104,15 @@ func (h *hints) committed(charges []store.GiftCharge) {
 func (h *hints) forget(users ...int64) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	h.clock++
 	for _, u := range users {
-		delete(h.m, u)
+		h.setLocked(u, hint{at: h.clock})
 	}
 }
 
-func (h *hints) setLocked(u, b int64) {
+func (h *hints) setLocked(u int64, v hint) {
 	if _, ok := h.m[u]; !ok && len(h.m) >= maxHints {
 		clear(h.m)
 	}
-	h.m[u] = b
+	h.m[u] = v
 }

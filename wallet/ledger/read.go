@@ -160,6 +160,7 @@ func (l *Ledger) Hint(users []int64) (map[int64]int64, bool) { return l.hints.ge
 // quote reads what Quote answers, and keeps the balances it read as hints.
 func (l *Ledger) quote(ctx context.Context, users []int64, keys []string) (wallet.Quote, error) {
 	q := wallet.Quote{Balances: make(map[int64]int64, len(users)), Receipts: map[string]wallet.Receipt{}}
+	began := l.hints.begin()
 	users = slices.Compact(slices.Sorted(slices.Values(users)))
 	for _, u := range users {
 		q.Balances[u] = 0 // a user the ledger never saw has nothing
@@ -178,7 +179,7 @@ func (l *Ledger) quote(ctx context.Context, users []int64, keys []string) (walle
 			return wallet.Quote{}, fmt.Errorf("quote balances: %w", l.db.MapErr(err))
 		}
 	}
-	l.hints.read(q.Balances)
+	l.hints.read(q.Balances, began)
 	keys = slices.DeleteFunc(slices.Clone(keys), func(k string) bool { return !validKey(k) })
 	for chunk := range slices.Chunk(keys, maxInKeys) {
 		rows, err := l.read(ctx, in(l.newStmt(`SELECT `+chargeColumns+` FROM wallet_charges WHERE charge_key IN `), chunk))
