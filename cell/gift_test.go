@@ -889,3 +889,44 @@ func TestASendersGiftsOnEitherSideOfAnotherCommand(t *testing.T) {
 		checkLog(t, repo, "g", results[3].RoomVersion)
 	})
 }
+
+// countingQuoter is the embedded ledger counting the reads rooms make.
+type countingQuoter struct {
+	testLedger
+	reads atomic.Int64
+}
+
+func (c *countingQuoter) Quote(ctx context.Context, users []int64, keys []string) (wallet.Quote, error) {
+	c.reads.Add(1)
+	return c.testLedger.(wallet.Quoter).Quote(ctx, users, keys)
+}
+
+func (c *countingQuoter) Hint(users []int64) (map[int64]int64, bool) {
+	return c.testLedger.(wallet.Quoter).Hint(users)
+}
+
+// TestASenderWhoGaveBeforeIsDecidedWithoutARead: a sender's first gift is
+// decided on a read; every later one on the hint its commits left, with
+// no read, each charged what it cost.
+func TestASenderWhoGaveBeforeIsDecidedWithoutARead(t *testing.T) {
+	stores(t, func(t *testing.T, open func(testing.TB) store.Repository) {
+		repo := open(t)
+		l := ledgerOf(t, repo)
+		c := &countingQuoter{testLedger: l}
+		reg := newRegistry(t, repo, cell.Config{Wallet: c, SettleInCommit: true}, nil)
+		giftRoom(t, reg, l, "often", 1000)
+		for i := range 20 {
+			sent := heart("often", fmt.Sprintf("gift-%d", i), 1)
+			mustSubmit(t, reg, sent)
+			if o := paid(sent); o.BalanceAfter != int64(1000-10*(i+1)) {
+				t.Fatalf("gift %d recorded balance %d, want %d", i, o.BalanceAfter, 1000-10*(i+1))
+			}
+		}
+		if n := c.reads.Load(); n != 1 {
+			t.Fatalf("%d reads for 20 gifts of one sender, want 1", n)
+		}
+		if b := balance(t, l, 10); b != 800 {
+			t.Fatalf("balance %d, want 800", b)
+		}
+	})
+}
