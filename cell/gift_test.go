@@ -794,18 +794,8 @@ func TestTwoCopiesOfAGiftInOneRun(t *testing.T) {
 		g := &gatedWallet{Wallet: l, entered: make(chan struct{}), gate: make(chan struct{})}
 		reg := newRegistry(t, repo, cell.Config{Wallet: g, SettleInCommit: true}, nil)
 		giftRoom(t, reg, l, "g", 1000)
-		var wg sync.WaitGroup
-		var errs [3]error
-		var results [3]cell.Result
 		copies := []*room.Envelope{heart("g", "blocker", 1), heart("g", "gift-1", 7), heart("g", "gift-1", 7)}
-		wg.Go(func() { results[0], errs[0] = reg.Submit(context.Background(), copies[0]) })
-		<-g.entered
-		for i := 1; i < 3; i++ {
-			wg.Go(func() { results[i], errs[i] = reg.Submit(context.Background(), copies[i]) })
-		}
-		poll.Until(t, 10*time.Second, "both copies queued", poll.Bool(func() bool { return cell.Queued(reg, "g") == 2 }))
-		close(g.gate)
-		wg.Wait()
+		results, errs := behindABlocker(t, reg, g.entered, g.gate, copies)
 		if errs[1] != nil || errs[2] != nil || results[1].RoomVersion != results[2].RoomVersion || results[1].Duplicate == results[2].Duplicate {
 			t.Fatalf("copies: %+v, errors %v", results[1:], errs[1:])
 		}
@@ -819,6 +809,25 @@ func TestTwoCopiesOfAGiftInOneRun(t *testing.T) {
 		}
 		checkLog(t, repo, "g", results[1].RoomVersion)
 	})
+}
+
+// behindABlocker submits cmds[0] and, once the room waits inside it
+// (entered), queues the others in order; then it opens gate, so that the
+// queued commands form the room's next batch, and returns every answer.
+func behindABlocker(t *testing.T, reg *cell.Registry, entered, gate chan struct{}, cmds []*room.Envelope) ([]cell.Result, []error) {
+	t.Helper()
+	roomID := cmds[0].RoomID
+	results, errs := make([]cell.Result, len(cmds)), make([]error, len(cmds))
+	var wg sync.WaitGroup
+	wg.Go(func() { results[0], errs[0] = reg.Submit(context.Background(), cmds[0]) })
+	<-entered
+	for i := 1; i < len(cmds); i++ {
+		wg.Go(func() { results[i], errs[i] = reg.Submit(context.Background(), cmds[i]) })
+		poll.Until(t, 10*time.Second, fmt.Sprintf("%s queued", cmds[i].CommandID), poll.Bool(func() bool { return cell.Queued(reg, roomID) == i }))
+	}
+	close(gate)
+	wg.Wait()
+	return results, errs
 }
 
 // gatedQuoter is the embedded ledger whose first balance lookup (Hint or
@@ -854,26 +863,17 @@ func (g *gatedQuoter) Hint(users []int64) (map[int64]int64, bool) {
 // the charges in order: both gifts commit, each charged once.
 func TestASendersGiftsOnEitherSideOfAnotherCommand(t *testing.T) {
 	stores(t, func(t *testing.T, open func(testing.TB) store.Repository) {
-		ctx := context.Background()
 		repo := open(t)
 		l := ledgerOf(t, repo)
 		g := &gatedQuoter{testLedger: l, entered: make(chan struct{}), gate: make(chan struct{})}
 		reg := newRegistry(t, repo, cell.Config{Wallet: g, SettleInCommit: true}, nil)
 		giftRoom(t, reg, l, "g", 1000)
-		var wg sync.WaitGroup
-		var errs [4]error
-		var results [4]cell.Result
 		cmds := []*room.Envelope{heart("g", "blocker", 1), heart("g", "gift-1", 7), env("g", "j12", 12, &room.JoinRoom{}), heart("g", "gift-2", 7)}
-		wg.Go(func() { results[0], errs[0] = reg.Submit(ctx, cmds[0]) })
-		<-g.entered // the cell waits on the blocker's balance: what comes now queues
-		for i := 1; i < len(cmds); i++ {
-			wg.Go(func() { results[i], errs[i] = reg.Submit(ctx, cmds[i]) })
-			poll.Until(t, 10*time.Second, fmt.Sprintf("command %d queued", i), poll.Bool(func() bool { return cell.Queued(reg, "g") == i }))
-		}
-		close(g.gate)
-		wg.Wait()
-		if errs != [4]error{} {
-			t.Fatalf("errors %v", errs)
+		results, errs := behindABlocker(t, reg, g.entered, g.gate, cmds)
+		for i, err := range errs {
+			if err != nil {
+				t.Fatalf("%s: %v", cmds[i].CommandID, err)
+			}
 		}
 		for i, want := range map[int]int64{1: 920, 3: 850} {
 			if o := paid(cmds[i]); o.ChargedAt == 0 || o.BalanceAfter != want {

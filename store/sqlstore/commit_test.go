@@ -21,6 +21,23 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
+// claimed makes the rooms ids, claimed by node-a, and returns their epochs.
+func claimed(t *testing.T, db *sqlstore.DB, ids ...string) map[string]int64 {
+	t.Helper()
+	epochs := map[string]int64{}
+	for _, id := range ids {
+		if err := db.SaveRoomMeta(t.Context(), store.RoomMeta{RoomID: id, SeatCount: 8, Status: "open"}); err != nil {
+			t.Fatal(err)
+		}
+		c, err := db.ClaimRoom(t.Context(), id, "node-a")
+		if err != nil {
+			t.Fatal(err)
+		}
+		epochs[id] = c.Epoch
+	}
+	return epochs
+}
+
 // batch makes n commands of room id after base, named by tag.
 func batch(id string, epoch, base int64, n int, tag string) store.Batch {
 	b := store.Batch{RoomID: id, OwnerEpoch: epoch, BaseVersion: base}
@@ -41,17 +58,7 @@ func TestBulkFence(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = db.Close() })
-	epochs := map[string]int64{}
-	for _, id := range []string{"a", "b", "c", "d", "e"} {
-		if err := db.SaveRoomMeta(ctx, store.RoomMeta{RoomID: id, SeatCount: 8, Status: "open"}); err != nil {
-			t.Fatal(err)
-		}
-		c, err := db.ClaimRoom(ctx, id, "node-a")
-		if err != nil {
-			t.Fatal(err)
-		}
-		epochs[id] = c.Epoch
-	}
+	epochs := claimed(t, db.DB, "a", "b", "c", "d", "e")
 	if _, err := db.ClaimRoom(ctx, "b", "node-b"); err != nil {
 		t.Fatal(err)
 	}
@@ -141,17 +148,7 @@ func TestTheLedgerIsToldOnlyOfChargesThatCommitted(t *testing.T) {
 					told = append(told, keys)
 				},
 			})
-			epochs := map[string]int64{}
-			for _, id := range []string{"a", "b", "c"} {
-				if err := db.SaveRoomMeta(ctx, store.RoomMeta{RoomID: id, SeatCount: 8, Status: "open"}); err != nil {
-					t.Fatal(err)
-				}
-				c, err := db.ClaimRoom(ctx, id, "node-a")
-				if err != nil {
-					t.Fatal(err)
-				}
-				epochs[id] = c.Epoch
-			}
+			epochs := claimed(t, db, "a", "b", "c")
 			charged := func(b store.Batch, keys ...string) store.Batch {
 				for _, k := range keys {
 					b.Charges = append(b.Charges, store.GiftCharge{Key: k, UserID: 10, Amount: 10, BalanceAfter: 90})
