@@ -648,18 +648,8 @@ func TestRepeatedRetryOfALoggedGiftInOneRun(t *testing.T) {
 	g := &gatedWallet{Wallet: l, entered: make(chan struct{}), gate: make(chan struct{})}
 	reg := newRegistry(t, repo, cell.Config{Wallet: g, SettleInCommit: true}, nil)
 	mustSubmit(t, reg, env("g", "j12", 12, &room.JoinRoom{})) // loaded; gift-1 is below its snapshot
-	var wg sync.WaitGroup
-	results := make([]cell.Result, 3)
-	errs := make([]error, 3)
-	retries := []*room.Envelope{nil, heart("g", "gift-1", 7), heart("g", "gift-1", 7)}
-	wg.Go(func() { results[0], errs[0] = reg.Submit(context.Background(), heart("g", "blocker", 1)) })
-	<-g.entered // the cell waits on the blocker's charge: what comes now queues
-	for i := 1; i < 3; i++ {
-		wg.Go(func() { results[i], errs[i] = reg.Submit(context.Background(), retries[i]) })
-	}
-	poll.Until(t, 10*time.Second, "both retries queued", poll.Bool(func() bool { return cell.Queued(reg, "g") == 2 }))
-	close(g.gate)
-	wg.Wait()
+	retries := []*room.Envelope{heart("g", "blocker", 1), heart("g", "gift-1", 7), heart("g", "gift-1", 7)}
+	results, errs := behindABlocker(t, reg, g.entered, g.gate, retries)
 	for i := 1; i < 3; i++ {
 		r := results[i]
 		if o := paid(retries[i]); errs[i] != nil || !r.Duplicate || r.RoomVersion != sent.RoomVersion || o.ChargedAt == 0 || o.BalanceAfter != 930 {
@@ -753,18 +743,8 @@ func TestGiftInABatchThatConflicts(t *testing.T) {
 		}
 		g := &gatedWallet{Wallet: l, entered: make(chan struct{}), gate: make(chan struct{})}
 		reg := newRegistry(t, repo, cell.Config{Wallet: g, SettleInCommit: true}, nil)
-		var wg sync.WaitGroup
-		var errs [3]error
-		var results [3]cell.Result
 		sent := heart("g", "gift-2", 7)
-		wg.Go(func() { results[0], errs[0] = reg.Submit(context.Background(), heart("g", "blocker", 1)) })
-		<-g.entered // the cell waits on the blocker's charge: what comes now queues
-		wg.Go(func() { results[1], errs[1] = reg.Submit(context.Background(), env("g", "j10", 10, &room.JoinRoom{})) })
-		poll.Until(t, 10*time.Second, "the rejoin queued", poll.Bool(func() bool { return cell.Queued(reg, "g") == 1 }))
-		wg.Go(func() { results[2], errs[2] = reg.Submit(context.Background(), sent) })
-		poll.Until(t, 10*time.Second, "the gift queued", poll.Bool(func() bool { return cell.Queued(reg, "g") == 2 }))
-		close(g.gate)
-		wg.Wait()
+		results, errs := behindABlocker(t, reg, g.entered, g.gate, []*room.Envelope{heart("g", "blocker", 1), env("g", "j10", 10, &room.JoinRoom{}), sent})
 		if errs[0] != nil || errs[1] != nil || errs[2] != nil {
 			t.Fatalf("errors %v", errs)
 		}
