@@ -128,9 +128,10 @@ func (gp *giftPayments) charge(ctx context.Context, charges []wallet.Charge) ([]
 // left (deciding.left). For the others, a first decision takes the
 // balances from the ledger's hints when it has them all, without a read
 // (see wallet.Quoter). It reads (Quote) when a hint would refuse a gift for
-// its funds, and when the cell decides again after the commit refused the
-// batch (deciding.again): a balance that moved, or a key charged before,
-// which only Quote's receipts show.
+// what the balance is (its funds, or a reward overflowing it), and when
+// the cell decides again after the commit refused the batch
+// (deciding.again): a balance that moved, or a key charged before, which
+// only Quote's receipts show.
 func (gp *giftPayments) quote(ctx context.Context, q wallet.Quoter, charges []wallet.Charge) ([]wallet.Result, error) {
 	d := decidingOf(ctx)
 	users := make([]int64, len(charges))
@@ -142,7 +143,7 @@ func (gp *giftPayments) quote(ctx context.Context, q wallet.Quoter, charges []wa
 	if !d.again {
 		if hinted, ok := q.Hint(others); ok {
 			maps.Copy(hinted, left)
-			if results, short := decideCharges(charges, wallet.Quote{Balances: hinted}); !short {
+			if results, onBalance := decideCharges(charges, wallet.Quote{Balances: hinted}); !onBalance {
 				gp.metrics.GiftBalances.WithLabelValues("hint").Inc()
 				return results, nil
 			}
@@ -166,8 +167,9 @@ func (gp *giftPayments) quote(ctx context.Context, q wallet.Quoter, charges []wa
 }
 
 // decideCharges decides each charge in turn on quote, which it changes;
-// short says one was refused for its funds.
-func decideCharges(charges []wallet.Charge, quote wallet.Quote) (results []wallet.Result, short bool) {
+// onBalance says one was refused for what its balance was: too little, or
+// a reward that would overflow it. A hint decides no such refusal.
+func decideCharges(charges []wallet.Charge, quote wallet.Quote) (results []wallet.Result, onBalance bool) {
 	results = make([]wallet.Result, len(charges))
 	for k, c := range charges {
 		r := &results[k]
@@ -186,18 +188,18 @@ func decideCharges(charges []wallet.Charge, quote wallet.Quote) (results []walle
 		}
 		balance := quote.Balances[c.UserID]
 		if balance < c.Amount {
-			r.Err, short = wallet.InsufficientFunds(balance, c.Amount), true
+			r.Err, onBalance = wallet.InsufficientFunds(balance, c.Amount), true
 			continue
 		}
 		debited := balance - c.Amount
 		if c.Reward > math.MaxInt64-debited {
-			r.Err = room.Errorf(wallet.ErrBadRequest, "reward %d overflows balance %d", c.Reward, debited)
+			r.Err, onBalance = room.Errorf(wallet.ErrBadRequest, "reward %d overflows balance %d", c.Reward, debited), true
 			continue
 		}
 		quote.Balances[c.UserID] = debited + c.Reward
 		r.Receipt = wallet.Receipt{Charge: c, BalanceAfter: debited + c.Reward, Status: wallet.StatusPending}
 	}
-	return results, short
+	return results, onBalance
 }
 
 // deciding is what one decision of a batch carries from run to run, in
