@@ -233,8 +233,12 @@ func decidingOf(ctx context.Context) *deciding {
 }
 
 // balances returns the balance of each of users the batch's earlier runs
-// left, and the users they left none for.
+// left, and the users they left none for: all of them, with no map, in
+// the common batch of one run.
 func (d *deciding) balances(users []int64) (left map[int64]int64, others []int64) {
+	if len(d.left) == 0 {
+		return nil, users
+	}
 	left = make(map[int64]int64, len(users))
 	for _, u := range users {
 		if b, ok := d.left[u]; ok {
