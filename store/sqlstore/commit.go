@@ -226,16 +226,16 @@ const statusCreating = "creating"
 // like any other, so a batch refused later in its savepoint leaves an
 // empty room, never a head without its commands.
 func (db *DB) create(ctx context.Context, tx *sql.Tx, batches []store.Batch, order []int, results []error, now int64, atHead bool) ([]int, error) {
-	var stmt *sql.Stmt
-	var exists map[string]bool
+	var created []*store.Batch
 	for _, i := range order {
-		b := &batches[i]
-		if b.CreatedBy == "" || exists[b.RoomID] {
-			continue
+		if b := &batches[i]; b.CreatedBy != "" {
+			created = append(created, b)
 		}
-		if stmt == nil {
-			stmt = tx.StmtContext(ctx, db.stmts.insertCreated)
-		}
+	}
+	if len(created) == 0 {
+		return order, nil
+	}
+	row := func(dst []any, b *store.Batch) []any {
 		m := b.Meta
 		version, status := int64(0), statusCreating
 		if atHead {
@@ -244,8 +244,30 @@ func (db *DB) create(ctx context.Context, tx *sql.Tx, batches []store.Batch, ord
 				status = b.Status
 			}
 		}
-		_, err := stmt.ExecContext(ctx, b.RoomID, m.OwnerUserID, m.HostUserID, m.SeatCount, m.Mode, status, version, b.OwnerEpoch, b.CreatedBy, now, now)
-		switch err = db.d.MapErr(err); {
+		return append(dst, b.RoomID, m.OwnerUserID, m.HostUserID, m.SeatCount, m.Mode, status, version, b.OwnerEpoch, b.CreatedBy, now, now)
+	}
+	insert := func(rows []*store.Batch) error {
+		return db.stmts.insertCreated.exec(ctx, tx, db.d.MapErr, len(rows),
+			func(i int) int {
+				return len(rows[i].RoomID) + len(rows[i].Meta.Mode) + len(rows[i].CreatedBy) + rowOverhead
+			},
+			func(dst []any, i int) []any { return row(dst, rows[i]) })
+	}
+	// All rows in one statement, the usual case; a room that exists
+	// refuses the statement alone (a duplicate key undoes the statement,
+	// not the transaction), and the rows then go one by one to find it.
+	if len(created) > 1 {
+		switch err := insert(created); {
+		case err == nil:
+			return order, nil
+		case !errors.Is(err, store.ErrConflict):
+			return nil, fmt.Errorf("create %d rooms: %w", len(created), err)
+		}
+	}
+	var exists map[string]bool
+	for i, b := range created {
+		err := insert(created[i : i+1])
+		switch {
 		case err == nil:
 		case errors.Is(err, store.ErrConflict):
 			if exists == nil {

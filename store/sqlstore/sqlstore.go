@@ -75,7 +75,6 @@ type statements struct {
 	advanceHead, advanceFenced, headVersion  *sql.Stmt
 	updateSnapshot, insertSnapshot           *sql.Stmt
 	updateMeta, insertMeta, claim, readClaim *sql.Stmt
-	insertCreated                            *sql.Stmt
 	previousOwner, release                   *sql.Stmt
 	markPublished, markFailed                *sql.Stmt
 	lockOutbox, failOutbox                   *sql.Stmt
@@ -86,6 +85,9 @@ type statements struct {
 	listRooms                                      *sql.Stmt
 
 	insertCommands, insertOutbox *bulkInsert
+	// insertCreated inserts the rows of the rooms a commit creates; a
+	// duplicate key undoes the statement alone.
+	insertCreated *bulkInsert
 	// mergedCommands and mergedOutbox are the INSERTs of a merged commit
 	// (see commitMerged), which a duplicate key rolls back whole.
 	mergedCommands, mergedOutbox *bulkInsert
@@ -149,8 +151,6 @@ func (db *DB) prepare(ctx context.Context) error {
 		WHERE room_id = ? AND room_version = 0`)
 	s.insertMeta = prep(w, `INSERT INTO rooms (room_id, owner_user_id, host_user_id, seat_count, mode, status, created_at, updated_at)
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?)`)
-	s.insertCreated = prep(w, `INSERT INTO rooms (room_id, owner_user_id, host_user_id, seat_count, mode, status, room_version, owner_epoch, owner_node, created_at, updated_at)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`)
 	s.previousOwner = prep(w, `SELECT owner_node FROM rooms WHERE room_id = ?`+db.d.ForUpdate())
 	s.release = prep(w, `UPDATE rooms SET owner_node = '' WHERE room_id = ? AND owner_epoch = ?`)
 	s.claim = prep(w, `UPDATE rooms SET owner_epoch = owner_epoch + 1, owner_node = ?, updated_at = ? WHERE room_id = ?`)
@@ -194,6 +194,10 @@ func (db *DB) prepare(ctx context.Context) error {
 		return err
 	}
 	if s.insertOutbox, err = outbox("INSERT INTO "); err != nil {
+		return err
+	}
+	if s.insertCreated, err = db.newBulkInsert(ctx, `INSERT INTO rooms (room_id, owner_user_id, host_user_id, seat_count, mode,
+		status, room_version, owner_epoch, owner_node, created_at, updated_at) VALUES `, `(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`); err != nil {
 		return err
 	}
 	s.mergedCommands, s.mergedOutbox = s.insertCommands, s.insertOutbox

@@ -540,6 +540,21 @@ func testCommitBatchesCreate(t *testing.T, repo store.Repository) {
 		b.Meta = &store.RoomMeta{RoomID: id, OwnerUserID: 77, HostUserID: 78, SeatCount: 15, Mode: "party"}
 		return b
 	}
+	// Rooms that do not exist yet: one statement inserts them all.
+	var many []store.Batch
+	for i := range 5 {
+		many = append(many, creating(newRoomID(t), i+1))
+	}
+	mustCommitOK(t, repo, many...)
+	for i, b := range many {
+		got := mustGetMeta(t, repo, b.RoomID)
+		if w := (store.RoomMeta{RoomID: b.RoomID, OwnerUserID: 77, HostUserID: 78, SeatCount: 15, Mode: "party", Status: "open"}); got != w {
+			t.Fatalf("created room %d: %+v, want %+v", i, got, w)
+		}
+		if info := mustRoomInfo(t, repo, b.RoomID); info.HeadVersion != int64(i+1) || info.OwnerEpoch != 1 || info.OwnerNode != "node-c" {
+			t.Fatalf("created room %d: head %d epoch %d node %q, want %d, 1, node-c", i, info.HeadVersion, info.OwnerEpoch, info.OwnerNode, i+1)
+		}
+	}
 	for _, isolated := range []bool{false, true} {
 		fresh, taken, other := newRoomID(t), newRoomID(t), newRoomID(t)
 		mustSaveMeta(t, repo, testMeta(taken))
