@@ -52,6 +52,13 @@ func (b *bulkInsert) query(rows int) string { return b.prefix + Values(b.row, ro
 // only under a byte cap) and args appends its values. Errors are mapped (a
 // duplicate key is store.ErrConflict).
 func (b *bulkInsert) exec(ctx context.Context, tx *sql.Tx, mapErr func(error) error, n int, size func(i int) int, args func(dst []any, i int) []any) error {
+	_, err := b.insert(ctx, tx, mapErr, n, size, args)
+	return err
+}
+
+// insert is exec, and says how many rows, from the first, its statements
+// inserted before the one that failed.
+func (b *bulkInsert) insert(ctx context.Context, tx *sql.Tx, mapErr func(error) error, n int, size func(i int) int, args func(dst []any, i int) []any) (int, error) {
 	var buf []any
 	for start := 0; start < n; {
 		end := min(n, start+maxBulkRows)
@@ -80,9 +87,9 @@ func (b *bulkInsert) exec(ctx context.Context, tx *sql.Tx, mapErr func(error) er
 			_, err = tx.ExecContext(ctx, b.query(rows), buf...)
 		}
 		if err != nil {
-			return mapErr(err)
+			return start, mapErr(err)
 		}
 		start += rows
 	}
-	return nil
+	return n, nil
 }

@@ -246,27 +246,31 @@ func (db *DB) create(ctx context.Context, tx *sql.Tx, batches []store.Batch, ord
 		}
 		return append(dst, b.RoomID, m.OwnerUserID, m.HostUserID, m.SeatCount, m.Mode, status, version, b.OwnerEpoch, b.CreatedBy, now, now)
 	}
-	insert := func(rows []*store.Batch) error {
-		return db.stmts.insertCreated.exec(ctx, tx, db.d.MapErr, len(rows),
+	insert := func(rows []*store.Batch) (int, error) {
+		return db.stmts.insertCreated.insert(ctx, tx, db.d.MapErr, len(rows),
 			func(i int) int {
 				return len(rows[i].RoomID) + len(rows[i].Meta.Mode) + len(rows[i].CreatedBy) + rowOverhead
 			},
 			func(dst []any, i int) []any { return row(dst, rows[i]) })
 	}
-	// All rows in one statement, the usual case; a room that exists
-	// refuses the statement alone (a duplicate key undoes the statement,
-	// not the transaction), and the rows then go one by one to find it.
+	// All rows in as few statements as fit, the usual case. A room that
+	// exists refuses its statement alone (a duplicate key undoes the
+	// statement, not the transaction): the rows of the statements before
+	// it are in, and from its first row on they go one by one to find it.
+	done := 0
 	if len(created) > 1 {
-		switch err := insert(created); {
+		n, err := insert(created)
+		switch {
 		case err == nil:
 			return order, nil
 		case !errors.Is(err, store.ErrConflict):
 			return nil, fmt.Errorf("create %d rooms: %w", len(created), err)
 		}
+		done = n
 	}
 	var exists map[string]bool
-	for i, b := range created {
-		err := insert(created[i : i+1])
+	for _, b := range created[done:] {
+		_, err := insert([]*store.Batch{b})
 		switch {
 		case err == nil:
 		case errors.Is(err, store.ErrConflict):

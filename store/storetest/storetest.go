@@ -555,6 +555,25 @@ func testCommitBatchesCreate(t *testing.T, repo store.Repository) {
 			t.Fatalf("created room %d: head %d epoch %d node %q, want %d, 1, node-c", i, info.HeadVersion, info.OwnerEpoch, info.OwnerNode, i+1)
 		}
 	}
+	// More rooms than one statement takes, the one that exists sorting
+	// last: the rooms before its statement are created, once.
+	base := newRoomID(t)
+	lots := make([]store.Batch, 0, 300)
+	for i := range 300 {
+		lots = append(lots, creating(fmt.Sprintf("%s-%03d", base, i), 1))
+	}
+	existing := lots[len(lots)-1].RoomID
+	mustSaveMeta(t, repo, testMeta(existing))
+	mustClaim(t, repo, existing, "node-a")
+	want := make([]error, len(lots))
+	want[len(want)-1] = store.ErrFenced
+	mustCommit(t, repo, lots, want...)
+	for _, b := range lots[:len(lots)-1] {
+		if info := mustRoomInfo(t, repo, b.RoomID); info.HeadVersion != 1 || info.OwnerEpoch != 1 {
+			t.Fatalf("created room %s: head %d epoch %d, want 1, 1", b.RoomID, info.HeadVersion, info.OwnerEpoch)
+		}
+	}
+	assertUntouched(t, repo, existing, 0)
 	for _, isolated := range []bool{false, true} {
 		fresh, taken, other := newRoomID(t), newRoomID(t), newRoomID(t)
 		mustSaveMeta(t, repo, testMeta(taken))
