@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/pprof"
+	"path"
 	"slices"
 	"strings"
 
@@ -76,7 +77,7 @@ func (o Options) Open() bool { return len(o.Callers) == 0 && o.Token == "" }
 // configured (Options.Open) also gRPC reflection and /metrics, which
 // otherwise only NewAdminMux serves. ops serves the fleet's calls with
 // opts.Fleet.
-func NewMux(rooms *RoomHandler, ops *OperatorHandler, wallets *WalletHandler, opts Options, log *slog.Logger) *http.ServeMux {
+func NewMux(rooms *RoomHandler, ops *OperatorHandler, wallets *WalletHandler, opts Options, log *slog.Logger) *Mux {
 	ops.fleet = opts.Fleet
 	rooms.creates = newPerCaller(opts.CreateRoomRate)
 	maxBytes := opts.MaxRequestBytes
@@ -103,20 +104,61 @@ func NewMux(rooms *RoomHandler, ops *OperatorHandler, wallets *WalletHandler, op
 	}
 	refuse := unknownProcedure(connect.NewErrorWriter(handlerOpts), log)
 	limit := limitBody(maxBytes)
-	mux := http.NewServeMux()
-	mux.Handle(knownOnly(refuse, limit)(roomv1connect.NewRoomServiceHandler(rooms, handlerOpts)))
-	mux.Handle(knownOnly(refuse, limit)(roomv1connect.NewOperatorServiceHandler(ops, handlerOpts)))
-	mux.Handle(knownOnly(refuse, limit)(roomv1connect.NewWalletServiceHandler(wallets, handlerOpts)))
+	mux := &Mux{ServeMux: http.NewServeMux(), services: make(map[string]http.Handler)}
+	mux.service(knownOnly(refuse, limit)(roomv1connect.NewRoomServiceHandler(rooms, handlerOpts)))
+	mux.service(knownOnly(refuse, limit)(roomv1connect.NewOperatorServiceHandler(ops, handlerOpts)))
+	mux.service(knownOnly(refuse, limit)(roomv1connect.NewWalletServiceHandler(wallets, handlerOpts)))
 	mux.Handle("/", refuse)
 	health := opts.Health
 	if health == nil {
 		health = grpchealth.NewStaticChecker(serviceNames...)
 	}
-	mux.Handle(grpchealth.NewHandler(health, compression))
+	mux.service(grpchealth.NewHandler(health, compression))
 	if opts.Open() {
-		mountAdmin(mux, opts)
+		mountAdmin(mux.ServeMux, opts)
 	}
 	return mux
+}
+
+// Mux is the API's ServeMux, which finds the handler of a call to one of
+// the API's services (and gRPC health) by its path's first segment, in a
+// map, instead of the ServeMux's pattern matching: that matching took 6%
+// of the service's CPU under snapshot reads through the gRPC transport.
+// Any other path, or one the ServeMux would clean or redirect first, goes
+// through the ServeMux as before.
+type Mux struct {
+	*http.ServeMux
+	services map[string]http.Handler // by "/package.Service/"
+}
+
+// service mounts a service's handler on its path prefix.
+func (m *Mux) service(prefix string, h http.Handler) {
+	m.services[prefix] = h
+	m.Handle(prefix, h)
+}
+
+// ServeHTTP sends a call to its service's handler, or to the ServeMux.
+func (m *Mux) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if h := m.services[servicePrefix(r)]; h != nil {
+		h.ServeHTTP(w, r)
+		return
+	}
+	m.ServeMux.ServeHTTP(w, r)
+}
+
+// servicePrefix returns the first segment of a call's path, slashes
+// included ("/room.v1.RoomService/"), when the ServeMux would route the
+// call by that path as it is: a clean path, no CONNECT. "" otherwise.
+func servicePrefix(r *http.Request) string {
+	p := r.URL.Path
+	if r.Method == http.MethodConnect || len(p) < 2 || p[0] != '/' || path.Clean(p) != p {
+		return ""
+	}
+	i := strings.IndexByte(p[1:], '/')
+	if i < 0 {
+		return ""
+	}
+	return p[:i+2]
 }
 
 // interceptors are the API's interceptors, outermost first: tracing,
