@@ -257,16 +257,12 @@ func (db *DB) create(ctx context.Context, tx *sql.Tx, batches []store.Batch, ord
 	// exists refuses its statement alone (a duplicate key undoes the
 	// statement, not the transaction): the rows of the statements before
 	// it are in, and from its first row on they go one by one to find it.
-	done := 0
-	if len(created) > 1 {
-		n, err := insert(created)
-		switch {
-		case err == nil:
-			return order, nil
-		case !errors.Is(err, store.ErrConflict):
-			return nil, fmt.Errorf("create %d rooms: %w", len(created), err)
-		}
-		done = n
+	done, err := insert(created)
+	switch {
+	case err == nil:
+		return order, nil
+	case !errors.Is(err, store.ErrConflict):
+		return nil, fmt.Errorf("create %d rooms: %w", len(created), err)
 	}
 	var exists map[string]bool
 	for _, b := range created[done:] {
