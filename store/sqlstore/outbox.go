@@ -164,7 +164,8 @@ func (db *DB) MarkOutboxFailed(ctx context.Context, eventID string, lastErr stri
 // MarkOutboxPublishedBatch marks the rows that are not published yet
 // published now, dead ones too, with one UPDATE by event id per chunk of
 // ids, all in one transaction: one durable commit for the whole call, as
-// the relay gathers the acknowledgements of many rooms into one call.
+// the relay gathers the acknowledgements of many rooms into one call. A
+// call of one chunk is that UPDATE alone, committed as it runs.
 // With a single writer that transaction is, when one comes within
 // markRide, the next room commit's (see marks). Unknown and published ids
 // are ignored.
@@ -179,7 +180,13 @@ func (db *DB) MarkOutboxPublishedBatch(ctx context.Context, eventIDs []string) e
 			return nil
 		}
 	}
-	if err == nil {
+	switch {
+	case err != nil:
+	case len(eventIDs) <= maxIn:
+		// One statement is a transaction of its own: one round trip to
+		// the database instead of three with BEGIN and COMMIT.
+		err = retry(ctx, func() error { return db.markChunk(ctx, db.write, eventIDs) })
+	default:
 		err = db.Tx(ctx, func(tx *sql.Tx) error { return db.markPublished(ctx, tx, eventIDs) })
 	}
 	if err != nil {
@@ -190,15 +197,22 @@ func (db *DB) MarkOutboxPublishedBatch(ctx context.Context, eventIDs []string) e
 
 // markPublished runs MarkOutboxPublishedBatch's UPDATEs inside tx.
 func (db *DB) markPublished(ctx context.Context, tx *sql.Tx, eventIDs []string) error {
-	now := time.Now().UnixMilli()
 	for ids := range slices.Chunk(eventIDs, maxIn) {
-		q := db.d.UpdateCannotFail() + `room_outbox SET status = 'published', published_at = ?
-			WHERE status <> 'published' AND event_id IN ` + In(len(ids))
-		if _, err := tx.ExecContext(ctx, q, AppendStrings([]any{now}, ids)...); err != nil {
-			return db.d.MapErr(err)
+		if err := db.markChunk(ctx, tx, ids); err != nil {
+			return err
 		}
 	}
 	return nil
+}
+
+// markChunk marks at most maxIn rows published with one UPDATE on x.
+func (db *DB) markChunk(ctx context.Context, x interface {
+	ExecContext(context.Context, string, ...any) (sql.Result, error)
+}, ids []string) error {
+	q := db.d.UpdateCannotFail() + `room_outbox SET status = 'published', published_at = ?
+		WHERE status <> 'published' AND event_id IN ` + In(len(ids))
+	_, err := x.ExecContext(ctx, q, AppendStrings([]any{time.Now().UnixMilli()}, ids)...)
+	return db.d.MapErr(err)
 }
 
 // FailOutbox counts one failed delivery of a pending row, records lastErr

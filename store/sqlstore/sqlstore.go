@@ -230,8 +230,14 @@ const (
 // returns mapped errors; any error from fn rolls the transaction back.
 // On SQLite every write transaction is BEGIN IMMEDIATE on the one writer.
 func (db *DB) Tx(ctx context.Context, fn func(tx *sql.Tx) error) error {
+	return retry(ctx, func() error { return db.tryTx(ctx, fn) })
+}
+
+// retry runs try, and again while it fails with ErrRetry in its chain, up
+// to maxTxAttempts times with a short jittered backoff.
+func retry(ctx context.Context, try func() error) error {
 	for attempt := 1; ; attempt++ {
-		err := db.tryTx(ctx, fn)
+		err := try()
 		if err == nil || !errors.Is(err, ErrRetry) || attempt == maxTxAttempts {
 			return err
 		}
