@@ -18,6 +18,23 @@ import (
 // duplicate key: the batches are committed again one by one.
 var errDuplicate = errors.New("duplicate key in a merged insert")
 
+// StaleCharge is the ledger's refusal (LedgerFunc) of the gift charge Key:
+// its sender's balance is not the one the room decided it on. It wraps
+// store.ErrConflict. A merged commit refused so is run again without the
+// batch that makes the charge, instead of one batch at a time.
+type StaleCharge struct {
+	Key string
+	Err error // the reason, with store.ErrConflict in its chain
+}
+
+func (e *StaleCharge) Error() string { return e.Err.Error() }
+func (e *StaleCharge) Unwrap() error { return e.Err }
+
+// maxStaleRetries bounds the merged commits run again, each without one
+// more batch refused for a stale charge, before the batches commit one by
+// one.
+const maxStaleRetries = 4
+
 // CommitBatches commits the batches in one transaction, so one durable
 // commit covers them all. Each batch is fenced on its own:
 //   - a batch whose commands are not versions BaseVersion+1.. in order, or
@@ -38,7 +55,9 @@ var errDuplicate = errors.New("duplicate key in a merged insert")
 // and then writes all rows with a few multi-row INSERTs; a duplicate key
 // there rolls it back and commits the batches again one by one, each in a
 // savepoint behind a conditional UPDATE, so that only the batch holding
-// the duplicate is refused. Rooms are fenced in id order, whatever order
+// the duplicate is refused. A gift charge the ledger refuses as decided on
+// a balance that moved (StaleCharge) refuses its batch alone: the merged
+// transaction runs again without it. Rooms are fenced in id order, whatever order
 // the caller used, so two commits sharing rooms lock them in one order.
 // A transaction the database rolled back whole runs again (see Tx).
 // A non-nil err means the transaction did not commit, or may not have: no
@@ -72,21 +91,46 @@ func (db *DB) CommitBatches(ctx context.Context, batches []store.Batch) ([]error
 		// included: stored only when the transaction committed.
 		defer func() { db.marks.finish(marks, start, stored) }()
 	}
-	err := db.Tx(ctx, func(tx *sql.Tx) error {
-		copy(results, checked)
-		if err := db.commitMerged(ctx, tx, batches, order, results); err != nil {
-			return err
-		}
-		return db.markIn(ctx, tx, marks)
-	})
-	if errors.Is(err, errDuplicate) {
-		err = db.Tx(ctx, func(tx *sql.Tx) error {
+	// commit runs one transaction of the batches of order but those
+	// refused so far (their results are set).
+	refused := map[int]error{}
+	commit := func(write func(context.Context, *sql.Tx, []store.Batch, []int, []error) error) error {
+		return db.Tx(ctx, func(tx *sql.Tx) error {
 			copy(results, checked)
-			if err := db.commitIsolated(ctx, tx, batches, order, results); err != nil {
-				return err
+			left := make([]int, 0, len(order))
+			for _, i := range order {
+				if err, ok := refused[i]; ok {
+					results[i] = err
+				} else {
+					left = append(left, i)
+				}
+			}
+			if len(left) > 0 {
+				if err := write(ctx, tx, batches, left, results); err != nil {
+					return err
+				}
 			}
 			return db.markIn(ctx, tx, marks)
 		})
+	}
+	err := commit(db.commitMerged)
+	for range maxStaleRetries {
+		// A sender's balance moved since its room decided a gift: that
+		// batch alone is refused and the others commit merged.
+		var stale *StaleCharge
+		if !errors.As(err, &stale) {
+			break
+		}
+		i := chargingBatch(batches, order, refused, stale.Key)
+		if i < 0 {
+			break
+		}
+		b := &batches[i]
+		refused[i] = fmt.Errorf("commit batch room=%s epoch=%d base=%d: %w", b.RoomID, b.OwnerEpoch, b.BaseVersion, stale)
+		err = commit(db.commitMerged)
+	}
+	if errors.Is(err, errDuplicate) {
+		err = commit(db.commitIsolated)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("commit batches: %w", err)
@@ -94,6 +138,22 @@ func (db *DB) CommitBatches(ctx context.Context, batches []store.Batch) ([]error
 	stored = nil
 	db.ledgerCommitted(batches, order, results)
 	return results, nil
+}
+
+// chargingBatch returns the batch of order, not refused yet, that makes
+// the gift charge key, or -1.
+func chargingBatch(batches []store.Batch, order []int, refused map[int]error, key string) int {
+	for _, i := range order {
+		if _, ok := refused[i]; ok {
+			continue
+		}
+		for _, c := range batches[i].Charges {
+			if c.Key == key {
+				return i
+			}
+		}
+	}
+	return -1
 }
 
 // ledgerCommitted tells the ledger the gift charges of the batches of

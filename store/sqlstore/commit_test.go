@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"sync"
 	"testing"
 
@@ -99,27 +100,11 @@ func TestBulkFence(t *testing.T) {
 // hears, after the commit, the charges of the batches that committed, in
 // the order they were written, and nothing of a batch the ledger refused,
 // of a fenced batch, or of a transaction that did not commit. The ledger
-// here refuses the charge keyed "stale" as a balance that moved, so the
-// merged commit is refused and the batches commit one by one.
+// here refuses the charge keyed "stale" with a conflict that names no
+// charge, so the merged commit is refused and the batches commit one by
+// one.
 func TestTheLedgerIsToldOnlyOfChargesThatCommitted(t *testing.T) {
-	for name, open := range map[string]func(t *testing.T) *sqlstore.DB{
-		"sqlite": func(t *testing.T) *sqlstore.DB {
-			db, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "rooms.db"), sqlite.Options{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = db.Close() })
-			return db.DB
-		},
-		"mysql": func(t *testing.T) *sqlstore.DB {
-			db, err := mysql.Open(t.Context(), mysqltest.DSN(t), mysql.Options{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = db.Close() })
-			return db.DB
-		},
-	} {
+	for name, open := range databases {
 		t.Run(name, func(t *testing.T) {
 			ctx := t.Context()
 			db := open(t)
@@ -184,5 +169,107 @@ func TestTheLedgerIsToldOnlyOfChargesThatCommitted(t *testing.T) {
 				t.Fatalf("after a commit that failed, the ledger was told %v, want %v", told, want)
 			}
 		})
+	}
+}
+
+// databases open a fresh database of each kind.
+var databases = map[string]func(t *testing.T) *sqlstore.DB{
+	"sqlite": func(t *testing.T) *sqlstore.DB {
+		db, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "rooms.db"), sqlite.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = db.Close() })
+		return db.DB
+	},
+	"mysql": func(t *testing.T) *sqlstore.DB {
+		db, err := mysql.Open(t.Context(), mysqltest.DSN(t), mysql.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = db.Close() })
+		return db.DB
+	},
+}
+
+// TestAStaleChargeRefusesItsBatchAlone: when the ledger refuses a merged
+// commit for a charge decided on a balance that moved (sqlstore.StaleCharge),
+// the commit runs again merged without that charge's batch: the ledger
+// writes once per transaction, never once per batch. Past maxStaleRetries
+// such refusals the batches commit one by one.
+func TestAStaleChargeRefusesItsBatchAlone(t *testing.T) {
+	rooms := []string{"a", "b", "c", "d", "e", "f", "g"}
+	for _, c := range []struct {
+		name   string
+		stale  []string // the rooms whose batch charges a stale key
+		writes [][]string
+	}{
+		{"none", nil, [][]string{{"a", "b", "c", "d", "e", "f", "g"}}},
+		{"one", []string{"c"}, [][]string{{"a", "b", "c", "d", "e", "f", "g"}, {"a", "b", "d", "e", "f", "g"}}},
+		{"two", []string{"b", "f"}, [][]string{
+			{"a", "b", "c", "d", "e", "f", "g"}, {"a", "c", "d", "e", "f", "g"}, {"a", "c", "d", "e", "g"}}},
+		// Five stale batches: four merged retries, then one batch at a time.
+		{"past the retries", []string{"a", "b", "c", "d", "e"}, [][]string{
+			{"a", "b", "c", "d", "e", "f", "g"}, {"b", "c", "d", "e", "f", "g"}, {"c", "d", "e", "f", "g"},
+			{"d", "e", "f", "g"}, {"e", "f", "g"}, {"e"}, {"f"}, {"g"}}},
+	} {
+		for name, open := range databases {
+			t.Run(c.name+"/"+name, func(t *testing.T) {
+				db := open(t)
+				var writes [][]string
+				db.SetLedger(sqlstore.LedgerHooks{
+					Write: func(_ context.Context, _ *sql.Tx, _ string, charges []store.GiftCharge, _ []string, _ int64) error {
+						var keys []string
+						for _, ch := range charges {
+							keys = append(keys, ch.Key)
+						}
+						writes = append(writes, keys)
+						for _, k := range keys {
+							if slices.Contains(c.stale, k) {
+								return &sqlstore.StaleCharge{Key: k, Err: fmt.Errorf("balance moved: %w", store.ErrConflict)}
+							}
+						}
+						return nil
+					},
+				})
+				epochs := claimed(t, db, rooms...)
+				var batches []store.Batch
+				for _, id := range slices.Backward(rooms) { // the store sorts them by room
+					b := batch(id, epochs[id], 0, 1, "x")
+					b.Charges = []store.GiftCharge{{Key: id, UserID: 10, Amount: 10, BalanceAfter: 90}}
+					batches = append(batches, b)
+				}
+				results, err := db.CommitBatches(t.Context(), batches)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !reflect.DeepEqual(writes, c.writes) {
+					t.Fatalf("the ledger wrote %v, want %v", writes, c.writes)
+				}
+				listed, err := db.ListRooms(t.Context(), "", len(rooms))
+				if err != nil || len(listed) != len(rooms) {
+					t.Fatalf("ListRooms: %d rooms, err %v", len(listed), err)
+				}
+				heads := map[string]int64{}
+				for _, r := range listed {
+					heads[r.Meta.RoomID] = r.HeadVersion
+				}
+				for i, b := range batches {
+					want := int64(1)
+					if slices.Contains(c.stale, b.RoomID) {
+						var stale *sqlstore.StaleCharge
+						if !errors.Is(results[i], store.ErrConflict) || !errors.As(results[i], &stale) || stale.Key != b.RoomID {
+							t.Fatalf("room %s: %v, want its stale charge refused", b.RoomID, results[i])
+						}
+						want = 0
+					} else if results[i] != nil {
+						t.Fatalf("room %s: %v, want committed", b.RoomID, results[i])
+					}
+					if heads[b.RoomID] != want {
+						t.Fatalf("room %s: head %d, want %d", b.RoomID, heads[b.RoomID], want)
+					}
+				}
+			})
+		}
 	}
 }

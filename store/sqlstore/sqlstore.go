@@ -27,7 +27,8 @@ import (
 // (store.Batch.Charges, in order) and the pending charges they settle
 // (store.Batch.Settle). A charge whose key was charged before or whose
 // sender's balance moved since the room decided it, or a settle key that
-// is not pending, makes the call store.ErrConflict. insert starts its
+// is not pending, makes the call store.ErrConflict; a charge refused for
+// its sender's balance is a *StaleCharge naming it. insert starts its
 // INSERTs: Dialect.InsertOrRollback in a merged commit, whose failure ends
 // the transaction anyway, "INSERT INTO " in a batch's own savepoint. The
 // embedded ledger (wallet/ledger) owns the statements and installs it

@@ -24,9 +24,9 @@ const maxHints = 1 << 17
 //     the room asks Quote before refusing one for its funds; a low hint
 //     that still covers the gift is refused by the commit, as above.
 //
-// A stale hint refused in a merged group commit makes the store commit
-// that transaction's batches again one by one (sqlstore commitIsolated):
-// a cost paid when another node moved the balance, not on one node.
+// A stale hint refused in a merged group commit refuses its batch alone:
+// inCommit names the charge (sqlstore.StaleCharge) and the store runs the
+// transaction again, merged, without that batch.
 //
 // A commit's charge moves a hint only from the balance it was decided
 // on: a hint that holds anything else is forgotten, not guessed at. A read

@@ -184,8 +184,8 @@ func BenchmarkChargeMySQL(b *testing.B) {
 
 // TestACommitRefusesOnlyTheBatchWhoseChargeWasMade: a room commit whose
 // batches charge gifts, one of them with a key charged before, refuses that
-// batch alone (the merged attempt rolls back whole, then the batches commit
-// one by one) and charges the others exactly once.
+// batch alone (the merged attempt rolls back whole and runs again without
+// it) and charges the others exactly once.
 func TestACommitRefusesOnlyTheBatchWhoseChargeWasMade(t *testing.T) {
 	type db interface {
 		ledgerStore

@@ -55,13 +55,14 @@ func (l *Ledger) inCommit(ctx context.Context, tx *sql.Tx, insert string, charge
 		}
 		if before, decided := t.accounts[c.UserID].balance, c.BalanceAfter+c.Amount-c.Reward; before != decided {
 			l.hints.forget(c.UserID) // the room decides again on Quote's read
-			return fmt.Errorf("gift charge key=%q: user %d's balance is %d, the gift was decided on %d: %w",
-				c.Key, c.UserID, before, decided, store.ErrConflict)
+			return &sqlstore.StaleCharge{Key: c.Key, Err: fmt.Errorf("gift charge key=%q: user %d's balance is %d, the gift was decided on %d: %w",
+				c.Key, c.UserID, before, decided, store.ErrConflict)}
 		}
 		r, err := t.charge(wallet.Charge{Key: c.Key, UserID: c.UserID, Amount: c.Amount, Reward: c.Reward,
 			MultiplierBP: c.MultiplierBP, At: time.UnixMilli(c.AtMs)})
 		if err != nil || r.BalanceAfter != c.BalanceAfter {
-			return fmt.Errorf("gift charge key=%q: balance after %d, decided %d (%v): %w", c.Key, r.BalanceAfter, c.BalanceAfter, err, store.ErrConflict)
+			return &sqlstore.StaleCharge{Key: c.Key, Err: fmt.Errorf("gift charge key=%q: balance after %d, decided %d (%v): %w",
+				c.Key, r.BalanceAfter, c.BalanceAfter, err, store.ErrConflict)}
 		}
 	}
 	for _, c := range t.created {
