@@ -121,15 +121,24 @@ func (db *DB) CommitBatches(ctx context.Context, batches []store.Batch) ([]error
 		if !errors.As(err, &stale) {
 			break
 		}
-		i := chargingBatch(batches, order, refused, stale.Key)
-		if i < 0 {
+		at := chargingBatch(batches, order, refused, results, stale.Key)
+		if at < 0 {
 			break
 		}
-		b := &batches[i]
-		refused[i] = fmt.Errorf("commit batch room=%s epoch=%d base=%d: %w", b.RoomID, b.OwnerEpoch, b.BaseVersion, stale)
+		// The ledger decided the batches after this one on the balances
+		// this one's charges left: their refusals are decided again.
+		for _, i := range order[at+1:] {
+			delete(refused, i)
+		}
+		b := &batches[order[at]]
+		refused[order[at]] = fmt.Errorf("commit batch room=%s epoch=%d base=%d: %w", b.RoomID, b.OwnerEpoch, b.BaseVersion, stale)
 		err = commit(db.commitMerged)
 	}
 	if errors.Is(err, errDuplicate) {
+		// One by one, every batch is decided again on what the batches
+		// before it committed: a refusal above may rest on a charge that
+		// will not be made.
+		clear(refused)
 		err = commit(db.commitIsolated)
 	}
 	if err != nil {
@@ -140,16 +149,22 @@ func (db *DB) CommitBatches(ctx context.Context, batches []store.Batch) ([]error
 	return results, nil
 }
 
-// chargingBatch returns the batch of order, not refused yet, that makes
-// the gift charge key, or -1.
-func chargingBatch(batches []store.Batch, order []int, refused map[int]error, key string) int {
-	for _, i := range order {
-		if _, ok := refused[i]; ok {
+// chargingBatch returns the position in order of the batch that makes
+// the gift charge key, among those the ledger was given (not refused, not
+// fenced: no result yet), or -1. A batch that creates its room is not
+// refused on its own (-1): refused one by one, it leaves its room's row,
+// as a cell that reloads expects.
+func chargingBatch(batches []store.Batch, order []int, refused map[int]error, results []error, key string) int {
+	for at, i := range order {
+		if _, ok := refused[i]; ok || results[i] != nil {
 			continue
 		}
 		for _, c := range batches[i].Charges {
 			if c.Key == key {
-				return i
+				if batches[i].CreatedBy != "" {
+					return -1
+				}
+				return at
 			}
 		}
 	}

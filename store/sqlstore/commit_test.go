@@ -208,10 +208,11 @@ func TestAStaleChargeRefusesItsBatchAlone(t *testing.T) {
 		{"one", []string{"c"}, [][]string{{"a", "b", "c", "d", "e", "f", "g"}, {"a", "b", "d", "e", "f", "g"}}},
 		{"two", []string{"b", "f"}, [][]string{
 			{"a", "b", "c", "d", "e", "f", "g"}, {"a", "c", "d", "e", "f", "g"}, {"a", "c", "d", "e", "g"}}},
-		// Five stale batches: four merged retries, then one batch at a time.
+		// Five stale batches: four merged retries, then every batch again,
+		// one at a time.
 		{"past the retries", []string{"a", "b", "c", "d", "e"}, [][]string{
 			{"a", "b", "c", "d", "e", "f", "g"}, {"b", "c", "d", "e", "f", "g"}, {"c", "d", "e", "f", "g"},
-			{"d", "e", "f", "g"}, {"e", "f", "g"}, {"e"}, {"f"}, {"g"}}},
+			{"d", "e", "f", "g"}, {"e", "f", "g"}, {"a"}, {"b"}, {"c"}, {"d"}, {"e"}, {"f"}, {"g"}}},
 	} {
 		for name, open := range databases {
 			t.Run(c.name+"/"+name, func(t *testing.T) {
@@ -271,5 +272,47 @@ func TestAStaleChargeRefusesItsBatchAlone(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// TestAStaleChargeOfACreatedRoomGoesOneByOne: a batch that creates its
+// room and whose charge is stale is refused one by one, as any conflict
+// is, which leaves its room's row (creating, at version 0) for the cell's
+// reload; the other batches commit.
+func TestAStaleChargeOfACreatedRoomGoesOneByOne(t *testing.T) {
+	for name, open := range databases {
+		t.Run(name, func(t *testing.T) {
+			db := open(t)
+			var writes int
+			db.SetLedger(sqlstore.LedgerHooks{
+				Write: func(_ context.Context, _ *sql.Tx, _ string, charges []store.GiftCharge, _ []string, _ int64) error {
+					writes++
+					for _, ch := range charges {
+						if ch.Key == "stale" {
+							return &sqlstore.StaleCharge{Key: ch.Key, Err: fmt.Errorf("balance moved: %w", store.ErrConflict)}
+						}
+					}
+					return nil
+				},
+			})
+			epochs := claimed(t, db, "a")
+			created := batch("new", 1, 0, 1, "n")
+			created.Status, created.CreatedBy = "open", "node-a"
+			created.Meta = &store.RoomMeta{RoomID: "new", SeatCount: 8}
+			created.Charges = []store.GiftCharge{{Key: "stale", UserID: 1, Amount: 1, BalanceAfter: 1}}
+			results, err := db.CommitBatches(t.Context(), []store.Batch{created, batch("a", epochs["a"], 0, 1, "o")})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !errors.Is(results[0], store.ErrConflict) || results[1] != nil {
+				t.Fatalf("results %v; want the created room's batch refused and the other committed", results)
+			}
+			if _, found, err := db.GetRoomMeta(t.Context(), "new"); err != nil || !found {
+				t.Fatalf("the created room's row: found %v, err %v; want it left for the reload", found, err)
+			}
+			if writes != 2 { // merged, then the created room's batch in its savepoint (the other charges nothing)
+				t.Fatalf("the ledger wrote %d times, want 2: one merged attempt, then one by one", writes)
+			}
+		})
 	}
 }

@@ -245,6 +245,22 @@ func TestACommitRefusesOnlyTheBatchWhoseChargeWasMade(t *testing.T) {
 			if err != nil || len(rooms) != 2 || rooms[0].Meta.RoomID != "a" || rooms[0].HeadVersion != 1 || rooms[1].HeadVersion != 1 {
 				t.Fatalf("rooms %+v, err %v; want a and b at head 1: the refused batch wrote nothing", rooms, err)
 			}
+
+			// The same sender again, topped up back to 100: a batch
+			// charging k1 again (refused: charged before) and one charging
+			// a new key, both decided on 100. The second must not be
+			// refused for a balance only the first one's charge would have
+			// moved.
+			if _, _, err := l.Credit(ctx, 1, 10, "top-up-again"); err != nil {
+				t.Fatal(err)
+			}
+			r = commit(batch("a", 2, "k1", 1, 10, 100), batch("b", 2, "k3", 1, 10, 100))
+			if !errors.Is(r[0], store.ErrConflict) || r[1] != nil {
+				t.Fatalf("results %v; want the charged key refused and the other batch committed", r)
+			}
+			if got, err := l.Balance(ctx, 1); err != nil || got != 90 {
+				t.Fatalf("user 1: balance %d, err %v; want 90", got, err)
+			}
 		})
 	}
 }
