@@ -316,3 +316,41 @@ func TestAStaleChargeOfACreatedRoomGoesOneByOne(t *testing.T) {
 		})
 	}
 }
+
+// TestAStaleChargeIsNotPinnedOnAFencedBatch: a fenced batch that carries
+// the stale charge's key was never given to the ledger, so the refusal goes
+// to the batch that was, and the fenced one keeps ErrFenced.
+func TestAStaleChargeIsNotPinnedOnAFencedBatch(t *testing.T) {
+	for name, open := range databases {
+		t.Run(name, func(t *testing.T) {
+			db := open(t)
+			db.SetLedger(sqlstore.LedgerHooks{
+				Write: func(_ context.Context, _ *sql.Tx, _ string, charges []store.GiftCharge, _ []string, _ int64) error {
+					for _, ch := range charges {
+						if ch.Key == "k" {
+							return &sqlstore.StaleCharge{Key: ch.Key, Err: fmt.Errorf("balance moved: %w", store.ErrConflict)}
+						}
+					}
+					return nil
+				},
+			})
+			epochs := claimed(t, db, "a", "b")
+			fenced := batch("a", epochs["a"]+1, 0, 1, "x") // an epoch the room never had
+			live := batch("b", epochs["b"], 0, 1, "x")
+			for _, b := range []*store.Batch{&fenced, &live} {
+				b.Charges = []store.GiftCharge{{Key: "k", UserID: 10, Amount: 10, BalanceAfter: 90}}
+			}
+			results, err := db.CommitBatches(t.Context(), []store.Batch{fenced, live})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var stale *sqlstore.StaleCharge
+			if !errors.Is(results[0], store.ErrFenced) || errors.As(results[0], &stale) {
+				t.Fatalf("the fenced batch: %v, want ErrFenced alone", results[0])
+			}
+			if !errors.As(results[1], &stale) || stale.Key != "k" {
+				t.Fatalf("the batch the ledger was given: %v, want its stale charge refused", results[1])
+			}
+		})
+	}
+}
