@@ -57,7 +57,8 @@ const maxStaleRetries = 4
 // savepoint behind a conditional UPDATE, so that only the batch holding
 // the duplicate is refused. A gift charge the ledger refuses as decided on
 // a balance that moved (StaleCharge) refuses its batch alone: the merged
-// transaction runs again without it. Rooms are fenced in id order, whatever order
+// transaction runs again without it (unless the batch creates its room, or
+// past maxStaleRetries: then one by one). Rooms are fenced in id order, whatever order
 // the caller used, so two commits sharing rooms lock them in one order.
 // A transaction the database rolled back whole runs again (see Tx).
 // A non-nil err means the transaction did not commit, or may not have: no
@@ -121,7 +122,7 @@ func (db *DB) CommitBatches(ctx context.Context, batches []store.Batch) ([]error
 		if !errors.As(err, &stale) {
 			break
 		}
-		at := chargingBatch(batches, order, refused, results, stale.Key)
+		at := chargingBatch(batches, order, results, stale.Key)
 		if at < 0 {
 			break
 		}
@@ -150,13 +151,13 @@ func (db *DB) CommitBatches(ctx context.Context, batches []store.Batch) ([]error
 }
 
 // chargingBatch returns the position in order of the batch that makes
-// the gift charge key, among those the ledger was given (not refused, not
-// fenced: no result yet), or -1. A batch that creates its room is not
+// the gift charge key, among those the ledger was given (no result yet:
+// not refused, not fenced), or -1. A batch that creates its room is not
 // refused on its own (-1): refused one by one, it leaves its room's row,
 // as a cell that reloads expects.
-func chargingBatch(batches []store.Batch, order []int, refused map[int]error, results []error, key string) int {
+func chargingBatch(batches []store.Batch, order []int, results []error, key string) int {
 	for at, i := range order {
-		if _, ok := refused[i]; ok || results[i] != nil {
+		if results[i] != nil {
 			continue
 		}
 		for _, c := range batches[i].Charges {
