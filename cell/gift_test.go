@@ -68,6 +68,24 @@ func giftRoom(t *testing.T, reg *cell.Registry, l wallet.Wallet, roomID string, 
 	}
 }
 
+// creditElsewhere tops up user by amount as another node's ledger would,
+// straight to the shared table: this node's ledger holds no hint of it, so
+// the sender's next gift here is decided on a read.
+func creditElsewhere(t *testing.T, repo store.Repository, user, amount int64) {
+	t.Helper()
+	w := repo.(ledger.Host).SQLStore().Writer()
+	res, err := w.ExecContext(context.Background(), `UPDATE wallet_accounts SET balance = balance + ? WHERE user_id = ?`, amount, user)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, err := res.RowsAffected(); err != nil || n == 0 {
+		if _, err := w.ExecContext(context.Background(), `INSERT INTO wallet_accounts (user_id, balance, updated_at) VALUES (?, ?, ?)`,
+			user, amount, time.Now().UnixMilli()); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 func heart(roomID, commandID string, count int32) *room.Envelope {
 	return env(roomID, commandID, 10, &room.SendGift{ReceiverUserIDs: []int64{11}, GiftID: "heart", Count: count,
 		Outcome: room.GiftOutcome{Name: "Heart", Price: 10, Kind: room.GiftNormal, ReceiversOnMic: true}})
@@ -372,7 +390,7 @@ func (m *movingBalance) Hint(users []int64) (map[int64]int64, bool) {
 // on the balance of now: a top-up in between is in the balance the gift
 // records; a spend in between that leaves too little refuses the gift.
 // Nothing is charged but what committed. The same holds whether the room
-// read the balance (the sender's first gift on this node) or took the
+// read the balance (a sender topped up on another node) or took the
 // ledger's hint (a sender who gave before).
 func TestAGiftOnABalanceThatMovedIsDecidedAgain(t *testing.T) {
 	stores(t, func(t *testing.T, open func(testing.TB) store.Repository) {
@@ -381,11 +399,13 @@ func TestAGiftOnABalanceThatMovedIsDecidedAgain(t *testing.T) {
 			// The subtests share the MySQL database: each has its room, and
 			// counts from the balance the sender has when it starts.
 			suffix := map[bool]string{false: "-read", true: "-hint"}[hinted]
-			// prepare gives the room's sender a hint when hinted: a first
-			// gift, decided on a read, whose commit leaves the hint.
-			prepare := func(t *testing.T, reg *cell.Registry, l testLedger, roomID string) {
+			// prepare funds the room's sender on another node, and gives
+			// it a hint when hinted: a first gift, decided on a read,
+			// whose commit leaves the hint.
+			prepare := func(t *testing.T, reg *cell.Registry, repo store.Repository, roomID string) {
 				t.Helper()
-				giftRoom(t, reg, l, roomID, 1000)
+				giftRoom(t, reg, nil, roomID, 0)
+				creditElsewhere(t, repo, 10, 1000)
 				if hinted {
 					mustSubmit(t, reg, heart(roomID, "gift-0", 1))
 				}
@@ -410,7 +430,7 @@ func TestAGiftOnABalanceThatMovedIsDecidedAgain(t *testing.T) {
 				}}
 				reg := newRegistry(t, repo, cell.Config{Wallet: m, SettleInCommit: true}, nil)
 				roomID := name + suffix
-				prepare(t, reg, m, roomID)
+				prepare(t, reg, repo, roomID)
 				m.once = sync.Once{}
 				moving.Store(true)
 				return l, m, reg, roomID
@@ -885,28 +905,42 @@ func (c *countingQuoter) Hint(users []int64) (map[int64]int64, bool) {
 	return c.testLedger.(wallet.Quoter).Hint(users)
 }
 
-// TestASenderWhoGaveBeforeIsDecidedWithoutARead: a sender's first gift is
-// decided on a read; every later one on the hint its commits left, with
-// no read, each charged what it cost.
+// TestASenderWhoGaveBeforeIsDecidedWithoutARead: a sender topped up on
+// another node has its first gift here decided on a read, and every later
+// one on the hint its commits left, with no read; a sender topped up
+// through this node's ledger gives on the hint the top-up left, with no
+// read at all. Each gift is charged what it cost.
 func TestASenderWhoGaveBeforeIsDecidedWithoutARead(t *testing.T) {
 	stores(t, func(t *testing.T, open func(testing.TB) store.Repository) {
-		repo := open(t)
-		l := ledgerOf(t, repo)
-		c := &countingQuoter{testLedger: l}
-		reg := newRegistry(t, repo, cell.Config{Wallet: c, SettleInCommit: true}, nil)
-		giftRoom(t, reg, l, "often", 1000)
-		for i := range 20 {
-			sent := heart("often", fmt.Sprintf("gift-%d", i), 1)
-			mustSubmit(t, reg, sent)
-			if o := paid(sent); o.BalanceAfter != int64(1000-10*(i+1)) {
-				t.Fatalf("gift %d recorded balance %d, want %d", i, o.BalanceAfter, 1000-10*(i+1))
+		for _, here := range []bool{false, true} {
+			repo := open(t)
+			l := ledgerOf(t, repo)
+			c := &countingQuoter{testLedger: l}
+			reg := newRegistry(t, repo, cell.Config{Wallet: c, SettleInCommit: true}, nil)
+			// The MySQL subtests share a database: each has its room, and
+			// counts from the balance its sender starts with.
+			roomID, reads := "often-elsewhere", int64(1)
+			if here {
+				roomID, reads = "often-here", 0
+				giftRoom(t, reg, l, roomID, 1000)
+			} else {
+				giftRoom(t, reg, nil, roomID, 0)
+				creditElsewhere(t, repo, 10, 1000)
 			}
-		}
-		if n := c.reads.Load(); n != 1 {
-			t.Fatalf("%d reads for 20 gifts of one sender, want 1", n)
-		}
-		if b := balance(t, l, 10); b != 800 {
-			t.Fatalf("balance %d, want 800", b)
+			start := balance(t, l, 10)
+			for i := range 20 {
+				sent := heart(roomID, fmt.Sprintf("gift-%d", i), 1)
+				mustSubmit(t, reg, sent)
+				if o, want := paid(sent), start-int64(10*(i+1)); o.BalanceAfter != want {
+					t.Fatalf("gift %d recorded balance %d, want %d", i, o.BalanceAfter, want)
+				}
+			}
+			if n := c.reads.Load(); n != reads {
+				t.Fatalf("topped up here: %v; %d reads for 20 gifts of one sender, want %d", here, n, reads)
+			}
+			if b := balance(t, l, 10); b != start-200 {
+				t.Fatalf("balance %d, want %d", b, start-200)
+			}
 		}
 	})
 }

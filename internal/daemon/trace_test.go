@@ -88,7 +88,9 @@ func TestOneCommandsTraceAcrossTheFleet(t *testing.T) {
 	ctx := context.Background()
 	roomID := f.run + "-traced"
 	giftRoom(t, clientsAt(owner.addr), roomID, []int64{2}, []int64{100})
-	credit(t, clientsAt(owner.addr), 100, 1000)
+	// Topped up on the other node: the owner's ledger holds no hint of the
+	// sender, so the gift is decided on a read (wallet.quote).
+	credit(t, clientsAt(other.addr), 100, 1000)
 
 	nc, err := nats.Connect(fleetNATS)
 	if err != nil {

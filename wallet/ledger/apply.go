@@ -67,7 +67,9 @@ type txn struct {
 }
 
 // apply runs the requests' operations in tx: read, decide in memory, write.
-func (l *Ledger) apply(ctx context.Context, tx *sql.Tx, reqs []*request) error {
+// It returns the balance of every account it read that exists once it
+// commits, as it leaves it (read under the accounts' locks).
+func (l *Ledger) apply(ctx context.Context, tx *sql.Tx, reqs []*request) (map[int64]int64, error) {
 	t := &txn{
 		now:      time.Now().UnixMilli(), // after the wait for the writer
 		charges:  map[string]*chargeRow{},
@@ -100,10 +102,10 @@ func (l *Ledger) apply(ctx context.Context, tx *sql.Tx, reqs []*request) error {
 		}
 	}
 	if err := l.readCharges(ctx, tx, t, sortedKeys(chargeKeys)); err != nil {
-		return fmt.Errorf("read charges: %w", err)
+		return nil, fmt.Errorf("read charges: %w", err)
 	}
 	if err := l.readCredits(ctx, tx, t, sortedKeys(creditKeys)); err != nil {
-		return fmt.Errorf("read credits: %w", err)
+		return nil, fmt.Errorf("read credits: %w", err)
 	}
 	// A refund needs its charge's user, known only now.
 	for _, k := range refunds {
@@ -112,7 +114,7 @@ func (l *Ledger) apply(ctx context.Context, tx *sql.Tx, reqs []*request) error {
 		}
 	}
 	if err := l.readAccounts(ctx, tx, t, sortedKeys(users)); err != nil {
-		return fmt.Errorf("read accounts: %w", err)
+		return nil, fmt.Errorf("read accounts: %w", err)
 	}
 	for _, r := range reqs {
 		for i := range r.ops {
@@ -121,7 +123,16 @@ func (l *Ledger) apply(ctx context.Context, tx *sql.Tx, reqs []*request) error {
 			}
 		}
 	}
-	return l.write(ctx, tx, "INSERT INTO ", t)
+	if err := l.write(ctx, tx, "INSERT INTO ", t); err != nil {
+		return nil, err
+	}
+	balances := make(map[int64]int64, len(t.accounts))
+	for u, a := range t.accounts {
+		if a.stored || a.changed {
+			balances[u] = a.balance
+		}
+	}
+	return balances, nil
 }
 
 // run decides one operation in memory and records its answer.

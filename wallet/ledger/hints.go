@@ -12,8 +12,9 @@ const maxHints = 1 << 17
 
 // hints are the balances this process last saw committed, so that a room
 // can decide a run of gifts without a read (wallet.Quoter.Hint). They
-// come from Quote's reads and from the room commits that charged gifts
-// (LedgerHooks.Committed), and may be stale: another node's charge or
+// come from Quote's reads, from the room commits that charged gifts
+// (LedgerHooks.Committed) and from the ledger's own transactions (a
+// top-up, a refund), and may be stale: another node's charge or
 // top-up of the same account, or two commits of one account told out of
 // order. Both directions are safe:
 //   - a hint higher than the balance decides a gift the commit then
@@ -97,6 +98,23 @@ func (h *hints) committed(charges []store.GiftCharge) {
 		} else {
 			h.setLocked(c.UserID, hint{at: h.clock})
 		}
+	}
+}
+
+// wrote records the balances a ledger transaction that began at began
+// (begin) left on its accounts, read under their locks. A hint that a room
+// commit moved or forgot meanwhile is forgotten: which of the two
+// committed last is not known here.
+func (h *hints) wrote(balances map[int64]int64, began uint64) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.clock++
+	for u, b := range balances {
+		if v, ok := h.m[u]; ok && v.at > began {
+			h.setLocked(u, hint{at: h.clock})
+			continue
+		}
+		h.setLocked(u, hint{balance: b, known: true, at: h.clock})
 	}
 }
 

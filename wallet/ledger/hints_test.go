@@ -111,3 +111,23 @@ func TestAReadDoesNotOverwriteANewerHint(t *testing.T) {
 		t.Fatalf("user 3's hint %d, want 1: the read that began last", got)
 	}
 }
+
+// TestALedgerWriteSetsTheBalancesItLeft: a ledger transaction's balances
+// become the hints, except where a room commit moved or forgot a hint
+// while it ran: which committed last is not known, so that one is
+// forgotten. A read that began before the write does not overwrite it.
+func TestALedgerWriteSetsTheBalancesItLeft(t *testing.T) {
+	h := newHints()
+	h.read(map[int64]int64{1: 100, 2: 50, 3: 20}, h.begin())
+	began := h.begin()
+	h.committed([]store.GiftCharge{charge(2, 10, 0, 40)}) // a room commit while the write ran
+	reading := h.begin()
+	h.wrote(map[int64]int64{1: 600, 2: 540, 4: 9}, began)
+	if got, want := known(h), map[int64]int64{1: 600, 3: 20, 4: 9}; !maps.Equal(got, want) {
+		t.Fatalf("after the write: %v, want %v", got, want)
+	}
+	h.read(map[int64]int64{1: 100, 4: 0}, reading) // began before the write ended
+	if got, want := known(h), map[int64]int64{1: 600, 3: 20, 4: 9}; !maps.Equal(got, want) {
+		t.Fatalf("after an older read: %v, want %v", got, want)
+	}
+}

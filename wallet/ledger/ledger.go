@@ -313,8 +313,11 @@ func (l *Ledger) commit(batch []*request) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), l.opts.TxTimeout)
 	defer cancel()
+	var balances map[int64]int64
+	began := l.hints.begin()
 	err := l.db.Tx(ctx, func(tx *sql.Tx) error {
-		err := l.apply(ctx, tx, live)
+		var err error
+		balances, err = l.apply(ctx, tx, live)
 		if errors.Is(err, store.ErrConflict) {
 			// A concurrent transaction (another committer, another node)
 			// created an account, a charge or a credit this one read as
@@ -326,8 +329,13 @@ func (l *Ledger) commit(batch []*request) {
 	})
 	if err != nil {
 		err = fmt.Errorf("wallet ledger transaction of %d requests: %w", len(live), unknown(err))
+		l.forgetHints(live)
+	} else {
+		// What the transaction left is what the next gift of these
+		// users is decided on: a sender who just topped up gives
+		// without a read.
+		l.hints.wrote(balances, began)
 	}
-	l.forgetHints(live)
 	for _, r := range live {
 		r.done <- err
 	}
@@ -336,9 +344,9 @@ func (l *Ledger) commit(batch []*request) {
 	}
 }
 
-// forgetHints drops the balance hints of the users the requests charged
-// or credited, whatever the transaction's outcome. A refund only raises a
-// balance, which a hint may understate (see hints).
+// forgetHints drops the balance hints of the users the requests of a
+// transaction that failed (or may have committed) charged or credited. A
+// refund only raises a balance, which a hint may understate (see hints).
 func (l *Ledger) forgetHints(reqs []*request) {
 	var users []int64
 	for _, r := range reqs {

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"go.uber.org/goleak"
 
@@ -178,6 +179,46 @@ func BenchmarkChargeMySQL(b *testing.B) {
 	for _, workers := range []int{1, 2, 4} {
 		b.Run(fmt.Sprintf("workers=%d", workers), func(b *testing.B) {
 			wallettest.Bench(b, openLedger(b, openMySQL(b, mysqltest.DSN(b)), ledger.Options{Workers: workers}), 64)
+		})
+	}
+}
+
+// TestATopUpLeavesItsBalanceAsTheHint: the balance a credit leaves is the
+// hint the sender's next gift is decided on, without a read; a refused
+// credit changes nothing and leaves none.
+func TestATopUpLeavesItsBalanceAsTheHint(t *testing.T) {
+	for name, open := range map[string]func(t *testing.T) ledgerStore{
+		"sqlite": func(t *testing.T) ledgerStore { return openSQLite(t, sqlite.Options{}) },
+		"mysql":  func(t *testing.T) ledgerStore { return openMySQL(t, mysqltest.DSN(t)) },
+	} {
+		t.Run(name, func(t *testing.T) {
+			ctx := t.Context()
+			l := openLedger(t, open(t), ledger.Options{})
+			if b, ok := l.Hint([]int64{7}); ok {
+				t.Fatalf("hint %v before any write", b)
+			}
+			if _, _, err := l.Credit(ctx, 7, 500, "top-up-1"); err != nil {
+				t.Fatal(err)
+			}
+			if _, _, err := l.Credit(ctx, 7, 250, "top-up-2"); err != nil {
+				t.Fatal(err)
+			}
+			if b, ok := l.Hint([]int64{7}); !ok || b[7] != 750 {
+				t.Fatalf("hint %v (%v) after two top-ups, want 750", b, ok)
+			}
+			if _, _, err := l.Credit(ctx, 8, -1, "top-up-3"); err == nil {
+				t.Fatal("a negative credit was taken")
+			}
+			if b, ok := l.Hint([]int64{8}); ok {
+				t.Fatalf("hint %v after a refused credit, want none", b)
+			}
+			res, err := l.Charge(ctx, []wallet.Charge{{Key: "charge-1", UserID: 7, Amount: 50, At: time.Now()}})
+			if err != nil || res[0].Err != nil {
+				t.Fatalf("charge: %v %+v", err, res)
+			}
+			if b, ok := l.Hint([]int64{7}); !ok || b[7] != 700 {
+				t.Fatalf("hint %v (%v) after a charge, want 700", b, ok)
+			}
 		})
 	}
 }
