@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -299,12 +300,13 @@ func GiftRooms(ctx context.Context, env Env, rooms int, perRoom float64, d time.
 	}
 	wg.Wait()
 	elapsed := time.Since(start)
+	secs := bySecond(lat, interval) // before percentiles sorts lat
 	p50, p99 := percentiles(lat)
 	paced := Row{
 		Name: fmt.Sprintf("%d rooms x %g gifts/s, %.0f%% lucky, open loop", rooms, perRoom, 100*luckyShare),
 		Ops:  n, Elapsed: elapsed, P50: p50, P99: p99,
-		Extra: fmt.Sprintf("offered %.0f/s, achieved %.0f%%; p99 target <= 50 ms: %.2fx; %d lucky, %d failed",
-			rate, 100*float64(n)/elapsed.Seconds()/rate, ms(p99)/50, lucky, failed.Load()),
+		Extra: fmt.Sprintf("offered %.0f/s, achieved %.0f%%; p99 target <= 50 ms: %.2fx; %d lucky, %d failed; %s",
+			rate, 100*float64(n)/elapsed.Seconds()/rate, ms(p99)/50, lucky, failed.Load(), secs),
 	}
 	if err, ok := firstErr.Load().(error); ok {
 		return []Row{paced}, fmt.Errorf("%d of %d gifts failed, the first: %w", failed.Load(), n, err)
@@ -314,6 +316,43 @@ func GiftRooms(ctx context.Context, env Env, rooms int, perRoom float64, d time.
 	}
 	agree, err := agreement(ctx, e, ids)
 	return []Row{paced, agree}, err
+}
+
+// seconds is how an open-loop run's latency spread over its seconds (by
+// scheduled start): the p99 of its first second, and of its worst, and how
+// many seconds had a p99 over 50 ms. A tail confined to a few seconds is a
+// stall (a warm-up, a checkpoint); one spread over all of them is a load
+// the run cannot carry.
+type seconds struct {
+	first, worst time.Duration
+	worstAt      int // the worst second, from 0
+	over, of     int // seconds with a p99 over 50 ms, of all
+}
+
+func (s seconds) String() string {
+	return fmt.Sprintf("p99 of second 0: %.0f ms, of the worst (second %d): %.0f ms; %d of %d seconds over 50 ms",
+		ms(s.first), s.worstAt, ms(s.worst), s.over, s.of)
+}
+
+// bySecond groups lat (in schedule order, interval apart) by second and
+// returns how their p99 spread. It does not modify lat.
+func bySecond(lat []time.Duration, interval time.Duration) seconds {
+	per := max(1, int(time.Second/interval))
+	var s seconds
+	for i := 0; i < len(lat); i += per {
+		_, p99 := percentiles(slices.Clone(lat[i:min(i+per, len(lat))]))
+		if s.of == 0 {
+			s.first = p99
+		}
+		if p99 > s.worst {
+			s.worst, s.worstAt = p99, s.of
+		}
+		if p99 > 50*time.Millisecond {
+			s.over++
+		}
+		s.of++
+	}
+	return s
 }
 
 // agreement sums the SendGift commands in the rooms' logs and compares

@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"errors"
+	"slices"
 	"testing"
 	"time"
 
@@ -77,5 +78,24 @@ func TestWithLatency(t *testing.T) {
 	}
 	if withLatency(inner, 0) != wallet.Wallet(inner) {
 		t.Fatal("WithLatency(w, 0) is not w")
+	}
+}
+
+func TestBySecondFindsTheSecondsOfTheTail(t *testing.T) {
+	interval := 100 * time.Millisecond // ten a second
+	lat := make([]time.Duration, 35)   // three seconds and a half
+	for i := range lat {
+		lat[i] = time.Duration(i%10+1) * time.Millisecond
+	}
+	lat[14] = 80 * time.Millisecond // second 1
+	lat[31] = 60 * time.Millisecond // the half second 3
+	before := slices.Clone(lat)
+	s := bySecond(lat, interval)
+	want := seconds{first: 10 * time.Millisecond, worst: 80 * time.Millisecond, worstAt: 1, over: 2, of: 4}
+	if s != want {
+		t.Fatalf("bySecond = %+v, want %+v", s, want)
+	}
+	if !slices.Equal(lat, before) {
+		t.Fatal("bySecond modified its input")
 	}
 }
