@@ -25,13 +25,20 @@ const rowOverhead = 64
 type bulkInsert struct {
 	prefix   string      // INSERT INTO t (cols) VALUES
 	row      string      // (?, ?, ...)
+	suffix   string      // what follows the rows (an upsert's tail), or ""
 	stmts    []*sql.Stmt // stmts[n] inserts n rows; nil: not prepared
 	powers   bool
 	maxBytes int
 }
 
 func (db *DB) newBulkInsert(ctx context.Context, prefix, row string) (*bulkInsert, error) {
-	b := &bulkInsert{prefix: prefix, row: row, stmts: make([]*sql.Stmt, maxBulkRows+1),
+	return db.newBulkUpsert(ctx, prefix, row, "")
+}
+
+// newBulkUpsert is newBulkInsert with suffix after the rows: the tail of
+// an upsert (see Dialect.Upsert).
+func (db *DB) newBulkUpsert(ctx context.Context, prefix, row, suffix string) (*bulkInsert, error) {
+	b := &bulkInsert{prefix: prefix, row: row, suffix: suffix, stmts: make([]*sql.Stmt, maxBulkRows+1),
 		powers: db.d.KeepPrepared, maxBytes: db.d.MaxBulkBytes}
 	for n := maxBulkRows; n >= 1; n /= 2 {
 		s, err := db.write.PrepareContext(ctx, b.query(n))
@@ -46,7 +53,7 @@ func (db *DB) newBulkInsert(ctx context.Context, prefix, row string) (*bulkInser
 	return b, nil
 }
 
-func (b *bulkInsert) query(rows int) string { return b.prefix + Values(b.row, rows) }
+func (b *bulkInsert) query(rows int) string { return b.prefix + Values(b.row, rows) + b.suffix }
 
 // exec inserts n rows inside tx; size(i) estimates row i's bytes (read
 // only under a byte cap) and args appends its values. Errors are mapped (a

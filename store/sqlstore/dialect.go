@@ -130,6 +130,24 @@ func (d *Dialect) Upsert(key string, cols ...string) string {
 	return b.String()
 }
 
+// snapshotUpsert is the tail of the INSERT that stores snapshots: it
+// replaces a room's stored snapshot only with a higher version. MySQL
+// assigns left to right, each assignment seeing those before it, so the
+// version is assigned last.
+func (d *Dialect) snapshotUpsert() string {
+	if !d.UpsertDuplicateKey {
+		return d.Upsert("room_id", "room_version", "payload", "created_at") + ` WHERE excluded.room_version > room_snapshots.room_version`
+	}
+	q := ` ON DUPLICATE KEY UPDATE `
+	for i, c := range []string{"payload", "created_at", "room_version"} {
+		if i > 0 {
+			q += ", "
+		}
+		q += c + ` = IF(VALUES(room_version) > room_version, VALUES(` + c + `), ` + c + `)`
+	}
+	return q
+}
+
 // UpdateFirst returns an UPDATE of table that sets set on at most a limit
 // of the rows that match where, its last placeholder: the oldest ids first
 // where UPDATE takes ORDER BY, in the order of the index where picks the

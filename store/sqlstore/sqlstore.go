@@ -92,6 +92,9 @@ type statements struct {
 	// mergedCommands and mergedOutbox are the INSERTs of a merged commit
 	// (see commitMerged), which a duplicate key rolls back whole.
 	mergedCommands, mergedOutbox *bulkInsert
+	// mergedSnapshots stores the snapshots of a merged commit, each
+	// unless its room has one of the same or a higher version.
+	mergedSnapshots *bulkInsert
 }
 
 // New prepares the statements of the SQL layer on cfg's connections.
@@ -199,6 +202,10 @@ func (db *DB) prepare(ctx context.Context) error {
 	}
 	if s.insertCreated, err = db.newBulkInsert(ctx, `INSERT INTO rooms (room_id, owner_user_id, host_user_id, seat_count, mode,
 		status, room_version, owner_epoch, owner_node, created_at, updated_at) VALUES `, `(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`); err != nil {
+		return err
+	}
+	if s.mergedSnapshots, err = db.newBulkUpsert(ctx, db.d.InsertOrRollback()+`room_snapshots (room_id, room_version, payload, created_at) VALUES `,
+		`(?, ?, ?, ?)`, db.d.snapshotUpsert()); err != nil {
 		return err
 	}
 	s.mergedCommands, s.mergedOutbox = s.insertCommands, s.insertOutbox

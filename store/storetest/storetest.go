@@ -440,6 +440,38 @@ func testSnapshotNeverBackwards(t *testing.T, repo store.Repository) {
 	newer.Snapshot = &store.SnapshotRecord{RoomID: r, RoomVersion: 6, Payload: []byte("six"), CreatedAt: now()}
 	mustCommitOK(t, repo, newer)
 	assertSnapshot(t, repo, r, 6, "six")
+
+	// Through one commit of many rooms: a room with no snapshot yet, one
+	// whose stored snapshot is newer than the batch's, one with an older
+	// one, and two batches of one room, each with its snapshot.
+	rooms := make([]string, 4)
+	claims := make([]store.Claim, 4)
+	for i := range rooms {
+		rooms[i], claims[i] = newClaimedRoom(t, repo)
+	}
+	seed := func(i int, version int64, payload string) store.Batch {
+		b := newBatch(rooms[i], claims[i].Epoch, 0, 3)
+		if version > 0 {
+			b.Snapshot = &store.SnapshotRecord{RoomID: rooms[i], RoomVersion: version, Payload: []byte(payload), CreatedAt: now()}
+		}
+		return b
+	}
+	mustCommitOK(t, repo, seed(0, 0, ""), seed(1, 3, "stored 3"), seed(2, 1, "stored 1"), seed(3, 0, ""))
+	snap := func(b store.Batch, version int64, payload string) store.Batch {
+		b.Snapshot = &store.SnapshotRecord{RoomID: b.RoomID, RoomVersion: version, Payload: []byte(payload), CreatedAt: now()}
+		return b
+	}
+	mustCommitOK(t, repo,
+		snap(newBatch(rooms[0], claims[0].Epoch, 3, 1), 4, "first 4"),
+		snap(newBatch(rooms[1], claims[1].Epoch, 3, 1), 2, "older 2"),
+		snap(newBatch(rooms[2], claims[2].Epoch, 3, 2), 5, "newer 5"),
+		snap(newBatch(rooms[3], claims[3].Epoch, 3, 1), 4, "one of two: 4"),
+		snap(newBatch(rooms[3], claims[3].Epoch, 4, 2), 6, "two of two: 6"),
+	)
+	assertSnapshot(t, repo, rooms[0], 4, "first 4")
+	assertSnapshot(t, repo, rooms[1], 3, "stored 3")
+	assertSnapshot(t, repo, rooms[2], 5, "newer 5")
+	assertSnapshot(t, repo, rooms[3], 6, "two of two: 6")
 }
 
 func testCommitBatchesManyRooms(t *testing.T, repo store.Repository) {
