@@ -132,6 +132,7 @@ type apiCall struct {
 type apiDriver interface {
 	drive(ctx context.Context, name string, callers, total int, c apiCall) (Row, error)
 	extra(wall time.Duration) Row
+	cpu() time.Duration // the load generator's CPU so far
 }
 
 // APIScenarios measures a running service at base (http://host:port) through its API, the way
@@ -184,12 +185,15 @@ func APIScenarios(ctx context.Context, base string, opts APIOptions) ([]Row, err
 	measured := func(name string, callers, total int, c apiCall) (Row, error) {
 		settle(ctx, opts.Metrics)
 		cpu0, allocs0, ok0 := processCost(ctx, opts.Metrics)
+		gen0 := driver.cpu()
 		r, err := driver.drive(ctx, name, callers, total, c)
 		if err != nil {
 			return r, fmt.Errorf("%s: %w", name, err)
 		}
+		gen := driver.cpu() - gen0
 		if cpu1, allocs1, ok1 := processCost(ctx, opts.Metrics); ok0 && ok1 && r.Ops > 0 {
-			cost := fmt.Sprintf("service: %.0f µs CPU, %.0f allocs per call", 1e6*(cpu1-cpu0)/float64(r.Ops), (allocs1-allocs0)/float64(r.Ops))
+			cost := fmt.Sprintf("service: %.0f µs CPU, %.0f allocs per call; load generator: %.0f µs CPU per call",
+				1e6*(cpu1-cpu0)/float64(r.Ops), (allocs1-allocs0)/float64(r.Ops), float64(gen.Microseconds())/float64(r.Ops))
 			r.Extra = strings.TrimPrefix(r.Extra+"; "+cost, "; ")
 		}
 		return r, nil
@@ -391,6 +395,8 @@ func (*ownDriver) drive(ctx context.Context, name string, callers, total int, c 
 	})
 }
 
+func (*ownDriver) cpu() time.Duration { return processCPU() }
+
 func (d *ownDriver) extra(wall time.Duration) Row {
 	used := processCPU() - d.cpu0
 	return Row{Name: "load generator CPU (this process)", Elapsed: wall,
@@ -454,6 +460,8 @@ func (d *ghzDriver) drive(ctx context.Context, name string, callers, total int, 
 	}
 	return r, nil
 }
+
+func (d *ghzDriver) cpu() time.Duration { return d.used }
 
 func (d *ghzDriver) extra(wall time.Duration) Row {
 	return Row{Name: "load generator CPU (ghz)", Elapsed: wall,
