@@ -325,8 +325,16 @@ func APIScenarios(ctx context.Context, base string, opts APIOptions) ([]Row, err
 			method:   "room.v1.RoomService/GetRoomSnapshot",
 			template: fmt.Sprintf(`{"room_id":"%s"}`, roomsOf(fmt.Sprintf("{{mod .RequestNumber %d}}", opts.Rooms))),
 			send: func(ctx context.Context, w int, i int64) error {
-				return invoke(ctx, w, "room.v1.RoomService/GetRoomSnapshot",
-					&roomv1.GetRoomSnapshotRequest{RoomId: roomsOf(strconv.FormatInt(i%int64(opts.Rooms), 10))}, &roomv1.GetRoomSnapshotResponse{})
+				id := roomsOf(strconv.FormatInt(i%int64(opts.Rooms), 10))
+				var h snapshotHead
+				if err := conns[w%len(conns)].Invoke(ctx, "/room.v1.RoomService/GetRoomSnapshot",
+					&roomv1.GetRoomSnapshotRequest{RoomId: id}, &h, grpc.ForceCodecV2(headCodec{})); err != nil {
+					return err
+				}
+				if h.roomID != id || h.notModified || h.snapVersion <= 0 || h.snapVersion != h.version {
+					return fmt.Errorf("snapshot of %s: answered room %q at version %d (answer's %d, not_modified %v)", id, h.roomID, h.snapVersion, h.version, h.notModified)
+				}
+				return nil
 			},
 		})
 		if err != nil {
