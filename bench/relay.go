@@ -139,8 +139,17 @@ func RelayScenarios(ctx context.Context, env Env, dir string, events, rate int, 
 	var rows []Row
 	log := slog.New(slog.DiscardHandler)
 
-	// Ceiling: the same number of messages through a bare async loop.
-	ceilBus, err := natsbus.Open(ctx, natsbus.Config{StoreDir: dir + "/ceiling"}, log)
+	// Ceiling: the same number of messages through a bare async loop, to
+	// a broker of its own reached the way the relay reaches its broker
+	// below (a client connection over TCP), so that the ratio is the
+	// relay's and not the transport's: an in-process connection skips the
+	// network stack the relay's publishes go through.
+	ceilBrk, err := startBroker(dir+"/ceiling", -1)
+	if err != nil {
+		return nil, err
+	}
+	defer ceilBrk.stop()
+	ceilBus, err := natsbus.Open(ctx, natsbus.Config{URL: ceilBrk.url(), PublishTimeout: time.Second}, log)
 	if err != nil {
 		return nil, err
 	}
