@@ -43,6 +43,7 @@ func setupBench(fs *flag.FlagSet) func(ctx context.Context, _ *client, _ []strin
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 	api := fs.Bool("api", false, "measure the engine scenarios of -only (default then: throughput,hot), then in the same run the running service at -addr through its API (gRPC over HTTP/2), its joins against the engine's rate")
 	apiCommands := fs.Int("api-commands", 50_000, "calls in each API scenario")
+	apiConns := fs.Int("api-conns", 8, "HTTP/2 connections the API scenarios' calls spread over")
 	ghz := fs.String("ghz", "", "with -api, also drive the API scenarios with this ghz binary (go install github.com/bojand/ghz/cmd/ghz@v0.120.0), an independent load generator; needs gRPC reflection on the API port (a development server)")
 	apiListen := fs.Bool("api-listen", true, "with -api, measure the service at -addr (its listen port); false with -grpc-addr measures the gRPC transport only")
 	apiScenarios := fs.String("api-scenarios", "", "with -api, the API scenarios to run, comma-separated, of "+strings.Join(bench.APIScenarioNames, ",")+" (default: all; the transport's ceiling and the rooms' creation always run)")
@@ -164,7 +165,7 @@ func setupBench(fs *flag.FlagSet) func(ctx context.Context, _ *client, _ []strin
 				}
 				scenarios = append(scenarios, name)
 			}
-			return benchAPI(ctx, c, out, *apiListen, bench.APIOptions{Token: c.token, Rooms: *rooms, Commands: *apiCommands, GRPC: *grpcAddr, Ghz: *ghz, Engine: engine, Scenarios: scenarios})
+			return benchAPI(ctx, c, out, *apiListen, bench.APIOptions{Token: c.token, Conns: *apiConns, Rooms: *rooms, Commands: *apiCommands, GRPC: *grpcAddr, Ghz: *ghz, Engine: engine, Scenarios: scenarios})
 		}
 		return nil
 	}
