@@ -1,6 +1,7 @@
 package rpc
 
 import (
+	"context"
 	"encoding/binary"
 	"fmt"
 	"log/slog"
@@ -21,6 +22,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
+	"google.golang.org/grpc/tap"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -68,7 +70,30 @@ func (l ServerLimits) NewGRPCServer(h http.Handler, maxBytes int64, log *slog.Lo
 		// Clients that keep their connections warm with pings every
 		// ten seconds or more are served; faster pingers are sent away.
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
+		grpc.InTapHandle(keepHeaders),
 	)
+}
+
+// headersKey is where keepHeaders leaves a call's headers.
+type headersKey struct{}
+
+// keepHeaders leaves the call's headers, as the transport parsed them, in
+// its context for the bridge. metadata.FromIncomingContext would hand the
+// bridge a copy of every key and value, made for each call and dropped at
+// once: 3% of the allocations and 1.5-3.5% of the service's CPU in the
+// joins through this transport.
+func keepHeaders(ctx context.Context, info *tap.Info) (context.Context, error) {
+	return context.WithValue(ctx, headersKey{}, info.Header), nil
+}
+
+// incomingHeaders are the call's headers: keepHeaders', else a copy. Its
+// slices are the transport's: read them, never append to them.
+func incomingHeaders(ctx context.Context) metadata.MD {
+	if md, ok := ctx.Value(headersKey{}).(metadata.MD); ok {
+		return md
+	}
+	md, _ := metadata.FromIncomingContext(ctx)
+	return md
 }
 
 // grpcWorkers is the number of goroutines that run the calls of the gRPC
@@ -129,7 +154,7 @@ func (b *grpcBridge) serve(_ any, stream grpc.ServerStream) (err error) {
 			err = status.Errorf(grpccodes.Internal, "internal: panic in %s", method)
 		}
 	}()
-	md, _ := metadata.FromIncomingContext(ctx)
+	md := incomingHeaders(ctx)
 	r := &http.Request{
 		Method: http.MethodPost, URL: &url.URL{Path: method}, RequestURI: method,
 		Proto: "HTTP/2.0", ProtoMajor: 2, Header: make(http.Header, len(md)+1), ContentLength: -1,
@@ -149,7 +174,9 @@ func (b *grpcBridge) serve(_ any, stream grpc.ServerStream) (err error) {
 			}
 			r.Header[http.CanonicalHeaderKey(k)] = enc
 		default:
-			r.Header[http.CanonicalHeaderKey(k)] = vs
+			// Capped: a handler's Header.Add gets a slice of its own
+			// instead of writing past the end of the transport's.
+			r.Header[http.CanonicalHeaderKey(k)] = vs[:len(vs):len(vs)]
 		}
 	}
 	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
