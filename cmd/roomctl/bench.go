@@ -18,7 +18,7 @@ import (
 
 // setupBench registers the flags of "roomctl bench".
 func setupBench(fs *flag.FlagSet) func(ctx context.Context, _ *client, _ []string, out io.Writer) error {
-	only := fs.String("only", "throughput,hot,recovery,memory,relay,im,im-hot", "scenarios to run, comma-separated (also: gifts = gift-storm,gift-rooms)")
+	only := fs.String("only", "throughput,hot,recovery,memory,relay,im,im-hot", "scenarios to run, comma-separated (also: gifts = gift-storm,gift-rooms; netwake: how late a saturated Go process hears its sockets)")
 	imFor := fs.Duration("im-duration", 15*time.Second, "how long each IM scenario drives load")
 	imRooms := fs.String("im-rooms", "300,1000", "im: rooms with traffic, comma-separated")
 	imRate := fs.String("im-rate", "2", "im: mic changes per second per room, comma-separated")
@@ -132,6 +132,8 @@ func setupBench(fs *flag.FlagSet) func(ctx context.Context, _ *client, _ []strin
 				rows, err = bench.GiftStorm(ctx, env, *giftCallers, *giftCount, *giftLatency)
 			case "gift-rooms":
 				rows, err = bench.GiftRooms(ctx, env, *giftRooms, *giftRoomRate, *giftRoomsFor)
+			case "netwake":
+				rows, err = bench.NetWake(ctx, []int{0, 4, 64}, 2*time.Second)
 			case "memory":
 				var r bench.Row
 				r, err = bench.Memory(ctx, env, *idleRooms)

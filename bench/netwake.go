@@ -1,0 +1,117 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// NetWake measures how late a Go process whose processors never run out of
+// work hears its sockets: a one-byte round trip over loopback TCP between
+// two goroutines of this process, alone and beside each count of busy
+// goroutines (goroutines that always have work: a short computation, then a
+// yield). Each case runs for at most d.
+//
+// Go's scheduler polls the network when a processor runs out of work;
+// while every processor has some, only its monitor thread polls it, every
+// 10 ms (golang/go#51651). A read that parked then waits up to 10 ms for
+// data that is already there, on each side of the round trip. A service
+// whose two cores are saturated hears each request that way, which is
+// part of what a call waits outside its handler (README, "Through the API").
+func NetWake(ctx context.Context, busy []int, d time.Duration) ([]Row, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = ln.Close() }()
+	var echoes sync.WaitGroup
+	echoes.Go(func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			echoes.Go(func() {
+				defer func() { _ = c.Close() }()
+				b := make([]byte, 1)
+				for {
+					if _, err := io.ReadFull(c, b); err != nil {
+						return
+					}
+					if _, err := c.Write(b); err != nil {
+						return
+					}
+				}
+			})
+		}
+	})
+	defer echoes.Wait()
+	defer func() { _ = ln.Close() }()
+
+	var rows []Row
+	var idle time.Duration
+	for _, n := range busy {
+		r, err := netWakeCase(ctx, ln.Addr().String(), n, d)
+		if err != nil {
+			return rows, err
+		}
+		if len(rows) == 0 {
+			idle = r.P50
+		}
+		r.Extra = fmt.Sprintf("%d processors; p50 %.0fx the first row's", runtime.GOMAXPROCS(0), float64(r.P50)/float64(max(idle, time.Nanosecond)))
+		rows = append(rows, r)
+	}
+	return rows, nil
+}
+
+// netWakeCase runs round trips to addr for d (at most 100,000) beside n
+// busy goroutines, and stops them before it returns.
+func netWakeCase(ctx context.Context, addr string, n int, d time.Duration) (Row, error) {
+	var stop atomic.Bool
+	var spinners sync.WaitGroup
+	defer spinners.Wait()
+	defer stop.Store(true)
+	for range n {
+		spinners.Go(func() {
+			x := 0
+			for !stop.Load() {
+				for j := range 2000 {
+					x += j
+				}
+				runtime.Gosched()
+			}
+			_ = x
+		})
+	}
+	var dialer net.Dialer
+	c, err := dialer.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return Row{}, err
+	}
+	defer func() { _ = c.Close() }()
+	lat := make([]time.Duration, 0, 1024)
+	b := []byte{1}
+	start := time.Now()
+	for time.Since(start) < d && len(lat) < 100_000 && ctx.Err() == nil {
+		t := time.Now()
+		if _, err := c.Write(b); err != nil {
+			return Row{}, err
+		}
+		if _, err := io.ReadFull(c, b); err != nil {
+			return Row{}, err
+		}
+		lat = append(lat, time.Since(t))
+	}
+	if len(lat) == 0 {
+		return Row{}, errors.Join(errors.New("no round trip finished"), ctx.Err())
+	}
+	r := Row{Name: fmt.Sprintf("loopback round trip, %d busy goroutines", n), Ops: len(lat), Elapsed: time.Since(start)}
+	r.P50, r.P99 = percentiles(lat)
+	return r, nil
+}
