@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hyapp/room-service/internal/netwake"
 	"io"
 	"net"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -16,7 +18,9 @@ import (
 // work hears its sockets: a one-byte round trip over loopback TCP between
 // two goroutines of this process, alone and beside each count of busy
 // goroutines (goroutines that always have work: a short computation, then a
-// yield). Each case runs for at most d.
+// yield), then beside the last count with both ends reading through
+// internal/netwake (as grpc_listen's connections do). Each case runs for
+// at most d.
 //
 // Go's scheduler polls the network when a processor runs out of work;
 // while every processor has some, only its monitor thread polls it, every
@@ -25,6 +29,10 @@ import (
 // whose two cores are saturated hears each request that way, which is
 // part of what a call waits outside its handler (README, "Through the API").
 func NetWake(ctx context.Context, busy []int, d time.Duration) ([]Row, error) {
+	if len(busy) == 0 {
+		return nil, errors.New("netwake: no busy counts")
+	}
+	var wake atomic.Bool // the connections read through netwake
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
@@ -36,6 +44,9 @@ func NetWake(ctx context.Context, busy []int, d time.Duration) ([]Row, error) {
 			c, err := ln.Accept()
 			if err != nil {
 				return
+			}
+			if wake.Load() {
+				c = netwake.Conn(c, netWakeBudget)
 			}
 			echoes.Go(func() {
 				defer func() { _ = c.Close() }()
@@ -56,8 +67,12 @@ func NetWake(ctx context.Context, busy []int, d time.Duration) ([]Row, error) {
 
 	var rows []Row
 	var idle time.Duration
-	for _, n := range busy {
-		r, err := netWakeCase(ctx, ln.Addr().String(), n, d)
+	cases := make([]bool, len(busy), len(busy)+1)
+	busy = append(slices.Clone(busy), busy[len(busy)-1])
+	cases = append(cases, true)
+	for i, n := range busy {
+		wake.Store(cases[i])
+		r, err := netWakeCase(ctx, ln.Addr().String(), n, cases[i], d)
 		if err != nil {
 			return rows, err
 		}
@@ -70,9 +85,14 @@ func NetWake(ctx context.Context, busy []int, d time.Duration) ([]Row, error) {
 	return rows, nil
 }
 
+// netWakeBudget is the scenario's netwake budget per read: grpc_busy_read's
+// default.
+const netWakeBudget = 20 * time.Millisecond
+
 // netWakeCase runs round trips to addr for d (at most 100,000) beside n
-// busy goroutines, and stops them before it returns.
-func netWakeCase(ctx context.Context, addr string, n int, d time.Duration) (Row, error) {
+// busy goroutines, reading through netwake when wake is set, and stops the
+// goroutines before it returns.
+func netWakeCase(ctx context.Context, addr string, n int, wake bool, d time.Duration) (Row, error) {
 	var stop atomic.Bool
 	var spinners sync.WaitGroup
 	defer spinners.Wait()
@@ -94,6 +114,10 @@ func netWakeCase(ctx context.Context, addr string, n int, d time.Duration) (Row,
 	if err != nil {
 		return Row{}, err
 	}
+	name := fmt.Sprintf("loopback round trip, %d busy goroutines", n)
+	if wake {
+		c, name = netwake.Conn(c, netWakeBudget), name+", reads through netwake"
+	}
 	defer func() { _ = c.Close() }()
 	lat := make([]time.Duration, 0, 1024)
 	b := []byte{1}
@@ -111,7 +135,7 @@ func netWakeCase(ctx context.Context, addr string, n int, d time.Duration) (Row,
 	if len(lat) == 0 {
 		return Row{}, errors.Join(errors.New("no round trip finished"), ctx.Err())
 	}
-	r := Row{Name: fmt.Sprintf("loopback round trip, %d busy goroutines", n), Ops: len(lat), Elapsed: time.Since(start)}
+	r := Row{Name: name, Ops: len(lat), Elapsed: time.Since(start)}
 	r.P50, r.P99 = percentiles(lat)
 	return r, nil
 }

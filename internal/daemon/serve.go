@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hyapp/room-service/internal/netwake"
 	"io"
 	"log/slog"
 	"net"
@@ -101,7 +102,7 @@ func (m *Main) listenGRPC(mux http.Handler, opts rpc.Options) error {
 		return err
 	}
 	m.GRPCAddr = ln.Addr().String()
-	m.grpcLn = m.limitConns(ln)
+	m.grpcLn = m.limitConns(netwake.Listener(ln, m.Config.GRPCBusyRead))
 	m.grpc = m.serverLimits().NewGRPCServer(mux, opts.MaxRequestBytes, m.Log)
 	return nil
 }
