@@ -8,7 +8,6 @@ import (
 	"io"
 	"net"
 	"runtime"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -19,8 +18,9 @@ import (
 // two goroutines of this process, alone and beside each count of busy
 // goroutines (goroutines that always have work: a short computation, then a
 // yield), then beside the last count with both ends reading through
-// internal/netwake (as grpc_listen's connections do). Each case runs for
-// at most d.
+// internal/netwake (as grpc_listen's connections do), and last through
+// netwake on idle processors, one round trip every 2 ms (where its reads
+// must park as any other). Each case runs for at most d.
 //
 // Go's scheduler polls the network when a processor runs out of work;
 // while every processor has some, only its monitor thread polls it, every
@@ -67,12 +67,18 @@ func NetWake(ctx context.Context, busy []int, d time.Duration) ([]Row, error) {
 
 	var rows []Row
 	var idle time.Duration
-	cases := make([]bool, len(busy), len(busy)+1)
-	busy = append(slices.Clone(busy), busy[len(busy)-1])
-	cases = append(cases, true)
-	for i, n := range busy {
-		wake.Store(cases[i])
-		r, err := netWakeCase(ctx, ln.Addr().String(), n, cases[i], d)
+	cases := make([]netWakeRun, 0, len(busy)+2)
+	for _, n := range busy {
+		cases = append(cases, netWakeRun{busy: n})
+	}
+	cases = append(cases,
+		netWakeRun{busy: busy[len(busy)-1], wake: true},
+		// Through netwake on idle processors, a round trip every 2 ms:
+		// the reads park between them and must not wait on their timer.
+		netWakeRun{wake: true, pace: 2 * time.Millisecond})
+	for _, run := range cases {
+		wake.Store(run.wake)
+		r, err := netWakeCase(ctx, ln.Addr().String(), run, d)
 		if err != nil {
 			return rows, err
 		}
@@ -89,10 +95,18 @@ func NetWake(ctx context.Context, busy []int, d time.Duration) ([]Row, error) {
 // default.
 const netWakeBudget = 20 * time.Millisecond
 
-// netWakeCase runs round trips to addr for d (at most 100,000) beside n
-// busy goroutines, reading through netwake when wake is set, and stops the
-// goroutines before it returns.
-func netWakeCase(ctx context.Context, addr string, n int, wake bool, d time.Duration) (Row, error) {
+// netWakeRun is one case of NetWake: busy goroutines beside the round
+// trips, reads through netwake or not, and the pause between round trips.
+type netWakeRun struct {
+	busy int
+	wake bool
+	pace time.Duration
+}
+
+// netWakeCase runs the round trips of run to addr for d (at most 100,000)
+// and stops its busy goroutines before it returns.
+func netWakeCase(ctx context.Context, addr string, run netWakeRun, d time.Duration) (Row, error) {
+	n := run.busy
 	var stop atomic.Bool
 	var spinners sync.WaitGroup
 	defer spinners.Wait()
@@ -115,7 +129,10 @@ func netWakeCase(ctx context.Context, addr string, n int, wake bool, d time.Dura
 		return Row{}, err
 	}
 	name := fmt.Sprintf("loopback round trip, %d busy goroutines", n)
-	if wake {
+	if run.pace > 0 {
+		name = fmt.Sprintf("loopback round trip every %v, %d busy goroutines", run.pace, n)
+	}
+	if run.wake {
 		c, name = netwake.Conn(c, netWakeBudget), name+", reads through netwake"
 	}
 	defer func() { _ = c.Close() }()
@@ -131,6 +148,9 @@ func netWakeCase(ctx context.Context, addr string, n int, wake bool, d time.Dura
 			return Row{}, err
 		}
 		lat = append(lat, time.Since(t))
+		if run.pace > 0 {
+			time.Sleep(run.pace)
+		}
 	}
 	if len(lat) == 0 {
 		return Row{}, errors.Join(errors.New("no round trip finished"), ctx.Err())

@@ -472,8 +472,9 @@ func TestIMBudgets(t *testing.T) {
 	mustMention(t, err, "tim_app_budget", "tim_call_budget")
 }
 
-// TestGRPCBusyRead: 20 ms by default, 0 turns it off, and a negative value
-// or one past a second is refused by name.
+// TestGRPCBusyRead: 20 ms by default, 0 turns it off, and a negative value,
+// one under a millisecond (the retry's period) or one past a second is
+// refused by name.
 func TestGRPCBusyRead(t *testing.T) {
 	if d := config.Default().GRPCBusyRead; d != 20*time.Millisecond {
 		t.Fatalf("default grpc_busy_read %v; want 20ms", d)
@@ -482,7 +483,7 @@ func TestGRPCBusyRead(t *testing.T) {
 	if err != nil || c.GRPCBusyRead != 0 {
 		t.Fatalf("grpc_busy_read 0: %v, %v", c.GRPCBusyRead, err)
 	}
-	for _, v := range []string{"-1ms", "2s"} {
+	for _, v := range []string{"-1ms", "500us", "2s"} {
 		_, err := config.Load(nil, env(map[string]string{"ROOM_GRPC_BUSY_READ": v}))
 		mustMention(t, err, "grpc_busy_read")
 	}

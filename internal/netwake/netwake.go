@@ -7,12 +7,12 @@
 // no data and parked then waits up to 10 ms for data that is already
 // there: a service whose cores are saturated hears each request late. A
 // timer, though, is served on every turn of the scheduler. So a read of
-// this package that finds no data while the runtime counts goroutines
-// waiting for a processor (sampled every millisecond from runtime/metrics,
+// this package that finds no data while every processor is running and
+// goroutines wait for one (sampled every millisecond from runtime/metrics,
 // only while such reads happen) reads again after RetryEvery on a timer, for
-// at most the connection's budget, and parks as usual otherwise: when the
-// processors have time, when its read deadline is near, when the
-// connection is closing, and once the budget is spent.
+// at most the connection's budget, and parks as usual otherwise: when a
+// processor has time, when its read deadline is near, when the connection
+// is closing, and once the budget is spent.
 //
 // roomctl bench -only netwake measures the poller's delay and what these
 // reads make of it.
@@ -23,6 +23,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"runtime"
 	"runtime/metrics"
 	"sync/atomic"
 	"syscall"
@@ -34,6 +35,7 @@ const RetryEvery = time.Millisecond
 
 const (
 	runnableMetric = "/sched/goroutines/runnable:goroutines"
+	runningMetric  = "/sched/goroutines/running:goroutines"
 	sampleEvery    = time.Millisecond
 	// sampleFor is how long the sampler runs after the last read that
 	// asked it.
@@ -41,9 +43,9 @@ const (
 )
 
 // Listener returns ln, whose TCP connections read as Conn's, each retrying
-// for at most budget per read (0: ln itself).
+// for at most budget per read (under RetryEvery: ln itself).
 func Listener(ln net.Listener, budget time.Duration) net.Listener {
-	if budget <= 0 {
+	if budget < RetryEvery {
 		return ln
 	}
 	return listener{ln, budget}
@@ -63,10 +65,11 @@ func (l listener) Accept() (net.Conn, error) {
 }
 
 // Conn returns c reading as the package says, retrying for at most budget
-// per read; c itself when budget is 0 or c is no *net.TCPConn.
+// per read; c itself when budget is under RetryEvery or c is no
+// *net.TCPConn.
 func Conn(c net.Conn, budget time.Duration) net.Conn {
 	tc, ok := c.(*net.TCPConn)
-	if !ok || budget <= 0 {
+	if !ok || budget < RetryEvery {
 		return c
 	}
 	rc, err := tc.SyscallConn()
@@ -82,7 +85,7 @@ type conn struct {
 	*net.TCPConn
 	rc       syscall.RawConn
 	budget   time.Duration
-	deadline atomic.Int64 // the read deadline, Unix nanoseconds; 0: none
+	deadline atomic.Pointer[time.Time] // the read deadline; nil: none
 	closing  atomic.Bool
 }
 
@@ -92,8 +95,8 @@ func (c *conn) Read(p []byte) (int, error) {
 	}
 	var n int
 	var rerr error
+	var waited time.Duration // over the whole Read, the poller's wakes included
 	err := c.rc.Read(func(fd uintptr) bool {
-		var waited time.Duration
 		for {
 			n, rerr = syscall.Read(int(fd), p)
 			switch {
@@ -132,7 +135,7 @@ func (c *conn) opError(err error) error {
 // away.
 func (c *conn) deadlineWithin(d time.Duration) bool {
 	at := c.deadline.Load()
-	return at != 0 && time.Now().Add(d).UnixNano() >= at
+	return at != nil && time.Until(*at) < d
 }
 
 func (c *conn) SetDeadline(t time.Time) error {
@@ -146,11 +149,11 @@ func (c *conn) SetReadDeadline(t time.Time) error {
 }
 
 func (c *conn) setReadDeadline(t time.Time) {
-	var at int64
-	if !t.IsZero() {
-		at = t.UnixNano()
+	if t.IsZero() {
+		c.deadline.Store(nil)
+		return
 	}
-	c.deadline.Store(at)
+	c.deadline.Store(&t)
 }
 
 // Close stops a read retrying at once, then closes the connection (which
@@ -166,10 +169,14 @@ var retried atomic.Int64
 // processors samples whether goroutines wait for a processor.
 var processors sampler
 
-// sampler samples the runtime's count of runnable goroutines every
-// sampleEvery, while reads ask it (saturated) and for sampleFor after.
+// sampler samples the runtime's counts of running and runnable goroutines
+// every sampleEvery, while reads ask it (saturated) and for sampleFor after.
+// A sample is busy when every processor runs a goroutine and more wait: a
+// runnable goroutine beside an idle processor (one a timer just woke, as
+// the retries' own) is not saturation, and that processor polls the
+// network.
 type sampler struct {
-	busy    atomic.Bool  // goroutines waited in most of the last samples
+	busy    atomic.Bool  // most of the last samples were busy
 	running atomic.Bool  // a sampling goroutine runs
 	asked   atomic.Int64 // the last ask, Unix nanoseconds
 }
@@ -185,10 +192,10 @@ func (s *sampler) saturated() bool {
 }
 
 func (s *sampler) run() {
-	samples := []metrics.Sample{{Name: runnableMetric}}
+	samples := []metrics.Sample{{Name: runnableMetric}, {Name: runningMetric}}
 	t := time.NewTicker(sampleEvery)
 	defer t.Stop()
-	score := 0 // +1 a sample with runnable goroutines, -1 one without, within [0, 4]
+	score := 0 // +1 a busy sample, -1 another, within [0, 4]
 	for now := range t.C {
 		if now.UnixNano()-s.asked.Load() > int64(sampleFor) {
 			s.busy.Store(false)
@@ -196,11 +203,20 @@ func (s *sampler) run() {
 			return // the next ask starts another
 		}
 		metrics.Read(samples)
-		if samples[0].Value.Kind() == metrics.KindUint64 && samples[0].Value.Uint64() > 0 {
+		if busySample(samples[0].Value, samples[1].Value, runtime.GOMAXPROCS(0)) {
 			score = min(score+1, 4)
 		} else {
 			score = max(score-1, 0)
 		}
 		s.busy.Store(score >= 2)
 	}
+}
+
+// busySample reports whether every one of procs processors runs a
+// goroutine and at least one more goroutine waits for one.
+func busySample(runnable, running metrics.Value, procs int) bool {
+	if runnable.Kind() != metrics.KindUint64 || running.Kind() != metrics.KindUint64 {
+		return false // a runtime without these counts: never saturated
+	}
+	return runnable.Uint64() > 0 && running.Uint64() >= uint64(procs)
 }

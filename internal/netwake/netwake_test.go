@@ -14,16 +14,16 @@ import (
 	"time"
 )
 
-// pair is a wrapped server side and a plain client side of one loopback
-// TCP connection.
-func pair(t *testing.T) (server net.Conn, client net.Conn) {
+// pair is a wrapped server side (budget per read) and a plain client side
+// of one loopback TCP connection.
+func pair(t *testing.T, budget time.Duration) (server net.Conn, client net.Conn) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer func() { _ = ln.Close() }()
-	wrapped := Listener(ln, 20*time.Millisecond)
+	wrapped := Listener(ln, budget)
 	accepted := make(chan net.Conn, 1)
 	go func() {
 		c, err := wrapped.Accept()
@@ -45,7 +45,8 @@ func pair(t *testing.T) (server net.Conn, client net.Conn) {
 }
 
 // saturate keeps goroutines runnable on every processor until the test
-// ends, so that reads retry on their timer.
+// ends, and returns once the sampler reads the processors as saturated, so
+// that reads retry on their timer.
 func saturate(t *testing.T) {
 	var stop atomic.Bool
 	var wg sync.WaitGroup
@@ -57,16 +58,36 @@ func saturate(t *testing.T) {
 		})
 	}
 	t.Cleanup(func() { stop.Store(true); wg.Wait() })
+	for deadline := time.Now().Add(10 * time.Second); !processors.saturated(); {
+		if time.Now().After(deadline) {
+			t.Fatal("the sampler never read the processors as saturated")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// retriedSince waits, at most ten seconds, until reads retried on their
+// timer more than before, and reports whether they did.
+func retriedSince(before int64) bool {
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); {
+		if retried.Load() > before {
+			return true
+		}
+		time.Sleep(time.Millisecond)
+	}
+	return false
 }
 
 // TestReadsWhatWasWritten: the wrapped side reads every byte the other
 // side wrote, in order, on a quiet process and on a saturated one (where
 // reads retry on their timer).
 func TestReadsWhatWasWritten(t *testing.T) {
+	var before int64
 	for _, busy := range []bool{false, true} {
-		server, client := pair(t)
+		server, client := pair(t, 20*time.Millisecond)
 		if busy {
 			saturate(t)
+			before = retried.Load()
 		}
 		want := make([]byte, 0, 1<<20)
 		for i := range 200 {
@@ -97,24 +118,25 @@ func TestReadsWhatWasWritten(t *testing.T) {
 			t.Fatalf("busy=%v: read bytes differ from those written", busy)
 		}
 	}
-	if retried.Load() == 0 {
+	if retried.Load() == before {
 		t.Error("no read retried on its timer on a saturated process")
 	}
 }
 
-// TestEndsAsATCPConnDoes: the other side's close is io.EOF, a read deadline
-// ends a read with the timeout, and a close unblocks a read, each on a
-// saturated process, where the read would otherwise retry.
+// TestEndsAsATCPConnDoes: on a saturated process, where a read retries on
+// its timer (a budget of a minute here), the other side's close is io.EOF,
+// a read deadline ends the read with the timeout, and a close ends a read
+// that is retrying.
 func TestEndsAsATCPConnDoes(t *testing.T) {
 	saturate(t)
 
-	server, client := pair(t)
+	server, client := pair(t, time.Minute)
 	_ = client.Close()
 	if n, err := server.Read(make([]byte, 8)); n != 0 || err != io.EOF {
 		t.Fatalf("after the peer closed: %d, %v; want 0, io.EOF", n, err)
 	}
 
-	server, _ = pair(t)
+	server, _ = pair(t, time.Minute)
 	if err := server.SetReadDeadline(time.Now().Add(30 * time.Millisecond)); err != nil {
 		t.Fatal(err)
 	}
@@ -123,24 +145,42 @@ func TestEndsAsATCPConnDoes(t *testing.T) {
 	if !errors.Is(err, os.ErrDeadlineExceeded) || !errors.As(err, &ne) || !ne.Timeout() {
 		t.Fatalf("past the read deadline: %v; want a timeout", err)
 	}
-	if err := server.SetDeadline(time.Time{}); err != nil {
-		t.Fatal(err)
-	}
 
-	server, _ = pair(t)
+	// A deadline set while the read retries ends it too.
+	server, _ = pair(t, time.Minute)
 	done := make(chan error, 1)
+	before := retried.Load()
 	go func() {
 		_, err := server.Read(make([]byte, 8))
 		done <- err
 	}()
+	if !retriedSince(before) {
+		t.Fatal("the read never retried on its timer")
+	}
+	if err := server.SetReadDeadline(time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("a deadline set while the read retried: %v; want a timeout", err)
+	}
+
+	server, _ = pair(t, time.Minute)
+	before = retried.Load()
+	go func() {
+		_, err := server.Read(make([]byte, 8))
+		done <- err
+	}()
+	if !retriedSince(before) {
+		t.Fatal("the read never retried on its timer")
+	}
 	_ = server.Close()
 	if err := <-done; !errors.Is(err, net.ErrClosed) {
 		t.Fatalf("a read when the connection closed: %v; want net.ErrClosed", err)
 	}
 }
 
-// TestLeavesOtherConnectionsAlone: no budget, or a connection that is not
-// TCP, is returned as it is.
+// TestLeavesOtherConnectionsAlone: a budget under one retry, or a
+// connection that is not TCP, is returned as it is.
 func TestLeavesOtherConnectionsAlone(t *testing.T) {
 	a, b := net.Pipe()
 	defer func() { _ = a.Close(); _ = b.Close() }()
@@ -152,7 +192,9 @@ func TestLeavesOtherConnectionsAlone(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = ln.Close() }()
-	if got := Listener(ln, 0); got != ln {
-		t.Errorf("no budget: the listener came back as %T", got)
+	for _, budget := range []time.Duration{0, RetryEvery - 1} {
+		if got := Listener(ln, budget); got != ln {
+			t.Errorf("budget %v: the listener came back as %T", budget, got)
+		}
 	}
 }
