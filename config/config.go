@@ -30,7 +30,7 @@ import (
 type Config struct {
 	Listen          string        `yaml:"listen" help:"address to serve the API on; any non-loopback address needs credentials (token, tokens or callers)"`
 	GRPCListen      string        `yaml:"grpc_listen" help:"address to serve the API's gRPC protocol on with grpc-go's transport, which costs less CPU per call than listen's: the same calls, credentials and request limits (off: not served; any non-loopback address needs credentials)"`
-	GRPCBusyRead    time.Duration `yaml:"grpc_busy_read" help:"how long a read of a grpc_listen connection that finds no data, while goroutines wait for a processor, reads again every 1ms instead of waiting for Go's network poller, which a saturated process consults only every 10 ms (0: never; else 1ms..1s)"`
+	GRPCBusyRead    time.Duration `yaml:"grpc_busy_read" help:"how long a read of a grpc_listen connection that finds no data, while every processor is busy and goroutines wait for one, reads again every 1ms instead of waiting for Go's network poller, which a saturated process consults only every 10 ms (0: never; else 1ms..1s)"`
 	DataDir         string        `yaml:"data_dir" help:"directory for the embedded SQLite database"`
 	MySQLDSN        string        `yaml:"mysql_dsn" help:"MySQL/MariaDB DSN (user:pass@tcp(host:3306)/db); when set, rooms are stored there instead of SQLite" secret:"true"`
 	Token           string        `yaml:"token" help:"service token callers send as 'Authorization: Bearer <token>' (at least 32 bytes): one caller with the scopes room and act-as-any" secret:"true"`

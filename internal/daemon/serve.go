@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hyapp/room-service/internal/netwake"
 	"io"
 	"log/slog"
 	"net"
@@ -16,6 +15,7 @@ import (
 	"golang.org/x/net/netutil"
 	"google.golang.org/grpc"
 
+	"hyapp/room-service/internal/netwake"
 	"hyapp/room-service/rpc"
 )
 
