@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"hyapp/room-service/cell"
+	"hyapp/room-service/room"
 	"hyapp/room-service/snapshot"
 	"hyapp/room-service/store"
 )
@@ -52,22 +53,25 @@ func Throughput(ctx context.Context, env Env, rooms, total int) ([]Row, error) {
 	return []Row{ceiling, engine, single}, nil
 }
 
-// HotRoom measures one room under total commands from callers in flight.
-func HotRoom(ctx context.Context, env Env, callers, total int) (Row, error) {
+// HotRoom measures one room under total commands from callers in flight,
+// joins of members distinct users (the room's audience once they all
+// joined).
+func HotRoom(ctx context.Context, env Env, callers, total, members int) (Row, error) {
 	return withEngine(ctx, env, env.engineConfig(), func(reg *cell.Registry) (Row, error) {
 		ids, err := createRooms(ctx, reg, "hot", 1)
 		if err != nil {
 			return Row{}, err
 		}
-		r, err := drive(ctx, reg, fmt.Sprintf("one hot room, %d callers", callers), ids, callers, total, 2000)
+		r, err := drive(ctx, reg, fmt.Sprintf("one hot room, %d callers, %d members", callers, members), ids, callers, total, members)
 		r.Extra = fmt.Sprintf("target >= 5000/s: %.1fx; p99 target <= 50 ms: %.2fx", r.Rate()/5000, ms(r.P99)/50)
 		return r, err
 	})
 }
 
 // Recovery measures rebuilding a room whose log has tail commands after its
-// snapshot, and the same room from a fresh snapshot.
-func Recovery(ctx context.Context, env Env, tail int) ([]Row, error) {
+// snapshot, the same room from a fresh snapshot, and a room of members
+// members with tail commands after its snapshot.
+func Recovery(ctx context.Context, env Env, tail, members int) ([]Row, error) {
 	repo, err := env.Open(ctx)
 	if err != nil {
 		return nil, err
@@ -95,7 +99,58 @@ func Recovery(ctx context.Context, env Env, tail int) ([]Row, error) {
 	long.Name = fmt.Sprintf("recover, %d-command tail", tail)
 	long.Extra = fmt.Sprintf("target <= 200 ms: %.2fx", ms(long.P50)/200)
 
-	snap, err := reg.Snapshot(ctx, ids[0])
+	st, err := storeSnapshot(ctx, reg, repo, ids[0])
+	if err != nil {
+		return nil, err
+	}
+	fresh, err := timeRecover(ctx, repo, meta, 0)
+	if err != nil {
+		return nil, err
+	}
+	fresh.Name = fmt.Sprintf("recover, fresh snapshot (%d members)", len(st.Members))
+	fresh.Extra = fmt.Sprintf("target <= 5 ms: %.2fx", ms(fresh.P50)/5)
+
+	// A crowded room at the longest tail its snapshots leave: members
+	// distinct users joined, a snapshot of them, then tail commands more
+	// (a room whose snapshot outweighs its log runs at most
+	// cell.SnapshotStretch × snapshot_every commands past its snapshot).
+	crowd, err := createRooms(ctx, reg, "crowd", 1)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := drive(ctx, reg, "crowd", crowd, 64, members, members); err != nil {
+		return nil, err
+	}
+	big, err := storeSnapshot(ctx, reg, repo, crowd[0])
+	if err != nil {
+		return nil, err
+	}
+	if _, err := closedLoop("crowd tail", 64, tail, func(_ int, i int64) error {
+		_, err := reg.Submit(ctx, join(crowd[0], int64(members)+i, 1000+i%int64(members)))
+		return err
+	}); err != nil {
+		return nil, err
+	}
+	head, err := reg.Snapshot(ctx, crowd[0])
+	if err != nil {
+		return nil, err
+	}
+	if meta, _, err = repo.GetRoomMeta(ctx, crowd[0]); err != nil {
+		return nil, err
+	}
+	crowded, err := timeRecover(ctx, repo, meta, int(head.GetRoomVersion()-big.Version))
+	if err != nil {
+		return nil, err
+	}
+	crowded.Name = fmt.Sprintf("recover, %d members, %d-command tail", len(big.Members), crowded.Ops)
+	crowded.Extra = fmt.Sprintf("target <= 200 ms: %.2fx", ms(crowded.P50)/200)
+	return []Row{long, fresh, crowded}, nil
+}
+
+// storeSnapshot stores a snapshot of the room's current state, as its cell
+// would, and returns that state.
+func storeSnapshot(ctx context.Context, reg *cell.Registry, repo store.Repository, roomID string) (*room.State, error) {
+	snap, err := reg.Snapshot(ctx, roomID)
 	if err != nil {
 		return nil, err
 	}
@@ -107,16 +162,8 @@ func Recovery(ctx context.Context, env Env, tail int) ([]Row, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := repo.SaveSnapshot(ctx, store.SnapshotRecord{RoomID: ids[0], RoomVersion: st.Version, Payload: payload, CreatedAt: time.Now()}); err != nil {
-		return nil, err
-	}
-	fresh, err := timeRecover(ctx, repo, meta, 0)
-	if err != nil {
-		return nil, err
-	}
-	fresh.Name = fmt.Sprintf("recover, fresh snapshot (%d members)", len(st.Members))
-	fresh.Extra = fmt.Sprintf("target <= 5 ms: %.2fx", ms(fresh.P50)/5)
-	return []Row{long, fresh}, nil
+	err = repo.SaveSnapshot(ctx, store.SnapshotRecord{RoomID: roomID, RoomVersion: st.Version, Payload: payload, CreatedAt: time.Now()})
+	return st, err
 }
 
 // timeRecover recovers the room several times; P50 and P99 are of single

@@ -94,6 +94,8 @@ type Cell struct {
 	again        bool
 	state        *room.State
 	lastSnapshot int64 // version of the newest stored snapshot
+	snapBytes    int   // size of the newest stored snapshot (0: not known)
+	loggedBytes  int   // payload bytes of the commands logged after it
 	recent       *recentIDs
 	snapCache    *roomv1.RoomSnapshot
 	log          *slog.Logger
@@ -664,7 +666,11 @@ func (c *Cell) buildBatch(cmds []*pending, base int64, prevStatus room.Status) (
 	if c.state.Status != prevStatus {
 		b.Status = string(c.state.Status)
 	}
-	if c.state.Version-c.lastSnapshot >= int64(c.reg.cfg.SnapshotEvery) {
+	logged := c.loggedBytes
+	for _, cmd := range b.Commands {
+		logged += len(cmd.Payload)
+	}
+	if snapshotDue(c.state.Version-c.lastSnapshot, logged, c.snapBytes, c.reg.cfg.SnapshotEvery) {
 		payload, err := snapshot.Encode(c.state)
 		if err != nil {
 			return b, err
@@ -683,7 +689,11 @@ func (c *Cell) committed(cmds []*pending, b store.Batch) []room.Committed {
 	}
 	c.fresh = false
 	if b.Snapshot != nil {
-		c.lastSnapshot = b.Snapshot.RoomVersion
+		c.stored(b.Snapshot)
+	} else {
+		for _, cmd := range b.Commands {
+			c.loggedBytes += len(cmd.Payload)
+		}
 	}
 	out := make([]room.Committed, 0, len(b.Commands))
 	for _, p := range cmds {
@@ -764,7 +774,11 @@ func (c *Cell) reload() error {
 
 // adopt takes a recovered state as the cell's own.
 func (c *Cell) adopt(rec *Recovered) {
-	c.state, c.lastSnapshot, c.snapCache = rec.State, rec.SnapshotVersion, nil
+	c.state, c.lastSnapshot, c.snapBytes, c.snapCache = rec.State, rec.SnapshotVersion, rec.SnapshotBytes, nil
+	c.loggedBytes = 0
+	for _, r := range rec.Replayed {
+		c.loggedBytes += len(r.Payload)
+	}
 	c.view.Store(nil)
 	c.head.Store(c.state.Version)
 	c.recent = newRecentIDs(c.reg.cfg.RecentIDs)
@@ -833,13 +847,35 @@ func (c *Cell) saveSnapshot() error {
 	if err != nil {
 		return err
 	}
-	err = c.reg.store.SaveSnapshot(c.reg.ctx, store.SnapshotRecord{
-		RoomID: c.roomID, RoomVersion: c.state.Version, Payload: payload, CreatedAt: c.reg.cfg.Clock(),
-	})
-	if err == nil {
-		c.lastSnapshot = c.state.Version
+	rec := store.SnapshotRecord{RoomID: c.roomID, RoomVersion: c.state.Version, Payload: payload, CreatedAt: c.reg.cfg.Clock()}
+	if err = c.reg.store.SaveSnapshot(c.reg.ctx, rec); err == nil {
+		c.stored(&rec)
 	}
 	return err
+}
+
+// stored records that s is the room's newest stored snapshot.
+func (c *Cell) stored(s *store.SnapshotRecord) {
+	c.lastSnapshot, c.snapBytes, c.loggedBytes = s.RoomVersion, len(s.Payload), 0
+}
+
+// SnapshotStretch bounds how far the log may run past the newest snapshot
+// of a large room: SnapshotStretch × SnapshotEvery commands.
+const SnapshotStretch = 20
+
+// snapshotDue reports whether a commit that brings the commands after the
+// newest stored snapshot to since, with logged bytes of payload, stores a
+// snapshot too. It does once since reaches every, and the log since the
+// snapshot holds at least as many bytes as the snapshot (snapBytes), or
+// since reaches SnapshotStretch × every. A small room snapshots every
+// `every` commands; a large one (tens of thousands of members make a
+// snapshot of megabytes that takes milliseconds to encode) waits until its
+// log has grown as large, so a snapshot costs each command a share bounded
+// by the command's own log bytes, and recovery still replays at most
+// SnapshotStretch × every commands.
+func snapshotDue(since int64, logged, snapBytes, every int) bool {
+	n := int64(every)
+	return since >= n && (logged >= snapBytes || since >= SnapshotStretch*n)
 }
 
 // recentIDs remembers the last few committed command ids of a room with

@@ -14,6 +14,8 @@ type Recovered struct {
 	State *room.State
 	// SnapshotVersion is the version of the snapshot it started from (0: rebuilt from metadata).
 	SnapshotVersion int64
+	// SnapshotBytes is the size of that snapshot's payload.
+	SnapshotBytes int
 	// Replayed are the command log rows applied after the snapshot, in order.
 	Replayed []store.CommandRecord
 }
@@ -38,7 +40,7 @@ func Recover(ctx context.Context, repo Log, meta store.RoomMeta) (*Recovered, er
 			return nil, room.Errorf(room.ErrRecoveryFailed, "room %s: snapshot holds room %s at version %d, row says %d",
 				meta.RoomID, rec.State.RoomID, rec.State.Version, snap.RoomVersion)
 		}
-		rec.SnapshotVersion = snap.RoomVersion
+		rec.SnapshotVersion, rec.SnapshotBytes = snap.RoomVersion, len(snap.Payload)
 	} else {
 		rec.State = room.Genesis(meta.RoomID, meta.OwnerUserID, meta.HostUserID, meta.SeatCount, meta.Mode, room.Status(meta.Status))
 		rec.State.Status = room.StatusCreating // the log replays CreateRoom and everything after it

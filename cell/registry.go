@@ -26,7 +26,8 @@ type Config struct {
 	MailboxSize int
 	// MaxBatch is the most commands a cell applies per commit.
 	MaxBatch int
-	// SnapshotEvery is the number of commands between stored snapshots.
+	// SnapshotEvery is the fewest commands between stored snapshots; a
+	// room whose snapshot outweighs its log waits longer (see snapshotDue).
 	SnapshotEvery int
 	// IdleTimeout passivates a room that received nothing for this long.
 	IdleTimeout time.Duration

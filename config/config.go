@@ -43,7 +43,7 @@ type Config struct {
 	LogLevel        string        `yaml:"log_level" help:"debug, info, warn or error"`
 	LogFormat       string        `yaml:"log_format" help:"text or json"`
 	SQLiteSync      string        `yaml:"sqlite_synchronous" help:"FULL (every commit durable) or NORMAL"`
-	SnapshotEvery   int           `yaml:"snapshot_every" help:"commands between stored room snapshots"`
+	SnapshotEvery   int           `yaml:"snapshot_every" help:"fewest commands between stored room snapshots; a room whose snapshot outweighs its log waits until the log since the last one is as large, at most 20 times as many commands"`
 	MailboxSize     int           `yaml:"mailbox_size" help:"queued requests per room before mailbox_full"`
 	MaxBatch        int           `yaml:"max_batch" help:"most commands a room commits in one batch"`
 	CommitWorkers   int           `yaml:"commit_workers" help:"parallel group-commit transactions (0: 1 on SQLite, 4 on MySQL)"`

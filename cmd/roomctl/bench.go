@@ -31,7 +31,9 @@ func setupBench(fs *flag.FlagSet) func(ctx context.Context, _ *client, _ []strin
 	commands := fs.Int("commands", 100_000, "commands in the throughput scenario")
 	hotCallers := fs.Int("hot-callers", 256, "callers in flight in the hot room")
 	hotCommands := fs.Int("hot-commands", 50_000, "commands in the hot room")
-	tail := fs.Int("tail", 10_000, "commands after the snapshot in the recovery scenario")
+	hotMembers := fs.Int("hot-members", 2000, "distinct users joining the hot room (its audience once all joined)")
+	tail := fs.Int("tail", 10_000, "commands after the snapshot in the recovery scenario (10,000: the most a large room's log runs past its snapshot at snapshot_every 500)")
+	crowd := fs.Int("crowd", 50_000, "members of the crowded room in the recovery scenario")
 	idleRooms := fs.Int("idle-rooms", 50_000, "rooms in the memory scenario")
 	giftCallers := fs.Int("gift-callers", 256, "callers in flight in the gift storm room")
 	giftCount := fs.Int("gift-count", 50_000, "gifts in each gift storm (and plain joins in its comparison)")
@@ -105,10 +107,10 @@ func setupBench(fs *flag.FlagSet) func(ctx context.Context, _ *client, _ []strin
 				rows, err = bench.Throughput(ctx, env, *rooms, *commands)
 			case "hot":
 				var r bench.Row
-				r, err = bench.HotRoom(ctx, env, *hotCallers, *hotCommands)
+				r, err = bench.HotRoom(ctx, env, *hotCallers, *hotCommands, *hotMembers)
 				rows = []bench.Row{r}
 			case "recovery":
-				rows, err = bench.Recovery(ctx, env, *tail)
+				rows, err = bench.Recovery(ctx, env, *tail, *crowd)
 			case "relay":
 				rdir, derr := os.MkdirTemp("", "roomctl-relay-")
 				if derr != nil {
