@@ -51,6 +51,9 @@ type APIOptions struct {
 	// in the same run (0: not measured); the many-room joins are read
 	// against it.
 	Engine float64
+	// HotMembers is the number of distinct users who join the hot room
+	// (0: 2,000).
+	HotMembers int
 	// Scenarios names the scenarios to run, of create, joins, hot and
 	// reads (empty: all). The transport's ceiling and CreateRoom at 16 in
 	// flight, which creates the rooms the others use, always run.
@@ -311,8 +314,14 @@ func APIScenarios(ctx context.Context, base string, opts APIOptions) ([]Row, err
 	if !opts.runs("hot") {
 		hotLoads = nil
 	}
+	hotMembers, crowd := opts.HotMembers, ""
+	if hotMembers <= 0 {
+		hotMembers = 2000
+	} else {
+		crowd = fmt.Sprintf(" of %d members", hotMembers)
+	}
 	for _, callers := range hotLoads {
-		hot, err := join(fmt.Sprintf("JoinRoom, one hot room, %d in flight", callers), 1, callers, 2000)
+		hot, err := join(fmt.Sprintf("JoinRoom, one hot room%s, %d in flight", crowd, callers), 1, callers, hotMembers)
 		if err != nil {
 			return nil, err
 		}
