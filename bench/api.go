@@ -52,13 +52,17 @@ type APIOptions struct {
 	// against it.
 	Engine float64
 	// HotMembers is the number of distinct users who join the hot room
-	// (0: 2,000).
+	// (0: DefaultHotMembers); the hot rows name any other number.
 	HotMembers int
 	// Scenarios names the scenarios to run, of create, joins, hot and
 	// reads (empty: all). The transport's ceiling and CreateRoom at 16 in
 	// flight, which creates the rooms the others use, always run.
 	Scenarios []string
 }
+
+// DefaultHotMembers is the number of distinct users who join the hot room
+// unless told otherwise.
+const DefaultHotMembers = 2000
 
 // APIScenarioNames are the scenarios APIOptions.Scenarios may name.
 var APIScenarioNames = []string{"create", "joins", "hot", "reads"}
@@ -316,8 +320,9 @@ func APIScenarios(ctx context.Context, base string, opts APIOptions) ([]Row, err
 	}
 	hotMembers, crowd := opts.HotMembers, ""
 	if hotMembers <= 0 {
-		hotMembers = 2000
-	} else {
+		hotMembers = DefaultHotMembers
+	}
+	if hotMembers != DefaultHotMembers {
 		crowd = fmt.Sprintf(" of %d members", hotMembers)
 	}
 	for _, callers := range hotLoads {
