@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"runtime"
 	"slices"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"hyapp/room-service/cell"
@@ -55,15 +57,44 @@ func Throughput(ctx context.Context, env Env, rooms, total int) ([]Row, error) {
 
 // HotRoom measures one room under total commands from callers in flight,
 // joins of members distinct users (the room's audience once they all
-// joined).
-func HotRoom(ctx context.Context, env Env, callers, total, members int) (Row, error) {
+// joined), while readers read the room's snapshot, each every 2 ms, as
+// clients repairing what they missed do.
+func HotRoom(ctx context.Context, env Env, callers, total, members, readers int) (Row, error) {
 	return withEngine(ctx, env, env.engineConfig(), func(reg *cell.Registry) (Row, error) {
 		ids, err := createRooms(ctx, reg, "hot", 1)
 		if err != nil {
 			return Row{}, err
 		}
-		r, err := drive(ctx, reg, fmt.Sprintf("one hot room, %d callers, %d members", callers, members), ids, callers, total, members)
+		name := fmt.Sprintf("one hot room, %d callers, %d members", callers, members)
+		if readers > 0 {
+			name += fmt.Sprintf(", %d readers", readers)
+		}
+		var reads atomic.Int64
+		stop := make(chan struct{})
+		var wg sync.WaitGroup
+		for range readers {
+			wg.Go(func() {
+				tick := time.NewTicker(2 * time.Millisecond)
+				defer tick.Stop()
+				for {
+					select {
+					case <-stop:
+						return
+					case <-tick.C:
+					}
+					if _, err := reg.Snapshot(ctx, ids[0]); err == nil {
+						reads.Add(1)
+					}
+				}
+			})
+		}
+		r, err := drive(ctx, reg, name, ids, callers, total, members)
+		close(stop)
+		wg.Wait()
 		r.Extra = fmt.Sprintf("target >= 5000/s: %.1fx; p99 target <= 50 ms: %.2fx", r.Rate()/5000, ms(r.P99)/50)
+		if readers > 0 {
+			r.Extra += fmt.Sprintf("; %.0f snapshot reads/s of %d asked", float64(reads.Load())/r.Elapsed.Seconds(), readers*500)
+		}
 		return r, err
 	})
 }

@@ -98,6 +98,7 @@ type Cell struct {
 	loggedBytes  int   // payload bytes of the commands logged after it
 	recent       *recentIDs
 	snapCache    *roomv1.RoomSnapshot
+	protos       snapshot.Builder // the state's snapshot messages, reads' and stored ones'
 	log          *slog.Logger
 }
 
@@ -671,7 +672,7 @@ func (c *Cell) buildBatch(cmds []*pending, base int64, prevStatus room.Status) (
 		logged += len(cmd.Payload)
 	}
 	if snapshotDue(c.state.Version-c.lastSnapshot, logged, c.snapBytes, c.reg.cfg.SnapshotEvery) {
-		payload, err := snapshot.Encode(c.state)
+		payload, err := snapshot.Marshal(c.protos.ToProto(c.state))
 		if err != nil {
 			return b, err
 		}
@@ -719,7 +720,7 @@ func (c *Cell) committed(cmds []*pending, b store.Batch) []room.Committed {
 // callers must not modify it.
 func (c *Cell) snapshot() *roomv1.RoomSnapshot {
 	if c.snapCache == nil || c.snapCache.GetRoomVersion() != c.state.Version {
-		c.snapCache = snapshot.ToProto(c.state)
+		c.snapCache = c.protos.ToProto(c.state)
 	}
 	v := c.view.Load()
 	if v == nil || v.snap != c.snapCache {
@@ -843,7 +844,7 @@ func (c *Cell) finish(reason string) {
 }
 
 func (c *Cell) saveSnapshot() error {
-	payload, err := snapshot.Encode(c.state)
+	payload, err := snapshot.Marshal(c.protos.ToProto(c.state))
 	if err != nil {
 		return err
 	}

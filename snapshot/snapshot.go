@@ -36,6 +36,17 @@ func StatusFromProto(s roomv1.RoomStatus) (room.Status, bool) {
 // ToProto builds the snapshot message of s. Lists are sorted by user id,
 // except the ranks, which are in rank order (value descending, then user id).
 func ToProto(s *room.State) *roomv1.RoomSnapshot {
+	ids := s.SortedMemberIDs()
+	members := make([]*roomv1.Member, len(ids))
+	for i, id := range ids {
+		members[i] = memberToProto(s.Members[id])
+	}
+	return toProto(s, members)
+}
+
+// toProto builds the snapshot message of s with members, s's members in
+// the order of their user ids.
+func toProto(s *room.State, members []*roomv1.Member) *roomv1.RoomSnapshot {
 	p := &roomv1.RoomSnapshot{
 		RoomId:          s.RoomID,
 		RoomVersion:     s.Version,
@@ -56,15 +67,7 @@ func ToProto(s *room.State) *roomv1.RoomSnapshot {
 			ChatEnabled:   s.Profile.ChatEnabled,
 		},
 	}
-	ids := s.SortedMemberIDs()
-	p.Members = make([]*roomv1.Member, len(ids))
-	for i, id := range ids {
-		m := s.Members[id]
-		p.Members[i] = &roomv1.Member{
-			UserId: m.UserID, JoinedAtMs: m.JoinedAt, Nickname: m.Nickname,
-			AvatarUrl: m.AvatarURL, Vehicle: m.Vehicle, EntryEffect: m.EntryEffect,
-		}
-	}
+	p.Members = members
 	p.Seats = make([]*roomv1.MicSeat, len(s.Seats))
 	for i, seat := range s.Seats {
 		p.Seats[i] = &roomv1.MicSeat{
@@ -79,6 +82,84 @@ func ToProto(s *room.State) *roomv1.RoomSnapshot {
 	p.MicRequests = micQueueToProto(s.MicRequests)
 	p.MicInvites = micQueueToProto(s.MicInvites)
 	return p
+}
+
+func memberToProto(m *room.Member) *roomv1.Member {
+	return &roomv1.Member{
+		UserId: m.UserID, JoinedAtMs: m.JoinedAt, Nickname: m.Nickname,
+		AvatarUrl: m.AvatarURL, Vehicle: m.Vehicle, EntryEffect: m.EntryEffect,
+	}
+}
+
+// sameMember reports whether p is the message of m.
+func sameMember(p *roomv1.Member, m *room.Member) bool {
+	return p.GetUserId() == m.UserID && p.GetJoinedAtMs() == m.JoinedAt && p.GetNickname() == m.Nickname &&
+		p.GetAvatarUrl() == m.AvatarURL && p.GetVehicle() == m.Vehicle && p.GetEntryEffect() == m.EntryEffect
+}
+
+// Builder builds the snapshot messages of one room's successive states,
+// as ToProto does, reusing what its last build made: the messages of the
+// members that did not change, and the members' order. A room of tens of
+// thousands of members then costs a pass over them instead of a sort and
+// a message each (50,000 members: a sort of 4 ms and 50,000 allocations).
+// The zero Builder is ready; it is not safe for concurrent use. Its
+// messages share member messages with each other: none may be modified.
+type Builder struct {
+	ids  []int64          // the member ids of the last build, ascending
+	msgs []*roomv1.Member // their messages, in the same order
+}
+
+// ToProto returns ToProto(s).
+func (b *Builder) ToProto(s *room.State) *roomv1.RoomSnapshot {
+	return toProto(s, b.members(s))
+}
+
+// members returns the member messages of s in user id order.
+func (b *Builder) members(s *room.State) []*roomv1.Member {
+	// The last build's members still in the room keep their order and,
+	// unchanged, their messages; the new ones are sorted and merged in.
+	ids := make([]int64, 0, len(s.Members))
+	msgs := make([]*roomv1.Member, 0, len(s.Members))
+	for i, id := range b.ids {
+		m, ok := s.Members[id]
+		if !ok {
+			continue
+		}
+		p := b.msgs[i]
+		if !sameMember(p, m) {
+			p = memberToProto(m)
+		}
+		ids, msgs = append(ids, id), append(msgs, p)
+	}
+	if len(ids) < len(s.Members) {
+		var fresh []int64
+		for id := range s.Members {
+			if _, found := slices.BinarySearch(ids, id); !found {
+				fresh = append(fresh, id)
+			}
+		}
+		slices.Sort(fresh)
+		ids, msgs = merge(ids, msgs, fresh, s.Members)
+	}
+	b.ids, b.msgs = ids, msgs
+	return msgs
+}
+
+// merge merges the ascending ids and their messages with the ascending
+// fresh ids, none of them in ids, and their new messages.
+func merge(ids []int64, msgs []*roomv1.Member, fresh []int64, members map[int64]*room.Member) ([]int64, []*roomv1.Member) {
+	outIDs := make([]int64, 0, len(ids)+len(fresh))
+	out := make([]*roomv1.Member, 0, len(ids)+len(fresh))
+	for len(ids) > 0 || len(fresh) > 0 {
+		if len(fresh) == 0 || len(ids) > 0 && ids[0] < fresh[0] {
+			outIDs, out = append(outIDs, ids[0]), append(out, msgs[0])
+			ids, msgs = ids[1:], msgs[1:]
+			continue
+		}
+		outIDs, out = append(outIDs, fresh[0]), append(out, memberToProto(members[fresh[0]]))
+		fresh = fresh[1:]
+	}
+	return outIDs, out
 }
 
 func micQueueToProto(m map[int64]*room.MicEntry) []*roomv1.MicQueueEntry {
@@ -309,10 +390,14 @@ func FromProto(p *roomv1.RoomSnapshot) (*room.State, error) {
 var deterministic = proto.MarshalOptions{Deterministic: true}
 
 // Encode returns the deterministic protobuf encoding of s.
-func Encode(s *room.State) ([]byte, error) {
-	b, err := deterministic.Marshal(ToProto(s))
+func Encode(s *room.State) ([]byte, error) { return Marshal(ToProto(s)) }
+
+// Marshal returns the deterministic protobuf encoding of p, a message
+// ToProto built: what Encode returns for its state.
+func Marshal(p *roomv1.RoomSnapshot) ([]byte, error) {
+	b, err := deterministic.Marshal(p)
 	if err != nil {
-		return nil, fmt.Errorf("encode snapshot room=%s: %w", s.RoomID, err)
+		return nil, fmt.Errorf("encode snapshot room=%s: %w", p.GetRoomId(), err)
 	}
 	return b, nil
 }

@@ -31,6 +31,7 @@ func setupBench(fs *flag.FlagSet) func(ctx context.Context, _ *client, _ []strin
 	commands := fs.Int("commands", 100_000, "commands in the throughput scenario")
 	hotCallers := fs.Int("hot-callers", 256, "callers in flight in the hot room")
 	hotCommands := fs.Int("hot-commands", 50_000, "commands in the hot room")
+	hotReaders := fs.Int("hot-readers", 0, "goroutines reading the in-process hot room's snapshot, each every 2 ms, while it runs")
 	hotMembers := fs.Int("hot-members", bench.DefaultHotMembers, "distinct users joining the hot room, in-process and through the API (its audience once all joined)")
 	tail := fs.Int("tail", 10_000, "commands after the snapshot in the recovery scenario (10,000: the most a large room's log runs past its snapshot at snapshot_every 500)")
 	crowd := fs.Int("crowd", 50_000, "members of the crowded room in the recovery scenario")
@@ -107,7 +108,7 @@ func setupBench(fs *flag.FlagSet) func(ctx context.Context, _ *client, _ []strin
 				rows, err = bench.Throughput(ctx, env, *rooms, *commands)
 			case "hot":
 				var r bench.Row
-				r, err = bench.HotRoom(ctx, env, *hotCallers, *hotCommands, *hotMembers)
+				r, err = bench.HotRoom(ctx, env, *hotCallers, *hotCommands, *hotMembers, *hotReaders)
 				rows = []bench.Row{r}
 			case "recovery":
 				rows, err = bench.Recovery(ctx, env, *tail, *crowd)
