@@ -35,13 +35,16 @@ func StatusFromProto(s roomv1.RoomStatus) (room.Status, bool) {
 
 // ToProto builds the snapshot message of s. Lists are sorted by user id,
 // except the ranks, which are in rank order (value descending, then user id).
-func ToProto(s *room.State) *roomv1.RoomSnapshot {
+func ToProto(s *room.State) *roomv1.RoomSnapshot { return toProto(s, memberList(s)) }
+
+// memberList makes the member messages of s in user id order.
+func memberList(s *room.State) []*roomv1.Member {
 	ids := s.SortedMemberIDs()
 	members := make([]*roomv1.Member, len(ids))
 	for i, id := range ids {
 		members[i] = memberToProto(s.Members[id])
 	}
-	return toProto(s, members)
+	return members
 }
 
 // toProto builds the snapshot message of s with members, s's members in
@@ -102,12 +105,18 @@ func sameMember(p *roomv1.Member, m *room.Member) bool {
 // members that did not change, and the members' order. A room of tens of
 // thousands of members then costs a pass over them instead of a sort and
 // a message each (50,000 members: a sort of 4 ms and 50,000 allocations).
+// A room of fewer than builderKeeps members is built as ToProto builds it
+// and nothing is kept: it costs little, and every loaded room would
+// otherwise hold its members' messages.
 // The zero Builder is ready; it is not safe for concurrent use. Its
 // messages share member messages with each other: none may be modified.
 type Builder struct {
 	ids  []int64          // the member ids of the last build, ascending
 	msgs []*roomv1.Member // their messages, in the same order
 }
+
+// builderKeeps is the fewest members whose messages a Builder keeps.
+var builderKeeps = 1000
 
 // ToProto returns ToProto(s).
 func (b *Builder) ToProto(s *room.State) *roomv1.RoomSnapshot {
@@ -116,6 +125,10 @@ func (b *Builder) ToProto(s *room.State) *roomv1.RoomSnapshot {
 
 // members returns the member messages of s in user id order.
 func (b *Builder) members(s *room.State) []*roomv1.Member {
+	if len(s.Members) < builderKeeps {
+		b.ids, b.msgs = nil, nil
+		return memberList(s)
+	}
 	// The last build's members still in the room keep their order and,
 	// unchanged, their messages; the new ones are sorted and merged in.
 	ids := make([]int64, 0, len(s.Members))
