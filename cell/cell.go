@@ -667,10 +667,7 @@ func (c *Cell) buildBatch(cmds []*pending, base int64, prevStatus room.Status) (
 	if c.state.Status != prevStatus {
 		b.Status = string(c.state.Status)
 	}
-	logged := c.loggedBytes
-	for _, cmd := range b.Commands {
-		logged += len(cmd.Payload)
-	}
+	logged := c.loggedBytes + payloadBytes(b.Commands)
 	if snapshotDue(c.state.Version-c.lastSnapshot, logged, c.snapBytes, c.reg.cfg.SnapshotEvery) {
 		payload, err := snapshot.Marshal(c.protos.ToProto(c.state))
 		if err != nil {
@@ -692,9 +689,7 @@ func (c *Cell) committed(cmds []*pending, b store.Batch) []room.Committed {
 	if b.Snapshot != nil {
 		c.stored(b.Snapshot)
 	} else {
-		for _, cmd := range b.Commands {
-			c.loggedBytes += len(cmd.Payload)
-		}
+		c.loggedBytes += payloadBytes(b.Commands)
 	}
 	out := make([]room.Committed, 0, len(b.Commands))
 	for _, p := range cmds {
@@ -776,10 +771,7 @@ func (c *Cell) reload() error {
 // adopt takes a recovered state as the cell's own.
 func (c *Cell) adopt(rec *Recovered) {
 	c.state, c.lastSnapshot, c.snapBytes, c.snapCache = rec.State, rec.SnapshotVersion, rec.SnapshotBytes, nil
-	c.loggedBytes = 0
-	for _, r := range rec.Replayed {
-		c.loggedBytes += len(r.Payload)
-	}
+	c.loggedBytes = payloadBytes(rec.Replayed)
 	c.view.Store(nil)
 	c.head.Store(c.state.Version)
 	c.recent = newRecentIDs(c.reg.cfg.RecentIDs)
@@ -858,6 +850,15 @@ func (c *Cell) saveSnapshot() error {
 // stored records that s is the room's newest stored snapshot.
 func (c *Cell) stored(s *store.SnapshotRecord) {
 	c.lastSnapshot, c.snapBytes, c.loggedBytes = s.RoomVersion, len(s.Payload), 0
+}
+
+// payloadBytes is the size of the commands' payloads in the log.
+func payloadBytes(cmds []store.CommandRecord) int {
+	n := 0
+	for _, c := range cmds {
+		n += len(c.Payload)
+	}
+	return n
 }
 
 // SnapshotStretch bounds how far the log may run past the newest snapshot
