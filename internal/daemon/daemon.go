@@ -146,7 +146,7 @@ func (m *Main) openStore(ctx context.Context) (store.Repository, cell.Config, er
 		if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 			return nil, cell.Config{}, fmt.Errorf("data dir: %w", err)
 		}
-		db, err := sqlite.Open(ctx, filepath.Join(cfg.DataDir, "room.db"), sqlite.Options{Synchronous: cfg.SQLiteSync})
+		db, err := sqlite.Open(ctx, filepath.Join(cfg.DataDir, "room.db"), sqlite.Options{Synchronous: cfg.SQLiteSync, Metrics: m.metrics.sqlite})
 		return db, cell.Config{CommitWorkers: 1}, err
 	}
 	var opts mysql.Options

@@ -14,6 +14,7 @@ import (
 	"hyapp/room-service/outbox/relay"
 	"hyapp/room-service/room"
 	"hyapp/room-service/rpc"
+	"hyapp/room-service/store/sqlite"
 	"hyapp/room-service/wallet"
 )
 
@@ -28,6 +29,7 @@ type metrics struct {
 	control  im.ControlMetrics
 	routing  rpc.RoutingMetrics
 	lease    redislease.Metrics
+	sqlite   sqlite.Metrics
 	// handoffs counts rooms this node handed off when it drained.
 	handoffs prometheus.Counter
 	// laneRecreated counts IM groups the lane created again (control's
@@ -56,6 +58,29 @@ func newMetrics() *metrics {
 		routing:       newRoutingMetrics(reg),
 		laneRecreated: recreated.WithLabelValues("lane").Inc,
 		lease:         newLeaseMetrics(reg),
+		sqlite:        newSQLiteMetrics(reg),
+	}
+}
+
+// newSQLiteMetrics registers the instruments of the embedded database's
+// background checkpoints (they stay at zero on MySQL).
+func newSQLiteMetrics(reg prometheus.Registerer) sqlite.Metrics {
+	took := prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "room_sqlite_checkpoint_seconds",
+		Help:    "SQLite checkpoints by mode: a passive pass's copy and sync of the database file (commits wait on the disk meanwhile), a restart's hold on the writer.",
+		Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1},
+	}, []string{"mode"})
+	failed := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "room_sqlite_checkpoint_failures_total", Help: "SQLite checkpoints that failed, by mode (a restart a reader kept from starting the log over is tried again at the next pass)."}, []string{"mode"})
+	frames := prometheus.NewGauge(prometheus.GaugeOpts{Name: "room_sqlite_wal_frames", Help: "Frames in SQLite's write-ahead log at the last checkpoint pass (4 KiB each; it starts over past 65,536)."})
+	reg.MustRegister(took, failed, frames)
+	return sqlite.Metrics{
+		Checkpoint: func(mode string, d time.Duration, err error) {
+			took.WithLabelValues(mode).Observe(d.Seconds())
+			if err != nil {
+				failed.WithLabelValues(mode).Inc()
+			}
+		},
+		LogFrames: func(n int64) { frames.Set(float64(n)) },
 	}
 }
 

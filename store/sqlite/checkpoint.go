@@ -54,6 +54,28 @@ const (
 	closeWait        = 5 * time.Second   // for connections still in use at Close
 )
 
+// Metrics are the checkpointer's instruments; a nil func is not called.
+// Under a writer near its ceiling, a commit's latency tail follows the
+// checkpoints: a pass's sync of the database file delays the commits'
+// sync of the log, and a RESTART holds the writer for its length. The
+// metrics let an operator see that beside the commit times.
+type Metrics struct {
+	// Checkpoint hears each checkpoint the loop runs: its mode
+	// (CheckpointPassive or CheckpointRestart), how long it took (a pass:
+	// its copy and its sync of the database file; a RESTART: how long it
+	// held the writer) and its error (a RESTART that a reader kept from
+	// starting the log over fails at once and is tried again later).
+	Checkpoint func(mode string, took time.Duration, err error)
+	// LogFrames hears the log's length in frames, as each pass found it.
+	LogFrames func(frames int64)
+}
+
+// The modes of Metrics.Checkpoint.
+const (
+	CheckpointPassive = "passive"
+	CheckpointRestart = "restart"
+)
+
 // checkpointer is the background checkpoint loop and its connection.
 type checkpointer struct {
 	conn  *sql.DB // PASSIVE checkpoints
@@ -68,13 +90,14 @@ type checkpointer struct {
 	synced int64
 	// restartFrames is the log length past which a RESTART runs.
 	restartFrames int64
+	metrics       Metrics
 	stop          context.CancelFunc
 	done          chan struct{}
 }
 
-func startCheckpointer(conn, write *sql.DB, file *os.File, busy string, restartFrames int64) *checkpointer {
+func startCheckpointer(conn, write *sql.DB, file *os.File, busy string, restartFrames int64, m Metrics) *checkpointer {
 	ctx, stop := context.WithCancel(context.Background())
-	c := &checkpointer{conn: conn, write: write, file: file, busy: busy, restartFrames: restartFrames, stop: stop, done: make(chan struct{})}
+	c := &checkpointer{conn: conn, write: write, file: file, busy: busy, restartFrames: restartFrames, metrics: m, stop: stop, done: make(chan struct{})}
 	go c.run(ctx)
 	return c
 }
@@ -162,8 +185,12 @@ var errHeldBack = errors.New("a reader holds the checkpoint back")
 // after each pass, they go to the disk while the writer goes on, and the
 // RESTART's sync writes only what it copied itself.
 func (c *checkpointer) passive(ctx context.Context) (logged, copied int64, err error) {
+	defer c.observe(CheckpointPassive, time.Now(), &err)
 	if err = c.conn.QueryRowContext(ctx, "PRAGMA wal_checkpoint(PASSIVE)").Scan(new(int64), &logged, &copied); err != nil {
 		return logged, copied, err
+	}
+	if c.metrics.LogFrames != nil {
+		c.metrics.LogFrames(logged)
 	}
 	if copied > 0 && copied != c.synced { // -1: a pass that could not run
 		if err = c.file.Sync(); err != nil {
@@ -176,23 +203,43 @@ func (c *checkpointer) passive(ctx context.Context) (logged, copied int64, err e
 
 // restart runs a RESTART checkpoint on the writer's connection, between
 // two of its transactions, without waiting for readers.
-func (c *checkpointer) restart(ctx context.Context) error {
+func (c *checkpointer) restart(ctx context.Context) (err error) {
 	conn, err := c.write.Conn(ctx)
 	if err != nil {
+		c.observe(CheckpointRestart, time.Now(), &err)
 		return err
 	}
+	// The writer is this checkpoint's from here: what is observed is how
+	// long it held the writer, not how long it waited for its turn.
+	defer c.observe(CheckpointRestart, time.Now(), &err)
 	defer func() { _ = conn.Close() }()
 	if _, err := conn.ExecContext(ctx, "PRAGMA busy_timeout = 0"); err != nil {
 		return err
 	}
-	err = conn.QueryRowContext(ctx, "PRAGMA wal_checkpoint(RESTART)").Scan(new(int64), new(int64), new(int64))
+	var busy int64 // 1: a reader was on the log, which did not start over
+	err = conn.QueryRowContext(ctx, "PRAGMA wal_checkpoint(RESTART)").Scan(&busy, new(int64), new(int64))
 	if _, rerr := conn.ExecContext(context.WithoutCancel(ctx), "PRAGMA busy_timeout = "+c.busy); rerr != nil {
 		// A writer without its busy timeout would fail where it should
 		// wait: the pool drops this connection and opens a new one.
 		_ = conn.Raw(func(any) error { return driver.ErrBadConn })
 		return rerr
 	}
+	if err == nil && busy != 0 {
+		err = errLogInUse
+	}
 	return err
+}
+
+// errLogInUse is a RESTART's answer when a reader on the log kept it from
+// starting the log over.
+var errLogInUse = errors.New("wal restart: a reader is on the log; it did not start over")
+
+// observe tells the metrics of a checkpoint that began at start and ended
+// with *err.
+func (c *checkpointer) observe(mode string, start time.Time, err *error) {
+	if c.metrics.Checkpoint != nil {
+		c.metrics.Checkpoint(mode, time.Since(start), *err)
+	}
 }
 
 // close stops the loop and closes its connection; closeFile, once every

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -80,16 +81,20 @@ func TestCatchUpEndsOnAShortPass(t *testing.T) {
 }
 
 // TestAPassSyncsWhatItCopied: a pass that copied frames syncs the database
-// file and records the copy mark it covered; the file is closed only with
-// the database, after its connections.
+// file and records the copy mark it covered, and its metrics hear it; the
+// file is closed only with the database, after its connections.
 func TestAPassSyncsWhatItCopied(t *testing.T) {
-	db, path := openUncopied(t, Options{}, 20)
+	var heard checkpointsHeard
+	db, path := openUncopied(t, Options{Metrics: heard.metrics()}, 20)
 	logged, copied, err := db.ckpt.passive(t.Context())
 	if err != nil {
 		t.Fatal(err)
 	}
 	if copied < 20 || copied != logged {
 		t.Fatalf("the pass copied %d of %d frames, want all of at least 20", copied, logged)
+	}
+	if want := []string{"passive <nil>"}; !slices.Equal(heard.modes, want) || !slices.Equal(heard.frames, []int64{logged}) || heard.took[0] <= 0 {
+		t.Fatalf("the metrics heard %v in %v with log lengths %v, want %v with %d frames", heard.modes, heard.took, heard.frames, want, logged)
 	}
 	if db.ckpt.synced != copied {
 		t.Fatalf("the last sync covered copy mark %d, want %d", db.ckpt.synced, copied)
@@ -102,6 +107,24 @@ func TestAPassSyncsWhatItCopied(t *testing.T) {
 	}
 	if err := db.ckpt.file.Sync(); !errors.Is(err, os.ErrClosed) {
 		t.Fatalf("after Close the file answers %v, want it closed", err)
+	}
+}
+
+// checkpointsHeard records what a checkpointer's Metrics heard. The tests
+// that use it stop the background loop first: one goroutine calls them.
+type checkpointsHeard struct {
+	modes  []string // mode and error
+	took   []time.Duration
+	frames []int64
+}
+
+func (h *checkpointsHeard) metrics() Metrics {
+	return Metrics{
+		Checkpoint: func(mode string, took time.Duration, err error) {
+			h.modes = append(h.modes, fmt.Sprintf("%s %v", mode, err))
+			h.took = append(h.took, took)
+		},
+		LogFrames: func(n int64) { h.frames = append(h.frames, n) },
 	}
 }
 

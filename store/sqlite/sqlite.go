@@ -52,6 +52,8 @@ type Options struct {
 	BusyTimeout time.Duration
 	// ReadConns is the size of the read pool. Default 4.
 	ReadConns int
+	// Metrics hears the background checkpoints (see Metrics).
+	Metrics Metrics
 
 	// restartFrames is the log length past which the log is made to start
 	// over (default walRestartFrames); tests lower it.
@@ -182,7 +184,7 @@ func Open(ctx context.Context, path string, opts Options) (*DB, error) {
 		_ = db.Close()
 		return nil, fmt.Errorf("open sqlite path=%s: %w", path, err)
 	}
-	db.ckpt = startCheckpointer(ckpt, write, file, busy, opts.restartFrames)
+	db.ckpt = startCheckpointer(ckpt, write, file, busy, opts.restartFrames, opts.Metrics)
 
 	if db.DB, err = sqlstore.New(ctx, sqlstore.Config{
 		Dialect: dialect, Write: write, Read: read,

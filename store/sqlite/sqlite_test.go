@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -534,13 +535,19 @@ func TestTheLogStartsOverUnderSteadyCommits(t *testing.T) {
 }
 
 // TestARestartLeavesTheWriterAsItWas: the RESTART runs on the writer's
-// connection with no busy wait, the writer gets its busy timeout back, and
-// the commit after it starts the log over.
+// connection with no busy wait, the writer gets its busy timeout back, the
+// commit after it starts the log over, and the metrics hear it; one that a
+// reader keeps from starting the log over fails at once, and they hear
+// that too.
 func TestARestartLeavesTheWriterAsItWas(t *testing.T) {
 	// No background checkpoint: nothing but the RESTART copies the log.
-	db, _ := openUncopied(t, Options{BusyTimeout: 1234 * time.Millisecond}, 50)
+	var heard checkpointsHeard
+	db, _ := openUncopied(t, Options{BusyTimeout: 1234 * time.Millisecond, Metrics: heard.metrics()}, 50)
 	if err := db.ckpt.restart(t.Context()); err != nil {
 		t.Fatalf("restart: %v", err)
+	}
+	if want := []string{"restart <nil>"}; !slices.Equal(heard.modes, want) || heard.took[0] <= 0 || len(heard.frames) != 0 {
+		t.Fatalf("the metrics heard %v in %v with log lengths %v, want %v and no log length", heard.modes, heard.took, heard.frames, want)
 	}
 	var busy int64
 	if err := db.write.QueryRowContext(t.Context(), `PRAGMA busy_timeout`).Scan(&busy); err != nil || busy != 1234 {
@@ -555,6 +562,28 @@ func TestARestartLeavesTheWriterAsItWas(t *testing.T) {
 	}
 	if logged >= 50 {
 		t.Fatalf("the log holds %d frames after 50 rows, a restart and one more commit: it did not start over", logged)
+	}
+}
+
+// TestARestartPastAReaderFails: a RESTART that finds a reader on the log
+// fails at once with errLogInUse, and the metrics hear the failure.
+func TestARestartPastAReaderFails(t *testing.T) {
+	var heard checkpointsHeard
+	db, _ := openUncopied(t, Options{Metrics: heard.metrics()}, 10)
+	reader, err := db.read.BeginTx(t.Context(), &sql.TxOptions{ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = reader.Rollback() }()
+	var n int
+	if err := reader.QueryRowContext(t.Context(), `SELECT COUNT(*) FROM rooms`).Scan(&n); err != nil || n != 10 {
+		t.Fatalf("the reader counts %d rooms (%v), want 10", n, err)
+	}
+	if err := db.ckpt.restart(t.Context()); !errors.Is(err, errLogInUse) {
+		t.Fatalf("restart under a reader = %v, want errLogInUse", err)
+	}
+	if len(heard.modes) != 1 || heard.modes[0] != "restart "+errLogInUse.Error() {
+		t.Fatalf("the metrics heard %v, want one failed restart", heard.modes)
 	}
 }
 
