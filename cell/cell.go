@@ -60,6 +60,7 @@ const (
 	stopLease    = "lease_lost"
 	stopFailure  = "commit_failure"
 	stopPanic    = "panic"
+	stopExists   = "exists" // a fresh cell's room had a row: it loads as stored
 )
 
 // Cell is one loaded room: the only goroutine that reads or writes its state.
@@ -86,9 +87,19 @@ type Cell struct {
 	head atomic.Int64
 	view atomic.Pointer[view]
 
+	// existed: a fresh cell found its room's row (see exists); written
+	// before the cell stops, read by callers once done is closed.
+	existed bool
+
 	// Owned by the cell goroutine.
-	// fresh: the room has no row yet; its next commit creates it.
+	// fresh: a CreateRoom found the room unloaded, and the cell started
+	// from an empty state without reading the store: its next commit
+	// creates the room's row. Until then the room may have a row after
+	// all (created before, not loaded here): the commit that would create
+	// it is refused, and a batch with more than creates looks first.
 	fresh bool
+	// missing: a fresh cell looked and its room has no row.
+	missing bool
 	// again: the batch is decided again after the store refused it
 	// (attemptFromLog); features read what they decide on anew.
 	again        bool
@@ -214,6 +225,17 @@ func (c *Cell) handle(batch []*request) (stop string) {
 		replyAll(batch, response{err: room.Errorf(room.ErrFenced, "room %s: %v", c.roomID, err)})
 		return stopLease
 	}
+	if c.fresh && !c.missing && !onlyCreates(batch) {
+		// Only a create may be decided before the room is known to be
+		// missing: anything else would be answered room_not_found.
+		switch _, found, err := c.reg.store.GetRoomMeta(c.reg.ctx, c.roomID); {
+		case err != nil:
+			return c.fail(batch, &readError{"look up the room", err})
+		case found:
+			return c.exists(batch)
+		}
+		c.missing = true
+	}
 	stored, err := c.olderInLog(batch)
 	if err != nil {
 		return c.fail(batch, &readError{"look up retried command ids", err})
@@ -332,6 +354,34 @@ func (c *Cell) olderInLog(batch []*request) (map[string]store.CommandRecord, err
 	return c.reg.store.GetCommands(c.reg.ctx, c.roomID, ids)
 }
 
+// errRoomExists answers the callers of a fresh cell whose room has a row:
+// Registry.call loads the room as stored and submits again. It never
+// reaches a client.
+var errRoomExists = errors.New("the room has a row: load it")
+
+// exists stops a fresh cell whose room has a row after all: its callers
+// are asked to load the room as stored and submit again (errRoomExists),
+// and requests still queued go to that cell.
+func (c *Cell) exists(batch []*request) (stop string) {
+	c.log.Debug("a create found the room stored; loading it")
+	c.existed = true
+	replyAll(batch, response{err: errRoomExists})
+	return stopExists
+}
+
+// onlyCreates reports whether every request of the batch is a CreateRoom.
+func onlyCreates(batch []*request) bool {
+	for _, r := range batch {
+		if r.env == nil {
+			return false
+		}
+		if _, ok := r.env.Command.(*room.CreateRoom); !ok {
+			return false
+		}
+	}
+	return true
+}
+
 // readError is a failed read the cell needed to decide a batch.
 type readError struct {
 	what string
@@ -350,6 +400,8 @@ func (c *Cell) fail(batch []*request, err error) (stop string) {
 		c.log.Error(re.what, "err", re.err)
 		replyAll(batch, response{err: room.ErrUnavailable})
 		return stopFailure
+	case errors.Is(err, store.ErrFenced) && c.fresh:
+		return c.exists(batch) // the commit that creates the row found one
 	case errors.Is(err, store.ErrFenced):
 		c.log.Warn("room fenced: another owner committed; stopping", "err", err)
 		replyAll(batch, response{err: room.ErrFenced})
@@ -685,7 +737,10 @@ func (c *Cell) committed(cmds []*pending, b store.Batch) []room.Committed {
 	if len(b.Outbox) > 0 && c.reg.cfg.Outbox != nil {
 		c.reg.cfg.Outbox(b.Outbox)
 	}
-	c.fresh = false
+	if c.fresh {
+		c.reg.metrics.Claims.WithLabelValues(claimNew).Inc()
+		c.fresh = false
+	}
 	if b.Snapshot != nil {
 		c.stored(b.Snapshot)
 	} else {
@@ -823,7 +878,7 @@ func (c *Cell) finish(reason string) {
 			c.log.Warn("final snapshot", "err", err)
 		}
 	}
-	if graceful {
+	if graceful && !c.fresh { // a fresh cell owns no row
 		// The next owner learns that this one left cleanly (not a failover).
 		if err := c.reg.store.ReleaseRoom(c.reg.ctx, c.roomID, c.epoch); err != nil {
 			c.log.Warn("release room", "err", err)

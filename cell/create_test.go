@@ -7,20 +7,18 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"hyapp/room-service/cell"
+	"hyapp/room-service/internal/poll"
 	"hyapp/room-service/room"
 	"hyapp/room-service/store"
 )
 
-// countingRepo counts the claims and commits the engine makes; blind hides
-// the rooms of its set from GetRoomMeta, as if another node created them
-// between the look and the commit.
+// countingRepo counts the claims, commits and room lookups the engine makes.
 type countingRepo struct {
 	store.Repository
-	claims, commits atomic.Int64
-	mu              sync.Mutex
-	blind           map[string]bool
+	claims, commits, looks atomic.Int64
 }
 
 func (r *countingRepo) ClaimRoom(ctx context.Context, roomID, nodeID string) (store.Claim, error) {
@@ -34,17 +32,12 @@ func (r *countingRepo) CommitBatches(ctx context.Context, batches []store.Batch)
 }
 
 func (r *countingRepo) GetRoomMeta(ctx context.Context, roomID string) (store.RoomMeta, bool, error) {
-	r.mu.Lock()
-	blind := r.blind[roomID]
-	r.mu.Unlock()
-	if blind {
-		return store.RoomMeta{}, false, nil
-	}
+	r.looks.Add(1)
 	return r.Repository.GetRoomMeta(ctx, roomID)
 }
 
-// TestACreateIsOneSharedCommit: creating a room claims nothing and writes
-// nothing before its CreateRoom commits; the batch that commits it inserts
+// TestACreateIsOneSharedCommit: creating a room reads nothing, claims
+// nothing and writes nothing before its CreateRoom commits; the batch that commits it inserts
 // the room's row at owner epoch 1, so concurrent creates share commits. The
 // created rooms recover like any other.
 func TestACreateIsOneSharedCommit(t *testing.T) {
@@ -58,8 +51,8 @@ func TestACreateIsOneSharedCommit(t *testing.T) {
 			wg.Go(func() { createRoom(t, reg, fmt.Sprintf("%sr%d", prefix, i)) })
 		}
 		wg.Wait()
-		if c := repo.claims.Load(); c != 0 {
-			t.Fatalf("%d claims for %d creates, want none", c, n)
+		if c, l := repo.claims.Load(), repo.looks.Load(); c != 0 || l != 0 {
+			t.Fatalf("%d claims and %d lookups for %d creates, want none", c, l, n)
 		}
 		if c := repo.commits.Load(); c > n {
 			t.Fatalf("%d commits for %d creates", c, n)
@@ -85,44 +78,98 @@ func TestACreateIsOneSharedCommit(t *testing.T) {
 	})
 }
 
-// TestACreateThatLosesTheRaceIsFenced: a room created elsewhere between a
-// create's look for it and its commit fences the commit (room_moved, nothing
-// written); the retry finds the room and is answered from its log.
-func TestACreateThatLosesTheRaceIsFenced(t *testing.T) {
-	stores(t, func(t *testing.T, open func(testing.TB) store.Repository) {
-		repo := &countingRepo{Repository: open(t), blind: map[string]bool{}}
-		id := "race-" + t.Name()[len("TestACreateThatLosesTheRaceIsFenced/"):]
-		first := newRegistry(t, repo, cell.Config{NodeID: "node-a"}, nil)
-		createRoom(t, first, id)
-		if err := first.Close(t.Context()); err != nil {
-			t.Fatal(err)
-		}
-		repo.mu.Lock()
-		repo.blind[id] = true
-		repo.mu.Unlock()
+// storedRoom creates a room on a registry of its own, which then stops:
+// the room has a row and no cell.
+func storedRoom(t *testing.T, repo store.Repository, id string) {
+	t.Helper()
+	first := newRegistry(t, repo, cell.Config{NodeID: "node-a"}, nil)
+	createRoom(t, first, id)
+	if err := first.Close(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+}
 
+// TestACreateOfAStoredRoomIsAnsweredFromIt: a create of a room that has a
+// row but no cell here starts without a read; its commit finds the row and
+// inserts nothing, and the create is decided again on the room as stored:
+// room_exists for another command id, the first answer for a retry of the
+// create that made it. No caller sees the refused commit.
+func TestACreateOfAStoredRoomIsAnsweredFromIt(t *testing.T) {
+	stores(t, func(t *testing.T, open func(testing.TB) store.Repository) {
+		repo := &countingRepo{Repository: open(t)}
+		id := "stored-" + t.Name()[len("TestACreateOfAStoredRoomIsAnsweredFromIt/"):]
+		storedRoom(t, repo, id)
 		reg := newRegistry(t, repo, cell.Config{NodeID: "node-b"}, nil)
-		create := env(id, "create-b", 7, &room.CreateRoom{OwnerUserID: 7, SeatCount: 8})
-		if _, err := reg.Submit(t.Context(), create); !errors.Is(err, room.ErrFenced) {
-			t.Fatalf("a create of a room created meanwhile: %v, want room_moved", err)
-		}
-		if _, err := reg.Snapshot(t.Context(), id+"-never"); !errors.Is(err, room.ErrRoomNotFound) {
-			t.Fatalf("snapshot of a room never created: %v, want room_not_found", err)
-		}
-		repo.mu.Lock()
-		repo.blind[id] = false
-		repo.mu.Unlock()
 		if _, err := reg.Submit(t.Context(), env(id, "create-b", 7, &room.CreateRoom{OwnerUserID: 7, SeatCount: 8})); !errors.Is(err, room.ErrRoomExists) {
-			t.Fatalf("the retry: %v, want room_exists", err)
+			t.Fatalf("a create of a stored room: %v, want room_exists", err)
+		}
+		if c := repo.claims.Load(); c != 1 {
+			t.Fatalf("%d claims, want 1: the room loaded as stored after the refused commit", c)
 		}
 		if res := mustSubmit(t, reg, env(id, "create", 1, &room.CreateRoom{OwnerUserID: 1, HostUserID: 2, SeatCount: 10, Title: "t"})); !res.Duplicate || res.RoomVersion != 1 {
 			t.Fatalf("the first create retried: %+v, want its duplicate at version 1", res)
 		}
 		info, err := repo.ListRooms(t.Context(), id[:len(id)-1], 4)
-		if err != nil || len(info) == 0 || info[0].Meta.OwnerUserID != 1 || info[0].HeadVersion != 1 {
-			t.Fatalf("the room after the lost race: %+v, %v", info, err)
+		if err != nil || len(info) == 0 || info[0].Meta.OwnerUserID != 1 || info[0].HeadVersion != 1 || info[0].OwnerEpoch != 2 {
+			t.Fatalf("the room after the creates: %+v, %v; want owner 1 at version 1, claimed once more", info, err)
+		}
+		// The same from a room's queued requests: a retry of the first
+		// create waits behind one the commit refuses, then is answered by
+		// the room as stored.
+		other := id + "-q"
+		storedRoom(t, repo, other)
+		blocked := &blockingRepo{Repository: repo, entered: make(chan struct{}), release: make(chan struct{})}
+		queued := newRegistry(t, blocked, cell.Config{NodeID: "node-c"}, nil)
+		refused := make(chan error, 1)
+		go func() {
+			_, err := queued.Submit(t.Context(), env(other, "create-c", 7, &room.CreateRoom{OwnerUserID: 7, SeatCount: 8}))
+			refused <- err
+		}()
+		<-blocked.entered
+		type answer struct {
+			res cell.Result
+			err error
+		}
+		retried := make(chan answer, 1)
+		go func() {
+			res, err := queued.Submit(t.Context(), env(other, "create", 1, &room.CreateRoom{OwnerUserID: 1, HostUserID: 2, SeatCount: 10, Title: "t"}))
+			retried <- answer{res, err}
+		}()
+		poll.Until(t, 10*time.Second, "the retry queued behind the refused create", poll.Bool(func() bool { return cell.Queued(queued, other) == 1 }))
+		close(blocked.release)
+		if err := <-refused; !errors.Is(err, room.ErrRoomExists) {
+			t.Fatalf("a create of a stored room: %v, want room_exists", err)
+		}
+		if a := <-retried; a.err != nil || !a.res.Duplicate || a.res.RoomVersion != 1 {
+			t.Fatalf("the queued retry: %+v, %v; want its duplicate at version 1", a.res, a.err)
 		}
 	})
+}
+
+// TestAStoredRoomIsNotMissingToCallsBesideACreate: a join or a read that
+// reaches the empty cell a create started for a stored room before the
+// create does (they raced for its mailbox) makes the cell look for the
+// room: it stops, and they are answered by the room as stored. In a room
+// that has no row they are answered room_not_found, as before any create.
+func TestAStoredRoomIsNotMissingToCallsBesideACreate(t *testing.T) {
+	repo := &countingRepo{Repository: openRepo(t)}
+	storedRoom(t, repo, "kept")
+	reg := newRegistry(t, repo, cell.Config{NodeID: "node-b"}, nil)
+	batch := []*room.Envelope{env("kept", "join", 5, &room.JoinRoom{}), nil}
+	if stored, stop := cell.HandleInFreshCell(reg, "kept", batch); !stored[0] || !stored[1] || stop != "exists" {
+		t.Fatalf("a join and a read in an empty cell of a stored room: loaded as stored %v, stop %q; want both, exists", stored, stop)
+	}
+	if res := mustSubmit(t, reg, env("kept", "join", 5, &room.JoinRoom{})); res.RoomVersion != 2 {
+		t.Fatalf("the join submitted again: %+v, want version 2", res)
+	}
+	looks := repo.looks.Load()
+	batch = []*room.Envelope{env("nowhere", "join", 5, &room.JoinRoom{}), nil}
+	if stored, stop := cell.HandleInFreshCell(reg, "nowhere", batch); stored[0] || stored[1] || stop != "" {
+		t.Fatalf("a join and a read in an empty cell of a missing room: loaded as stored %v, stop %q; want neither, none", stored, stop)
+	}
+	if n := repo.looks.Load() - looks; n != 1 {
+		t.Fatalf("%d lookups of the missing room, want 1", n)
+	}
 }
 
 // TestAReadOfARefusedCreateFindsNoRoom: a room whose create was refused

@@ -2,6 +2,7 @@ package cell
 
 import (
 	"context"
+	"errors"
 
 	"hyapp/room-service/room"
 )
@@ -10,6 +11,28 @@ import (
 // the scanner does, and returns the result it counted.
 func WakeLaunch(r *Registry, roomID string, l room.LaunchRocket) string {
 	return r.builtin.rockets.wakeLaunch(context.Background(), roomID, l)
+}
+
+// HandleInFreshCell runs one batch of requests (a nil envelope is a read)
+// in a new empty cell of roomID, as a CreateRoom that found the room
+// unloaded starts it, and reports which requests were answered to load the
+// room as stored and why the cell stopped. The cell never runs.
+func HandleInFreshCell(r *Registry, roomID string, envs []*room.Envelope) (stored []bool, stop string) {
+	h, err := r.lease.Acquire(context.Background(), roomID)
+	if err != nil {
+		panic(err)
+	}
+	defer func() { _ = h.Release(context.Background()) }()
+	c := r.freshCell(roomID, h)
+	batch := make([]*request, len(envs))
+	for i, env := range envs {
+		batch[i] = &request{env: env, reply: make(chan response, 1)}
+	}
+	stop = c.handle(batch)
+	for _, req := range batch {
+		stored = append(stored, errors.Is((<-req.reply).err, errRoomExists))
+	}
+	return stored, stop
 }
 
 // Queued is the number of requests waiting in the room's mailbox (0 when

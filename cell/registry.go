@@ -258,6 +258,7 @@ func (r *Registry) call(ctx context.Context, roomID string, env *room.Envelope) 
 		if !c.mailbox.push(req) {
 			select {
 			case <-c.done:
+				create = create && !c.existed
 				continue // the cell stopped with a full mailbox: try its successor
 			default:
 				r.metrics.MailboxFull.Inc()
@@ -265,17 +266,22 @@ func (r *Registry) call(ctx context.Context, roomID string, env *room.Envelope) 
 			}
 		}
 		select {
-		case resp := <-req.reply:
-			return resp, resp.err
+		case resp = <-req.reply:
 		case <-c.done:
 			select {
-			case resp := <-req.reply:
-				return resp, resp.err
+			case resp = <-req.reply:
 			default: // the cell stopped before taking the request: try its successor
+				create = create && !c.existed
+				continue
 			}
 		case <-ctx.Done():
 			return response{}, room.Errorf(room.ErrUnavailable, "%v; the command may still commit, retry with the same command_id", ctx.Err())
 		}
+		if errors.Is(resp.err, errRoomExists) {
+			create = false // a fresh cell found the room stored: load it so
+			continue
+		}
+		return resp, resp.err
 	}
 	return response{}, room.Errorf(room.ErrUnavailable, "room %s is restarting; retry", roomID)
 }
@@ -428,12 +434,7 @@ func (r *Registry) recoverCell(roomID string, h lease.Handle, create bool) (c *C
 		}
 	}()
 	if create {
-		switch _, found, err := r.store.GetRoomMeta(r.ctx, roomID); {
-		case err != nil:
-			return nil, err
-		case !found:
-			return r.freshCell(roomID, h), nil
-		}
+		return r.freshCell(roomID, h), nil
 	}
 	claim, err := r.store.ClaimRoom(r.ctx, roomID, r.cfg.NodeID)
 	if err != nil {
@@ -462,11 +463,12 @@ func (r *Registry) recoverCell(roomID string, h lease.Handle, create bool) (c *C
 	return c, nil
 }
 
-// freshCell is the cell of a room that a CreateRoom found without a row: an
+// freshCell is the cell of a room that a CreateRoom found unloaded: an
 // empty state at owner epoch 1, whose first commit inserts the row (see
-// roomCreation). A room that is created meanwhile fences that commit.
+// roomCreation), without a read of the store before. A room that has a
+// row refuses that commit, and its callers load it as stored (see
+// Cell.fresh).
 func (r *Registry) freshCell(roomID string, h lease.Handle) *Cell {
-	r.metrics.Claims.WithLabelValues(claimNew).Inc()
 	c := r.newCell(roomID, 1, h)
 	c.fresh = true
 	c.adopt(&Recovered{State: room.Genesis(roomID, 0, 0, 0, "", room.StatusCreating)})
