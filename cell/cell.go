@@ -90,6 +90,10 @@ type Cell struct {
 	// existed: a fresh cell found its room's row (see exists); written
 	// before the cell stops, read by callers once done is closed.
 	existed bool
+	// provisional: a fresh cell whose room may have a row after all: it
+	// neither looked nor committed the create yet. A heartbeat does not
+	// count members against its empty state.
+	provisional atomic.Bool
 
 	// Owned by the cell goroutine.
 	// fresh: a CreateRoom found the room unloaded, and the cell started
@@ -98,8 +102,6 @@ type Cell struct {
 	// all (created before, not loaded here): the commit that would create
 	// it is refused, and a batch with more than creates looks first.
 	fresh bool
-	// missing: a fresh cell looked and its room has no row.
-	missing bool
 	// again: the batch is decided again after the store refused it
 	// (attemptFromLog); features read what they decide on anew.
 	again        bool
@@ -225,7 +227,7 @@ func (c *Cell) handle(batch []*request) (stop string) {
 		replyAll(batch, response{err: room.Errorf(room.ErrFenced, "room %s: %v", c.roomID, err)})
 		return stopLease
 	}
-	if c.fresh && !c.missing && !onlyCreates(batch) {
+	if c.provisional.Load() && !onlyCreates(batch) {
 		// Only a create may be decided before the room is known to be
 		// missing: anything else would be answered room_not_found.
 		switch _, found, err := c.reg.store.GetRoomMeta(c.reg.ctx, c.roomID); {
@@ -234,7 +236,7 @@ func (c *Cell) handle(batch []*request) (stop string) {
 		case found:
 			return c.exists(batch)
 		}
-		c.missing = true
+		c.provisional.Store(false) // missing indeed
 	}
 	stored, err := c.olderInLog(batch)
 	if err != nil {
@@ -740,6 +742,7 @@ func (c *Cell) committed(cmds []*pending, b store.Batch) []room.Committed {
 	if c.fresh {
 		c.reg.metrics.Claims.WithLabelValues(claimNew).Inc()
 		c.fresh = false
+		c.provisional.Store(false)
 	}
 	if b.Snapshot != nil {
 		c.stored(b.Snapshot)
@@ -815,6 +818,7 @@ func (c *Cell) reload() error {
 		return room.ErrRoomNotFound
 	}
 	c.fresh = false // a row exists: commits advance it
+	c.provisional.Store(false)
 	rec, err := Recover(c.reg.ctx, c.reg.store, meta)
 	if err != nil {
 		return err

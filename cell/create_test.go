@@ -120,6 +120,8 @@ func TestACreateOfAStoredRoomIsAnsweredFromIt(t *testing.T) {
 		storedRoom(t, repo, other)
 		blocked := &blockingRepo{Repository: repo, entered: make(chan struct{}), release: make(chan struct{})}
 		queued := newRegistry(t, blocked, cell.Config{NodeID: "node-c"}, nil)
+		release := sync.OnceFunc(func() { close(blocked.release) })
+		t.Cleanup(release) // before the registry closes: a failed check leaves no commit waiting
 		refused := make(chan error, 1)
 		go func() {
 			_, err := queued.Submit(t.Context(), env(other, "create-c", 7, &room.CreateRoom{OwnerUserID: 7, SeatCount: 8}))
@@ -136,7 +138,7 @@ func TestACreateOfAStoredRoomIsAnsweredFromIt(t *testing.T) {
 			retried <- answer{res, err}
 		}()
 		poll.Until(t, 10*time.Second, "the retry queued behind the refused create", poll.Bool(func() bool { return cell.Queued(queued, other) == 1 }))
-		close(blocked.release)
+		release()
 		if err := <-refused; !errors.Is(err, room.ErrRoomExists) {
 			t.Fatalf("a create of a stored room: %v, want room_exists", err)
 		}
@@ -169,6 +171,40 @@ func TestAStoredRoomIsNotMissingToCallsBesideACreate(t *testing.T) {
 	}
 	if n := repo.looks.Load() - looks; n != 1 {
 		t.Fatalf("%d lookups of the missing room, want 1", n)
+	}
+}
+
+// TestAHeartbeatDoesNotCountMembersOfAnUnsureRoom: while a create of a
+// stored room waits for the commit that will find the row, the room's
+// heartbeat is told to retry instead of hearing that its members are not
+// members; after, it counts them.
+func TestAHeartbeatDoesNotCountMembersOfAnUnsureRoom(t *testing.T) {
+	repo := openRepo(t)
+	first := newRegistry(t, repo, cell.Config{NodeID: "node-a"}, nil)
+	createRoom(t, first, "beat")
+	mustSubmit(t, first, env("beat", "join", 5, &room.JoinRoom{}))
+	if err := first.Close(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	blocked := &blockingRepo{Repository: repo, entered: make(chan struct{}), release: make(chan struct{})}
+	reg := newRegistry(t, blocked, cell.Config{NodeID: "node-b"}, nil)
+	release := sync.OnceFunc(func() { close(blocked.release) })
+	t.Cleanup(release) // before the registry closes: a failed check leaves no commit waiting
+	refused := make(chan error, 1)
+	go func() {
+		_, err := reg.Submit(t.Context(), env("beat", "create-b", 1, &room.CreateRoom{OwnerUserID: 1, SeatCount: 8}))
+		refused <- err
+	}()
+	<-blocked.entered // the create's commit waits; its cell is empty
+	if res, err := reg.Heartbeat(t.Context(), "beat", []int64{5}); !errors.Is(err, room.ErrUnavailable) {
+		t.Fatalf("a heartbeat while the create is unsure: %+v, %v; want unavailable", res, err)
+	}
+	release()
+	if err := <-refused; !errors.Is(err, room.ErrRoomExists) {
+		t.Fatalf("a create of a stored room: %v, want room_exists", err)
+	}
+	if res, err := reg.Heartbeat(t.Context(), "beat", []int64{5}); err != nil || res.Members != 1 {
+		t.Fatalf("a heartbeat of the room as stored: %+v, %v; want its one member", res, err)
 	}
 }
 

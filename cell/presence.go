@@ -523,6 +523,11 @@ func (r *Registry) Heartbeat(ctx context.Context, roomID string, users []int64) 
 		if err != nil {
 			return HeartbeatResult{}, err
 		}
+		if c.provisional.Load() {
+			// A create started the room empty and has not found out yet
+			// whether it has a row: its members are not known here.
+			return HeartbeatResult{}, room.Errorf(room.ErrUnavailable, "room %s is loading; retry", roomID)
+		}
 		c.used.Store(r.uses.Add(1))
 		c.touched.Store(time.Now().UnixNano())
 		if err := c.lease.Check(ctx); err != nil {

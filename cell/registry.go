@@ -471,6 +471,7 @@ func (r *Registry) recoverCell(roomID string, h lease.Handle, create bool) (c *C
 func (r *Registry) freshCell(roomID string, h lease.Handle) *Cell {
 	c := r.newCell(roomID, 1, h)
 	c.fresh = true
+	c.provisional.Store(true)
 	c.adopt(&Recovered{State: room.Genesis(roomID, 0, 0, 0, "", room.StatusCreating)})
 	return c
 }
