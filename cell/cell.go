@@ -367,6 +367,9 @@ var errRoomExists = errors.New("the room has a row: load it")
 func (c *Cell) exists(batch []*request) (stop string) {
 	c.log.Debug("a create found the room stored; loading it")
 	c.existed = true
+	// Out of the routing table before anyone hears: a caller that submits
+	// again waits for this cell to exit, then loads the room as stored.
+	c.reg.detach(c)
 	replyAll(batch, response{err: errRoomExists})
 	return stopExists
 }

@@ -208,6 +208,43 @@ func TestAHeartbeatDoesNotCountMembersOfAnUnsureRoom(t *testing.T) {
 	}
 }
 
+// TestManyCreatesOfAStoredRoomAreAnswered: creates that arrive together for
+// a stored room that is not loaded (clients retrying after a restart) all
+// get the room's answer: room_exists, or the first answer for a retry of
+// the create that made it; none is told the room is restarting.
+func TestManyCreatesOfAStoredRoomAreAnswered(t *testing.T) {
+	repo := &countingRepo{Repository: openRepo(t)}
+	const rooms, callers = 10, 24
+	for i := range rooms {
+		storedRoom(t, repo, fmt.Sprintf("crowd-%d", i))
+	}
+	reg := newRegistry(t, repo, cell.Config{NodeID: "node-b"}, nil)
+	errs := make(chan error, rooms*callers)
+	var wg sync.WaitGroup
+	for i := range rooms {
+		id := fmt.Sprintf("crowd-%d", i)
+		for j := range callers {
+			wg.Go(func() {
+				if j%2 == 0 { // a retry of the create that made the room
+					res, err := reg.Submit(t.Context(), env(id, "create", 1, &room.CreateRoom{OwnerUserID: 1, HostUserID: 2, SeatCount: 10, Title: "t"}))
+					if err != nil || !res.Duplicate || res.RoomVersion != 1 {
+						errs <- fmt.Errorf("retried create of %s: %+v, %v; want its duplicate at version 1", id, res, err)
+					}
+					return
+				}
+				if _, err := reg.Submit(t.Context(), env(id, fmt.Sprintf("create-%d", j), 1, &room.CreateRoom{OwnerUserID: 1, SeatCount: 8})); !errors.Is(err, room.ErrRoomExists) {
+					errs <- fmt.Errorf("create of %s: %v, want room_exists", id, err)
+				}
+			})
+		}
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+}
+
 // TestAReadOfARefusedCreateFindsNoRoom: a room whose create was refused
 // has no row and no snapshot.
 func TestAReadOfARefusedCreateFindsNoRoom(t *testing.T) {

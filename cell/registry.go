@@ -315,7 +315,8 @@ func (r *Registry) cell(ctx context.Context, roomID string, create bool) (*Cell,
 		}
 		var wait <-chan struct{}
 		var pending *load
-		if old := r.exiting[roomID]; old != nil {
+		old := r.exiting[roomID]
+		if old != nil {
 			wait = old.done
 		} else if l := r.loading[roomID]; l != nil {
 			wait, pending = l.done, l
@@ -326,6 +327,9 @@ func (r *Registry) cell(ctx context.Context, roomID string, create bool) (*Cell,
 			case <-wait:
 				if pending != nil && errors.Is(pending.err, store.ErrNotFound) && !create {
 					return nil, pending.err // no need to look again for a room that is not there
+				}
+				if old != nil && old.existed {
+					create = false // an empty cell found the room stored: load it so
 				}
 				continue
 			case <-ctx.Done():
@@ -418,6 +422,10 @@ func (r *Registry) load(ctx context.Context, roomID string, create bool) (*Cell,
 		}
 		r.metrics.Recoveries.WithLabelValues(result).Inc()
 		return nil, err
+	}
+	if c.fresh {
+		r.metrics.Recoveries.WithLabelValues("new").Inc() // nothing was read: not a recovery
+		return c, nil
 	}
 	r.metrics.Recoveries.WithLabelValues("ok").Inc()
 	r.metrics.RecoverSeconds.Observe(time.Since(start).Seconds())
