@@ -89,6 +89,25 @@ func storedRoom(t *testing.T, repo store.Repository, id string) {
 	}
 }
 
+// createHeldAtCommit submits, on a registry of its own, a create of the
+// stored room with a command id of its own, and returns once the create's
+// commit is held: the room's cell is empty and its create waits. release
+// lets the commit go on; refused hears the create's answer.
+func createHeldAtCommit(t *testing.T, repo store.Repository, id string) (reg *cell.Registry, refused <-chan error, release func()) {
+	t.Helper()
+	blocked := &blockingRepo{Repository: repo, entered: make(chan struct{}), release: make(chan struct{})}
+	reg = newRegistry(t, blocked, cell.Config{NodeID: "node-held"}, nil)
+	release = sync.OnceFunc(func() { close(blocked.release) })
+	t.Cleanup(release) // before the registry closes: a failed check leaves no commit waiting
+	answer := make(chan error, 1)
+	go func() {
+		_, err := reg.Submit(t.Context(), env(id, "create-held", 7, &room.CreateRoom{OwnerUserID: 7, SeatCount: 8}))
+		answer <- err
+	}()
+	<-blocked.entered
+	return reg, answer, release
+}
+
 // TestACreateOfAStoredRoomIsAnsweredFromIt: a create of a room that has a
 // row but no cell here starts without a read; its commit finds the row and
 // inserts nothing, and the create is decided again on the room as stored:
@@ -118,16 +137,7 @@ func TestACreateOfAStoredRoomIsAnsweredFromIt(t *testing.T) {
 		// the room as stored.
 		other := id + "-q"
 		storedRoom(t, repo, other)
-		blocked := &blockingRepo{Repository: repo, entered: make(chan struct{}), release: make(chan struct{})}
-		queued := newRegistry(t, blocked, cell.Config{NodeID: "node-c"}, nil)
-		release := sync.OnceFunc(func() { close(blocked.release) })
-		t.Cleanup(release) // before the registry closes: a failed check leaves no commit waiting
-		refused := make(chan error, 1)
-		go func() {
-			_, err := queued.Submit(t.Context(), env(other, "create-c", 7, &room.CreateRoom{OwnerUserID: 7, SeatCount: 8}))
-			refused <- err
-		}()
-		<-blocked.entered
+		queued, refused, release := createHeldAtCommit(t, repo, other)
 		type answer struct {
 			res cell.Result
 			err error
@@ -186,16 +196,7 @@ func TestAHeartbeatDoesNotCountMembersOfAnUnsureRoom(t *testing.T) {
 	if err := first.Close(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	blocked := &blockingRepo{Repository: repo, entered: make(chan struct{}), release: make(chan struct{})}
-	reg := newRegistry(t, blocked, cell.Config{NodeID: "node-b"}, nil)
-	release := sync.OnceFunc(func() { close(blocked.release) })
-	t.Cleanup(release) // before the registry closes: a failed check leaves no commit waiting
-	refused := make(chan error, 1)
-	go func() {
-		_, err := reg.Submit(t.Context(), env("beat", "create-b", 1, &room.CreateRoom{OwnerUserID: 1, SeatCount: 8}))
-		refused <- err
-	}()
-	<-blocked.entered // the create's commit waits; its cell is empty
+	reg, refused, release := createHeldAtCommit(t, repo, "beat") // its cell is empty
 	if res, err := reg.Heartbeat(t.Context(), "beat", []int64{5}); !errors.Is(err, room.ErrUnavailable) {
 		t.Fatalf("a heartbeat while the create is unsure: %+v, %v; want unavailable", res, err)
 	}
