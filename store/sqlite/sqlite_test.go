@@ -395,6 +395,81 @@ func benchCommit(b *testing.B, opts Options, nBatches, nCommands int, payload []
 	b.ReportMetric(float64(calls)/secs, "commits/s")
 }
 
+// BenchmarkMarkOutboxPublished measures what marking outbox rows published
+// costs per row, 64 rows to a call, each call its own transaction, over
+// rows committed the way 1,000 busy rooms commit them (each commit one row
+// per room):
+//   - chain: the rows of one room, as a relay chain publishes them, which
+//     those commits left one to a table page;
+//   - commit: 64 rows that one commit wrote side by side;
+//   - position: instead of the rows, one row per call in a table of one
+//     row per room, the floor of keeping a relay position per room in
+//     place of a status per row (a scratch table: the store keeps none).
+func BenchmarkMarkOutboxPublished(b *testing.B) {
+	for _, order := range []string{"chain", "commit", "position"} {
+		b.Run("rows="+order, func(b *testing.B) { benchMark(b, order) })
+	}
+}
+
+func benchMark(b *testing.B, order string) {
+	const rooms, chunk = 1000, 64
+	ctx := context.Background()
+	db, _ := openTemp(b, Options{})
+	if _, err := db.write.ExecContext(ctx, `CREATE TABLE bench_position (room_id TEXT PRIMARY KEY, room_version INTEGER NOT NULL, published_at INTEGER NOT NULL)`); err != nil {
+		b.Fatal(err)
+	}
+	payload := []byte(`{"user_id":123456,"nickname":"listener","vehicle":"car-7","joined_at":1796033128314,"online_count":57}`)
+	var ids []string // the rows still to mark, in marking order
+	base := 0
+	fill := func() {
+		byRoom := make([][]string, rooms)
+		for v := range chunk {
+			rows := make([]outbox.Record, rooms)
+			for r := range rows {
+				id := fmt.Sprintf("bench-%d/%d/0", r, base+v+1)
+				rows[r] = outbox.Record{EventID: id, RoomID: fmt.Sprintf("bench-%d", r), RoomVersion: int64(base + v + 1),
+					EventType: "RoomUserJoined", Payload: payload}
+				byRoom[r] = append(byRoom[r], id)
+				if order != "chain" {
+					ids = append(ids, id)
+				}
+			}
+			if err := db.SaveOutbox(ctx, rows); err != nil {
+				b.Fatal(err)
+			}
+		}
+		if order == "chain" {
+			for _, r := range byRoom {
+				ids = append(ids, r...)
+			}
+		}
+		base += chunk
+	}
+	b.ReportAllocs()
+	calls := 0
+	for b.Loop() {
+		if len(ids) == 0 {
+			b.StopTimer()
+			fill()
+			b.StartTimer()
+		}
+		var err error
+		if order == "position" {
+			_, err = db.write.ExecContext(ctx, `INSERT INTO bench_position (room_id, room_version, published_at) VALUES (?, ?, ?)
+				ON CONFLICT (room_id) DO UPDATE SET room_version = excluded.room_version, published_at = excluded.published_at`,
+				fmt.Sprintf("bench-%d", calls%rooms), base, time.Now().UnixMilli())
+		} else {
+			err = db.MarkOutboxPublishedBatch(ctx, ids[:chunk])
+		}
+		if err != nil {
+			b.Fatal(err)
+		}
+		ids = ids[chunk:]
+		calls++
+	}
+	b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(calls*chunk), "µs/row")
+}
+
 // TestPruneOutboxKeepsDeadRows covers what the Repository never makes: a
 // dead row that carries a publish time.
 func TestPruneOutboxKeepsDeadRows(t *testing.T) {
