@@ -142,6 +142,14 @@ func Open(ctx context.Context, path string, opts Options) (*DB, error) {
 	// them keeps a transaction from spilling pages to the WAL before it commits.
 	wq.Add("_pragma", "cache_size(-65536)")
 	wq.Add("_pragma", "wal_autocheckpoint(0)") // checkpoints run off the writer: see checkpointer
+	if opts.Synchronous == "FULL" {
+		// The writer's log writes are gathered (see gatherVFS), which
+		// needs every commit to sync the log.
+		if err := registerGather(); err != nil {
+			return nil, fmt.Errorf("open sqlite path=%s: %w", path, err)
+		}
+		wq.Set("vfs", gatherName)
+	}
 	write, err := sql.Open("sqlite", path+"?"+wq.Encode())
 	if err != nil {
 		return nil, fmt.Errorf("open sqlite path=%s: %w", path, unavailable(err))
