@@ -240,6 +240,20 @@ func (r *Registry) Snapshot(ctx context.Context, roomID string) (*roomv1.RoomSna
 	return resp.snap, err
 }
 
+// maxStoredRetries bounds how often one call is sent back by an empty
+// cell that found its room stored (see Registry.call).
+const maxStoredRetries = 16
+
+// settled is what call learns from c, a cell that stopped before taking its
+// request: if c was an empty cell that found its room stored, the call
+// loads the room as stored, and the try does not count against the call.
+func settled(c *Cell, create bool, try, stored int) (bool, int, int) {
+	if c.existed {
+		return false, try - 1, stored + 1
+	}
+	return create, try, stored
+}
+
 func (r *Registry) call(ctx context.Context, roomID string, env *room.Envelope) (resp response, err error) {
 	ctx, span := startCall(ctx, roomID, env)
 	defer func() { endCall(span, resp, err) }()
@@ -247,7 +261,12 @@ func (r *Registry) call(ctx context.Context, roomID string, env *room.Envelope) 
 	if env != nil {
 		_, create = env.Command.(*room.CreateRoom)
 	}
-	for range 3 {
+	// Three tries for a cell that stops under the request, and beyond them
+	// one for each empty cell that found the room stored: among many
+	// creates of a stored room that is not loaded, a request that learned
+	// it may still meet the empty cell another create started meanwhile,
+	// and each such cell settles the room for the creates it took.
+	for try, stored := 0, 0; try < 3 && stored <= maxStoredRetries; try++ {
 		c, err := r.cell(ctx, roomID, create)
 		if err != nil {
 			return response{}, err
@@ -258,7 +277,7 @@ func (r *Registry) call(ctx context.Context, roomID string, env *room.Envelope) 
 		if !c.mailbox.push(req) {
 			select {
 			case <-c.done:
-				create = create && !c.existed
+				create, try, stored = settled(c, create, try, stored)
 				continue // the cell stopped with a full mailbox: try its successor
 			default:
 				r.metrics.MailboxFull.Inc()
@@ -271,14 +290,15 @@ func (r *Registry) call(ctx context.Context, roomID string, env *room.Envelope) 
 			select {
 			case resp = <-req.reply:
 			default: // the cell stopped before taking the request: try its successor
-				create = create && !c.existed
+				create, try, stored = settled(c, create, try, stored)
 				continue
 			}
 		case <-ctx.Done():
 			return response{}, room.Errorf(room.ErrUnavailable, "%v; the command may still commit, retry with the same command_id", ctx.Err())
 		}
 		if errors.Is(resp.err, errRoomExists) {
-			create = false // a fresh cell found the room stored: load it so
+			// A fresh cell found the room stored: load it so.
+			create, try, stored = false, try-1, stored+1
 			continue
 		}
 		return resp, resp.err
