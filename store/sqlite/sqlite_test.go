@@ -618,6 +618,7 @@ func TestARestartLeavesTheWriterAsItWas(t *testing.T) {
 	// No background checkpoint: nothing but the RESTART copies the log.
 	var heard checkpointsHeard
 	db, _ := openUncopied(t, Options{BusyTimeout: 1234 * time.Millisecond, Metrics: heard.metrics()}, 50)
+	heard.reset()
 	if err := db.ckpt.restart(t.Context()); err != nil {
 		t.Fatalf("restart: %v", err)
 	}
@@ -645,6 +646,7 @@ func TestARestartLeavesTheWriterAsItWas(t *testing.T) {
 func TestARestartPastAReaderFails(t *testing.T) {
 	var heard checkpointsHeard
 	db, _ := openUncopied(t, Options{Metrics: heard.metrics()}, 10)
+	heard.reset()
 	reader, err := db.read.BeginTx(t.Context(), &sql.TxOptions{ReadOnly: true})
 	if err != nil {
 		t.Fatal(err)
