@@ -28,8 +28,12 @@ import (
 // read of the log (the writer reading back a page it spilled), a truncate,
 // a size, a file control and a close. A crash before the sync loses frames
 // that were never part of a commit, as a crash between two pwrite calls
-// did. With synchronous NORMAL a commit does not sync the log, so a reader
-// could see frames still in memory: the writer gathers only under FULL (Open).
+// did. A transaction that ends without a commit leaves its gathered frames
+// behind; they are dropped when the connection gives up the log's write
+// lock (gatherShmLock), since written later they could land on frames
+// another process committed. With synchronous NORMAL a commit does not
+// sync the log, so a reader could see frames still in memory: the writer
+// gathers only under FULL (Open).
 
 // gatherName is the name gatherVFS is registered under.
 const gatherName = "unix-gather"
@@ -55,13 +59,19 @@ var (
 	unixIOAddr uintptr                     // their address, to recognise them
 	gatherIO   sqlite3.Tsqlite3_io_methods // the methods of a log gatherVFS opened
 
+	unixDBIO     sqlite3.Tsqlite3_io_methods // the methods of a database file unix opened
+	unixDBIOAddr uintptr
+	gatherDBIO   sqlite3.Tsqlite3_io_methods // the same, but for xShmLock
+
 	gatherMu    sync.Mutex
-	gatherFiles = map[uintptr]*gatherFile{} // by sqlite3_file address
+	gatherFiles = map[uintptr]*gatherFile{}   // by sqlite3_file address
+	gatherConns = map[*libc.TLS]*gatherFile{} // each connection's log, by the connection's TLS
 )
 
 // gatherStats counts, for tests and figures, the log writes SQLite asked
-// for and those that reached the file.
-var gatherStats struct{ asked, written atomic.Int64 }
+// for, those that reached the file, and the transactions whose gathered
+// frames were dropped (see gatherShmLock).
+var gatherStats struct{ asked, written, dropped atomic.Int64 }
 
 // gatherFile is one log opened through gatherVFS: frames buffered from
 // offset off, n bytes of them, in C memory (buf, of size size) that the
@@ -115,43 +125,90 @@ func copyFrom(tls *libc.TLS, dst unsafe.Pointer, src uintptr, n uintptr) {
 func gatherOpen(tls *libc.TLS, _ uintptr, zName uintptr, pFile uintptr, flags int32, pOutFlags uintptr) int32 {
 	open := *(*func(*libc.TLS, uintptr, uintptr, uintptr, int32, uintptr) int32)(unsafe.Pointer(&unixVFS.FxOpen))
 	rc := open(tls, unixPtr, zName, pFile, flags, pOutFlags)
-	if rc != sqlite3.SQLITE_OK || flags&sqlite3.SQLITE_OPEN_WAL == 0 {
+	if rc != sqlite3.SQLITE_OK {
 		return rc
 	}
 	methods := libc.AtomicLoadNUintptr(pFile, 0) // the file's first word: its methods
-	if methods == 0 || !adoptMethods(tls, methods) {
-		return rc // not the methods gatherIO wraps: the log is written as unix writes it
+	switch {
+	case methods == 0:
+	case flags&sqlite3.SQLITE_OPEN_MAIN_DB != 0:
+		if adopt(tls, methods, &unixDBIO, &unixDBIOAddr, &gatherDBIO, wrapDB) {
+			libc.AtomicStoreNUintptr(pFile, uintptr(unsafe.Pointer(&gatherDBIO)), 0)
+		}
+	case flags&sqlite3.SQLITE_OPEN_WAL != 0:
+		if !adopt(tls, methods, &unixIO, &unixIOAddr, &gatherIO, wrapLog) {
+			return rc // not the methods gatherIO wraps: the log is written as unix writes it
+		}
+		f := &gatherFile{}
+		gatherMu.Lock()
+		gatherFiles[pFile] = f
+		gatherConns[tls] = f
+		gatherMu.Unlock()
+		libc.AtomicStoreNUintptr(pFile, uintptr(unsafe.Pointer(&gatherIO)), 0)
 	}
-	gatherMu.Lock()
-	gatherFiles[pFile] = &gatherFile{}
-	gatherMu.Unlock()
-	libc.AtomicStoreNUintptr(pFile, uintptr(unsafe.Pointer(&gatherIO)), 0)
 	return rc
 }
 
-// adoptMethods builds gatherIO from the methods unix gave the first log,
-// and reports whether methods are those.
-func adoptMethods(tls *libc.TLS, methods uintptr) bool {
+// adopt builds wrapped from the methods unix gave the first file of a
+// kind (orig, kept at origAddr), and reports whether methods are those.
+func adopt(tls *libc.TLS, methods uintptr, orig *sqlite3.Tsqlite3_io_methods, origAddr *uintptr, wrapped *sqlite3.Tsqlite3_io_methods, wrap func(*sqlite3.Tsqlite3_io_methods)) bool {
 	gatherMu.Lock()
 	defer gatherMu.Unlock()
-	if unixIOAddr == 0 {
-		copyFrom(tls, unsafe.Pointer(&unixIO), methods, unsafe.Sizeof(unixIO))
-		unixIOAddr = methods
-		gatherIO = unixIO
-		*(*func(*libc.TLS, uintptr) int32)(unsafe.Pointer(&gatherIO.FxClose)) = gatherClose
-		*(*func(*libc.TLS, uintptr, uintptr, int32, int64) int32)(unsafe.Pointer(&gatherIO.FxRead)) = gatherRead
-		*(*func(*libc.TLS, uintptr, uintptr, int32, int64) int32)(unsafe.Pointer(&gatherIO.FxWrite)) = gatherWrite
-		*(*func(*libc.TLS, uintptr, int64) int32)(unsafe.Pointer(&gatherIO.FxTruncate)) = gatherTruncate
-		*(*func(*libc.TLS, uintptr, int32) int32)(unsafe.Pointer(&gatherIO.FxSync)) = gatherSync
-		*(*func(*libc.TLS, uintptr, uintptr) int32)(unsafe.Pointer(&gatherIO.FxFileSize)) = gatherFileSize
-		*(*func(*libc.TLS, uintptr, int32, uintptr) int32)(unsafe.Pointer(&gatherIO.FxFileControl)) = gatherFileControl
-		// The log is never memory-mapped; a fetch would read the file.
-		gatherIO.FxFetch, gatherIO.FxUnfetch = 0, 0
-		if gatherIO.FiVersion > 2 {
-			gatherIO.FiVersion = 2
+	if *origAddr == 0 {
+		copyFrom(tls, unsafe.Pointer(orig), methods, unsafe.Sizeof(*orig))
+		*origAddr = methods
+		*wrapped = *orig
+		wrap(wrapped)
+	}
+	return methods == *origAddr
+}
+
+// wrapLog makes m the methods of a log whose writes are gathered.
+func wrapLog(m *sqlite3.Tsqlite3_io_methods) {
+	*(*func(*libc.TLS, uintptr) int32)(unsafe.Pointer(&m.FxClose)) = gatherClose
+	*(*func(*libc.TLS, uintptr, uintptr, int32, int64) int32)(unsafe.Pointer(&m.FxRead)) = gatherRead
+	*(*func(*libc.TLS, uintptr, uintptr, int32, int64) int32)(unsafe.Pointer(&m.FxWrite)) = gatherWrite
+	*(*func(*libc.TLS, uintptr, int64) int32)(unsafe.Pointer(&m.FxTruncate)) = gatherTruncate
+	*(*func(*libc.TLS, uintptr, int32) int32)(unsafe.Pointer(&m.FxSync)) = gatherSync
+	*(*func(*libc.TLS, uintptr, uintptr) int32)(unsafe.Pointer(&m.FxFileSize)) = gatherFileSize
+	*(*func(*libc.TLS, uintptr, int32, uintptr) int32)(unsafe.Pointer(&m.FxFileControl)) = gatherFileControl
+	// The log is never memory-mapped; a fetch would read the file.
+	m.FxFetch, m.FxUnfetch = 0, 0
+	if m.FiVersion > 2 {
+		m.FiVersion = 2
+	}
+}
+
+// wrapDB makes m the methods of a database file whose connection's log
+// gathers its writes: they hear the log's write lock released.
+func wrapDB(m *sqlite3.Tsqlite3_io_methods) {
+	*(*func(*libc.TLS, uintptr, int32, int32, int32) int32)(unsafe.Pointer(&m.FxShmLock)) = gatherShmLock
+}
+
+// walWriteLock is the shared-memory lock slot of the log's writer (wal.c:
+// WAL_WRITE_LOCK).
+const walWriteLock = 0
+
+// gatherShmLock drops what the connection's log still holds when the
+// connection gives up the log's write lock. A commit wrote it all before
+// its sync; what is left belongs to a transaction that ended without a
+// commit (rolled back after it spilled pages, or a commit that failed), and
+// written later, without the lock, it could overwrite frames another
+// process committed meanwhile. SQLite writes those frames again if it
+// needs them.
+func gatherShmLock(tls *libc.TLS, pFile uintptr, ofst, n, flags int32) int32 {
+	const unlock = sqlite3.SQLITE_SHM_UNLOCK | sqlite3.SQLITE_SHM_EXCLUSIVE
+	if flags&unlock == unlock && ofst <= walWriteLock && walWriteLock < ofst+n {
+		gatherMu.Lock()
+		f := gatherConns[tls]
+		gatherMu.Unlock()
+		if f != nil && f.n > 0 {
+			gatherStats.dropped.Add(1)
+			f.n = 0
 		}
 	}
-	return methods == unixIOAddr
+	lock := *(*func(*libc.TLS, uintptr, int32, int32, int32) int32)(unsafe.Pointer(&unixDBIO.FxShmLock))
+	return lock(tls, pFile, ofst, n, flags)
 }
 
 func fileOf(pFile uintptr) *gatherFile {
@@ -254,6 +311,11 @@ func gatherClose(tls *libc.TLS, pFile uintptr) int32 {
 	gatherMu.Lock()
 	f := gatherFiles[pFile]
 	delete(gatherFiles, pFile)
+	for tls, g := range gatherConns {
+		if g == f {
+			delete(gatherConns, tls)
+		}
+	}
 	gatherMu.Unlock()
 	rc := f.flush(tls, pFile)
 	libc.Xfree(tls, f.buf)

@@ -3,6 +3,7 @@ package sqlite
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -152,5 +153,68 @@ func copyFile(t *testing.T, from, to string) {
 	}
 	if err := dst.Close(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestARolledBackTransactionLeavesNothingToWrite: a transaction that spills
+// pages to the log and rolls back leaves no gathered frames behind to be
+// written after it gave up the log's write lock, over frames another
+// writer of the file committed meanwhile.
+func TestARolledBackTransactionLeavesNothingToWrite(t *testing.T) {
+	ctx := t.Context()
+	db, path := openTemp(t, Options{})
+	scratch(t, db)
+	if _, err := db.write.ExecContext(ctx, `PRAGMA wal_checkpoint(TRUNCATE)`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.write.ExecContext(ctx, `PRAGMA cache_size = 16`); err != nil {
+		t.Fatal(err)
+	}
+	dropped := gatherStats.dropped.Load()
+	errRollBack := errors.New("roll back")
+	err := db.Tx(ctx, func(tx *sql.Tx) error {
+		for k := range 300 {
+			if _, err := tx.ExecContext(ctx, `INSERT INTO scratch (k, v) VALUES (?, ?)`, k, strings.Repeat("z", 3900)); err != nil {
+				return err
+			}
+		}
+		return errRollBack
+	})
+	if !errors.Is(err, errRollBack) {
+		t.Fatalf("the spilled transaction: %v, want it rolled back", err)
+	}
+	if gatherStats.dropped.Load() == dropped {
+		t.Fatal("the rolled-back transaction left nothing gathered to drop: it did not spill, and the test proves nothing")
+	}
+
+	// Another writer of the file, through SQLite's own VFS, commits frames
+	// where the rolled-back ones would have gone.
+	other, err := sql.Open("sqlite", path+"?_txlock=immediate&_busy_timeout=5000")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	tx, err := other.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k := range 600 {
+		if _, err := tx.ExecContext(ctx, `INSERT INTO scratch (k, v) VALUES (?, ?)`, k, strings.Repeat("o", 3900)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if err := fill(ctx, db, 1000, 1, "after"); err != nil {
+		t.Fatalf("the writer after the other's commit: %v", err)
+	}
+	var check string
+	var n int
+	if err := other.QueryRowContext(ctx, `PRAGMA integrity_check`).Scan(&check); err != nil || check != "ok" {
+		t.Fatalf("integrity %q (%v), want ok", check, err)
+	}
+	if err := other.QueryRowContext(ctx, `SELECT COUNT(*) FROM scratch`).Scan(&n); err != nil || n != 601 {
+		t.Fatalf("%d rows (%v), want the other writer's 600 and the writer's one", n, err)
 	}
 }
