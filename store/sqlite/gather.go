@@ -55,7 +55,7 @@ var (
 	unixPtr    uintptr                     // SQLite's unix VFS
 	unixVFS    sqlite3.Tsqlite3_vfs        // a copy of it
 	gatherVFS  sqlite3.Tsqlite3_vfs        // the same, but for xOpen and its name
-	unixIO     sqlite3.Tsqlite3_io_methods // the methods of a file unix opened
+	unixIO     sqlite3.Tsqlite3_io_methods // the methods of a log unix opened
 	unixIOAddr uintptr                     // their address, to recognise them
 	gatherIO   sqlite3.Tsqlite3_io_methods // the methods of a log gatherVFS opened
 
