@@ -387,7 +387,7 @@ func TestEventsReachSinkAfterCommitWithLanes(t *testing.T) {
 	poll.Until(t, 5*time.Second, "the sink to see 4 commands", poll.Bool(func() bool { return len(sink.all()) == 4 }))
 	got := sink.all()
 	// The outbox holds exactly the durable events, in order, with unique ids.
-	rows, err := repo.ListPendingOutbox(context.Background(), 100)
+	rows, err := repo.ListRoomOutbox(context.Background(), "ev", 100)
 	if err != nil {
 		t.Fatal(err)
 	}

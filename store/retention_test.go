@@ -54,7 +54,7 @@ func TestRetentionPrunesOldLogAndPublishedOutbox(t *testing.T) {
 	if err != nil || len(left) != 5 || left[0].RoomVersion != 26 {
 		t.Fatalf("log after retention: %d rows from %v (%v)", len(left), left, err)
 	}
-	pending, err := db.ListPendingOutbox(ctx, 100)
+	pending, err := db.ListRoomOutbox(ctx, "r", 100)
 	if err != nil || len(pending) != 20 {
 		t.Fatalf("pending rows after retention: %d (%v)", len(pending), err)
 	}

@@ -240,8 +240,6 @@ type Repository interface {
 	// SaveOutbox inserts outbox rows as pending. A duplicate event_id is ErrConflict.
 	// The cell never uses it alone: outbox rows share the command's commit (CommitBatches).
 	SaveOutbox(ctx context.Context, records []outbox.Record) error
-	// ListPendingOutbox returns up to limit pending rows whose NextAttemptAt has passed, in id order.
-	ListPendingOutbox(ctx context.Context, limit int) ([]outbox.Record, error)
 	// MarkOutboxPublished marks a row published. Marking a published row again is a no-op.
 	// It publishes a dead row too: the broker has it once it acknowledged, whatever the row's
 	// state (the relay never calls it for a dead row). Unknown id: ErrNotFound.

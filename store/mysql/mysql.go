@@ -317,8 +317,7 @@ func (db *DB) preparePrune(ctx context.Context) error {
 	if db.selectPruneCmds, err = db.db.PrepareContext(ctx, pruneCommandsQuery); err != nil {
 		return fmt.Errorf("prepare prune commands: %w", mapErr(err))
 	}
-	if db.selectPruneOut, err = db.db.PrepareContext(ctx, `SELECT id FROM room_outbox
-		WHERE status = 'published' AND published_at < ? ORDER BY id LIMIT ?`); err != nil {
+	if db.selectPruneOut, err = db.db.PrepareContext(ctx, pruneOutboxQuery); err != nil {
 		return fmt.Errorf("prepare prune outbox: %w", mapErr(err))
 	}
 	return nil

@@ -73,6 +73,11 @@ func (db *DB) PruneCommands(ctx context.Context, keepVersions int64, before time
 	return deleted, nil
 }
 
+// pruneOutboxQuery selects the ids of up to a limit of published rows
+// published before a time, oldest first, through room_outbox_pending.
+const pruneOutboxQuery = `SELECT id FROM room_outbox
+	WHERE status = 'published' AND published_at < ? ORDER BY id LIMIT ?`
+
 // PruneOutbox deletes up to limit published rows published before before,
 // oldest id first, in chunks deleted by id in short transactions. Pending
 // and dead rows are never deleted. It returns the rows deleted.

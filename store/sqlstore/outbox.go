@@ -29,9 +29,6 @@ func outboxColumnsOf(alias string) string {
 // OutboxSQL is the outbox's SQL as a dialect spells it: the statements
 // whose plans the adapters' tests check.
 type OutboxSQL struct {
-	// ListPending reads due pending rows in id order (tests only: the
-	// relay reads by room).
-	ListPending string
 	// ListHeads reads each room's first pending row: the heads are found
 	// among the pending rows' index entries alone (SQLite's partial
 	// room_outbox_room_pending holds the room and the id; MySQL reads the
@@ -44,8 +41,8 @@ type OutboxSQL struct {
 	ListRoomOutbox string
 	// StatsPending counts the pending rows and finds the oldest.
 	// MIN(created_at) reads each pending row, which MySQL's optimiser would
-	// rather do by scanning the whole table, published history and all (and
-	// SQLite too, as for ListPending).
+	// rather do by scanning the whole table, published history and all.
+	// SQLite reads them through room_outbox_room_pending.
 	StatsPending string
 	// StatsDead counts the dead rows by event type.
 	StatsDead string
@@ -64,23 +61,13 @@ func OutboxQueries(d *Dialect) OutboxSQL {
 	if d.PartialIndexes {
 		published = `SELECT COUNT(*) FROM room_outbox`
 	}
-	// The pending rows in id order: MySQL's room_outbox_pending holds them
-	// so; SQLite has only the pending rows of each room
-	// (room_outbox_room_pending), which it would rather not sort than walk,
-	// and scans the whole table instead unless told.
-	pending := `room_outbox` + d.ForceIndex("room_outbox_pending")
-	if d.PartialIndexes {
-		pending = `room_outbox INDEXED BY room_outbox_room_pending`
-	}
 	const requeue = `status = 'pending', attempts = 0, next_attempt_at = ?, published_at = NULL`
 	return OutboxSQL{
-		ListPending: `SELECT ` + outboxColumns + ` FROM ` + pending + `
-		WHERE status = 'pending' AND next_attempt_at <= ? ORDER BY id LIMIT ?`,
 		ListHeads: `SELECT ` + outboxColumnsOf("o") + ` FROM (SELECT MIN(id) AS head FROM room_outbox` + d.ForceIndex("room_outbox_pending") + `
 		WHERE status = 'pending' GROUP BY room_id HAVING MIN(id) > ?) AS h JOIN room_outbox o ON o.id = h.head ORDER BY h.head LIMIT ?`,
 		ListRoomOutbox: `SELECT ` + outboxColumns + ` FROM room_outbox` + d.ForceIndex("room_outbox_room_pending") + `
 		WHERE room_id = ? AND status = 'pending' ORDER BY room_version, seq LIMIT ?`,
-		StatsPending:    `SELECT COUNT(*), MIN(created_at) FROM ` + pending + ` WHERE status = 'pending'`,
+		StatsPending:    `SELECT COUNT(*), MIN(created_at) FROM room_outbox` + d.ForceIndex("room_outbox_pending") + ` WHERE status = 'pending'`,
 		StatsDead:       `SELECT event_type, COUNT(*) FROM room_outbox WHERE status = 'dead' GROUP BY event_type`,
 		StatsPublished:  published,
 		RequeueDead:     d.UpdateFirst("room_outbox", requeue, `status = 'dead'`),
@@ -111,12 +98,6 @@ func (db *DB) SaveOutbox(ctx context.Context, records []outbox.Record) error {
 		return fmt.Errorf("save outbox room=%s: %w", records[0].RoomID, err)
 	}
 	return nil
-}
-
-// ListPendingOutbox returns up to limit pending rows that are due now, in id
-// order. A limit of zero or less lists nothing.
-func (db *DB) ListPendingOutbox(ctx context.Context, limit int) ([]outbox.Record, error) {
-	return db.listOutbox(ctx, "list pending outbox", db.stmts.listPending, time.Now().UnixMilli(), limit)
 }
 
 // ListOutboxHeads returns each room's first pending row (its lowest id),

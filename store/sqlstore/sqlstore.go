@@ -82,7 +82,7 @@ type statements struct {
 
 	getMeta, getCommand, listCommands, getSnapshot *sql.Stmt
 	listCommandsPage, readHead                     *sql.Stmt
-	listPending, listHeads, listRoomOutbox         *sql.Stmt
+	listHeads, listRoomOutbox                      *sql.Stmt
 	listRooms                                      *sql.Stmt
 
 	insertCommands, insertOutbox *bulkInsert
@@ -174,7 +174,6 @@ func (db *DB) prepare(ctx context.Context) error {
 		WHERE room_id = ? AND room_version > ? ORDER BY room_version LIMIT ?`)
 	s.readHead = prep(r, `SELECT room_version FROM rooms WHERE room_id = ?`)
 	s.getSnapshot = prep(r, `SELECT room_version, payload, created_at FROM room_snapshots WHERE room_id = ?`)
-	s.listPending = prep(r, o.ListPending)
 	s.listHeads = prep(r, o.ListHeads)
 	s.listRoomOutbox = prep(r, o.ListRoomOutbox)
 	s.listRooms = prep(r, `SELECT room_id, owner_user_id, host_user_id, seat_count, mode, status,
