@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"hyapp/room-service/outbox"
@@ -53,11 +52,10 @@ func BareAsyncPublish(ctx context.Context, b *Bus, records []outbox.Record, wind
 				return time.Since(start), ackErr(f, err)
 			}
 		}
-		data, h, err := Encode(r)
+		msg, err := b.message(r)
 		if err != nil {
 			return time.Since(start), fmt.Errorf("bare async publish: %w", err)
 		}
-		msg := &nats.Msg{Subject: b.Subject(r.EventType, r.RoomID), Data: data, Header: h}
 		f, err := js.PublishMsgAsync(msg, jetstream.WithExpectStream(b.cfg.Stream))
 		if err != nil {
 			return time.Since(start), fmt.Errorf("bare async publish event=%s: %w", r.EventID, err)

@@ -199,6 +199,7 @@ type Bus struct {
 	srv    *server.Server // nil with an external URL
 	nc     *nats.Conn
 	js     jetstream.JetStream
+	order  *inOrder      // PublishInOrder's
 	closed chan struct{} // closed by the connection's ClosedHandler
 
 	closeOnce sync.Once
@@ -271,6 +272,10 @@ func Open(ctx context.Context, cfg Config, log *slog.Logger) (*Bus, error) {
 		return nil, fmt.Errorf("jetstream: %w", err)
 	}
 	b.js = js
+	if b.order, err = newInOrder(nc, b); err != nil {
+		_ = b.Close()
+		return nil, fmt.Errorf("jetstream: %w", err)
+	}
 	_, err = js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
 		Name:        cfg.Stream,
 		Description: "room-service durable room events (outbox)",
@@ -296,25 +301,39 @@ func Open(ctx context.Context, cfg Config, log *slog.Logger) (*Bus, error) {
 // message may or may not be stored: retry with the same record. A record
 // Encode refuses gives ErrInvalidRecord, wrapped.
 func (b *Bus) Publish(ctx context.Context, r outbox.Record) error {
-	data, h, err := Encode(r)
+	msg, err := b.message(r)
 	if err != nil {
 		return fmt.Errorf("publish: %w", err)
 	}
 	ctx, cancel := context.WithTimeout(ctx, b.cfg.PublishTimeout)
 	defer cancel()
 	if sc := trace.SpanContextFromContext(ctx); sc.IsSampled() {
-		h[HeaderTraceParent] = []string{obs.FormatTraceParent(sc)} // the publish's own span
+		msg.Header[HeaderTraceParent] = []string{obs.FormatTraceParent(sc)} // the publish's own span
 	}
-	msg := &nats.Msg{Subject: b.Subject(r.EventType, r.RoomID), Data: data, Header: h}
 	// ExpectStream makes the broker refuse the message if the subject were
 	// ever captured by another stream, instead of acking it there.
 	if _, err := b.js.PublishMsg(ctx, msg, jetstream.WithExpectStream(b.cfg.Stream)); err != nil {
-		if transient(err) {
-			return fmt.Errorf("publish event=%s: %w: %w", r.EventID, outbox.ErrTransient, err)
-		}
-		return fmt.Errorf("publish event=%s: %w", r.EventID, err)
+		return publishErr(r, err)
 	}
 	return nil
+}
+
+// message is r's message on its subject.
+func (b *Bus) message(r outbox.Record) (*nats.Msg, error) {
+	data, h, err := Encode(r)
+	if err != nil {
+		return nil, err
+	}
+	return &nats.Msg{Subject: b.Subject(r.EventType, r.RoomID), Data: data, Header: h}, nil
+}
+
+// publishErr is the error of r's failed publish: outbox.ErrTransient when
+// the broker or the connection failed rather than the message.
+func publishErr(r outbox.Record, err error) error {
+	if transient(err) {
+		return fmt.Errorf("publish event=%s: %w: %w", r.EventID, outbox.ErrTransient, err)
+	}
+	return fmt.Errorf("publish event=%s: %w", r.EventID, err)
 }
 
 // transient reports whether a publish failed because of the broker or the
@@ -325,6 +344,7 @@ func transient(err error) bool {
 		context.DeadlineExceeded, context.Canceled, nats.ErrTimeout, nats.ErrNoResponders,
 		nats.ErrConnectionClosed, nats.ErrConnectionReconnecting, nats.ErrConnectionDraining,
 		nats.ErrDisconnected, nats.ErrNoServers, nats.ErrInvalidConnection, jetstream.ErrNoStreamResponse,
+		jetstream.ErrAsyncPublishTimeout, jetstream.ErrTooManyStalledMsgs, jetstream.ErrJetStreamPublisherClosed,
 	} {
 		if errors.Is(err, t) {
 			return true
@@ -482,6 +502,9 @@ func (b *Bus) Close() error {
 				b.nc.Close()
 				<-b.closed
 			}
+		}
+		if b.order != nil {
+			b.order.js.CleanupPublisher() // fails what is still in flight
 		}
 		b.shutdownServer()
 		b.log.Info("nats bus closed")

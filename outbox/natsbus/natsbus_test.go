@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -297,6 +298,84 @@ func testBus(t *testing.T, open func(testing.TB) *natsbus.Bus) {
 		}
 	})
 
+	t.Run("PublishInOrder", func(t *testing.T) {
+		b := open(t)
+		const rooms, perRoom = 8, 40
+		recs := make([][]outbox.Record, rooms)
+		for g := range recs {
+			for v := 1; v <= perRoom; v++ {
+				recs[g] = append(recs[g], record("room-"+strconv.Itoa(g), int64(v), 0, "RoomMicChanged"))
+			}
+		}
+		var wg sync.WaitGroup
+		for g := range rooms {
+			wg.Go(func() {
+				next := 0 // each sees every row once, in order
+				n, err := b.PublishInOrder(context.Background(), recs[g], func(i int) bool {
+					if i != next {
+						t.Errorf("room %d: ack of row %d, want %d", g, i, next)
+					}
+					next++
+					return true
+				})
+				if n != perRoom || err != nil || next != perRoom {
+					t.Errorf("room %d: %d rows acknowledged (%d seen), err %v; want %d", g, n, next, err, perRoom)
+				}
+			})
+		}
+		wg.Wait()
+		if n := count(t, b, ">"); n != rooms*perRoom {
+			t.Fatalf("stream holds %d messages, want %d", n, rooms*perRoom)
+		}
+		for i, m := range fetch(t, b, b.RoomFilter("room-5"), perRoom) {
+			checkMsg(t, b, m, recs[5][i])
+		}
+		// Again: all duplicates, all acknowledged, nothing stored twice.
+		if n, err := b.PublishInOrder(context.Background(), recs[2], nil); n != perRoom || err != nil {
+			t.Fatalf("republish: %d rows, %v", n, err)
+		}
+		if n := count(t, b, ">"); n != rooms*perRoom {
+			t.Fatalf("stream holds %d messages after duplicates, want %d", n, rooms*perRoom)
+		}
+	})
+
+	t.Run("PublishInOrderStops", func(t *testing.T) {
+		b := open(t)
+		var rows []outbox.Record
+		for v := 1; v <= 10; v++ {
+			rows = append(rows, record("stop", int64(v), 0, "RoomMicChanged"))
+		}
+		// each says stop after the fifth row: nothing after it goes out.
+		if n, err := b.PublishInOrder(context.Background(), rows, func(i int) bool { return i < 4 }); n != 5 || err != nil {
+			t.Fatalf("stopped by each: %d rows, %v; want 5, nil", n, err)
+		}
+		if n := count(t, b, ">"); n != 5 {
+			t.Fatalf("stream holds %d messages, want 5", n)
+		}
+		// A row the encoder refuses ends the rows before it goes out.
+		bad := slices.Clone(rows)
+		bad[7].EventID = ""
+		n, err := b.PublishInOrder(context.Background(), bad, nil)
+		if n != 7 || !errors.Is(err, natsbus.ErrInvalidRecord) || errors.Is(err, outbox.ErrTransient) {
+			t.Fatalf("invalid eighth row: %d rows, %v; want 7, ErrInvalidRecord", n, err)
+		}
+		if n := count(t, b, ">"); n != 7 {
+			t.Fatalf("stream holds %d messages, want 7", n)
+		}
+		// A context already over publishes nothing it waits for.
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		if n, err := b.PublishInOrder(ctx, rows[7:], nil); err == nil && n != 3 || err != nil && !errors.Is(err, outbox.ErrTransient) {
+			t.Fatalf("ended context: %d rows, %v; want ErrTransient, or all 3 rows", n, err)
+		}
+		if err := b.Close(); err != nil {
+			t.Fatalf("close: %v", err)
+		}
+		if n, err := b.PublishInOrder(context.Background(), rows, nil); n != 0 || !errors.Is(err, outbox.ErrTransient) {
+			t.Fatalf("after close: %d rows, %v; want 0, ErrTransient", n, err)
+		}
+	})
+
 	t.Run("BareAsyncPublish", func(t *testing.T) {
 		b := open(t)
 		recs := benchRecords(500, 7)
@@ -386,6 +465,50 @@ func TestEmbedded(t *testing.T) {
 func TestExternal(t *testing.T) {
 	externalOrSkip(t)
 	testBus(t, openExternal)
+}
+
+// TestPublishInOrderEndsWhenTheBrokerGoes: a broker that goes away while
+// rows are in flight ends PublishInOrder with a transient error; it does
+// not hang, and it counts only what was acknowledged.
+func TestPublishInOrderEndsWhenTheBrokerGoes(t *testing.T) {
+	srv, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoSigs: true, NoLog: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Start()
+	if !srv.ReadyForConnections(10 * time.Second) {
+		t.Fatal("nats did not start")
+	}
+	defer srv.WaitForShutdown()
+	defer srv.Shutdown()
+	b, err := natsbus.Open(openCtx(t), natsbus.Config{URL: srv.ClientURL(), PublishTimeout: 500 * time.Millisecond}, testLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = b.Close() }()
+	rows := benchRecords(100_000, 1)
+	gone := make(chan struct{})
+	done := make(chan struct{})
+	var n int
+	go func() {
+		defer close(done)
+		n, err = b.PublishInOrder(context.Background(), rows, func(i int) bool {
+			if i == 100 {
+				close(gone)
+			}
+			return true
+		})
+	}()
+	<-gone
+	srv.Shutdown()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("PublishInOrder still waits 30 s after the broker went away")
+	}
+	if n < 101 || n >= len(rows) || !errors.Is(err, outbox.ErrTransient) {
+		t.Fatalf("%d rows acknowledged, err %v; want 101 or more, fewer than all, and ErrTransient", n, err)
+	}
 }
 
 func TestEmbeddedReopenKeepsMessagesAndDedup(t *testing.T) {

@@ -29,6 +29,17 @@ type Publisher interface {
 	Publish(ctx context.Context, r outbox.Record) error
 }
 
+// InOrderPublisher is a Publisher that also publishes a room's rows in
+// order, each once the broker acknowledged the one before it, without a
+// goroutine waiting for each ack (natsbus.Bus). each runs on the
+// publisher's goroutine after rows[i]'s ack, must not block, and false
+// stops the rows there; it returns the rows acknowledged and the error of
+// the one after them.
+type InOrderPublisher interface {
+	Publisher
+	PublishInOrder(ctx context.Context, rows []outbox.Record, each func(i int) bool) (int, error)
+}
+
 // Gate decides who may publish a room's events right now: exactly one relay
 // per room at a time, across nodes when the gate is a shared lease. Acquire
 // returns ok=false when another relay holds the room.
@@ -132,6 +143,7 @@ type Metrics struct {
 type Relay struct {
 	src     Source
 	pub     Publisher
+	inOrder InOrderPublisher // pub, when it is one
 	gate    Gate
 	cfg     Config
 	log     *slog.Logger
@@ -201,7 +213,8 @@ type markReq struct {
 
 // NewRelay returns a relay; Run starts it.
 func New(src Source, pub Publisher, gate Gate, cfg Config, m Metrics, log *slog.Logger) *Relay {
-	return &Relay{
+	inOrder, _ := pub.(InOrderPublisher)
+	return &Relay{inOrder: inOrder,
 		src: src, pub: pub, gate: gate, cfg: cfg.withDefaults(), log: log, metrics: m, now: time.Now,
 		wake: make(chan struct{}, 1), kick: make(chan struct{}, 1), marks: make(chan markReq, 1024),
 		ready: make(map[string]bool), busy: make(map[string]bool), until: make(map[string]time.Time),
@@ -691,39 +704,78 @@ func (r *Relay) releaseKept(now time.Time) {
 // event ids the broker acknowledged, and whether every row went out (or
 // went dead).
 func (r *Relay) publish(ctx context.Context, roomID string, held Held, rows []outbox.Record) (acked []string, ok bool) {
-	for _, row := range rows {
+	for i := 0; i < len(rows); {
 		select {
 		case <-held.Lost():
 			return acked, false // another relay may hold the room now: publish nothing more
 		default:
 		}
-		if now := r.now(); row.NextAttemptAt.After(now) {
-			r.backoff(roomID, row.NextAttemptAt)
+		now := r.now()
+		if rows[i].NextAttemptAt.After(now) {
+			r.backoff(roomID, rows[i].NextAttemptAt)
 			return acked, false
 		}
-		pctx, span := startPublish(ctx, row)
-		err := r.pub.Publish(pctx, row)
-		endPublish(span, err)
-		if err == nil {
+		n, err := r.send(ctx, held, rows[i:], now)
+		for _, row := range rows[i : i+n] {
 			acked = append(acked, row.EventID)
-			if r.metrics.Lag != nil && !row.CreatedAt.IsZero() {
-				r.metrics.Lag(pctx, r.now().Sub(row.CreatedAt))
-			}
+		}
+		if n > 0 {
 			r.brokerOK()
+		}
+		i += n
+		switch {
+		case err == nil && n > 0:
 			continue
-		}
-		if ctx.Err() != nil {
+		case err == nil || ctx.Err() != nil:
 			return acked, false
-		}
-		if errors.Is(err, outbox.ErrTransient) {
+		case errors.Is(err, outbox.ErrTransient):
 			r.brokerDown(err)
 			return acked, false
-		}
-		if !r.failed(ctx, roomID, row, err) {
+		case !r.failed(ctx, roomID, rows[i], err):
 			return acked, false // the row backs off: nothing after it may go first
 		}
+		i++ // the row went dead
 	}
 	return acked, true
+}
+
+// send publishes rows from the first on and returns how many the broker
+// acknowledged and the error of the one after them. The due rows without
+// a trace context ahead go through the in-order publisher when there is
+// one, stopping when the gate is lost; otherwise the first row goes alone,
+// in its own span when it was traced.
+func (r *Relay) send(ctx context.Context, held Held, rows []outbox.Record, now time.Time) (int, error) {
+	if r.inOrder != nil && rows[0].TraceContext == "" {
+		run := 1
+		for run < len(rows) && rows[run].TraceContext == "" && !rows[run].NextAttemptAt.After(now) {
+			run++
+		}
+		rows = rows[:run]
+		return r.inOrder.PublishInOrder(ctx, rows, func(i int) bool {
+			r.lag(ctx, &rows[i])
+			select {
+			case <-held.Lost():
+				return false
+			default:
+				return true
+			}
+		})
+	}
+	pctx, span := startPublish(ctx, rows[0])
+	err := r.pub.Publish(pctx, rows[0])
+	endPublish(span, err)
+	if err != nil {
+		return 0, err
+	}
+	r.lag(pctx, &rows[0])
+	return 1, nil
+}
+
+// lag observes the row's commit-to-acknowledge delay.
+func (r *Relay) lag(ctx context.Context, row *outbox.Record) {
+	if r.metrics.Lag != nil && !row.CreatedAt.IsZero() {
+		r.metrics.Lag(ctx, r.now().Sub(row.CreatedAt))
+	}
 }
 
 // failed records a message failure; it reports whether the chain may go on

@@ -222,23 +222,77 @@ func (f *flaky) Publish(ctx context.Context, r outbox.Record) error {
 	return f.next.Publish(ctx, r)
 }
 
-func testOrderUnderFailures(t *testing.T, bus *natsbus.Bus) {
+// flakyInOrder is flaky for the relay's in-order path: a room's rows go
+// to the bus's PublishInOrder up to the first row that fails, which then
+// fails as flaky's Publish would fail it.
+type flakyInOrder struct {
+	*flaky
+	next relay.InOrderPublisher
+}
+
+func (f flakyInOrder) PublishInOrder(ctx context.Context, rows []outbox.Record, each func(i int) bool) (int, error) {
+	v, _ := f.inFlight.LoadOrStore(rows[0].RoomID, new(atomic.Int32))
+	if v.(*atomic.Int32).Add(1) > 1 {
+		f.overlaps.Add(1)
+	}
+	defer v.(*atomic.Int32).Add(-1)
+	k, fault := 0, int64(0)
+	for ; k < len(rows); k++ {
+		if fault = f.n.Add(1) % 7; fault == 2 || fault == 4 || fault == 6 {
+			break
+		}
+	}
+	n, err := f.next.PublishInOrder(ctx, rows[:k], each)
+	if err != nil || n < k || k == len(rows) {
+		return n, err
+	}
+	switch fault {
+	case 2:
+		return k, errors.New("injected: message refused")
+	case 4:
+		if err := f.next.Publish(ctx, rows[k]); err != nil {
+			return k, err
+		}
+		return k, errors.New("injected: acknowledgement lost")
+	default:
+		return k, fmt.Errorf("injected: %w", outbox.ErrTransient)
+	}
+}
+
+// injected are the failing publishers over bus: row by row, and in order.
+func injected(bus *natsbus.Bus) map[string]func() (relay.Publisher, *flaky) {
+	return map[string]func() (relay.Publisher, *flaky){
+		"row by row": func() (relay.Publisher, *flaky) { f := &flaky{next: bus}; return f, f },
+		"in order":   func() (relay.Publisher, *flaky) { f := &flaky{next: bus}; return flakyInOrder{f, bus}, f },
+	}
+}
+
+func testOrderUnderFailures(t *testing.T, bus *natsbus.Bus, pub relay.Publisher, f *flaky) {
 	repo := openRepo(t)
 	ids := rooms("order", 12)
 	seed(t, repo, ids, 20)
-	pub := &flaky{next: bus}
 	runRelay(t, relay.New(repo, pub, relay.LeaseGate{Lease: lease.NewLocal()}, fastConfig(), relay.Metrics{}, quiet))
 	seed(t, repo, ids, 10) // late commits while the relay runs
 	poll.Until(t, 60*time.Second, "every row published", poll.Bool(func() bool { return pending(t, repo) == 0 }))
 	consume(t, bus, 12*30*2)
-	if pub.overlaps.Load() != 0 {
-		t.Fatalf("%d publishes overlapped another of the same room", pub.overlaps.Load())
+	if f.overlaps.Load() != 0 {
+		t.Fatalf("%d publishes overlapped another of the same room", f.overlaps.Load())
 	}
 }
 
 func TestRelayKeepsRoomOrderUnderInjectedFailures(t *testing.T) {
-	t.Run("embedded", func(t *testing.T) { testOrderUnderFailures(t, openBus(t, natsbus.Config{})) })
-	t.Run("external", func(t *testing.T) { testOrderUnderFailures(t, external(t)) })
+	for _, path := range []string{"row by row", "in order"} {
+		t.Run(path+"/embedded", func(t *testing.T) {
+			bus := openBus(t, natsbus.Config{})
+			pub, f := injected(bus)[path]()
+			testOrderUnderFailures(t, bus, pub, f)
+		})
+		t.Run(path+"/external", func(t *testing.T) {
+			bus := external(t)
+			pub, f := injected(bus)[path]()
+			testOrderUnderFailures(t, bus, pub, f)
+		})
+	}
 }
 
 // neverMarks is storage whose marks are lost: a relay over it publishes and
@@ -671,9 +725,14 @@ func TestMemoryIsNotTrustedAcrossOwners(t *testing.T) {
 // memory keep their room's order through refused messages, lost
 // acknowledgements and outages; a failure sends the room back to the table.
 func TestCommittedRowsKeepOrderUnderInjectedFailures(t *testing.T) {
+	t.Run("row by row", func(t *testing.T) { testCommittedOrderUnderFailures(t, "row by row") })
+	t.Run("in order", func(t *testing.T) { testCommittedOrderUnderFailures(t, "in order") })
+}
+
+func testCommittedOrderUnderFailures(t *testing.T, path string) {
 	repo := openRepo(t)
 	bus := openBus(t, natsbus.Config{})
-	pub := &flaky{next: bus}
+	pub, f := injected(bus)[path]()
 	var memory, table atomic.Int64
 	r := relay.New(repo, pub, relay.LeaseGate{Lease: lease.NewLocal()}, fastConfig(), taken(&memory, &table), quiet)
 	owners := make([]*owner, 12)
@@ -688,8 +747,8 @@ func TestCommittedRowsKeepOrderUnderInjectedFailures(t *testing.T) {
 	}
 	poll.Until(t, 60*time.Second, "every row published", poll.Bool(func() bool { return pending(t, repo) == 0 }))
 	consume(t, bus, 12*20*2)
-	if pub.overlaps.Load() != 0 {
-		t.Fatalf("%d publishes overlapped another of the same room", pub.overlaps.Load())
+	if f.overlaps.Load() != 0 {
+		t.Fatalf("%d publishes overlapped another of the same room", f.overlaps.Load())
 	}
 	t.Logf("%d rows from memory, %d from the table", memory.Load(), table.Load())
 }
