@@ -24,8 +24,8 @@ import (
 // stops the sequence there. PublishInOrder returns the number of rows
 // acknowledged and, when rows[n] failed, its error, wrapped as Publish
 // wraps it (outbox.ErrTransient for the broker's or the connection's
-// failures, ctx's end among them). Rows carrying a trace context should go
-// through Publish, which gives the message the publish's own span.
+// failures, ctx's end among them). A row whose publish has a span of its
+// own goes through Publish, which puts that span in the message.
 func (b *Bus) PublishInOrder(ctx context.Context, rows []outbox.Record, each func(i int) bool) (int, error) {
 	if len(rows) == 0 {
 		return 0, nil

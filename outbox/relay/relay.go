@@ -740,14 +740,14 @@ func (r *Relay) publish(ctx context.Context, roomID string, held Held, rows []ou
 }
 
 // send publishes rows from the first on and returns how many the broker
-// acknowledged and the error of the one after them. The due rows without
-// a trace context ahead go through the in-order publisher when there is
-// one, stopping when the gate is lost; otherwise the first row goes alone,
-// in its own span when it was traced.
+// acknowledged and the error of the one after them. The due rows ahead
+// whose commands were not sampled go through the in-order publisher when
+// there is one, stopping when the gate is lost; otherwise the first row
+// goes alone, in its own span when it was sampled.
 func (r *Relay) send(ctx context.Context, held Held, rows []outbox.Record, now time.Time) (int, error) {
-	if r.inOrder != nil && rows[0].TraceContext == "" {
+	if r.inOrder != nil && !traced(&rows[0]) {
 		run := 1
-		for run < len(rows) && rows[run].TraceContext == "" && !rows[run].NextAttemptAt.After(now) {
+		for run < len(rows) && !traced(&rows[run]) && !rows[run].NextAttemptAt.After(now) {
 			run++
 		}
 		rows = rows[:run]

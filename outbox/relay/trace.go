@@ -30,3 +30,9 @@ func endPublish(span trace.Span, err error) {
 	}
 	span.End()
 }
+
+// traced reports whether the row's command was sampled: its publish gets a
+// span of its own.
+func traced(row *outbox.Record) bool {
+	return row.TraceContext != "" && obs.ParseTraceParent(row.TraceContext).IsSampled()
+}
