@@ -24,29 +24,36 @@ import (
 // stops the sequence there. PublishInOrder returns the number of rows
 // acknowledged and, when rows[n] failed, its error, wrapped as Publish
 // wraps it (outbox.ErrTransient for the broker's or the connection's
-// failures, ctx's end among them). A row whose publish has a span of its
-// own goes through Publish, which puts that span in the message.
+// failures, ctx's end among them). When it returns, no callback of the call
+// runs any more and nothing after rows[n] goes out; rows[n] itself may
+// still reach the broker when ctx ended while it was on its way, as with
+// a Publish whose ctx ended. A row whose publish has a span of its own
+// goes through Publish, which puts that span in the message.
 func (b *Bus) PublishInOrder(ctx context.Context, rows []outbox.Record, each func(i int) bool) (int, error) {
 	if len(rows) == 0 {
 		return 0, nil
 	}
-	s := &sequence{rows: rows, each: each, done: make(chan struct{})}
-	b.order.send(b, s)
+	if err := ctx.Err(); err != nil {
+		return 0, publishErr(rows[0], err)
+	}
+	o := b.order
+	s := &sequence{rows: rows, each: each, done: make(chan struct{}), busy: 1}
+	o.send(b, s)
 	select {
 	case <-s.done:
 	case <-ctx.Done():
-		b.order.mu.Lock()
-		switch {
-		case s.over:
-		case s.n < len(rows):
-			s.end(publishErr(rows[s.n], ctx.Err()))
-		default:
-			s.end(nil) // the last ack came in meanwhile
+		o.mu.Lock()
+		if !s.over {
+			s.stop = ctx.Err()
+			if s.busy == 0 {
+				s.end(s.stopErr())
+			} // else the step under way ends it
 		}
-		b.order.mu.Unlock()
+		o.mu.Unlock()
+		<-s.done
 	}
-	b.order.mu.Lock()
-	defer b.order.mu.Unlock()
+	o.mu.Lock()
+	defer o.mu.Unlock()
 	return s.n, s.err
 }
 
@@ -71,12 +78,31 @@ type sequence struct {
 	n    int   // rows acknowledged
 	err  error // why rows[n] did not go out
 	over bool
+	busy int   // steps under way (a send, or an ack's callback and the send after it)
+	stop error // the caller stopped waiting (ctx's end): the step under way ends the sequence
 }
 
 // end ends the sequence with err; inOrder.mu is held.
 func (s *sequence) end(err error) {
 	s.over, s.err = true, err
 	close(s.done)
+}
+
+// stopErr is the error a stopped sequence ends with.
+func (s *sequence) stopErr() error {
+	if s.n < len(s.rows) {
+		return publishErr(s.rows[s.n], s.stop)
+	}
+	return nil // the last ack came in meanwhile
+}
+
+// leave ends a step; the last step of a stopped sequence ends it.
+// inOrder.mu is held.
+func (s *sequence) leave() {
+	s.busy--
+	if s.busy == 0 && s.stop != nil && !s.over {
+		s.end(s.stopErr())
+	}
 }
 
 func newInOrder(nc *nats.Conn, b *Bus) (*inOrder, error) {
@@ -97,37 +123,45 @@ func newInOrder(nc *nats.Conn, b *Bus) (*inOrder, error) {
 	return o, nil
 }
 
-// send publishes the sequence's next row.
+// send publishes the sequence's next row, as one of its steps: the caller
+// counted it in busy, and send leaves.
 func (o *inOrder) send(b *Bus, s *sequence) {
 	o.mu.Lock()
-	if s.over {
-		o.mu.Unlock()
+	defer o.mu.Unlock()
+	if s.over || s.stop != nil {
+		s.leave()
 		return
 	}
 	row := s.rows[s.n]
 	msg, err := b.message(row)
 	if err != nil {
 		s.end(fmt.Errorf("publish: %w", err))
-		o.mu.Unlock()
+		s.leave()
 		return
 	}
 	o.inFlight[msg] = s
 	o.mu.Unlock()
-	if _, err := o.js.PublishMsgAsync(msg, jetstream.WithExpectStream(b.cfg.Stream)); err != nil {
-		if b.nc.IsClosed() && !errors.Is(err, nats.ErrConnectionClosed) {
-			// The library says so in words only when its reply
-			// subscription is gone with the connection.
-			err = fmt.Errorf("%w: %w", nats.ErrConnectionClosed, err)
+	_, err = o.js.PublishMsgAsync(msg, jetstream.WithExpectStream(b.cfg.Stream))
+	o.mu.Lock()
+	if err != nil && o.inFlight[msg] == s {
+		delete(o.inFlight, msg)
+		if !s.over {
+			s.end(publishErr(row, b.connErr(err)))
 		}
-		o.mu.Lock()
-		if o.inFlight[msg] == s {
-			delete(o.inFlight, msg)
-			if !s.over {
-				s.end(publishErr(row, err))
-			}
-		}
-		o.mu.Unlock()
 	}
+	s.leave()
+}
+
+// connErr names the connection's state in err when the library says it in
+// words only (it does when its reply subscription cannot be made).
+func (b *Bus) connErr(err error) error {
+	switch {
+	case b.nc.IsClosed() && !errors.Is(err, nats.ErrConnectionClosed):
+		return fmt.Errorf("%w: %w", nats.ErrConnectionClosed, err)
+	case b.nc.IsDraining() && !errors.Is(err, nats.ErrConnectionDraining):
+		return fmt.Errorf("%w: %w", nats.ErrConnectionDraining, err)
+	}
+	return err
 }
 
 // acked takes the broker's ack of m and sends the sequence's next row.
@@ -141,17 +175,19 @@ func (o *inOrder) acked(b *Bus, m *nats.Msg) {
 	}
 	i := s.n
 	s.n++
+	s.busy++
 	o.mu.Unlock()
 	goOn := s.each == nil || s.each(i)
-	if i+1 == len(s.rows) || !goOn {
-		o.mu.Lock()
-		if !s.over {
-			s.end(nil)
-		}
-		o.mu.Unlock()
+	if i+1 < len(s.rows) && goOn {
+		o.send(b, s)
 		return
 	}
-	o.send(b, s)
+	o.mu.Lock()
+	if !s.over {
+		s.end(nil)
+	}
+	s.leave()
+	o.mu.Unlock()
 }
 
 // failed ends m's sequence with m's error.

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -362,11 +363,37 @@ func testBus(t *testing.T, open func(testing.TB) *natsbus.Bus) {
 		if n := count(t, b, ">"); n != 7 {
 			t.Fatalf("stream holds %d messages, want 7", n)
 		}
-		// A context already over publishes nothing it waits for.
+		// A context already over publishes nothing.
 		ctx, cancel := context.WithCancel(context.Background())
 		cancel()
-		if n, err := b.PublishInOrder(ctx, rows[7:], nil); err == nil && n != 3 || err != nil && !errors.Is(err, outbox.ErrTransient) {
-			t.Fatalf("ended context: %d rows, %v; want ErrTransient, or all 3 rows", n, err)
+		if n, err := b.PublishInOrder(ctx, rows[7:], nil); n != 0 || !errors.Is(err, outbox.ErrTransient) {
+			t.Fatalf("ended context: %d rows, %v; want 0, ErrTransient", n, err)
+		}
+		if n := count(t, b, ">"); n != 7 {
+			t.Fatalf("stream holds %d messages after an ended context, want 7", n)
+		}
+		// A context that ends on the way: what the call counts was
+		// acknowledged and seen by each, and nothing after the row it
+		// ended at goes out.
+		var late []outbox.Record
+		for v := 1; v <= 50; v++ {
+			late = append(late, record("late", int64(v), 0, "RoomMicChanged"))
+		}
+		ctx, cancel = context.WithCancel(context.Background())
+		var seen atomic.Int64
+		n, err = b.PublishInOrder(ctx, late, func(i int) bool {
+			seen.Add(1)
+			if i == 2 {
+				cancel()
+			}
+			return true
+		})
+		cancel()
+		if n < 3 || err != nil && !errors.Is(err, outbox.ErrTransient) || err == nil && n != len(late) || seen.Load() != int64(n) {
+			t.Fatalf("context ended after the third ack: %d rows, %v, each saw %d; want 3 or more, ErrTransient, each saw them all", n, err, seen.Load())
+		}
+		if got := count(t, b, b.RoomFilter("late")); got > uint64(n+1) {
+			t.Fatalf("the stream holds %d of the room's messages after %d acknowledged", got, n)
 		}
 		if err := b.Close(); err != nil {
 			t.Fatalf("close: %v", err)
