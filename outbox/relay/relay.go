@@ -214,8 +214,8 @@ type markReq struct {
 // NewRelay returns a relay; Run starts it.
 func New(src Source, pub Publisher, gate Gate, cfg Config, m Metrics, log *slog.Logger) *Relay {
 	inOrder, _ := pub.(InOrderPublisher)
-	return &Relay{inOrder: inOrder,
-		src: src, pub: pub, gate: gate, cfg: cfg.withDefaults(), log: log, metrics: m, now: time.Now,
+	return &Relay{
+		src: src, pub: pub, inOrder: inOrder, gate: gate, cfg: cfg.withDefaults(), log: log, metrics: m, now: time.Now,
 		wake: make(chan struct{}, 1), kick: make(chan struct{}, 1), marks: make(chan markReq, 1024),
 		ready: make(map[string]bool), busy: make(map[string]bool), until: make(map[string]time.Time),
 		mem: make(map[string]*memRoom), kept: make(map[string]kept),
