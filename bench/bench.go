@@ -171,6 +171,48 @@ func closedLoop(name string, callers, total int, send func(caller int, i int64) 
 	return Row{Name: name, Ops: total, Elapsed: elapsed, P50: p50, P99: p99}, err
 }
 
+// openLoop offers n calls of send(i) at rate per second whatever their
+// answers, each in a goroutine of its own, and returns when all answered:
+// each call's latency counted from when it was due (not from when it
+// started, which a late generator would flatter), the run's wall time, how
+// many calls failed and the first failure. The load does not wait for a
+// slow service, so a tail it measures is the service's at that load, not
+// the queue of a closed loop (in which the mean latency is in-flight / rate).
+func openLoop(ctx context.Context, rate float64, n int, send func(i int) error) (lat []time.Duration, elapsed time.Duration, failed int64, first error) {
+	interval := time.Duration(float64(time.Second) / rate)
+	lat = make([]time.Duration, n)
+	var fails atomic.Int64
+	var firstErr atomic.Pointer[error]
+	var wg sync.WaitGroup
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	start := time.Now()
+	for i := 0; i < n; {
+		for due := min(int(time.Since(start)/interval)+1, n); i < due; i++ {
+			j, at := i, start.Add(time.Duration(i)*interval) // i moves on before the send ends
+			wg.Go(func() {
+				err := send(j)
+				lat[j] = time.Since(at)
+				if err != nil {
+					fails.Add(1)
+					firstErr.CompareAndSwap(nil, &err)
+				}
+			})
+		}
+		select {
+		case <-ctx.Done():
+			wg.Wait()
+			return lat, time.Since(start), fails.Load(), ctx.Err()
+		case <-tick.C:
+		}
+	}
+	wg.Wait()
+	if err := firstErr.Load(); err != nil {
+		first = *err
+	}
+	return lat, time.Since(start), fails.Load(), first
+}
+
 // percentiles sorts lat and returns its median and 99th percentile.
 func percentiles(lat []time.Duration) (p50, p99 time.Duration) {
 	if len(lat) == 0 {

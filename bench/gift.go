@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"hyapp/room-service/app"
@@ -263,53 +261,34 @@ func GiftRooms(ctx context.Context, env Env, rooms int, perRoom float64, d time.
 		return nil, errors.New("gift rooms: no gifts to send at this rate and duration")
 	}
 	interval := time.Duration(float64(time.Second) / rate)
-	lat := make([]time.Duration, n)
-	var failed atomic.Int64
-	var firstErr atomic.Value
-	var wg sync.WaitGroup
+	// Which sends are lucky is drawn before the run, from a fixed seed.
 	rng := rand.New(rand.NewPCG(1, 2))
-	lucky := 0
-	tick := time.NewTicker(time.Millisecond)
-	defer tick.Stop()
-	start := time.Now()
-	for i := 0; i < n; {
-		for due := min(int(time.Since(start)/interval)+1, n); i < due; i++ {
-			j, at := i, start.Add(time.Duration(i)*interval) // i moves on before the send ends
-			r, k := j%rooms, j/rooms
-			giftID := "heart"
-			if rng.Float64() < luckyShare {
-				giftID = "lucky_clover"
-				lucky++
-			}
-			sender, receiver := member(r, roomReceivers+k%roomSenders), member(r, k%roomReceivers)
-			wg.Go(func() {
-				err := e.send(ctx, ids[r], fmt.Sprintf("g-%d", k), sender, receiver, giftID)
-				lat[j] = time.Since(at)
-				if err != nil {
-					failed.Add(1)
-					firstErr.CompareAndSwap(nil, err)
-				}
-			})
-		}
-		select {
-		case <-ctx.Done():
-			wg.Wait()
-			return nil, ctx.Err()
-		case <-tick.C:
+	giftIDs, lucky := make([]string, n), 0
+	for i := range giftIDs {
+		giftIDs[i] = "heart"
+		if rng.Float64() < luckyShare {
+			giftIDs[i] = "lucky_clover"
+			lucky++
 		}
 	}
-	wg.Wait()
-	elapsed := time.Since(start)
+	lat, elapsed, failed, err := openLoop(ctx, rate, n, func(j int) error {
+		r, k := j%rooms, j/rooms
+		sender, receiver := member(r, roomReceivers+k%roomSenders), member(r, k%roomReceivers)
+		return e.send(ctx, ids[r], fmt.Sprintf("g-%d", k), sender, receiver, giftIDs[j])
+	})
+	if ctx.Err() != nil {
+		return nil, ctx.Err()
+	}
 	secs := bySecond(lat, interval) // before percentiles sorts lat
 	p50, p99 := percentiles(lat)
 	paced := Row{
 		Name: fmt.Sprintf("%d rooms x %g gifts/s, %.0f%% lucky, open loop", rooms, perRoom, 100*luckyShare),
 		Ops:  n, Elapsed: elapsed, P50: p50, P99: p99,
 		Extra: fmt.Sprintf("offered %.0f/s, achieved %.0f%%; p99 target <= 50 ms: %.2fx; %d lucky, %d failed; %s",
-			rate, 100*float64(n)/elapsed.Seconds()/rate, ms(p99)/50, lucky, failed.Load(), secs),
+			rate, 100*float64(n)/elapsed.Seconds()/rate, ms(p99)/50, lucky, failed, secs),
 	}
-	if err, ok := firstErr.Load().(error); ok {
-		return []Row{paced}, fmt.Errorf("%d of %d gifts failed, the first: %w", failed.Load(), n, err)
+	if err != nil {
+		return []Row{paced}, fmt.Errorf("%d of %d gifts failed, the first: %w", failed, n, err)
 	}
 	if err := e.stop(ctx); err != nil {
 		return []Row{paced}, err
