@@ -38,14 +38,15 @@ func TestBenchAPI(t *testing.T) {
 	}
 	// Each scenario's row: its name, then the calls it made.
 	rows := map[string]string{
-		"Health/Check, 256 in flight":      "40",
-		"CreateRoom, 16 in flight":         "5",  // 4 rooms and the hot room
-		"CreateRoom, 256 in flight":        "16", // 4 more per room of the joins
-		"JoinRoom, 4 rooms, 256 in flight": "40",
-		"JoinRoom, 4 rooms, 8 in flight":   "40",
-		"JoinRoom, one hot room, 256":      "40",
-		"JoinRoom, one hot room, 64":       "40",
-		"GetRoomSnapshot, 4 rooms":         "40",
+		"Health/Check, 256 in flight":                        "40",
+		"CreateRoom, 16 in flight":                           "5",  // 4 rooms and the hot room
+		"CreateRoom, 256 in flight":                          "16", // 4 more per room of the joins
+		"JoinRoom, 4 rooms, 256 in flight":                   "40",
+		"JoinRoom, 4 rooms, 8 in flight":                     "40",
+		"JoinRoom, one hot room, 256":                        "40",
+		"JoinRoom, one hot room, 64":                         "40",
+		"JoinRoom, one hot room, 5000/s offered (open loop)": "40",
+		"GetRoomSnapshot, 4 rooms":                           "40",
 	}
 	for _, table := range tables[1:] {
 		for name, ops := range rows {
@@ -80,7 +81,8 @@ func TestBenchAPI(t *testing.T) {
 	out = mustRun(t, "-addr", "http://"+m.Addr, "bench", "-api", "-api-listen=false", "-grpc-addr", m.GRPCAddr, "-only", "", "-rooms", "4", "-api-commands", "40", "-api-scenarios", "hot")
 	for name, want := range map[string]bool{
 		"Health/Check": true, "CreateRoom, 16 in flight": true, "JoinRoom, one hot room, 256": true, "JoinRoom, one hot room, 64": true,
-		"CreateRoom, 256 in flight": false, "JoinRoom, 4 rooms": false, "GetRoomSnapshot": false,
+		"JoinRoom, one hot room, 5000/s offered": true,
+		"CreateRoom, 256 in flight":              false, "JoinRoom, 4 rooms": false, "GetRoomSnapshot": false,
 	} {
 		if strings.Contains(out, name) != want {
 			t.Errorf("row %q shown: %v, want %v, with -api-scenarios hot:\n%s", name, !want, want, out)
