@@ -80,9 +80,9 @@ func TestBenchAPI(t *testing.T) {
 	// rooms' creation; an unknown name is a usage error.
 	out = mustRun(t, "-addr", "http://"+m.Addr, "bench", "-api", "-api-listen=false", "-grpc-addr", m.GRPCAddr, "-only", "", "-rooms", "4", "-api-commands", "40", "-api-scenarios", "hot")
 	for name, want := range map[string]bool{
-		"Health/Check": true, "CreateRoom, 16 in flight": true, "JoinRoom, one hot room, 256": true, "JoinRoom, one hot room, 64": true,
-		"JoinRoom, one hot room, 5000/s offered": true,
-		"CreateRoom, 256 in flight":              false, "JoinRoom, 4 rooms": false, "GetRoomSnapshot": false,
+		"Health/Check": true, "CreateRoom, 16 in flight": true,
+		"JoinRoom, one hot room, 256": true, "JoinRoom, one hot room, 64": true, "JoinRoom, one hot room, 5000/s offered": true,
+		"CreateRoom, 256 in flight": false, "JoinRoom, 4 rooms": false, "GetRoomSnapshot": false,
 	} {
 		if strings.Contains(out, name) != want {
 			t.Errorf("row %q shown: %v, want %v, with -api-scenarios hot:\n%s", name, !want, want, out)
