@@ -130,6 +130,14 @@ type pending struct {
 	commit  func(b *store.Batch) // what its Verdict commits with it
 }
 
+// A cell whose last batch held at least lingerAfter commands, and that
+// finds fewer than lingerTarget (at most MaxBatch) queued when it ends,
+// waits up to Config.Linger for that many before it takes them.
+const (
+	lingerAfter  = 4
+	lingerTarget = 32
+)
+
 func (c *Cell) run() {
 	defer c.reg.cellExited(c)
 	idle := time.NewTimer(c.reg.cfg.IdleTimeout)
@@ -137,8 +145,18 @@ func (c *Cell) run() {
 	batch := make([]*request, 0, 16)
 	// work answers everything queued, batch by batch.
 	work := func() (stop string) {
+		prev := 0 // commands of the batch before, 0 before the first
+		target := min(lingerTarget, c.reg.cfg.MaxBatch)
 		for {
 			depth := c.mailbox.len()
+			if c.reg.cfg.Linger > 0 && prev >= lingerAfter && depth > 0 && depth < target {
+				// Busy: the commit that just ended left a short queue
+				// behind. A moment more makes the next commit carry
+				// several times as many commands for the same fixed cost.
+				c.reg.metrics.Lingers.Inc()
+				c.mailbox.await(target, c.reg.cfg.Linger)
+				depth = c.mailbox.len()
+			}
 			if depth > 0 {
 				c.reg.metrics.MailboxDepth.Observe(float64(depth))
 			}
@@ -148,6 +166,7 @@ func (c *Cell) run() {
 			}
 			waited(batch, depth)
 			stop = c.safeHandle(batch)
+			prev = len(batch)
 			clear(batch)
 			if stop != "" {
 				return stop

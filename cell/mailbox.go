@@ -1,6 +1,9 @@
 package cell
 
-import "sync"
+import (
+	"sync"
+	"time"
+)
 
 // mailbox is a cell's bounded queue. It holds memory in proportion to what
 // is queued, not to its bound, so fifty thousand idle rooms cost nothing
@@ -10,6 +13,8 @@ type mailbox struct {
 	q      []*request
 	max    int
 	signal chan struct{} // holds one token while the queue is non-empty
+	want   int           // await's target length, while it waits
+	filled chan struct{} // closed once the queue reaches want
 }
 
 func newMailbox(max int) *mailbox {
@@ -24,6 +29,10 @@ func (m *mailbox) push(r *request) bool {
 		return false
 	}
 	m.q = append(m.q, r)
+	if m.filled != nil && len(m.q) >= m.want {
+		close(m.filled)
+		m.filled = nil
+	}
 	m.mu.Unlock()
 	select {
 	case m.signal <- struct{}{}:
@@ -45,6 +54,28 @@ func (m *mailbox) take(dst []*request, n int) []*request {
 		m.q = nil // a burst is over: give its memory back
 	}
 	return dst
+}
+
+// await waits until the mailbox holds n requests or d has passed. Only the
+// cell waits; the push that reaches n wakes it, the others do not.
+func (m *mailbox) await(n int, d time.Duration) {
+	m.mu.Lock()
+	if len(m.q) >= n {
+		m.mu.Unlock()
+		return
+	}
+	filled := make(chan struct{})
+	m.want, m.filled = n, filled
+	m.mu.Unlock()
+	t := time.NewTimer(d)
+	select {
+	case <-filled:
+	case <-t.C:
+	}
+	t.Stop()
+	m.mu.Lock()
+	m.want, m.filled = 0, nil
+	m.mu.Unlock()
 }
 
 func (m *mailbox) len() int {

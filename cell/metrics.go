@@ -10,6 +10,7 @@ type Metrics struct {
 	CommitSeconds  prometheus.Histogram   // one CommitBatches call
 	MailboxDepth   prometheus.Histogram   // queued requests seen when a cell starts a batch
 	MailboxFull    prometheus.Counter     // requests refused at once: the room's mailbox was full
+	Lingers        prometheus.Counter     // waits of a busy cell for more commands (Config.Linger)
 	LoadedCells    prometheus.Gauge
 	Recoveries     *prometheus.CounterVec // by result
 	Claims         *prometheus.CounterVec // rooms claimed, by how the previous owner left (see claimKind)
@@ -43,6 +44,9 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		MailboxFull: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "room_mailbox_full_total", Help: "Requests refused at once because the room's mailbox was full (mailbox_full).",
 		}),
+		Lingers: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "room_batch_lingers_total", Help: "Times a busy room cell waited, at most batch_linger, for more commands before it decided a short queue.",
+		}),
 		LoadedCells: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "room_cells_loaded", Help: "Room cells loaded on this node.",
 		}),
@@ -75,7 +79,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"source"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.Commands, m.BatchSize, m.TxnRooms, m.CommitSeconds, m.MailboxDepth, m.MailboxFull, m.LoadedCells,
+		reg.MustRegister(m.Commands, m.BatchSize, m.TxnRooms, m.CommitSeconds, m.MailboxDepth, m.MailboxFull, m.Lingers, m.LoadedCells,
 			m.Recoveries, m.Claims, m.ReplayLength, m.RecoverSeconds, m.Stops, m.RocketWakeups, m.WalletSeconds, m.GiftBalances)
 	}
 	return m

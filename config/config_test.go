@@ -488,3 +488,19 @@ func TestGRPCBusyRead(t *testing.T) {
 		mustMention(t, err, "grpc_busy_read")
 	}
 }
+
+// TestBatchLinger: 2 ms by default, 0 turns it off, and a negative value,
+// one under 100 µs or one past 50 ms is refused by name.
+func TestBatchLinger(t *testing.T) {
+	if d := config.Default().BatchLinger; d != 2*time.Millisecond {
+		t.Fatalf("default batch_linger %v; want 2ms", d)
+	}
+	c, err := config.Load([]string{"-batch-linger", "0"}, env(nil))
+	if err != nil || c.BatchLinger != 0 {
+		t.Fatalf("batch_linger 0: %v, %v", c.BatchLinger, err)
+	}
+	for _, v := range []string{"-1ms", "50us", "51ms"} {
+		_, err := config.Load(nil, env(map[string]string{"ROOM_BATCH_LINGER": v}))
+		mustMention(t, err, "batch_linger")
+	}
+}
