@@ -46,7 +46,7 @@ type Config struct {
 	SnapshotEvery   int           `yaml:"snapshot_every" help:"fewest commands between stored room snapshots; a room whose snapshot outweighs its log waits until the log since the last one is as large, at most 20 times as many commands"`
 	MailboxSize     int           `yaml:"mailbox_size" help:"queued requests per room before mailbox_full"`
 	MaxBatch        int           `yaml:"max_batch" help:"most commands a room commits in one batch"`
-	BatchLinger     time.Duration `yaml:"batch_linger" help:"how long a busy room (its last batch held 4 commands or more, and commands queued while it committed) waits for 32 queued commands before it commits fewer, so that a hot room's commits carry more commands each; a quiet room never waits (0: never; else 100us..50ms)"`
+	BatchLinger     time.Duration `yaml:"batch_linger" help:"how long a busy room (its last batch held 4 commands or more, and commands queued while it committed) waits for 32 queued commands (max_batch if lower) before it commits fewer, so that a hot room's commits carry more commands each; a quiet room never waits (0: never; else 100us..50ms)"`
 	CommitWorkers   int           `yaml:"commit_workers" help:"parallel group-commit transactions (0: 1 on SQLite, 4 on MySQL)"`
 	IdleTimeout     time.Duration `yaml:"idle_timeout" help:"unload a room idle for this long"`
 	CommitTimeout   time.Duration `yaml:"commit_timeout" help:"bound on one commit transaction"`
