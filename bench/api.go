@@ -76,54 +76,79 @@ func (o APIOptions) runs(name string) bool {
 	return len(o.Scenarios) == 0 || slices.Contains(o.Scenarios, name)
 }
 
-// processCost reads the service's CPU seconds and heap allocations so far
-// from its /metrics; ok is false when they cannot be read.
-func processCost(ctx context.Context, url string) (cpu, allocs float64, ok bool) {
+// serviceCost is what the service's /metrics count so far: its CPU
+// seconds, heap allocations and their bytes, the commands its rooms
+// committed and the transactions they took.
+type serviceCost struct {
+	cpu, allocs, bytes, commands, commits float64
+}
+
+// processCost reads the service's counters from its /metrics; ok is false
+// when its CPU or allocations cannot be read (the commit counters are
+// zero on a service without them).
+func processCost(ctx context.Context, url string) (c serviceCost, ok bool) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
-		return 0, 0, false
+		return c, false
 	}
 	res, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return 0, 0, false
+		return c, false
 	}
 	defer res.Body.Close()
 	if res.StatusCode != http.StatusOK {
-		return 0, 0, false
+		return c, false
+	}
+	counters := map[string]*float64{
+		"process_cpu_seconds_total": &c.cpu, "go_memstats_mallocs_total": &c.allocs,
+		"go_memstats_alloc_bytes_total": &c.bytes, "room_commit_batch_commands_sum": &c.commands,
+		"room_commit_seconds_count": &c.commits,
 	}
 	found := 0
 	sc := bufio.NewScanner(res.Body)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
 		name, value, _ := strings.Cut(sc.Text(), " ")
-		v, err := strconv.ParseFloat(value, 64)
-		switch {
-		case err != nil:
-		case name == "process_cpu_seconds_total":
-			cpu, found = v, found+1
-		case name == "go_memstats_mallocs_total":
-			allocs, found = v, found+1
+		if dst, known := counters[name]; known {
+			if v, err := strconv.ParseFloat(value, 64); err == nil {
+				*dst = v
+				if name == "process_cpu_seconds_total" || name == "go_memstats_mallocs_total" {
+					found++
+				}
+			}
 		}
 	}
-	return cpu, allocs, found == 2
+	return c, found == 2
+}
+
+// per describes what the service spent between a and b on each of n
+// calls, and the commands its commits carried each when it committed.
+func per(a, b serviceCost, n int) string {
+	calls := float64(n)
+	s := fmt.Sprintf("service: %.0f µs CPU, %.0f allocs (%.1f KB) per call", 1e6*(b.cpu-a.cpu)/calls,
+		(b.allocs-a.allocs)/calls, (b.bytes-a.bytes)/1024/calls)
+	if commits := b.commits - a.commits; commits > 0 {
+		s += fmt.Sprintf(", %.1f commands per commit", (b.commands-a.commands)/commits)
+	}
+	return s
 }
 
 // settle waits, up to a minute, until the service at metrics spends under
 // a tenth of a core.
 func settle(ctx context.Context, metrics string) {
 	const every = 500 * time.Millisecond
-	prev, _, ok := processCost(ctx, metrics)
+	prev, ok := processCost(ctx, metrics)
 	for end := time.Now().Add(time.Minute); ok && time.Now().Before(end); {
 		select {
 		case <-ctx.Done():
 			return
 		case <-time.After(every):
 		}
-		cpu, _, ok2 := processCost(ctx, metrics)
-		if !ok2 || cpu-prev < 0.1*every.Seconds() {
+		now, ok2 := processCost(ctx, metrics)
+		if !ok2 || now.cpu-prev.cpu < 0.1*every.Seconds() {
 			return
 		}
-		prev = cpu
+		prev = now
 	}
 }
 
@@ -207,16 +232,15 @@ func APIScenarios(ctx context.Context, base string, opts APIOptions) ([]Row, err
 	// not counted against this one.
 	measured := func(name string, l load, total int, c apiCall) (Row, error) {
 		settle(ctx, opts.Metrics)
-		cpu0, allocs0, ok0 := processCost(ctx, opts.Metrics)
+		cost0, ok0 := processCost(ctx, opts.Metrics)
 		gen0 := driver.cpu()
 		r, err := driver.drive(ctx, name, l, total, c)
 		if err != nil {
 			return r, fmt.Errorf("%s: %w", name, err)
 		}
 		gen := driver.cpu() - gen0
-		if cpu1, allocs1, ok1 := processCost(ctx, opts.Metrics); ok0 && ok1 && r.Ops > 0 {
-			cost := fmt.Sprintf("service: %.0f µs CPU, %.0f allocs per call; load generator: %.0f µs CPU per call",
-				1e6*(cpu1-cpu0)/float64(r.Ops), (allocs1-allocs0)/float64(r.Ops), float64(gen.Microseconds())/float64(r.Ops))
+		if cost1, ok1 := processCost(ctx, opts.Metrics); ok0 && ok1 && r.Ops > 0 {
+			cost := fmt.Sprintf("%s; load generator: %.0f µs CPU per call", per(cost0, cost1, r.Ops), float64(gen.Microseconds())/float64(r.Ops))
 			r.Extra = strings.TrimPrefix(r.Extra+"; "+cost, "; ")
 		}
 		return r, nil
