@@ -79,10 +79,16 @@ func (s *recordSink) all() []room.Committed {
 
 func newRegistry(t testing.TB, repo store.Repository, cfg cell.Config, sink cell.EventSink) *cell.Registry {
 	t.Helper()
+	return newRegistryWith(t, repo, cfg, sink, nil)
+}
+
+// newRegistryWith is newRegistry counting into m (nil: metrics of its own).
+func newRegistryWith(t testing.TB, repo store.Repository, cfg cell.Config, sink cell.EventSink, m *cell.Metrics) *cell.Registry {
+	t.Helper()
 	if sink == nil {
 		sink = &recordSink{}
 	}
-	reg := cell.New(cfg, repo, lease.NewLocal(), sink, nil, quiet)
+	reg := cell.New(cfg, repo, lease.NewLocal(), sink, m, quiet)
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()

@@ -10,7 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"hyapp/room-service/cell"
-	"hyapp/room-service/lease"
+	"hyapp/room-service/internal/poll"
 	"hyapp/room-service/room"
 	"hyapp/room-service/store"
 )
@@ -50,14 +50,7 @@ func lingerRoom(t *testing.T, roomID string) (*cell.Registry, *gatedRepo, *cell.
 	}
 	gated := &gatedRepo{Repository: repo, sizes: make(chan int, 256), release: make(chan struct{})}
 	m := cell.NewMetrics(nil)
-	reg := cell.New(cell.Config{Linger: time.Hour}, gated, lease.NewLocal(), &recordSink{}, m, quiet)
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := reg.Close(ctx); err != nil {
-			t.Errorf("close registry: %v", err)
-		}
-	})
+	reg := newRegistryWith(t, gated, cell.Config{Linger: time.Hour}, nil, m)
 	t.Cleanup(gated.open) // first: a failed test must not leave a commit held
 	return reg, gated, m
 }
@@ -79,16 +72,6 @@ func submitAll(t *testing.T, reg *cell.Registry, roomID, id string, n int) func(
 		}()
 	}
 	return wg.Wait
-}
-
-// waitFor polls cond until it holds or 10 s have passed.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("still waiting for %s", what)
-		}
-	}
 }
 
 // nextCommit returns the command count of the next commit to reach the gate.
@@ -114,15 +97,15 @@ func TestABusyRoomWaitsForMoreCommands(t *testing.T) {
 		t.Fatalf("first commit: %d commands, want 1", n)
 	}
 	second := submitAll(t, reg, "busy", "b", 4)
-	waitFor(t, "four queued commands", func() bool { return cell.Queued(reg, "busy") == 4 })
+	poll.Until(t, 10*time.Second, "four queued commands", poll.Bool(func() bool { return cell.Queued(reg, "busy") == 4 }))
 	gated.release <- struct{}{}
 	if n := nextCommit(t, gated); n != 4 {
 		t.Fatalf("second commit: %d commands, want the 4 queued", n)
 	}
 	third := submitAll(t, reg, "busy", "c", 1)
-	waitFor(t, "one queued command", func() bool { return cell.Queued(reg, "busy") == 1 })
+	poll.Until(t, 10*time.Second, "one queued command", poll.Bool(func() bool { return cell.Queued(reg, "busy") == 1 }))
 	gated.release <- struct{}{}
-	waitFor(t, "the room to linger", func() bool { return testutil.ToFloat64(m.Lingers) == 1 })
+	poll.Until(t, 10*time.Second, "the room to linger", poll.Bool(func() bool { return testutil.ToFloat64(m.Lingers) == 1 }))
 	select {
 	case n := <-gated.sizes:
 		t.Fatalf("a commit of %d commands while the room lingers", n)
@@ -157,7 +140,7 @@ func TestAQuietRoomNeverWaits(t *testing.T) {
 	first := submitAll(t, reg2, "burst", "a", 1)
 	nextCommit(t, gated2)
 	burst := submitAll(t, reg2, "burst", "b", 4)
-	waitFor(t, "four queued commands", func() bool { return cell.Queued(reg2, "burst") == 4 })
+	poll.Until(t, 10*time.Second, "four queued commands", poll.Bool(func() bool { return cell.Queued(reg2, "burst") == 4 }))
 	gated2.open()
 	if n := nextCommit(t, gated2); n != 4 {
 		t.Fatalf("burst commit: %d commands, want 4", n)
