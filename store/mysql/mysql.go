@@ -162,6 +162,7 @@ var dialect = sqlstore.Dialect{
 	// loopback, several times that across a network); the bulk fence costs
 	// two (a locking read and one UPDATE, each sent as one query).
 	BulkFenceMinRooms: 3,
+	MultiStatements:   true,
 }
 
 // DB is a store.Repository on one MySQL or MariaDB database. It is safe for
@@ -238,7 +239,12 @@ func config(dsn string) (*mysql.Config, error) {
 	// multi-row INSERT of a size not kept) is sent as one query with its
 	// arguments escaped by the driver, instead of prepare, execute and close.
 	cfg.InterpolateParams = true
-	cfg.MultiStatements = false
+	// A commit's writes go as one query of several statements (see
+	// sqlstore's commitOneTrip): one round trip for all of them. Every
+	// statement of the adapter takes its values as arguments, escaped by
+	// the driver, never spliced into its text, so a value cannot end a
+	// statement and start another.
+	cfg.MultiStatements = true
 	// Rows affected by an UPDATE must be the rows it matched: a fence that
 	// matches but changes nothing (a batch without commands, in the same
 	// millisecond) has still passed.

@@ -68,7 +68,7 @@ func TestConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !cfg.ParseTime || !cfg.InterpolateParams || cfg.MultiStatements || !cfg.ClientFoundRows {
+	if !cfg.ParseTime || !cfg.InterpolateParams || !cfg.MultiStatements || !cfg.ClientFoundRows {
 		t.Fatalf("forced flags: parseTime %v interpolateParams %v multiStatements %v clientFoundRows %v",
 			cfg.ParseTime, cfg.InterpolateParams, cfg.MultiStatements, cfg.ClientFoundRows)
 	}

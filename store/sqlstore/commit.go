@@ -114,7 +114,17 @@ func (db *DB) CommitBatches(ctx context.Context, batches []store.Batch) ([]error
 			return db.markIn(ctx, tx, marks)
 		})
 	}
-	err := commit(db.commitMerged)
+	var err error
+	if db.oneTrip(batches, order) { // never with marks: they need a single writer
+		err = db.commitOneTrip(ctx, batches, order)
+		if err == nil {
+			copy(results, checked)
+		} else if errors.Is(err, errFenceMoved) {
+			err = commit(db.commitMerged) // decided batch by batch
+		}
+	} else {
+		err = commit(db.commitMerged)
+	}
 	for range maxStaleRetries {
 		// A sender's balance moved since its room decided a gift: that
 		// batch alone is refused and the others commit merged.
@@ -582,31 +592,12 @@ func (db *DB) fenceRooms(ctx context.Context, tx *sql.Tx, batches []store.Batch,
 
 // advanceRooms writes the new head (and status, when set) of the locked rows of rooms.
 func (db *DB) advanceRooms(ctx context.Context, tx *sql.Tx, rooms []string, heads map[string]*roomHead, now int64) error {
+	moves := make([]roomMove, len(rooms))
+	for i, id := range rooms {
+		moves[i] = roomMove{id: id, head: heads[id].version, status: heads[id].status}
+	}
 	var q strings.Builder
-	args := make([]any, 0, 5*len(rooms)+1)
-	q.WriteString(`UPDATE rooms SET room_version = CASE room_id`)
-	for _, id := range rooms {
-		q.WriteString(` WHEN ? THEN ?`)
-		args = append(args, id, heads[id].version)
-	}
-	q.WriteString(` END`)
-	withStatus := false
-	for _, id := range rooms {
-		if s := heads[id].status; s != "" {
-			if !withStatus {
-				q.WriteString(`, status = CASE room_id`)
-				withStatus = true
-			}
-			q.WriteString(` WHEN ? THEN ?`)
-			args = append(args, id, s)
-		}
-	}
-	if withStatus {
-		q.WriteString(` ELSE status END`)
-	}
-	q.WriteString(`, updated_at = ? WHERE room_id IN ` + In(len(rooms)))
-	args = append(args, now)
-	args = AppendStrings(args, rooms)
+	args := writeMoves(&q, make([]any, 0, 5*len(rooms)+1), moves, now, false)
 	res, err := tx.ExecContext(ctx, q.String(), args...)
 	if err != nil {
 		return db.d.MapErr(err)
@@ -621,4 +612,52 @@ func (db *DB) advanceRooms(ctx context.Context, tx *sql.Tx, rooms []string, head
 		return fmt.Errorf("fence advanced %d of %d locked rooms: %w", n, len(rooms), store.ErrUnavailable)
 	}
 	return nil
+}
+
+// roomMove is a room's head moving in a commit: from base, at owner epoch
+// epoch, to head, with status when not "".
+type roomMove struct {
+	id                string
+	base, head, epoch int64
+	status            string
+}
+
+// writeMoves writes to q one UPDATE of the rooms' rows that sets each
+// room's head and status (a room without one keeps its own), and appends
+// its arguments to args. With fenced, a row matches only at its move's
+// base and epoch.
+func writeMoves(q *strings.Builder, args []any, rooms []roomMove, now int64, fenced bool) []any {
+	q.WriteString(`UPDATE rooms SET room_version = CASE room_id`)
+	for _, r := range rooms {
+		q.WriteString(` WHEN ? THEN ?`)
+		args = append(args, r.id, r.head)
+	}
+	q.WriteString(` END`)
+	withStatus := false
+	for _, r := range rooms {
+		if r.status == "" {
+			continue
+		}
+		if !withStatus {
+			q.WriteString(`, status = CASE room_id`)
+			withStatus = true
+		}
+		q.WriteString(` WHEN ? THEN ?`)
+		args = append(args, r.id, r.status)
+	}
+	if withStatus {
+		q.WriteString(` ELSE status END`)
+	}
+	q.WriteString(`, updated_at = ? WHERE room_id IN ` + In(len(rooms)))
+	args = append(args, now)
+	for _, r := range rooms {
+		args = append(args, r.id)
+	}
+	if fenced {
+		q.WriteString(` AND (room_id, room_version, owner_epoch) IN (` + Values(`(?, ?, ?)`, len(rooms)) + `)`)
+		for _, r := range rooms {
+			args = append(args, r.id, r.base, r.epoch)
+		}
+	}
+	return args
 }

@@ -62,6 +62,11 @@ type Dialect struct {
 	// writer's time). Statements that are told what a failure does spare
 	// it: see InsertOrRollback and UpdateCannotFail.
 	StatementJournal bool
+	// MultiStatements says the connections take several statements as one
+	// query, answered together (MySQL with the driver's multiStatements):
+	// a commit of the common batches then costs one round trip for all its
+	// writes (see commitOneTrip).
+	MultiStatements bool
 }
 
 // InsertOrRollback returns the start of an INSERT whose failure (a

@@ -42,3 +42,15 @@ func (db *DB) CommitRunning(took time.Duration) (end func()) {
 	db.marks.mu.Unlock()
 	return func() { db.marks.finish(taken, time.Now().Add(-took), nil) }
 }
+
+// ErrFenceMoved is what a one-trip commit returns when a batch does not
+// pass its fence.
+var ErrFenceMoved = errFenceMoved
+
+// OneTrip says whether the batches of order commit in one trip.
+func (db *DB) OneTrip(batches []store.Batch, order []int) bool { return db.oneTrip(batches, order) }
+
+// CommitOneTrip runs the one-trip commit path alone.
+func (db *DB) CommitOneTrip(ctx context.Context, batches []store.Batch, order []int) error {
+	return db.commitOneTrip(ctx, batches, order)
+}

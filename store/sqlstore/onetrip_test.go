@@ -1,0 +1,154 @@
+package sqlstore_test
+
+import (
+	"errors"
+	"fmt"
+	"path/filepath"
+	"testing"
+
+	"hyapp/room-service/outbox"
+	"hyapp/room-service/store"
+	"hyapp/room-service/store/mysql"
+	"hyapp/room-service/store/mysql/mysqltest"
+	"hyapp/room-service/store/sqlite"
+	"hyapp/room-service/store/sqlstore"
+)
+
+// withOutbox gives each command of b one outbox row.
+func withOutbox(b store.Batch) store.Batch {
+	for _, c := range b.Commands {
+		b.Outbox = append(b.Outbox, outbox.Record{EventID: fmt.Sprintf("%s/%d/0", c.RoomID, c.RoomVersion), RoomID: c.RoomID,
+			RoomVersion: c.RoomVersion, EventType: "E", Payload: []byte(`{"q":"it's; DROP TABLE rooms; --"}`)})
+	}
+	return b
+}
+
+// TestACommitOfCommonBatchesIsOneTrip: on MySQL a commit of batches that
+// only append commands, outbox rows, a snapshot and a status goes as one
+// query, writes all of it, and writes nothing when one of its batches does
+// not pass its fence or repeats a command id; CommitBatches then decides
+// each batch as before. The pool has one connection: a refused trip that
+// left its transaction open would show its rows to the next reads.
+func TestACommitOfCommonBatchesIsOneTrip(t *testing.T) {
+	ctx := t.Context()
+	db, err := mysql.Open(ctx, mysqltest.DSN(t), mysql.Options{MaxOpenConns: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = db.Close() })
+	epochs := claimed(t, db.DB, "a", "b", "c")
+
+	batches := []store.Batch{
+		withOutbox(batch("a", epochs["a"], 0, 2, "x")),
+		withOutbox(batch("a", epochs["a"], 2, 1, "x")),
+		withOutbox(batch("b", epochs["b"], 0, 3, "x")),
+		batch("c", epochs["c"], 0, 1, "x"),
+	}
+	batches[1].Status = "closed"
+	batches[2].Snapshot = &store.SnapshotRecord{RoomID: "b", RoomVersion: 3, Payload: []byte("snap\x00'b")}
+	order := []int{0, 1, 2, 3}
+	if !db.OneTrip(batches, order) {
+		t.Fatal("common batches do not commit in one trip")
+	}
+	for name, change := range map[string]func(*store.Batch){
+		"a create":       func(b *store.Batch) { b.CreatedBy = "node-a"; b.Meta = &store.RoomMeta{RoomID: b.RoomID} },
+		"a charge":       func(b *store.Batch) { b.Charges = []store.GiftCharge{{Key: "k"}} },
+		"a settle":       func(b *store.Batch) { b.Settle = []string{"k"} },
+		"a gift record":  func(b *store.Batch) { b.Gifts = []store.GiftRecord{{}} },
+		"a timer":        func(b *store.Batch) { b.Timers = []store.Timer{{RoomID: b.RoomID, TimerID: "t"}} },
+		"a done timer":   func(b *store.Batch) { b.DoneTimers = []string{"t"} },
+		"new metadata":   func(b *store.Batch) { b.Meta = &store.RoomMeta{RoomID: b.RoomID} },
+		"new roles":      func(b *store.Batch) { b.Roles = &store.RoomRoles{} },
+		"a gap":          func(b *store.Batch) { b.BaseVersion++ },
+		"another epoch":  func(b *store.Batch) { b.OwnerEpoch++ },
+		"too many bytes": func(b *store.Batch) { b.Commands[0].Payload = make([]byte, 5<<20) },
+	} {
+		other := append([]store.Batch(nil), batches...)
+		b := other[1]
+		b.Commands = append([]store.CommandRecord(nil), b.Commands...)
+		change(&b)
+		other[1] = b
+		if db.OneTrip(other, order) {
+			t.Fatalf("a commit with %s takes one trip", name)
+		}
+	}
+
+	// A batch that does not pass its fence: nothing is written.
+	stale := append([]store.Batch(nil), batches...)
+	stale[3] = batch("c", epochs["c"]-1, 0, 1, "x")
+	if err := db.CommitOneTrip(ctx, stale, order); !errors.Is(err, sqlstore.ErrFenceMoved) {
+		t.Fatalf("one trip with a stale epoch: %v, want the fence moved", err)
+	}
+	// A command id the room has already: nothing is written.
+	dup := append([]store.Batch(nil), batches...)
+	dup[1] = withOutbox(batch("a", epochs["a"], 2, 1, "x"))
+	dup[1].Commands[0].CommandID = dup[0].Commands[0].CommandID
+	if err := db.CommitOneTrip(ctx, dup, order); !errors.Is(err, store.ErrConflict) {
+		t.Fatalf("one trip with a repeated command id: %v, want a conflict", err)
+	}
+	for _, id := range []string{"a", "b", "c"} {
+		if cmds, err := db.ListCommandsAfter(ctx, id, 0); err != nil || len(cmds) != 0 {
+			t.Fatalf("room %s after refused trips: %d commands, %v; want none", id, len(cmds), err)
+		}
+	}
+
+	if err := db.CommitOneTrip(ctx, batches, order); err != nil {
+		t.Fatalf("one trip: %v", err)
+	}
+	for id, head := range map[string]int64{"a": 3, "b": 3, "c": 1} {
+		cmds, err := db.ListCommandsAfter(ctx, id, 0)
+		if err != nil || int64(len(cmds)) != head {
+			t.Fatalf("room %s: %d commands, %v; want %d", id, len(cmds), err, head)
+		}
+		rows, err := db.ListRoomOutbox(ctx, id, 10)
+		if want := map[string]int{"a": 3, "b": 3}[id]; err != nil || len(rows) != want {
+			t.Fatalf("room %s: %d outbox rows, %v; want %d", id, len(rows), err, want)
+		}
+		for _, r := range rows {
+			if r.OwnerEpoch != epochs[id] || string(r.Payload) != `{"q":"it's; DROP TABLE rooms; --"}` {
+				t.Fatalf("room %s outbox row %+v, want epoch %d and the payload as given", id, r, epochs[id])
+			}
+		}
+		meta, _, err := db.GetRoomMeta(ctx, id)
+		if want := map[bool]string{true: "closed", false: "open"}[id == "a"]; err != nil || meta.Status != want {
+			t.Fatalf("room %s status %q, %v; want %q", id, meta.Status, err, want)
+		}
+		c, err := db.ClaimRoom(ctx, id, "node-b")
+		if err != nil || c.HeadVersion != head {
+			t.Fatalf("room %s: %+v, %v; want head %d", id, c, err, head)
+		}
+		epochs[id] = c.Epoch
+	}
+	if s, ok, err := db.GetLatestSnapshot(ctx, "b"); err != nil || !ok || s.RoomVersion != 3 || string(s.Payload) != "snap\x00'b" {
+		t.Fatalf("room b snapshot %+v, %v, %v; want version 3 as given", s, ok, err)
+	}
+
+	// Through CommitBatches the refused trip falls back: each batch is
+	// decided alone.
+	next := []store.Batch{
+		withOutbox(batch("a", epochs["a"], 3, 1, "y")),
+		withOutbox(batch("b", epochs["b"]-1, 3, 1, "y")),
+		withOutbox(batch("c", epochs["c"], 1, 1, "y")),
+	}
+	results, err := db.CommitBatches(ctx, next)
+	if err != nil || results[0] != nil || !errors.Is(results[1], store.ErrFenced) || results[2] != nil {
+		t.Fatalf("commit with a stale batch: %v, %v; want b alone fenced", results, err)
+	}
+	for id, head := range map[string]int64{"a": 4, "b": 3, "c": 2} {
+		if cmds, err := db.ListCommandsAfter(ctx, id, 0); err != nil || int64(len(cmds)) != head {
+			t.Fatalf("room %s: %d commands, %v; want %d", id, len(cmds), err, head)
+		}
+	}
+}
+
+// TestSQLiteNeverTakesOneTrip: SQLite runs one statement per call.
+func TestSQLiteNeverTakesOneTrip(t *testing.T) {
+	db, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "room.db"), sqlite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = db.Close() })
+	if db.OneTrip([]store.Batch{batch("a", 1, 0, 1, "x")}, []int{0}) {
+		t.Fatal("SQLite takes one trip")
+	}
+}
