@@ -119,7 +119,7 @@ func (db *DB) CommitBatches(ctx context.Context, batches []store.Batch) ([]error
 		err = db.commitOneTrip(ctx, batches, order)
 		if err == nil {
 			copy(results, checked)
-		} else if errors.Is(err, errFenceMoved) {
+		} else if errors.Is(err, errNotOneTrip) {
 			err = commit(db.commitMerged) // decided batch by batch
 		}
 	} else {
@@ -158,6 +158,25 @@ func (db *DB) CommitBatches(ctx context.Context, batches []store.Batch) ([]error
 	stored = nil
 	db.ledgerCommitted(batches, order, results)
 	return results, nil
+}
+
+// createdArgs appends the row of the room b creates: at version 0,
+// creating, or with atHead at b's head and status.
+func createdArgs(dst []any, b *store.Batch, now int64, atHead bool) []any {
+	m := b.Meta
+	version, status := int64(0), statusCreating
+	if atHead {
+		version = b.HeadVersion()
+		if b.Status != "" {
+			status = b.Status
+		}
+	}
+	return append(dst, b.RoomID, m.OwnerUserID, m.HostUserID, m.SeatCount, m.Mode, status, version, b.OwnerEpoch, b.CreatedBy, now, now)
+}
+
+// createdSize estimates the bytes of the row of the room b creates.
+func createdSize(b *store.Batch) int {
+	return len(b.RoomID) + len(b.Meta.Mode) + len(b.CreatedBy) + rowOverhead
 }
 
 // chargingBatch returns the position in order of the batch that makes
@@ -330,23 +349,10 @@ func (db *DB) create(ctx context.Context, tx *sql.Tx, batches []store.Batch, ord
 	if len(created) == 0 {
 		return order, nil
 	}
-	row := func(dst []any, b *store.Batch) []any {
-		m := b.Meta
-		version, status := int64(0), statusCreating
-		if atHead {
-			version = b.HeadVersion()
-			if b.Status != "" {
-				status = b.Status
-			}
-		}
-		return append(dst, b.RoomID, m.OwnerUserID, m.HostUserID, m.SeatCount, m.Mode, status, version, b.OwnerEpoch, b.CreatedBy, now, now)
-	}
 	insert := func(rows []*store.Batch) (int, error) {
 		return db.stmts.insertCreated.insert(ctx, tx, db.d.MapErr, len(rows),
-			func(i int) int {
-				return len(rows[i].RoomID) + len(rows[i].Meta.Mode) + len(rows[i].CreatedBy) + rowOverhead
-			},
-			func(dst []any, i int) []any { return row(dst, rows[i]) })
+			func(i int) int { return createdSize(rows[i]) },
+			func(dst []any, i int) []any { return createdArgs(dst, rows[i], now, atHead) })
 	}
 	// All rows in as few statements as fit, the usual case. A room that
 	// exists refuses its statement alone (a duplicate key undoes the

@@ -43,9 +43,9 @@ func (db *DB) CommitRunning(took time.Duration) (end func()) {
 	return func() { db.marks.finish(taken, time.Now().Add(-took), nil) }
 }
 
-// ErrFenceMoved is what a one-trip commit returns when a batch does not
-// pass its fence.
-var ErrFenceMoved = errFenceMoved
+// ErrNotOneTrip is what a one-trip commit returns when a batch does not
+// pass its fence or hits a duplicate key.
+var ErrNotOneTrip = errNotOneTrip
 
 // OneTrip says whether the batches of order commit in one trip.
 func (db *DB) OneTrip(batches []store.Batch, order []int) bool { return db.oneTrip(batches, order) }

@@ -11,19 +11,22 @@ import (
 	"hyapp/room-service/store"
 )
 
-// errFenceMoved says a one-trip commit's fence matched fewer rooms than it
-// advances: some batch does not pass. The transaction is rolled back and
-// the batches are committed again by commitMerged, which decides each.
-var errFenceMoved = errors.New("a room of a one-trip commit moved")
+// errNotOneTrip says a one-trip commit found what commitMerged decides
+// batch by batch: a fence that matched fewer rooms than it advances, or a
+// duplicate key (a room that exists, a command or event id stored
+// before). The transaction is rolled back and the batches are committed
+// again by commitMerged.
+var errNotOneTrip = errors.New("the batches of a one-trip commit are decided one by one")
 
 // oneTrip says whether the batches of order can commit in one trip
-// (commitOneTrip): the dialect sends several statements as one query, no
-// batch creates its room, charges, settles, records gifts, sets or deletes
-// timers or changes the room's metadata or roles, each room's batches
-// follow one another (a batch's base is its predecessor's head, at the
-// same owner epoch), and the rows fit in Dialect.MaxBulkBytes. Anything
-// else, rare next to the joins, leaves and seat changes of a busy room,
-// takes commitMerged.
+// (commitOneTrip): the dialect sends several statements as one query; no
+// batch charges, settles, records gifts, sets or deletes timers or changes
+// its room's roles, or its metadata unless it creates its room; a batch
+// that creates its room is the room's first; each room's batches follow
+// one another (a batch's base is its predecessor's head, at the same owner
+// epoch); and the rows fit in Dialect.MaxBulkBytes. Anything else, rare
+// next to the creates, joins, leaves and seat changes of rooms, takes
+// commitMerged.
 func (db *DB) oneTrip(batches []store.Batch, order []int) bool {
 	if !db.d.MultiStatements || db.d.SingleWriter { // a single writer's marks ride its transactions
 		return false
@@ -32,14 +35,18 @@ func (db *DB) oneTrip(batches []store.Batch, order []int) bool {
 	var prev *store.Batch
 	for _, i := range order {
 		b := &batches[i]
-		if b.CreatedBy != "" || len(b.Charges) > 0 || len(b.Settle) > 0 || len(b.Gifts) > 0 ||
-			len(b.Timers) > 0 || len(b.DoneTimers) > 0 || b.Meta != nil || b.Roles != nil {
+		if len(b.Charges) > 0 || len(b.Settle) > 0 || len(b.Gifts) > 0 || len(b.Timers) > 0 || len(b.DoneTimers) > 0 ||
+			b.Roles != nil || (b.Meta != nil && b.CreatedBy == "") {
 			return false
 		}
-		if prev != nil && prev.RoomID == b.RoomID && (b.BaseVersion != prev.HeadVersion() || b.OwnerEpoch != prev.OwnerEpoch) {
+		if prev != nil && prev.RoomID == b.RoomID &&
+			(b.CreatedBy != "" || b.BaseVersion != prev.HeadVersion() || b.OwnerEpoch != prev.OwnerEpoch) {
 			return false
 		}
 		prev = b
+		if b.CreatedBy != "" {
+			bytes += createdSize(b)
+		}
 		for j := range b.Commands {
 			bytes += commandSize(&b.Commands[j])
 		}
@@ -57,15 +64,16 @@ func (db *DB) oneTrip(batches []store.Batch, order []int) bool {
 // one transaction that starts, writes and checks in one round trip and
 // commits in a second (commitMerged takes one per statement: five to seven
 // in such a commit, each about a millisecond on two busy cores). The query
-// starts the transaction, inserts every command and outbox row, upserts the
-// snapshots, and last runs the conditional UPDATE that advances every
-// room's head at once, matching only the rooms whose head and owner epoch
-// are the batches'. Its matched rows are the query's result: fewer than the
-// rooms means some batch does not pass its fence, and the transaction rolls
-// back with errFenceMoved (the caller then commits the batches by
-// commitMerged, which decides each). A duplicate key stops the statements
-// there and rolls back: errDuplicate, as in commitMerged. A transaction the
-// database rolled back whole runs again, as Tx runs it.
+// starts the transaction, inserts the rows of the rooms it creates (at
+// their create batch's head, as commitMerged does), every command and
+// outbox row, upserts the snapshots, and last runs the conditional UPDATE
+// that advances the head of every room it did not create, at once,
+// matching only the rooms whose head and owner epoch are the batches'.
+// Its matched rows are the query's result: fewer than the rooms means some
+// batch does not pass its fence; that, or a duplicate key, which stops the
+// statements there, rolls the transaction back with errNotOneTrip, and
+// the caller commits the batches by commitMerged, which decides each. A
+// transaction the database rolled back whole runs again, as Tx runs it.
 //
 // The rows are written before the rooms' rows are locked. That is safe: a
 // rival owner of a room (the only other writer of its rows) inserts the
@@ -77,15 +85,27 @@ func (db *DB) commitOneTrip(ctx context.Context, batches []store.Batch, order []
 	var q strings.Builder
 	var args []any
 	q.WriteString("START TRANSACTION;\n")
-	ncmd, nout := 0, 0
+	ncreated, ncmd, nout := 0, 0, 0
 	var snaps []*store.SnapshotRecord
 	for _, i := range order {
 		b := &batches[i]
+		if b.CreatedBy != "" {
+			ncreated++
+		}
 		ncmd += len(b.Commands)
 		nout += len(b.Outbox)
 		if b.Snapshot != nil {
 			snaps = append(snaps, b.Snapshot)
 		}
+	}
+	if ncreated > 0 {
+		q.WriteString(db.stmts.insertCreated.query(ncreated))
+		for _, i := range order {
+			if b := &batches[i]; b.CreatedBy != "" {
+				args = createdArgs(args, b, now, true)
+			}
+		}
+		q.WriteString(";\n")
 	}
 	if ncmd > 0 {
 		q.WriteString(db.stmts.mergedCommands.query(ncmd))
@@ -114,7 +134,7 @@ func (db *DB) commitOneTrip(ctx context.Context, batches []store.Batch, order []
 		q.WriteString(";\n")
 	}
 	rooms := advanceFence(&q, &args, batches, order, now)
-	query := q.String()
+	query := strings.TrimSuffix(q.String(), ";\n")
 	return retry(ctx, func() error { return db.tryOneTrip(ctx, query, args, rooms) })
 }
 
@@ -141,17 +161,19 @@ func (db *DB) tryOneTrip(ctx context.Context, query string, args []any, rooms in
 	}()
 	res, err := conn.ExecContext(ctx, query, args...)
 	if err = db.d.MapErr(err); errors.Is(err, store.ErrConflict) {
-		return fmt.Errorf("%w: %w", errDuplicate, err)
+		return fmt.Errorf("%w: %w", errNotOneTrip, err)
 	}
 	if err != nil {
 		return err
 	}
-	n, err := res.RowsAffected() // the last statement's: the fence
-	if err != nil {
-		return db.d.MapErr(err)
-	}
-	if n != int64(rooms) {
-		return fmt.Errorf("%w: the fence matched %d of %d rooms", errFenceMoved, n, rooms)
+	if rooms > 0 {
+		n, err := res.RowsAffected() // the last statement's: the fence
+		if err != nil {
+			return db.d.MapErr(err)
+		}
+		if n != int64(rooms) {
+			return fmt.Errorf("%w: the fence matched %d of %d rooms", errNotOneTrip, n, rooms)
+		}
 	}
 	if _, err := conn.ExecContext(ctx, "COMMIT"); err != nil {
 		// Whether it committed is unknown: the connection goes.
@@ -167,11 +189,16 @@ func (db *DB) tryOneTrip(ctx context.Context, query string, args []any, rooms in
 // commitOneTrip: each room of order (sorted by room id) goes from its
 // first batch's base to its last batch's head, with the status its last
 // batch with one sets, only where the row is at that base and owner epoch.
-// It returns the number of rooms.
+// A create batch moves nothing (its row is inserted at its head): a room's
+// later batches move on from there. It returns the number of rooms, and
+// writes nothing for none.
 func advanceFence(q *strings.Builder, args *[]any, batches []store.Batch, order []int, now int64) int {
 	var rooms []roomMove
 	for _, i := range order {
 		b := &batches[i]
+		if b.CreatedBy != "" {
+			continue
+		}
 		if n := len(rooms); n > 0 && rooms[n-1].id == b.RoomID {
 			rooms[n-1].head = b.HeadVersion()
 			if b.Status != "" {
@@ -181,7 +208,10 @@ func advanceFence(q *strings.Builder, args *[]any, batches []store.Batch, order 
 		}
 		rooms = append(rooms, roomMove{id: b.RoomID, base: b.BaseVersion, head: b.HeadVersion(), epoch: b.OwnerEpoch, status: b.Status})
 	}
-	if len(rooms) == 1 {
+	switch len(rooms) {
+	case 0:
+		return 0
+	case 1:
 		r := rooms[0]
 		q.WriteString(`UPDATE rooms SET room_version = ?, updated_at = ?, status = COALESCE(NULLIF(?, ''), status)
 			WHERE room_id = ? AND room_version = ? AND owner_epoch = ?`)

@@ -24,10 +24,10 @@ func withOutbox(b store.Batch) store.Batch {
 }
 
 // TestACommitOfCommonBatchesIsOneTrip: on MySQL a commit of batches that
-// only append commands, outbox rows, a snapshot and a status goes as one
-// query, writes all of it, and writes nothing when one of its batches does
-// not pass its fence or repeats a command id; CommitBatches then decides
-// each batch as before. The pool has one connection: a refused trip that
+// only create rooms, append commands, outbox rows, a snapshot and a status
+// goes as one query, writes all of it, and writes nothing when one of its
+// batches does not pass its fence, repeats a command id or creates a room
+// that exists; CommitBatches then decides each batch as before. The pool has one connection: a refused trip that
 // left its transaction open would show its rows to the next reads.
 func TestACommitOfCommonBatchesIsOneTrip(t *testing.T) {
 	ctx := t.Context()
@@ -43,15 +43,22 @@ func TestACommitOfCommonBatchesIsOneTrip(t *testing.T) {
 		withOutbox(batch("a", epochs["a"], 2, 1, "x")),
 		withOutbox(batch("b", epochs["b"], 0, 3, "x")),
 		batch("c", epochs["c"], 0, 1, "x"),
+		withOutbox(batch("d", 1, 0, 2, "x")),
+		batch("d", 1, 2, 1, "x"),
 	}
+	batches[4].CreatedBy, batches[4].Status = "node-a", "open"
+	batches[4].Meta = &store.RoomMeta{RoomID: "d", OwnerUserID: 7, SeatCount: 9, Mode: "party", Status: "open"}
 	batches[1].Status = "closed"
 	batches[2].Snapshot = &store.SnapshotRecord{RoomID: "b", RoomVersion: 3, Payload: []byte("snap\x00'b")}
-	order := []int{0, 1, 2, 3}
+	order := []int{0, 1, 2, 3, 4, 5}
 	if !db.OneTrip(batches, order) {
 		t.Fatal("common batches do not commit in one trip")
 	}
 	for name, change := range map[string]func(*store.Batch){
-		"a create":       func(b *store.Batch) { b.CreatedBy = "node-a"; b.Meta = &store.RoomMeta{RoomID: b.RoomID} },
+		"a create after a batch of its room": func(b *store.Batch) {
+			b.CreatedBy = "node-a"
+			b.Meta = &store.RoomMeta{RoomID: b.RoomID}
+		},
 		"a charge":       func(b *store.Batch) { b.Charges = []store.GiftCharge{{Key: "k"}} },
 		"a settle":       func(b *store.Batch) { b.Settle = []string{"k"} },
 		"a gift record":  func(b *store.Batch) { b.Gifts = []store.GiftRecord{{}} },
@@ -76,7 +83,7 @@ func TestACommitOfCommonBatchesIsOneTrip(t *testing.T) {
 	// A batch that does not pass its fence: nothing is written.
 	stale := append([]store.Batch(nil), batches...)
 	stale[3] = batch("c", epochs["c"]-1, 0, 1, "x")
-	if err := db.CommitOneTrip(ctx, stale, order); !errors.Is(err, sqlstore.ErrFenceMoved) {
+	if err := db.CommitOneTrip(ctx, stale, order); !errors.Is(err, sqlstore.ErrNotOneTrip) {
 		t.Fatalf("one trip with a stale epoch: %v, want the fence moved", err)
 	}
 	// A command id the room has already: nothing is written.
@@ -85,6 +92,18 @@ func TestACommitOfCommonBatchesIsOneTrip(t *testing.T) {
 	dup[1].Commands[0].CommandID = dup[0].Commands[0].CommandID
 	if err := db.CommitOneTrip(ctx, dup, order); !errors.Is(err, store.ErrConflict) {
 		t.Fatalf("one trip with a repeated command id: %v, want a conflict", err)
+	}
+	// A create of a room that exists: nothing is written.
+	exists := append(append([]store.Batch(nil), batches[:3]...), withOutbox(batch("c", 1, 0, 2, "z")))
+	exists[3].CreatedBy, exists[3].Status, exists[3].Meta = "node-a", "open", &store.RoomMeta{RoomID: "c", Status: "open"}
+	if !db.OneTrip(exists, []int{0, 1, 2, 3}) {
+		t.Fatal("a commit creating a room does not take one trip")
+	}
+	if err := db.CommitOneTrip(ctx, exists, []int{0, 1, 2, 3}); !errors.Is(err, sqlstore.ErrNotOneTrip) {
+		t.Fatalf("one trip creating a room that exists: %v, want it refused", err)
+	}
+	if _, ok, err := db.GetRoomMeta(ctx, "d"); err != nil || ok {
+		t.Fatalf("room d after refused trips: found %v, %v; want none", ok, err)
 	}
 	for _, id := range []string{"a", "b", "c"} {
 		if cmds, err := db.ListCommandsAfter(ctx, id, 0); err != nil || len(cmds) != 0 {
@@ -95,23 +114,30 @@ func TestACommitOfCommonBatchesIsOneTrip(t *testing.T) {
 	if err := db.CommitOneTrip(ctx, batches, order); err != nil {
 		t.Fatalf("one trip: %v", err)
 	}
-	for id, head := range map[string]int64{"a": 3, "b": 3, "c": 1} {
+	for id, head := range map[string]int64{"a": 3, "b": 3, "c": 1, "d": 3} {
 		cmds, err := db.ListCommandsAfter(ctx, id, 0)
 		if err != nil || int64(len(cmds)) != head {
 			t.Fatalf("room %s: %d commands, %v; want %d", id, len(cmds), err, head)
 		}
 		rows, err := db.ListRoomOutbox(ctx, id, 10)
-		if want := map[string]int{"a": 3, "b": 3}[id]; err != nil || len(rows) != want {
+		if want := map[string]int{"a": 3, "b": 3, "d": 2}[id]; err != nil || len(rows) != want {
 			t.Fatalf("room %s: %d outbox rows, %v; want %d", id, len(rows), err, want)
 		}
+		epoch, ok := epochs[id]
+		if !ok {
+			epoch = 1 // d, created here
+		}
 		for _, r := range rows {
-			if r.OwnerEpoch != epochs[id] || string(r.Payload) != `{"q":"it's; DROP TABLE rooms; --"}` {
-				t.Fatalf("room %s outbox row %+v, want epoch %d and the payload as given", id, r, epochs[id])
+			if r.OwnerEpoch != epoch || string(r.Payload) != `{"q":"it's; DROP TABLE rooms; --"}` {
+				t.Fatalf("room %s outbox row %+v, want epoch %d and the payload as given", id, r, epoch)
 			}
 		}
 		meta, _, err := db.GetRoomMeta(ctx, id)
 		if want := map[bool]string{true: "closed", false: "open"}[id == "a"]; err != nil || meta.Status != want {
 			t.Fatalf("room %s status %q, %v; want %q", id, meta.Status, err, want)
+		}
+		if id == "d" && (meta.OwnerUserID != 7 || meta.SeatCount != 9 || meta.Mode != "party") {
+			t.Fatalf("room d created with %+v, want its create batch's metadata", meta)
 		}
 		c, err := db.ClaimRoom(ctx, id, "node-b")
 		if err != nil || c.HeadVersion != head {
@@ -129,12 +155,17 @@ func TestACommitOfCommonBatchesIsOneTrip(t *testing.T) {
 		withOutbox(batch("a", epochs["a"], 3, 1, "y")),
 		withOutbox(batch("b", epochs["b"]-1, 3, 1, "y")),
 		withOutbox(batch("c", epochs["c"], 1, 1, "y")),
+		withOutbox(batch("d", 1, 0, 1, "y")),
+	}
+	next[3].CreatedBy, next[3].Status, next[3].Meta = "node-a", "open", &store.RoomMeta{RoomID: "d", Status: "open"}
+	if !db.OneTrip(next, []int{0, 1, 2, 3}) {
+		t.Fatal("the next commit does not take one trip")
 	}
 	results, err := db.CommitBatches(ctx, next)
-	if err != nil || results[0] != nil || !errors.Is(results[1], store.ErrFenced) || results[2] != nil {
-		t.Fatalf("commit with a stale batch: %v, %v; want b alone fenced", results, err)
+	if err != nil || results[0] != nil || !errors.Is(results[1], store.ErrFenced) || results[2] != nil || !errors.Is(results[3], store.ErrFenced) {
+		t.Fatalf("commit with a stale batch and a create of a room that exists: %v, %v; want b and d alone fenced", results, err)
 	}
-	for id, head := range map[string]int64{"a": 4, "b": 3, "c": 2} {
+	for id, head := range map[string]int64{"a": 4, "b": 3, "c": 2, "d": 3} {
 		if cmds, err := db.ListCommandsAfter(ctx, id, 0); err != nil || int64(len(cmds)) != head {
 			t.Fatalf("room %s: %d commands, %v; want %d", id, len(cmds), err, head)
 		}
