@@ -30,15 +30,24 @@ func (db *DB) writeGiftRecords(ctx context.Context, tx *sql.Tx, insert string, b
 	for chunk := range slices.Chunk(recs, maxGiftRecordRows) {
 		args := make([]any, 0, 10*len(chunk))
 		for _, r := range chunk {
-			args = append(args, r.RoomID, r.RoomVersion, r.CommandID, r.SenderUserID, r.ReceiverID, r.GiftID, r.Count,
-				r.Value, r.MultiplierBP, r.SentAt)
+			args = giftRecordArgs(args, r)
 		}
-		q := insert + `room_gift_records (` + giftRecordColumns + `) VALUES ` + Values(`(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`, len(chunk))
-		if _, err := tx.ExecContext(ctx, q, args...); err != nil {
+		if _, err := tx.ExecContext(ctx, giftRecordsInsert(insert, len(chunk)), args...); err != nil {
 			return db.d.MapErr(err)
 		}
 	}
 	return nil
+}
+
+// giftRecordArgs appends the values of r's row.
+func giftRecordArgs(dst []any, r *store.GiftRecord) []any {
+	return append(dst, r.RoomID, r.RoomVersion, r.CommandID, r.SenderUserID, r.ReceiverID, r.GiftID, r.Count,
+		r.Value, r.MultiplierBP, r.SentAt)
+}
+
+// giftRecordsInsert is the INSERT of n gift records; insert starts it.
+func giftRecordsInsert(insert string, n int) string {
+	return insert + `room_gift_records (` + giftRecordColumns + `) VALUES ` + Values(`(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`, n)
 }
 
 // ListGiftRecords lists gift records of q.RoomID, or those q.UserID sent

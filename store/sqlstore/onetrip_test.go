@@ -1,6 +1,7 @@
 package sqlstore_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"path/filepath"
@@ -13,6 +14,18 @@ import (
 	"hyapp/room-service/store/sqlite"
 	"hyapp/room-service/store/sqlstore"
 )
+
+// oneConnection opens a MySQL database on a pool of one connection: a
+// refused trip that left its transaction open would show its rows to the
+// next reads.
+func oneConnection(t *testing.T) *mysql.DB {
+	db, err := mysql.Open(t.Context(), mysqltest.DSN(t), mysql.Options{MaxOpenConns: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = db.Close() })
+	return db
+}
 
 // withOutbox gives each command of b one outbox row.
 func withOutbox(b store.Batch) store.Batch {
@@ -27,15 +40,10 @@ func withOutbox(b store.Batch) store.Batch {
 // only create rooms, append commands, outbox rows, a snapshot and a status
 // goes as one query, writes all of it, and writes nothing when one of its
 // batches does not pass its fence, repeats a command id or creates a room
-// that exists; CommitBatches then decides each batch as before. The pool has one connection: a refused trip that
-// left its transaction open would show its rows to the next reads.
+// that exists; CommitBatches then decides each batch as before.
 func TestACommitOfCommonBatchesIsOneTrip(t *testing.T) {
 	ctx := t.Context()
-	db, err := mysql.Open(ctx, mysqltest.DSN(t), mysql.Options{MaxOpenConns: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = db.Close() })
+	db := oneConnection(t)
 	epochs := claimed(t, db.DB, "a", "b", "c")
 
 	batches := []store.Batch{
@@ -59,9 +67,7 @@ func TestACommitOfCommonBatchesIsOneTrip(t *testing.T) {
 			b.CreatedBy = "node-a"
 			b.Meta = &store.RoomMeta{RoomID: b.RoomID}
 		},
-		"a charge":       func(b *store.Batch) { b.Charges = []store.GiftCharge{{Key: "k"}} },
 		"a settle":       func(b *store.Batch) { b.Settle = []string{"k"} },
-		"a gift record":  func(b *store.Batch) { b.Gifts = []store.GiftRecord{{}} },
 		"a timer":        func(b *store.Batch) { b.Timers = []store.Timer{{RoomID: b.RoomID, TimerID: "t"}} },
 		"a done timer":   func(b *store.Batch) { b.DoneTimers = []string{"t"} },
 		"new metadata":   func(b *store.Batch) { b.Meta = &store.RoomMeta{RoomID: b.RoomID} },
@@ -181,5 +187,73 @@ func TestSQLiteNeverTakesOneTrip(t *testing.T) {
 	t.Cleanup(func() { _ = db.Close() })
 	if db.OneTrip([]store.Batch{batch("a", 1, 0, 1, "x")}, []int{0}) {
 		t.Fatal("SQLite takes one trip")
+	}
+}
+
+// TestAGiftCommitIsOneTrip: on MySQL a commit that charges gifts goes in
+// one trip too: the ledger reads on the transaction, its writes join the
+// trip's query with the gift records, and a fenced batch or a refused
+// charge writes none of it.
+func TestAGiftCommitIsOneTrip(t *testing.T) {
+	ctx := t.Context()
+	db := oneConnection(t)
+	refuse := false
+	db.SetLedger(sqlstore.LedgerHooks{
+		Write: func(ctx context.Context, ct *sqlstore.CommitTx, insert string, charges []store.GiftCharge, _ []string, now int64) error {
+			var n int
+			if err := ct.Tx().QueryRowContext(ctx, `SELECT COUNT(*) FROM wallet_accounts`).Scan(&n); err != nil {
+				return err
+			}
+			if refuse {
+				return &sqlstore.StaleCharge{Key: charges[0].Key, Err: fmt.Errorf("balance moved: %w", store.ErrConflict)}
+			}
+			for _, c := range charges {
+				if err := ct.Exec(ctx, insert+`wallet_accounts (user_id, balance, updated_at) VALUES (?, ?, ?)`, c.UserID, c.BalanceAfter, now); err != nil {
+					return err
+				}
+			}
+			return nil
+		},
+	})
+	epochs := claimed(t, db.DB, "a")
+	gift := func(epoch int64) store.Batch {
+		b := withOutbox(batch("a", epoch, 0, 1, "g"))
+		b.Charges = []store.GiftCharge{{Key: "a/g-1", UserID: 42, Amount: 10, BalanceAfter: 90}}
+		b.Gifts = []store.GiftRecord{{RoomID: "a", RoomVersion: 1, CommandID: "g-1", SenderUserID: 42, ReceiverID: 7, GiftID: "rose", Count: 1, Value: 10, SentAt: 1}}
+		return b
+	}
+	account := func() bool {
+		var n int
+		if err := db.Writer().QueryRowContext(ctx, `SELECT COUNT(*) FROM wallet_accounts WHERE user_id = 42`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n == 1
+	}
+	records := func() int {
+		recs, err := db.ListGiftRecords(ctx, store.GiftRecordQuery{RoomID: "a", Limit: 10})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(recs)
+	}
+	if !db.OneTrip([]store.Batch{gift(epochs["a"])}, []int{0}) {
+		t.Fatal("a gift's batch does not take one trip")
+	}
+	if err := db.CommitOneTrip(ctx, []store.Batch{gift(epochs["a"] - 1)}, []int{0}); !errors.Is(err, sqlstore.ErrNotOneTrip) {
+		t.Fatalf("one trip of a stale gift batch: %v, want it refused", err)
+	}
+	refuse = true
+	if err := db.CommitOneTrip(ctx, []store.Batch{gift(epochs["a"])}, []int{0}); !errors.Is(err, sqlstore.ErrNotOneTrip) {
+		t.Fatalf("one trip of a gift the ledger refuses: %v, want it refused", err)
+	}
+	if account() || records() != 0 {
+		t.Fatalf("after refused trips: the account written %v, %d gift records; want neither", account(), records())
+	}
+	refuse = false
+	if err := db.CommitOneTrip(ctx, []store.Batch{gift(epochs["a"])}, []int{0}); err != nil {
+		t.Fatalf("one trip of a gift: %v", err)
+	}
+	if !account() || records() != 1 {
+		t.Fatalf("after the trip: the account written %v, %d gift records; want both", account(), records())
 	}
 }

@@ -32,8 +32,32 @@ import (
 // INSERTs: Dialect.InsertOrRollback in a merged commit, whose failure ends
 // the transaction anyway, "INSERT INTO " in a batch's own savepoint. The
 // embedded ledger (wallet/ledger) owns the statements and installs it
-// (SetLedger) when it starts on the database.
-type LedgerFunc func(ctx context.Context, tx *sql.Tx, insert string, charges []store.GiftCharge, settle []string, now int64) error
+// (SetLedger) when it starts on the database. Its reads and its checked
+// writes run on tx.Tx(); the writes whose outcome is their error alone go
+// through tx.Exec, which a one-trip commit sends with its other writes.
+type LedgerFunc func(ctx context.Context, tx *CommitTx, insert string, charges []store.GiftCharge, settle []string, now int64) error
+
+// CommitTx is a room commit's transaction as the ledger writes into it.
+type CommitTx struct {
+	tx   *sql.Tx
+	trip *tripQuery // nil: Exec runs at once
+}
+
+// Tx is the transaction, for reads and for writes whose result the caller
+// needs (rows affected); they run at once.
+func (c *CommitTx) Tx() *sql.Tx { return c.tx }
+
+// Exec runs a write whose only outcome its caller needs is an error (an
+// INSERT, an upsert): at once, or, in a one-trip commit, in the query the
+// trip sends, after the writes before it; its error is then the trip's.
+func (c *CommitTx) Exec(ctx context.Context, query string, args ...any) error {
+	if c.trip != nil {
+		c.trip.add(query, args...)
+		return nil
+	}
+	_, err := c.tx.ExecContext(ctx, query, args...)
+	return err
+}
 
 // LedgerHooks are the embedded COIN ledger's part of room commits.
 type LedgerHooks struct {

@@ -36,7 +36,7 @@ func (db *DB) writeTimersAndSettles(ctx context.Context, tx *sql.Tx, insert stri
 		if ledger == nil {
 			return fmt.Errorf("%d gift charges to make and %d to settle and no ledger: %w", len(charges), len(keys), store.ErrConflict)
 		}
-		if err := ledger.Write(ctx, tx, insert, charges, keys, now); err != nil {
+		if err := ledger.Write(ctx, &CommitTx{tx: tx}, insert, charges, keys, now); err != nil {
 			return err
 		}
 	}

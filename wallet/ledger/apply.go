@@ -123,7 +123,7 @@ func (l *Ledger) apply(ctx context.Context, tx *sql.Tx, reqs []*request) (map[in
 			}
 		}
 	}
-	if err := l.write(ctx, tx, "INSERT INTO ", t); err != nil {
+	if err := l.write(ctx, tx, "INSERT INTO ", t, func(s *stmt) error { _, err := l.exec(ctx, tx, s); return err }); err != nil {
 		return nil, err
 	}
 	balances := make(map[int64]int64, len(t.accounts))
@@ -299,8 +299,9 @@ func inChunks[T string | int64](ctx context.Context, l *Ledger, tx *sql.Tx, ids 
 }
 
 // write stores t's changes inside tx; insert starts its INSERTs (see
-// sqlstore.LedgerFunc).
-func (l *Ledger) write(ctx context.Context, tx *sql.Tx, insert string, t *txn) error {
+// sqlstore.LedgerFunc), and exec runs them (at once, or with a one-trip
+// commit's other writes: see sqlstore.CommitTx).
+func (l *Ledger) write(ctx context.Context, tx *sql.Tx, insert string, t *txn, exec func(*stmt) error) error {
 	var fresh, known []int64
 	for _, u := range sortedKeys(t.accounts) {
 		switch a := t.accounts[u]; {
@@ -319,13 +320,13 @@ func (l *Ledger) write(ctx context.Context, tx *sql.Tx, insert string, t *txn) e
 	// Accounts first: a new account that a concurrent transaction created
 	// meanwhile fails here, on its duplicate key, before anything else is written.
 	accounts := insert + `wallet_accounts (user_id, balance, updated_at) VALUES `
-	if err := l.insert(ctx, tx, accounts, "", len(fresh), account(fresh)); err != nil {
+	if err := l.insert(exec, accounts, "", len(fresh), account(fresh)); err != nil {
 		return fmt.Errorf("insert accounts: %w", err)
 	}
-	if err := l.insert(ctx, tx, accounts, l.db.Dialect().Upsert("user_id", "balance", "updated_at"), len(known), account(known)); err != nil {
+	if err := l.insert(exec, accounts, l.db.Dialect().Upsert("user_id", "balance", "updated_at"), len(known), account(known)); err != nil {
 		return fmt.Errorf("update accounts: %w", err)
 	}
-	if err := l.insert(ctx, tx, insert+`wallet_entries (user_id, kind, amount, balance_after, idem_key, created_at) VALUES `,
+	if err := l.insert(exec, insert+`wallet_entries (user_id, kind, amount, balance_after, idem_key, created_at) VALUES `,
 		"", len(t.entries), func(s *stmt, i int) {
 			e := &t.entries[i]
 			s.sql("(").int(e.userID).sql(", ").str(string(e.kind)).sql(", ").int(e.amount).sql(", ").int(e.after).
@@ -333,7 +334,7 @@ func (l *Ledger) write(ctx context.Context, tx *sql.Tx, insert string, t *txn) e
 		}); err != nil {
 		return fmt.Errorf("insert entries: %w", err)
 	}
-	if err := l.insert(ctx, tx, insert+`wallet_charges (`+chargeColumns+`, updated_at) VALUES `,
+	if err := l.insert(exec, insert+`wallet_charges (`+chargeColumns+`, updated_at) VALUES `,
 		"", len(t.created), func(s *stmt, i int) {
 			c := t.created[i]
 			s.sql("(").str(c.c.Key).sql(", ").int(c.c.UserID).sql(", ").int(c.c.Amount).sql(", ").int(c.c.Reward).
@@ -379,9 +380,9 @@ func (l *Ledger) finish(ctx context.Context, tx *sql.Tx, status wallet.Status, k
 	return nil
 }
 
-// insert writes n rows with multi-row INSERTs (see chunkRows): prefix,
-// the rows that row writes, then suffix.
-func (l *Ledger) insert(ctx context.Context, tx *sql.Tx, prefix, suffix string, n int, row func(s *stmt, i int)) error {
+// insert writes n rows with multi-row INSERTs (see chunkRows), each run
+// by exec: prefix, the rows that row writes, then suffix.
+func (l *Ledger) insert(exec func(*stmt) error, prefix, suffix string, n int, row func(s *stmt, i int)) error {
 	for start := 0; start < n; {
 		end := start + l.chunkRows(n-start)
 		s := l.newStmt(prefix)
@@ -391,7 +392,7 @@ func (l *Ledger) insert(ctx context.Context, tx *sql.Tx, prefix, suffix string, 
 			}
 			row(s, i)
 		}
-		if _, err := l.exec(ctx, tx, s.sql(suffix)); err != nil {
+		if err := exec(s.sql(suffix)); err != nil {
 			return l.db.MapErr(err)
 		}
 		start = end

@@ -29,7 +29,8 @@ var _ sqlstore.LedgerFunc = (*Ledger)(nil).inCommit
 //
 // The accounts are locked in user order, the order every ledger
 // transaction takes them in.
-func (l *Ledger) inCommit(ctx context.Context, tx *sql.Tx, insert string, charges []store.GiftCharge, keys []string, now int64) error {
+func (l *Ledger) inCommit(ctx context.Context, ct *sqlstore.CommitTx, insert string, charges []store.GiftCharge, keys []string, now int64) error {
+	tx := ct.Tx()
 	if len(keys) > 0 {
 		if err := settle(ctx, tx, l.db.Dialect(), keys, now); err != nil {
 			return err
@@ -68,7 +69,13 @@ func (l *Ledger) inCommit(ctx context.Context, tx *sql.Tx, insert string, charge
 	for _, c := range t.created {
 		c.status = wallet.StatusSettled
 	}
-	return l.write(ctx, tx, insert, t)
+	return l.write(ctx, tx, insert, t, func(s *stmt) error {
+		if s.inline {
+			return ct.Exec(ctx, s.b.String())
+		}
+		_, err := l.exec(ctx, tx, s)
+		return err
+	})
 }
 
 // askToPrepare wakes a committer when inCommit sent statements that are not
