@@ -147,6 +147,9 @@ func (m *Main) openStore(ctx context.Context) (store.Repository, cell.Config, er
 			return nil, cell.Config{}, fmt.Errorf("data dir: %w", err)
 		}
 		db, err := sqlite.Open(ctx, filepath.Join(cfg.DataDir, "room.db"), sqlite.Options{Synchronous: cfg.SQLiteSync, Metrics: m.metrics.sqlite})
+		if err == nil {
+			db.SetCommitObserver(m.metrics.commits)
+		}
 		return db, cell.Config{CommitWorkers: 1}, err
 	}
 	var opts mysql.Options
@@ -160,6 +163,7 @@ func (m *Main) openStore(ctx context.Context) (store.Repository, cell.Config, er
 	for {
 		db, err := mysql.Open(ctx, cfg.MySQLDSN, opts)
 		if err == nil {
+			db.SetCommitObserver(m.metrics.commits)
 			return db, cell.Config{CommitWorkers: 4, CommitMaxRooms: 256}, nil
 		}
 		if !errors.Is(err, store.ErrUnavailable) || ctx.Err() != nil {

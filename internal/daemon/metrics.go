@@ -15,6 +15,7 @@ import (
 	"hyapp/room-service/room"
 	"hyapp/room-service/rpc"
 	"hyapp/room-service/store/sqlite"
+	"hyapp/room-service/store/sqlstore"
 	"hyapp/room-service/wallet"
 )
 
@@ -30,6 +31,9 @@ type metrics struct {
 	routing  rpc.RoutingMetrics
 	lease    redislease.Metrics
 	sqlite   sqlite.Metrics
+	// commits hears the path of each room commit transaction
+	// (sqlstore.DB.SetCommitObserver).
+	commits func(path string, declined bool)
 	// handoffs counts rooms this node handed off when it drained.
 	handoffs prometheus.Counter
 	// laneRecreated counts IM groups the lane created again (control's
@@ -59,6 +63,24 @@ func newMetrics() *metrics {
 		laneRecreated: recreated.WithLabelValues("lane").Inc,
 		lease:         newLeaseMetrics(reg),
 		sqlite:        newSQLiteMetrics(reg),
+		commits:       newCommitPathMetrics(reg),
+	}
+}
+
+// newCommitPathMetrics registers the count of room commit transactions by
+// the path they took, and of one-trip attempts that gave way (MySQL).
+func newCommitPathMetrics(reg prometheus.Registerer) func(path string, declined bool) {
+	paths := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "room_store_commits_total", Help: "Room commit transactions that committed, by path: one_trip (MySQL: the writes and the fence in one query), merged (a statement per step), one_by_one (each batch in a savepoint, after a duplicate key)."}, []string{"path"})
+	declined := prometheus.NewCounter(prometheus.CounterOpts{Name: "room_store_one_trip_declined_total", Help: "One-trip commits that gave way to the statement-per-step path (a batch fenced, a duplicate key, a gift charge refused)."})
+	reg.MustRegister(paths, declined)
+	for _, p := range []string{sqlstore.PathOneTrip, sqlstore.PathMerged, sqlstore.PathOneByOne} {
+		paths.WithLabelValues(p)
+	}
+	return func(path string, gaveWay bool) {
+		paths.WithLabelValues(path).Inc()
+		if gaveWay {
+			declined.Inc()
+		}
 	}
 }
 

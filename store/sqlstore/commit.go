@@ -115,11 +115,14 @@ func (db *DB) CommitBatches(ctx context.Context, batches []store.Batch) ([]error
 		})
 	}
 	var err error
+	path, declined := PathMerged, false
 	if db.oneTrip(batches, order) { // never with marks: they need a single writer
+		path = PathOneTrip
 		err = db.commitOneTrip(ctx, batches, order)
 		if err == nil {
 			copy(results, checked)
 		} else if errors.Is(err, errNotOneTrip) {
+			path, declined = PathMerged, true
 			err = commit(db.commitMerged) // decided batch by batch
 		}
 	} else {
@@ -150,10 +153,14 @@ func (db *DB) CommitBatches(ctx context.Context, batches []store.Batch) ([]error
 		// before it committed: a refusal above may rest on a charge that
 		// will not be made.
 		clear(refused)
+		path = PathOneByOne
 		err = commit(db.commitIsolated)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("commit batches: %w", err)
+	}
+	if f := db.committed.Load(); f != nil {
+		(*f)(path, declined)
 	}
 	stored = nil
 	db.ledgerCommitted(batches, order, results)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"hyapp/room-service/outbox"
@@ -167,6 +168,8 @@ func TestACommitOfCommonBatchesIsOneTrip(t *testing.T) {
 	if !db.OneTrip(next, []int{0, 1, 2, 3}) {
 		t.Fatal("the next commit does not take one trip")
 	}
+	var paths []string
+	db.SetCommitObserver(func(path string, declined bool) { paths = append(paths, fmt.Sprint(path, " ", declined)) })
 	results, err := db.CommitBatches(ctx, next)
 	if err != nil || results[0] != nil || !errors.Is(results[1], store.ErrFenced) || results[2] != nil || !errors.Is(results[3], store.ErrFenced) {
 		t.Fatalf("commit with a stale batch and a create of a room that exists: %v, %v; want b and d alone fenced", results, err)
@@ -176,17 +179,34 @@ func TestACommitOfCommonBatchesIsOneTrip(t *testing.T) {
 			t.Fatalf("room %s: %d commands, %v; want %d", id, len(cmds), err, head)
 		}
 	}
+	if _, err := db.CommitBatches(ctx, []store.Batch{withOutbox(batch("c", epochs["c"], 2, 1, "z"))}); err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"merged true", "one_trip false"}; !slices.Equal(paths, want) {
+		t.Fatalf("the commits' paths %q, want %q", paths, want)
+	}
 }
 
-// TestSQLiteNeverTakesOneTrip: SQLite runs one statement per call.
+// TestSQLiteNeverTakesOneTrip: SQLite runs one statement per call, and
+// its commits are merged.
 func TestSQLiteNeverTakesOneTrip(t *testing.T) {
 	db, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "room.db"), sqlite.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = db.Close() })
-	if db.OneTrip([]store.Batch{batch("a", 1, 0, 1, "x")}, []int{0}) {
+	epochs := claimed(t, db.DB, "a")
+	b := []store.Batch{batch("a", epochs["a"], 0, 1, "x")}
+	if db.OneTrip(b, []int{0}) {
 		t.Fatal("SQLite takes one trip")
+	}
+	var paths []string
+	db.SetCommitObserver(func(path string, declined bool) { paths = append(paths, fmt.Sprint(path, " ", declined)) })
+	if results, err := db.CommitBatches(t.Context(), b); err != nil || results[0] != nil {
+		t.Fatalf("commit: %v, %v", results, err)
+	}
+	if want := []string{"merged false"}; !slices.Equal(paths, want) {
+		t.Fatalf("the commit's path %q, want %q", paths, want)
 	}
 }
 

@@ -91,8 +91,11 @@ type DB struct {
 	write  *sql.DB
 	read   *sql.DB
 	ledger atomic.Pointer[LedgerHooks]
-	stmts  statements
-	marks  marks // single writer: marks waiting for a room commit
+	// committed hears the path of each CommitBatches call that committed
+	// (SetCommitObserver).
+	committed atomic.Pointer[func(path string, declined bool)]
+	stmts     statements
+	marks     marks // single writer: marks waiting for a room commit
 }
 
 // statements are prepared once: writes on the write pool, reads on the read pool.
@@ -129,6 +132,19 @@ func New(ctx context.Context, cfg Config) (*DB, error) {
 	}
 	return db, nil
 }
+
+// The paths a CommitBatches transaction takes (SetCommitObserver).
+const (
+	PathOneTrip  = "one_trip"   // one query of its writes and the fence, then COMMIT (commitOneTrip, MySQL)
+	PathMerged   = "merged"     // a statement per step, every batch fenced first (commitMerged)
+	PathOneByOne = "one_by_one" // each batch in a savepoint of its own (commitIsolated)
+)
+
+// SetCommitObserver installs what hears, after each CommitBatches call
+// whose transaction committed, the path that transaction took, and
+// whether a one-trip attempt gave way to it (a batch fenced, a duplicate
+// key, a charge refused: the batches were decided one step at a time).
+func (db *DB) SetCommitObserver(f func(path string, declined bool)) { db.committed.Store(&f) }
 
 // SetLedger installs what writes the embedded ledger's charges and settles
 // inside a commit (store.Batch.Charges and Settle). The embedded ledger
