@@ -167,6 +167,11 @@ func (db *DB) CommitBatches(ctx context.Context, batches []store.Batch) ([]error
 	return results, nil
 }
 
+// snapshotArgs appends the values of s's row; a zero CreatedAt becomes now.
+func snapshotArgs(dst []any, s *store.SnapshotRecord, now int64) []any {
+	return append(dst, s.RoomID, s.RoomVersion, s.Payload, millis(s.CreatedAt, now))
+}
+
 // createdArgs appends the row of the room b creates: at version 0,
 // creating, or with atHead at b's head and status.
 func createdArgs(dst []any, b *store.Batch, now int64, atHead bool) []any {
@@ -292,7 +297,7 @@ func (db *DB) commitMerged(ctx context.Context, tx *sql.Tx, batches []store.Batc
 	return db.stmts.mergedSnapshots.exec(ctx, tx, db.d.MapErr, len(snaps),
 		func(i int) int { return len(snaps[i].RoomID) + len(snaps[i].Payload) + rowOverhead },
 		func(dst []any, i int) []any {
-			return append(dst, snaps[i].RoomID, snaps[i].RoomVersion, snaps[i].Payload, millis(snaps[i].CreatedAt, now))
+			return snapshotArgs(dst, snaps[i], now)
 		})
 }
 

@@ -160,7 +160,7 @@ func (db *DB) tripWrites(ctx context.Context, ct *CommitTx, batches []store.Batc
 		ngifts += len(b.Gifts)
 		charges = append(charges, b.Charges...)
 		if s := b.Snapshot; s != nil {
-			snaps = append(snaps, s.RoomID, s.RoomVersion, s.Payload, millis(s.CreatedAt, now))
+			snaps = snapshotArgs(snaps, s, now)
 			nsnaps++
 		}
 	}
@@ -279,8 +279,7 @@ func advanceFence(q *strings.Builder, args *[]any, batches []store.Batch, order 
 		return 0
 	case 1:
 		r := rooms[0]
-		q.WriteString(`UPDATE rooms SET room_version = ?, updated_at = ?, status = COALESCE(NULLIF(?, ''), status)
-			WHERE room_id = ? AND room_version = ? AND owner_epoch = ?`)
+		q.WriteString(advanceFencedSQL)
 		*args = append(*args, r.head, now, r.status, r.id, r.base, r.epoch)
 		return 1
 	}

@@ -185,8 +185,7 @@ func (db *DB) prepare(ctx context.Context) error {
 	o := OutboxQueries(&db.d)
 	s.advanceHead = prep(w, `UPDATE rooms SET room_version = ?, updated_at = ?
 		WHERE room_id = ? AND room_version = ?`)
-	s.advanceFenced = prep(w, `UPDATE rooms SET room_version = ?, updated_at = ?, status = COALESCE(NULLIF(?, ''), status)
-		WHERE room_id = ? AND room_version = ? AND owner_epoch = ?`)
+	s.advanceFenced = prep(w, advanceFencedSQL)
 	s.headVersion = prep(w, `SELECT room_version FROM rooms WHERE room_id = ?`)
 	s.updateSnapshot = prep(w, `UPDATE room_snapshots SET room_version = ?, payload = ?, created_at = ?
 		WHERE room_id = ? AND room_version < ?`)
@@ -258,6 +257,12 @@ func (db *DB) prepare(ctx context.Context) error {
 	}
 	return nil
 }
+
+// advanceFencedSQL moves one room's head, with its status when one is
+// given, only at the batch's base version and owner epoch: arguments head,
+// now, status, room, base, epoch.
+const advanceFencedSQL = `UPDATE rooms SET room_version = ?, updated_at = ?, status = COALESCE(NULLIF(?, ''), status)
+		WHERE room_id = ? AND room_version = ? AND owner_epoch = ?`
 
 // ErrRetry in an error's chain says the database rolled the transaction
 // back whole (a deadlock, a lock wait timeout): nothing of it committed, so
