@@ -154,7 +154,7 @@ func (c *Cell) run() {
 				// behind. A moment more makes the next commit carry
 				// several times as many commands for the same fixed cost.
 				c.reg.metrics.Lingers.Inc()
-				c.mailbox.await(target, c.reg.cfg.Linger)
+				c.mailbox.await(target, c.reg.cfg.Linger, c.reg.stopping)
 				depth = c.mailbox.len()
 			}
 			if depth > 0 {
@@ -176,7 +176,10 @@ func (c *Cell) run() {
 	for {
 		select {
 		case <-c.mailbox.signal:
-			if reason := work(); reason != "" {
+			c.reg.metrics.WorkingCells.Inc()
+			reason := work()
+			c.reg.metrics.WorkingCells.Dec()
+			if reason != "" {
 				c.finish(reason)
 				return
 			}

@@ -147,6 +147,9 @@ func TestAQuietRoomNeverWaits(t *testing.T) {
 	}
 	first()
 	burst()
+	// The answers go out before the room looks at its mailbox again: the
+	// next command is sent once the room has found it empty.
+	poll.Until(t, 10*time.Second, "the room to wait for its mailbox", poll.Bool(func() bool { return testutil.ToFloat64(m2.WorkingCells) == 0 }))
 	submitAll(t, reg2, "burst", "alone", 1)()
 	if n := nextCommit(t, gated2); n != 1 {
 		t.Fatalf("commit after the burst: %d commands, want 1", n)
@@ -154,4 +157,30 @@ func TestAQuietRoomNeverWaits(t *testing.T) {
 	if l, l2 := testutil.ToFloat64(m.Lingers), testutil.ToFloat64(m2.Lingers); l != 0 || l2 != 0 {
 		t.Fatalf("lingers %v and %v, want none", l, l2)
 	}
+}
+
+// TestClosingEndsALinger: a registry closed while its room lingers (here
+// for an hour) commits what the room holds and closes, without waiting
+// the linger out.
+func TestClosingEndsALinger(t *testing.T) {
+	reg, gated, m := lingerRoom(t, "closing")
+	first := submitAll(t, reg, "closing", "a", 1)
+	nextCommit(t, gated)
+	second := submitAll(t, reg, "closing", "b", 4)
+	poll.Until(t, 10*time.Second, "four queued commands", poll.Bool(func() bool { return cell.Queued(reg, "closing") == 4 }))
+	gated.release <- struct{}{}
+	nextCommit(t, gated)
+	third := submitAll(t, reg, "closing", "c", 1)
+	poll.Until(t, 10*time.Second, "one queued command", poll.Bool(func() bool { return cell.Queued(reg, "closing") == 1 }))
+	gated.release <- struct{}{}
+	poll.Until(t, 10*time.Second, "the room to linger", poll.Bool(func() bool { return testutil.ToFloat64(m.Lingers) == 1 }))
+	gated.open()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := reg.Close(ctx); err != nil {
+		t.Fatalf("close while lingering: %v", err)
+	}
+	first()
+	second()
+	third() // the lingering command committed: its submit saw no error
 }

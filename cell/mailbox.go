@@ -56,9 +56,10 @@ func (m *mailbox) take(dst []*request, n int) []*request {
 	return dst
 }
 
-// await waits until the mailbox holds n requests or d has passed. Only the
-// cell waits; the push that reaches n wakes it, the others do not.
-func (m *mailbox) await(n int, d time.Duration) {
+// await waits until the mailbox holds n requests, d has passed or stop is
+// closed. Only the cell waits; the push that reaches n wakes it, the others
+// do not.
+func (m *mailbox) await(n int, d time.Duration, stop <-chan struct{}) {
 	m.mu.Lock()
 	if len(m.q) >= n {
 		m.mu.Unlock()
@@ -71,6 +72,7 @@ func (m *mailbox) await(n int, d time.Duration) {
 	select {
 	case <-filled:
 	case <-t.C:
+	case <-stop:
 	}
 	t.Stop()
 	m.mu.Lock()

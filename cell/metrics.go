@@ -12,6 +12,7 @@ type Metrics struct {
 	MailboxFull    prometheus.Counter     // requests refused at once: the room's mailbox was full
 	Lingers        prometheus.Counter     // waits of a busy cell for more commands (Config.Linger)
 	LoadedCells    prometheus.Gauge
+	WorkingCells   prometheus.Gauge       // cells deciding or committing what their mailbox holds
 	Recoveries     *prometheus.CounterVec // by result
 	Claims         *prometheus.CounterVec // rooms claimed, by how the previous owner left (see claimKind)
 	ReplayLength   prometheus.Histogram   // commands replayed per recovery
@@ -50,6 +51,9 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		LoadedCells: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "room_cells_loaded", Help: "Room cells loaded on this node.",
 		}),
+		WorkingCells: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "room_cells_working", Help: "Room cells deciding or committing commands now; the rest wait for their mailbox.",
+		}),
 		Recoveries: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "room_recoveries_total", Help: "Room recoveries, by result.",
 		}, []string{"result"}),
@@ -79,7 +83,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"source"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.Commands, m.BatchSize, m.TxnRooms, m.CommitSeconds, m.MailboxDepth, m.MailboxFull, m.Lingers, m.LoadedCells,
+		reg.MustRegister(m.Commands, m.BatchSize, m.TxnRooms, m.CommitSeconds, m.MailboxDepth, m.MailboxFull, m.Lingers, m.LoadedCells, m.WorkingCells,
 			m.Recoveries, m.Claims, m.ReplayLength, m.RecoverSeconds, m.Stops, m.RocketWakeups, m.WalletSeconds, m.GiftBalances)
 	}
 	return m
