@@ -170,7 +170,8 @@ type fleet struct {
 
 // balancer is the load balancer in front of a deployment: it probes each
 // node's /readyz every 250 ms (real ones probe every few seconds, which
-// drain_grace covers) and sends each call to a random node that was ready
+// drain_grace covers; a probe that times out changes nothing, as on a
+// machine too busy to answer within a second) and sends each call to a random node that was ready
 // at its last probe. It never sends a call twice: what it sees is what a
 // client behind it sees.
 type balancer struct {
@@ -181,7 +182,7 @@ type balancer struct {
 // balance puts a balancer in front of f for the rest of the test.
 func (f *fleet) balance() {
 	lb := &balancer{ready: make(map[*node]bool)}
-	probe := &http.Client{Timeout: 200 * time.Millisecond, Transport: &http.Transport{}}
+	probe := &http.Client{Timeout: time.Second, Transport: &http.Transport{}}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
@@ -191,9 +192,14 @@ func (f *fleet) balance() {
 		for {
 			for _, nd := range f.nodes {
 				ok := false
-				if res, err := probe.Get("http://" + nd.addr + "/readyz"); err == nil {
+				res, err := probe.Get("http://" + nd.addr + "/readyz")
+				if err == nil {
 					ok = res.StatusCode == http.StatusOK
 					_ = res.Body.Close()
+				}
+				var timeout interface{ Timeout() bool }
+				if errors.As(err, &timeout) && timeout.Timeout() {
+					continue // a slow answer is no answer: the node keeps its state
 				}
 				lb.mu.Lock()
 				lb.ready[nd] = ok
@@ -321,7 +327,12 @@ func retryable(err error) bool {
 // fleetJoin is one JoinRoom through nd, with the short deadline a gateway
 // gives a call before it tries another node (a frozen node answers nothing).
 func fleetJoin(nd *node, roomID, commandID string, user int64) (int64, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	return fleetJoinWithin(nd, 2*time.Second, roomID, commandID, user)
+}
+
+// fleetJoinWithin is fleetJoin with the deadline d.
+func fleetJoinWithin(nd *node, d time.Duration, roomID, commandID string, user int64) (int64, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
 	res, err := nd.client.JoinRoom(ctx, connect.NewRequest(&roomv1.JoinRoomRequest{RoomId: roomID, CommandId: commandID, OperatorUserId: user}))
 	if err != nil {
@@ -351,7 +362,14 @@ func (f *fleet) load(rooms []string, workers int, stop <-chan struct{}, count *a
 				default:
 				}
 				roomID, id, user := rooms[(w+i)%len(rooms)], fmt.Sprintf("w%d-%d", w, i), int64(1000+w*100000+i)
-				v, err := f.call(cmp.Or(f.patience, 30*time.Second), func(nd *node) (int64, error) { return fleetJoin(nd, roomID, id, user) })
+				v, err := f.call(cmp.Or(f.patience, 30*time.Second), func(nd *node) (int64, error) {
+					if f.lb != nil {
+						// A balancer sends each call once, and waits for
+						// it as long as a load balancer's upstream timeout.
+						return fleetJoinWithin(nd, 15*time.Second, roomID, id, user)
+					}
+					return fleetJoin(nd, roomID, id, user)
+				})
 				mu.Lock()
 				if err != nil {
 					failed = append(failed, fmt.Errorf("join %s %s: %w", roomID, id, err))

@@ -46,7 +46,13 @@ func runMain(t *testing.T, dir string, args ...string) (*Main, roomv1connect.Roo
 	if err := m.Run(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = m.Close(context.Background()) })
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := m.Close(ctx); err != nil {
+			t.Errorf("close the service: %v", err)
+		}
+	})
 	return m, roomv1connect.NewRoomServiceClient(http.DefaultClient, "http://"+m.Addr)
 }
 

@@ -89,7 +89,7 @@ func rulesChangeAfterSIGKILL(t *testing.T, dbArgs ...string) {
 	_, addr = startChildWith(t, dir, append([]string{"-config", slower}, dbArgs...)...)
 	c = clientsAt(addr)
 	join(t, c, "castle", 101)
-	if got := liveEconomy(t, c, "castle").GetRocket().GetLaunches(); !proto.Equal(got[0], ignited[0]) {
+	if got := liveEconomy(t, c, "castle").GetRocket().GetLaunches(); len(got) != 1 || !proto.Equal(got[0], ignited[0]) {
 		t.Fatalf("after the restart the launch is %v, want %v", got, ignited)
 	}
 	awaitLaunches(t, c, "castle", ignited)

@@ -34,6 +34,9 @@ type Membership struct {
 	lease    Holder
 	log      *slog.Logger
 	draining atomic.Bool
+	// writing orders the heartbeats: one that read the draining flag
+	// before SetDraining changed it is written before SetDraining's.
+	writing sync.Mutex
 
 	mu     sync.Mutex
 	failed bool // the last heartbeat failed: logged once per outage
@@ -107,6 +110,8 @@ func (m *Membership) beat(ctx context.Context) {
 }
 
 func (m *Membership) write(ctx context.Context) error {
+	m.writing.Lock()
+	defer m.writing.Unlock()
 	ctx, cancel := context.WithTimeout(ctx, m.cfg.callTimeout())
 	defer cancel()
 	key := m.cfg.Keys.Node(m.cfg.Self.ID)

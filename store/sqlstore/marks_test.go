@@ -80,6 +80,19 @@ func pending(t *testing.T, db *sqlite.DB) int64 {
 	return st.Pending
 }
 
+// within is what done gives within 10 s; the test fails without it
+// rather than wait out a mark.
+func within(t *testing.T, done <-chan error) error {
+	t.Helper()
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(10 * time.Second):
+		t.Fatal("the mark did not end")
+		return nil
+	}
+}
+
 // TestAMarkRidesTheNextCommit: with a single writer, a mark that finds a
 // room commit coming is stored by that commit's transaction.
 func TestAMarkRidesTheNextCommit(t *testing.T) {
@@ -128,7 +141,7 @@ func TestAMarkWaitsThroughALongCommit(t *testing.T) {
 	waitForMark(t, db)
 	end()
 	mustCommitAll(t, db, next())
-	if err := <-done; err != nil {
+	if err := within(t, done); err != nil {
 		t.Fatalf("ride during a long commit: %v", err)
 	}
 	if n := pending(t, db); n != 1 {
@@ -150,7 +163,7 @@ func TestAMarkACommitDidNotStoreRunsAlone(t *testing.T) {
 	if _, err := db.CommitBatches(canceled, []store.Batch{next()}); err == nil {
 		t.Fatal("a commit on a canceled context succeeded")
 	}
-	if err := <-done; err != nil {
+	if err := within(t, done); err != nil {
 		t.Fatalf("mark after a failed commit: %v", err)
 	}
 	if n := pending(t, db); n != 1 {
