@@ -219,6 +219,8 @@ func TestFullMailboxAnswersAtOnce(t *testing.T) {
 	}
 	blocked := &blockingRepo{Repository: repo, entered: make(chan struct{}), release: make(chan struct{})}
 	reg := newRegistry(t, blocked, cell.Config{MailboxSize: 2}, nil)
+	release := sync.OnceFunc(func() { close(blocked.release) })
+	defer release() // a failed test must not leave the commit held
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
@@ -244,7 +246,7 @@ func TestFullMailboxAnswersAtOnce(t *testing.T) {
 			t.Fatalf("while the mailbox is full: got %v, want mailbox_full", err)
 		}
 	}
-	close(blocked.release)
+	release()
 	wg.Wait()
 	close(errs)
 	for err := range errs {

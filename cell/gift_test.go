@@ -818,6 +818,8 @@ func behindABlocker(t *testing.T, reg *cell.Registry, entered, gate chan struct{
 	t.Helper()
 	roomID := cmds[0].RoomID
 	results, errs := make([]cell.Result, len(cmds)), make([]error, len(cmds))
+	open := sync.OnceFunc(func() { close(gate) })
+	defer open() // a failed test must not leave the room waiting
 	var wg sync.WaitGroup
 	wg.Go(func() { results[0], errs[0] = reg.Submit(context.Background(), cmds[0]) })
 	<-entered
@@ -825,7 +827,7 @@ func behindABlocker(t *testing.T, reg *cell.Registry, entered, gate chan struct{
 		wg.Go(func() { results[i], errs[i] = reg.Submit(context.Background(), cmds[i]) })
 		poll.Until(t, 10*time.Second, fmt.Sprintf("%s queued", cmds[i].CommandID), poll.Bool(func() bool { return cell.Queued(reg, roomID) == i }))
 	}
-	close(gate)
+	open()
 	wg.Wait()
 	return results, errs
 }

@@ -3,6 +3,7 @@ package cell_test
 import (
 	"context"
 	"errors"
+	"sync"
 	"testing"
 	"time"
 
@@ -63,6 +64,8 @@ func TestAFullNodeOfBusyRoomsRefusesNewRooms(t *testing.T) {
 	sink := &blockingSink{hold: "hold", held: make(chan struct{}), release: make(chan struct{})}
 	reg := newRegistry(t, repo, cell.Config{MaxRooms: 1}, sink)
 	createRoom(t, reg, "a")
+	release := sync.OnceFunc(func() { close(sink.release) })
+	defer release() // a failed test must not leave the cell held
 	done := make(chan error, 2)
 	go func() {
 		_, err := reg.Submit(context.Background(), env("a", "hold", 10, &room.JoinRoom{}))
@@ -83,7 +86,7 @@ func TestAFullNodeOfBusyRoomsRefusesNewRooms(t *testing.T) {
 		}
 		return errors.New("b was not refused as node_full")
 	})
-	close(sink.release)
+	release()
 	for range 2 {
 		if err := <-done; err != nil {
 			t.Fatal(err)

@@ -104,9 +104,10 @@ func testRocketEarlyWakeupRearms(t *testing.T, open func(testing.TB) store.Repos
 	sink, m := &recordSink{}, cell.NewMetrics(nil)
 	reg := newTimerRegistry(t, repo, rocketConfig(time.Hour, clock), lease.NewLocal(), sink, m)
 	l := igniteRocket(t, reg, sink, "early")
-	// The timer armed at ignition waits an hour. Move the clock to a second
-	// before the launch: only a timer re-armed from now can launch it soon.
-	clock.jump(time.Hour - time.Second)
+	// The timer armed at ignition waits an hour. Move the clock to five
+	// seconds before the launch: only a timer re-armed from now can launch
+	// it soon, and the checks below run before it does.
+	clock.jump(time.Hour - 5*time.Second)
 
 	if got := cell.WakeLaunch(reg, "early", l); got != "not_due" {
 		t.Fatalf("early wakeup: %s, want not_due", got)
@@ -118,7 +119,7 @@ func testRocketEarlyWakeupRearms(t *testing.T, open func(testing.TB) store.Repos
 	if got := dueTimers(t, repo, "early"); len(got) != 1 {
 		t.Fatalf("timer rows after an early wakeup: %+v, want the launch's", got)
 	}
-	poll.Until(t, 10*time.Second, "the re-armed launch", poll.Bool(func() bool { return len(launches(sink, "early")) > 0 }))
+	poll.Until(t, 30*time.Second, "the re-armed launch", poll.Bool(func() bool { return len(launches(sink, "early")) > 0 }))
 	if got := launches(sink, "early"); len(got) != 1 || got[0].LaunchedAt < l.LaunchAt {
 		t.Fatalf("launches %+v, want one at or after %d", got, l.LaunchAt)
 	}

@@ -48,7 +48,7 @@ func newWorld(t *testing.T, committed func([]outbox.Record)) *world {
 	srv := httptest.NewServer(w.local)
 	t.Cleanup(srv.Close)
 	var err error
-	w.client, err = tencent.New(tencent.Config{SDKAppID: 1400000001, SecretKey: "test-key", Admin: "administrator", Endpoint: srv.URL, Timeout: time.Second}, quiet)
+	w.client, err = tencent.New(tencent.Config{SDKAppID: 1400000001, SecretKey: "test-key", Admin: "administrator", Endpoint: srv.URL, Timeout: 10 * time.Second}, quiet)
 	if err != nil {
 		t.Fatal(err)
 	}
