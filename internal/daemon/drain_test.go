@@ -79,14 +79,16 @@ func TestFleetDrainHandsOffThroughAnyNode(t *testing.T) {
 	dsn := mysqltest.DSN(t)
 	id := rand.Text()[:8]
 	const token = "drain-token-0123456789abcdef-0123"
-	// Its own Redis database: a node another fleet test killed stays a
-	// member for 3×TTL, and the drained node could send the room to it.
+	// Its own Redis database and keys: a node another fleet test killed
+	// stays a member for 3×TTL, and the drained node could send the room
+	// to it; so could a node of this test run by another go test at once.
 	const redisURL = "redis://127.0.0.1:6379/9"
+	keys := redislease.Keys{Prefix: "drain-" + id + ":"}
 	stream := ownStream(t, "d"+strings.ToLower(id))
 	start := func(node string) (*Main, roomv1connect.RoomServiceClient, roomv1connect.OperatorServiceClient) {
 		addr := freeAddr(t)
 		m, _ := runMain(t, t.TempDir(), append([]string{"-listen", addr, "-mysql-dsn", dsn, "-nats-url", fleetNATS,
-			"-redis-url", redisURL, "-node-id", node + "-" + id, "-advertise-addr", addr, "-lease-ttl", "1s", "-tokens", "ops=" + token + ":room+act-as-any+operator"}, stream...)...)
+			"-redis-url", redisURL, "-redis-key-prefix", keys.Prefix, "-node-id", node + "-" + id, "-advertise-addr", addr, "-lease-ttl", "1s", "-tokens", "ops=" + token + ":room+act-as-any+operator"}, stream...)...)
 		base := "http://" + m.Addr
 		return m, roomv1connect.NewRoomServiceClient(http.DefaultClient, base, bearer(token)),
 			roomv1connect.NewOperatorServiceClient(http.DefaultClient, base, bearer(token))
@@ -153,7 +155,7 @@ func TestFleetDrainHandsOffThroughAnyNode(t *testing.T) {
 	opt, _ := redis.ParseURL(redisURL)
 	rc := redis.NewClient(opt)
 	defer rc.Close()
-	if n, err := rc.Exists(ctx, redislease.Keys{}.Lease(roomID)).Result(); err != nil || n != 0 {
+	if n, err := rc.Exists(ctx, keys.Lease(roomID)).Result(); err != nil || n != 0 {
 		t.Fatalf("after the drain the room's lease is held: %d %v", n, err)
 	}
 	if n := node(opsB, nodeA); n == nil || !n.GetDraining() || n.GetRooms() != 0 {
