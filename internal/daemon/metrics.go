@@ -183,7 +183,8 @@ func newRelayMetrics(reg prometheus.Registerer) relay.Metrics {
 	dead := prometheus.NewCounter(prometheus.CounterOpts{Name: "room_outbox_dead_total", Help: "Outbox rows that went dead."})
 	lag := prometheus.NewHistogram(prometheus.HistogramOpts{Name: "room_outbox_lag_seconds", Help: "Commit-to-acknowledge delay of published rows.", Buckets: prometheus.ExponentialBuckets(0.0005, 2, 18)})
 	read := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "room_outbox_rows_taken_total", Help: "Outbox rows relay chains took, by source (memory: handed over by the commit; table: read back, the recovery path)."}, []string{"source"})
-	reg.MustRegister(published, failed, dead, lag, read)
+	found := prometheus.NewCounter(prometheus.CounterOpts{Name: "room_outbox_found_published_total", Help: "Outbox rows read back from the table that the broker already held (a relay died between the ack and the mark): marked, not published again."})
+	reg.MustRegister(published, failed, dead, lag, read, found)
 	return relay.Metrics{
 		Published: func(n int) { published.Add(float64(n)) },
 		Failed: func(transient bool) {
@@ -202,5 +203,6 @@ func newRelayMetrics(reg prometheus.Registerer) relay.Metrics {
 			}
 			read.WithLabelValues(source).Add(float64(n))
 		},
+		Found: func(n int) { found.Add(float64(n)) },
 	}
 }

@@ -4,7 +4,8 @@
 // Every record becomes one message on the subject
 // <prefix>.<event type>.<RoomToken(room id)> of one stream, carrying a
 // protobuf room.v1.RoomEvent and the header Nats-Msg-Id = event_id, so
-// JetStream drops a re-published record inside the stream's duplicate window.
+// JetStream drops a re-published record inside the stream's duplicate window,
+// and LastOfRoom tells the relay which of a room's records the stream holds.
 // The relay that calls Publish owns ordering (one room's records in
 // (room_version, seq) order) and retries; this package only guarantees that a
 // nil error means the broker stored the message (or already had it).
@@ -35,16 +36,22 @@ import (
 const (
 	DefaultStream         = "ROOM_EVENTS"
 	DefaultSubjectPrefix  = "room.events"
-	DefaultDuplicates     = 15 * time.Minute
+	DefaultDuplicates     = 2 * time.Minute
 	DefaultMaxAge         = 7 * 24 * time.Hour
 	DefaultReplicas       = 1
 	DefaultPublishTimeout = 5 * time.Second
 
 	// MinDuplicates is the shortest duplicate window Open accepts. A relay
-	// that dies between the broker's ack and marking the row published
-	// re-publishes the row when it comes back; the window must outlast that
-	// restart or the consumers see the event twice.
-	MinDuplicates = 10 * time.Minute
+	// that died between the broker's ack and marking the rows does not
+	// need it, however long it was away: it asks the stream what it holds
+	// (LastOfRoom) before publishing them again. The window drops what
+	// that cannot see: the one message a relay had in flight when its room
+	// moved to another relay (it lands within PublishTimeout), and the
+	// copies of a row queued while the connection was down. Every message
+	// id inside the window is held in the server's memory (about 140 bytes
+	// each: 170 MB at 10,000 events/s over two minutes, in the service's
+	// own heap with the embedded server).
+	MinDuplicates = time.Minute
 )
 
 const (
@@ -83,8 +90,8 @@ type Config struct {
 	// SubjectPrefix is the stream's subject prefix, default "room.events";
 	// the stream captures "<SubjectPrefix>.>".
 	SubjectPrefix string
-	// Duplicates is the stream's dedup window, default 15m, at least
-	// MinDuplicates: longer than the worst relay restart.
+	// Duplicates is the stream's dedup window, default 2m, at least
+	// MinDuplicates (see there).
 	Duplicates time.Duration
 	// MaxAge is how long the stream keeps a message, default 7 days.
 	MaxAge time.Duration
@@ -202,6 +209,9 @@ type Bus struct {
 	order  *inOrder      // PublishInOrder's
 	closed chan struct{} // closed by the connection's ClosedHandler
 
+	streamMu sync.Mutex
+	streamH  jetstream.Stream // LastOfRoom's, once looked up
+
 	closeOnce sync.Once
 	closeErr  error
 }
@@ -316,6 +326,54 @@ func (b *Bus) Publish(ctx context.Context, r outbox.Record) error {
 		return publishErr(r, err)
 	}
 	return nil
+}
+
+// LastOfRoom returns the event id of the last message the stream holds for
+// roomID, of any event type, and whether it holds one. The relay asks it
+// before it publishes rows it cannot know went out (read from the table
+// after a restart, a hand-off or a failure): a room's rows are published
+// one at a time, each after the one before was acknowledged, so that
+// message and every pending row before it are in the stream already. This
+// is what keeps a relay that died between the broker's ack and marking the
+// rows from publishing them twice, however long it was away, without a
+// duplicate window that long.
+func (b *Bus) LastOfRoom(ctx context.Context, roomID string) (eventID string, found bool, err error) {
+	ctx, cancel := context.WithTimeout(ctx, b.cfg.PublishTimeout)
+	defer cancel()
+	s, err := b.stream(ctx)
+	if err != nil {
+		return "", false, err
+	}
+	m, err := s.GetLastMsgForSubject(ctx, b.RoomFilter(roomID))
+	switch {
+	case errors.Is(err, jetstream.ErrMsgNotFound):
+		return "", false, nil
+	case err != nil:
+		return "", false, fmt.Errorf("last message of room %s: %w", roomID, err)
+	}
+	if id := m.Header.Get(HeaderMsgID); id != "" {
+		return id, true, nil
+	}
+	ev, err := Decode(m.Data)
+	if err != nil {
+		return "", false, fmt.Errorf("last message of room %s (seq %d): %w", roomID, m.Sequence, err)
+	}
+	return ev.GetEventId(), true, nil
+}
+
+// stream is the handle of the Bus's stream, looked up once.
+func (b *Bus) stream(ctx context.Context) (jetstream.Stream, error) {
+	b.streamMu.Lock()
+	defer b.streamMu.Unlock()
+	if b.streamH != nil {
+		return b.streamH, nil
+	}
+	s, err := b.js.Stream(ctx, b.cfg.Stream)
+	if err != nil {
+		return nil, fmt.Errorf("stream %s: %w", b.cfg.Stream, err)
+	}
+	b.streamH = s
+	return s, nil
 }
 
 // message is r's message on its subject.

@@ -256,6 +256,38 @@ func testBus(t *testing.T, open func(testing.TB) *natsbus.Bus) {
 		}
 	})
 
+	t.Run("LastOfRoom", func(t *testing.T) {
+		b := open(t)
+		last := func(room string) (string, bool) {
+			t.Helper()
+			id, found, err := b.LastOfRoom(context.Background(), room)
+			if err != nil {
+				t.Fatalf("last of %q: %v", room, err)
+			}
+			return id, found
+		}
+		if id, found := last("r1"); found {
+			t.Fatalf("empty stream: last of r1 = %q, want none", id)
+		}
+		recs := sampleRecords()
+		publishAll(t, b, recs)
+		// Across event types: r1's last is its mic change, not its first
+		// type's; the nasty room's id is escaped like its subjects; a room
+		// whose id is a prefix of another's is not mistaken for it.
+		for room, want := range map[string]string{"r1": recs[2].EventID, nastyRoom: recs[4].EventID, "r2": recs[5].EventID} {
+			if id, found := last(room); !found || id != want {
+				t.Errorf("last of %q = %q, %v; want %q", room, id, found, want)
+			}
+		}
+		if id, found := last("r"); found {
+			t.Errorf("last of r = %q, want none", id)
+		}
+		publishAll(t, b, []outbox.Record{record("r1", 3, 0, "RoomGiftSent")})
+		if id, _ := last("r1"); id != "r1/3/0" {
+			t.Errorf("last of r1 after another event = %q, want r1/3/0", id)
+		}
+	})
+
 	t.Run("Dedup", func(t *testing.T) {
 		b := open(t)
 		r := record("r1", 5, 0, "RoomGiftSent")
@@ -664,9 +696,9 @@ func TestConfigValidate(t *testing.T) {
 		{"url and store", natsbus.Config{URL: "nats://a:4222", StoreDir: "/tmp/x"}, false},
 		{"url and listen", natsbus.Config{URL: "nats://a:4222", Listen: "127.0.0.1:1"}, false},
 		{"bad listen", natsbus.Config{StoreDir: "/tmp/x", Listen: "4333"}, false},
-		{"short dup window", natsbus.Config{StoreDir: "/tmp/x", Duplicates: 2 * time.Minute}, false},
+		{"short dup window", natsbus.Config{StoreDir: "/tmp/x", Duplicates: 30 * time.Second}, false},
 		{"negative dup window", natsbus.Config{StoreDir: "/tmp/x", Duplicates: -time.Hour}, false},
-		{"max age below window", natsbus.Config{StoreDir: "/tmp/x", MaxAge: 5 * time.Minute}, false},
+		{"max age below window", natsbus.Config{StoreDir: "/tmp/x", MaxAge: 90 * time.Second}, false},
 		{"embedded replicas", natsbus.Config{StoreDir: "/tmp/x", Replicas: 3}, false},
 		{"too many replicas", natsbus.Config{URL: "nats://a:4222", Replicas: 7}, false},
 		{"stream with dot", natsbus.Config{StoreDir: "/tmp/x", Stream: "ROOM.EVENTS"}, false},
@@ -687,7 +719,7 @@ func TestConfigValidate(t *testing.T) {
 		})
 	}
 	// Every problem is reported at once.
-	err := natsbus.Config{Duplicates: time.Minute, Replicas: 9}.Validate()
+	err := natsbus.Config{Duplicates: 30 * time.Second, Replicas: 9}.Validate()
 	if n := len(err.(interface{ Unwrap() []error }).Unwrap()); n != 3 {
 		t.Errorf("Validate() reported %d problems, want 3 (store dir, window, replicas): %v", n, err)
 	}

@@ -40,6 +40,19 @@ type InOrderPublisher interface {
 	PublishInOrder(ctx context.Context, rows []outbox.Record, each func(i int) bool) (int, error)
 }
 
+// Positioner is a Publisher that can say which of a room's events the
+// broker holds last (natsbus.Bus). Rows read from the table may have gone
+// out before: a relay that died between the broker's ack and marking them,
+// a chain whose mark failed, a publish that timed out after the broker
+// stored it. Since a room's rows are published one at a time, each after
+// the one before was acknowledged, that last event and every pending row
+// before it are in the stream already: they are marked, not published
+// again. Without a Positioner they go again and the broker's duplicate
+// window must drop them.
+type Positioner interface {
+	LastOfRoom(ctx context.Context, roomID string) (eventID string, found bool, err error)
+}
+
 // Gate decides who may publish a room's events right now: exactly one relay
 // per room at a time, across nodes when the gate is a shared lease. Acquire
 // returns ok=false when another relay holds the room.
@@ -129,6 +142,9 @@ type Metrics struct {
 	// Read counts the rows chains took: from memory (handed over by
 	// Committed) or read from the table.
 	Read func(fromMemory bool, n int)
+	// Found counts rows read from the table that the broker already held
+	// (see Positioner): marked published without going out again.
+	Found func(n int)
 }
 
 // Relay delivers committed outbox rows to the message queue: at least once,
@@ -144,6 +160,7 @@ type Relay struct {
 	src     Source
 	pub     Publisher
 	inOrder InOrderPublisher // pub, when it is one
+	pos     Positioner       // pub, when it is one
 	gate    Gate
 	cfg     Config
 	log     *slog.Logger
@@ -214,8 +231,9 @@ type markReq struct {
 // NewRelay returns a relay; Run starts it.
 func New(src Source, pub Publisher, gate Gate, cfg Config, m Metrics, log *slog.Logger) *Relay {
 	inOrder, _ := pub.(InOrderPublisher)
+	pos, _ := pub.(Positioner)
 	return &Relay{
-		src: src, pub: pub, inOrder: inOrder, gate: gate, cfg: cfg.withDefaults(), log: log, metrics: m, now: time.Now,
+		src: src, pub: pub, inOrder: inOrder, pos: pos, gate: gate, cfg: cfg.withDefaults(), log: log, metrics: m, now: time.Now,
 		wake: make(chan struct{}, 1), kick: make(chan struct{}, 1), marks: make(chan markReq, 1024),
 		ready: make(map[string]bool), busy: make(map[string]bool), until: make(map[string]time.Time),
 		mem: make(map[string]*memRoom), kept: make(map[string]kept),
@@ -628,7 +646,12 @@ func (r *Relay) chain(ctx context.Context, roomID string) (more bool) {
 	if r.metrics.Read != nil && len(rows) > 0 {
 		r.metrics.Read(!fromTable, len(rows))
 	}
-	acked, ok := r.publish(ctx, roomID, held, rows)
+	var found []string
+	if fromTable {
+		found = r.alreadyOut(ctx, roomID, rows)
+	}
+	acked, ok := r.publish(ctx, roomID, held, rows[len(found):])
+	acked = append(found, acked...)
 	if len(acked) > 0 && !r.mark(ctx, roomID, acked) {
 		ok = false
 	}
@@ -643,6 +666,46 @@ func (r *Relay) chain(ctx context.Context, roomID string) (more bool) {
 	full := fromTable && len(rows) == r.cfg.RoomBatch
 	r.published(roomID, last, fromTable, !full, read)
 	return full || more
+}
+
+// alreadyOut returns the event ids of the leading rows the broker holds
+// already (see Positioner): none when it holds none of them, or cannot
+// say. The order of publishing says so only for rows that never failed:
+// a row with an error on record before the broker's last event of the room
+// leaves every row to go again.
+func (r *Relay) alreadyOut(ctx context.Context, roomID string, rows []outbox.Record) []string {
+	if r.pos == nil || len(rows) == 0 {
+		return nil
+	}
+	last, found, err := r.pos.LastOfRoom(ctx, roomID)
+	if err != nil {
+		// The rows go again; the broker's duplicate window drops those it has.
+		r.log.Warn("outbox: the broker's last event of the room is unknown", "room_id", roomID, "err", err)
+		return nil
+	}
+	if !found {
+		return nil
+	}
+	for i := range rows {
+		if rows[i].LastError != "" {
+			// The broker refused this row once, or it went dead and an
+			// operator requeued it after later rows went out: it may be
+			// missing from the stream while later rows are there.
+			return nil
+		}
+		if rows[i].EventID != last {
+			continue
+		}
+		ids := make([]string, i+1)
+		for j := range ids {
+			ids[j] = rows[j].EventID
+		}
+		if r.metrics.Found != nil {
+			r.metrics.Found(len(ids))
+		}
+		return ids
+	}
+	return nil
 }
 
 // hold returns the room's gate: the one kept from its last chain, or a

@@ -325,6 +325,109 @@ func TestRelayKilledBetweenAckAndMarkStoresNoDuplicate(t *testing.T) {
 	consume(t, bus, 200)
 }
 
+// positioned is a bus whose publishes are counted, and which says which
+// event of a room the stream holds last, or fails to when broken.
+type positioned struct {
+	bus       *natsbus.Bus
+	published atomic.Int64
+	broken    bool
+}
+
+func (p *positioned) Publish(ctx context.Context, r outbox.Record) error {
+	p.published.Add(1)
+	return p.bus.Publish(ctx, r)
+}
+
+func (p *positioned) LastOfRoom(ctx context.Context, roomID string) (string, bool, error) {
+	if p.broken {
+		return "", false, errors.New("injected: the broker cannot say")
+	}
+	return p.bus.LastOfRoom(ctx, roomID)
+}
+
+// TestRowsTheBrokerHoldsAreMarkedNotPublished: a relay published the first
+// rows of some rooms and died before marking them (for one room all of
+// them, for one none). The next relay publishes only the rest, whatever
+// the broker's duplicate window: the rows the stream holds are marked. A
+// room whose requeued row is missing from the stream, and every room when
+// the broker cannot say, have all their rows go again; the window drops
+// the duplicates.
+func TestRowsTheBrokerHoldsAreMarkedNotPublished(t *testing.T) {
+	for _, broken := range []bool{false, true} {
+		t.Run(fmt.Sprintf("broken=%v", broken), func(t *testing.T) {
+			repo := openRepo(t)
+			bus := openBus(t, natsbus.Config{})
+			ids := rooms("back", 4)
+			committed := seed(t, repo, ids, 10) // 20 rows a room
+			out := 0
+			for i, rows := range committed {
+				k := []int{0, 7, 13, 20}[i]
+				for _, r := range rows[:k] {
+					if err := bus.Publish(context.Background(), r); err != nil {
+						t.Fatal(err)
+					}
+				}
+				out += k
+			}
+			// A fifth room's first row went dead, later rows went out, and
+			// an operator requeued it: it is not in the stream, though a
+			// later row is, so all of that room's rows go again.
+			requeued := seed(t, repo, []string{"back-requeued"}, 10)[0]
+			if dead, err := repo.FailOutbox(context.Background(), requeued[0].EventID, "injected: refused", time.Now(), 1); err != nil || !dead {
+				t.Fatalf("fail the first row: dead %v, %v", dead, err)
+			}
+			for _, r := range requeued[1:5] {
+				if err := bus.Publish(context.Background(), r); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if n, err := repo.RequeueDeadOutbox(context.Background(), ""); err != nil || n != 1 {
+				t.Fatalf("requeue: %d, %v", n, err)
+			}
+			pub := &positioned{bus: bus, broken: broken}
+			var found atomic.Int64
+			m := relay.Metrics{Found: func(n int) { found.Add(int64(n)) }}
+			runRelay(t, relay.New(repo, pub, relay.LeaseGate{Lease: lease.NewLocal()}, relay.Config{PollInterval: 5 * time.Millisecond}, m, quiet))
+			poll.Until(t, 30*time.Second, "every row marked", poll.Bool(func() bool { return pending(t, repo) == 0 }))
+			for _, room := range append(ids, "back-requeued") {
+				if n := stored(t, bus, room); n != 20 {
+					t.Errorf("the stream holds %d events of room %s, want its 20", n, room)
+				}
+			}
+			wantPublished, wantFound := int64(100-out), int64(out)
+			if broken {
+				wantPublished, wantFound = 100, 0
+			}
+			if got := pub.published.Load(); got != wantPublished {
+				t.Errorf("the relay published %d rows, want %d", got, wantPublished)
+			}
+			if got := found.Load(); got != wantFound {
+				t.Errorf("the relay found %d rows in the stream, want %d", got, wantFound)
+			}
+		})
+	}
+}
+
+// stored is how many messages the stream holds for room.
+func stored(t testing.TB, b *natsbus.Bus, room string) uint64 {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	s, err := b.JetStream().Stream(ctx, b.Stream())
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := s.Info(ctx, jetstream.WithSubjectFilter(b.RoomFilter(room)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n uint64
+	for _, c := range info.State.Subjects {
+		n += c
+	}
+	return n
+}
+
 // countAcks counts acknowledged publishes.
 type countAcks struct {
 	next relay.Publisher
