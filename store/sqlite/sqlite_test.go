@@ -493,8 +493,46 @@ func TestPruneCommandsRangeScansEachRoom(t *testing.T) {
 		plan = append(plan, detail)
 	}
 	joined := strings.Join(plan, "; ")
-	if !strings.Contains(joined, "SCAN s") || !strings.Contains(joined, "SEARCH l USING INDEX") || !strings.Contains(joined, "room_version<?") {
-		t.Fatalf("prune plan %q, want a scan of the snapshots and a range search of each room's log", joined)
+	for _, step := range []string{"MATERIALIZE b", "SCAN s", "SEARCH y USING INDEX", "SEARCH l USING INDEX", "room_version<?"} {
+		if !strings.Contains(joined, step) {
+			t.Fatalf("prune plan %q lacks %q: want each room's bound made once, from a scan of the snapshots "+
+				"and a search of the room's log, then a range search of each room's log up to it", joined, step)
+		}
+	}
+}
+
+// TestPruneCommandsStopsAtTheFirstYoungRow: a room's log is pruned up to
+// its first row written after the cut, even when an older row follows it
+// (two nodes' clocks), and below its snapshot as always.
+func TestPruneCommandsStopsAtTheFirstYoungRow(t *testing.T) {
+	ctx := t.Context()
+	db, _ := openTemp(t, Options{})
+	if err := db.SaveRoomMeta(ctx, store.RoomMeta{RoomID: "r1", OwnerUserID: 1, SeatCount: 8}); err != nil {
+		t.Fatal(err)
+	}
+	claim, err := db.ClaimRoom(ctx, "r1", "node-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cut := time.Now().Add(-time.Hour)
+	old, young := cut.Add(-time.Hour), cut.Add(time.Minute)
+	// v1-v3 old, v4 young, v5 old again, v6-v10 young; the snapshot at v10.
+	at := []time.Time{old, old, old, young, old, young, young, young, young, young}
+	b := store.Batch{RoomID: "r1", OwnerEpoch: claim.Epoch, Snapshot: &store.SnapshotRecord{RoomID: "r1", RoomVersion: 10, Payload: []byte("snap")}}
+	for i, t := range at {
+		v := int64(i + 1)
+		b.Commands = append(b.Commands, store.CommandRecord{RoomID: "r1", RoomVersion: v, CommandID: fmt.Sprint("c", v),
+			CommandType: "JoinRoom", Payload: []byte("{}"), Replayable: true, CreatedAt: t})
+	}
+	if res, err := db.CommitBatches(ctx, []store.Batch{b}); err != nil || res[0] != nil {
+		t.Fatalf("CommitBatches = %v, %v", res, err)
+	}
+	if n, err := db.PruneCommands(ctx, 0, cut, 100); err != nil || n != 3 {
+		t.Fatalf("PruneCommands = %d, %v; want v1-v3 deleted", n, err)
+	}
+	left, err := db.ListCommandsAfter(ctx, "r1", 0)
+	if err != nil || len(left) != 7 || left[0].RoomVersion != 4 {
+		t.Fatalf("the log after pruning: %d rows from %+v, %v; want v4-v10", len(left), left[:min(1, len(left))], err)
 	}
 }
 
