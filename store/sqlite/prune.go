@@ -44,15 +44,26 @@ const pruneCommandsQuery = `DELETE FROM room_command_log WHERE rowid IN (
 // PruneOutbox deletes up to limit published rows published before before,
 // oldest id first, and returns the rows deleted. Pending and dead rows are
 // never deleted.
+//
+// The scan in id order stops at the first row written at or after before
+// (found by reading from the oldest row, so it costs the rows to delete and
+// one more): a row written then was not published before it. Without that
+// bound a table of young rows was read whole on every retention pass, under
+// the write lock. A row written earlier than one before it (two nodes'
+// clocks) waits for that one.
 func (db *DB) PruneOutbox(ctx context.Context, before time.Time, limit int) (int, error) {
 	if limit <= 0 {
 		return 0, nil
 	}
-	n, err := db.Exec(ctx, `DELETE FROM room_outbox WHERE id IN (
-		SELECT id FROM room_outbox WHERE status = 'published' AND published_at < ? ORDER BY id LIMIT ?)`,
-		before.UnixMilli(), limit)
+	n, err := db.Exec(ctx, pruneOutboxQuery, before.UnixMilli(), limit)
 	if err != nil {
 		return 0, fmt.Errorf("prune outbox: %w", err)
 	}
 	return n, nil
 }
+
+const pruneOutboxQuery = `DELETE FROM room_outbox WHERE id IN (
+	SELECT id FROM room_outbox
+	WHERE id < coalesce((SELECT y.id FROM room_outbox y WHERE y.created_at >= ?1 ORDER BY y.id LIMIT 1), 9223372036854775807)
+		AND status = 'published' AND published_at < ?1
+	ORDER BY id LIMIT ?2)`

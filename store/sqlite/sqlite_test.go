@@ -448,6 +448,57 @@ func benchMark(b *testing.B, order string) {
 	b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(calls*chunk), "µs/row")
 }
 
+// TestPruneOutboxStopsAtTheFirstYoungRow: published rows are pruned in id
+// order up to the first row written after the cut, even when an older
+// published row follows it (two nodes' clocks); the scan is a range of ids.
+func TestPruneOutboxStopsAtTheFirstYoungRow(t *testing.T) {
+	ctx := t.Context()
+	db, _ := openTemp(t, Options{})
+	cut := time.Now().Add(-time.Hour)
+	old, young := cut.Add(-time.Hour), cut.Add(time.Minute)
+	at := []time.Time{old, old, young, old}
+	var rows []outbox.Record
+	for i, t := range at {
+		rows = append(rows, outbox.Record{EventID: fmt.Sprintf("r/%d/0", i+1), RoomID: "r", RoomVersion: int64(i + 1), EventType: "E", CreatedAt: t})
+	}
+	if err := db.SaveOutbox(ctx, rows); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range rows {
+		if err := db.MarkOutboxPublished(ctx, r.EventID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Every row was published "before the cut" here, so only the bound keeps r/4/0.
+	if _, err := db.write.ExecContext(ctx, `UPDATE room_outbox SET published_at = ?`, old.UnixMilli()); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := db.PruneOutbox(ctx, cut, 100); err != nil || n != 2 {
+		t.Fatalf("PruneOutbox = %d, %v; want r/1/0 and r/2/0 deleted", n, err)
+	}
+	var left int
+	if err := db.read.QueryRowContext(ctx, `SELECT count(*) FROM room_outbox WHERE event_id IN ('r/3/0', 'r/4/0')`).Scan(&left); err != nil || left != 2 {
+		t.Fatalf("rows from the first young one on: %d left, %v; want 2", left, err)
+	}
+	plan, err := db.read.QueryContext(ctx, `EXPLAIN QUERY PLAN `+pruneOutboxQuery, cut.UnixMilli(), 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer plan.Close()
+	var steps []string
+	for plan.Next() {
+		var id, parent, unused int
+		var detail string
+		if err := plan.Scan(&id, &parent, &unused, &detail); err != nil {
+			t.Fatal(err)
+		}
+		steps = append(steps, detail)
+	}
+	if joined := strings.Join(steps, "; "); !strings.Contains(joined, "rowid<?") {
+		t.Fatalf("prune plan %q, want a range of ids", joined)
+	}
+}
+
 // TestPruneOutboxKeepsDeadRows covers what the Repository never makes: a
 // dead row that carries a publish time.
 func TestPruneOutboxKeepsDeadRows(t *testing.T) {
