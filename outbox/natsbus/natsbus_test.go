@@ -696,9 +696,9 @@ func TestConfigValidate(t *testing.T) {
 		{"url and store", natsbus.Config{URL: "nats://a:4222", StoreDir: "/tmp/x"}, false},
 		{"url and listen", natsbus.Config{URL: "nats://a:4222", Listen: "127.0.0.1:1"}, false},
 		{"bad listen", natsbus.Config{StoreDir: "/tmp/x", Listen: "4333"}, false},
-		{"short dup window", natsbus.Config{StoreDir: "/tmp/x", Duplicates: 30 * time.Second}, false},
+		{"short dup window", natsbus.Config{StoreDir: "/tmp/x", Duplicates: 20 * time.Second}, false},
 		{"negative dup window", natsbus.Config{StoreDir: "/tmp/x", Duplicates: -time.Hour}, false},
-		{"max age below window", natsbus.Config{StoreDir: "/tmp/x", MaxAge: 90 * time.Second}, false},
+		{"max age below window", natsbus.Config{StoreDir: "/tmp/x", MaxAge: 45 * time.Second}, false},
 		{"embedded replicas", natsbus.Config{StoreDir: "/tmp/x", Replicas: 3}, false},
 		{"too many replicas", natsbus.Config{URL: "nats://a:4222", Replicas: 7}, false},
 		{"stream with dot", natsbus.Config{StoreDir: "/tmp/x", Stream: "ROOM.EVENTS"}, false},
@@ -719,7 +719,7 @@ func TestConfigValidate(t *testing.T) {
 		})
 	}
 	// Every problem is reported at once.
-	err := natsbus.Config{Duplicates: 30 * time.Second, Replicas: 9}.Validate()
+	err := natsbus.Config{Duplicates: 20 * time.Second, Replicas: 9}.Validate()
 	if n := len(err.(interface{ Unwrap() []error }).Unwrap()); n != 3 {
 		t.Errorf("Validate() reported %d problems, want 3 (store dir, window, replicas): %v", n, err)
 	}
