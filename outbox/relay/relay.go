@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"hyapp/room-service/outbox"
@@ -180,6 +181,8 @@ type Relay struct {
 	held  int                  // rows held in mem, across rooms
 	pause time.Time            // the broker is away until then
 	fails int                  // consecutive transient failures
+
+	posDown atomic.Bool // the last LastOfRoom failed
 }
 
 // memRoom is what the relay knows of a room's pending rows from the
@@ -679,9 +682,16 @@ func (r *Relay) alreadyOut(ctx context.Context, roomID string, rows []outbox.Rec
 	}
 	last, found, err := r.pos.LastOfRoom(ctx, roomID)
 	if err != nil {
-		// The rows go again; the broker's duplicate window drops those it has.
-		r.log.Warn("outbox: the broker's last event of the room is unknown", "room_id", roomID, "err", err)
+		// The rows go again; the broker's duplicate window drops those it
+		// has. Said once until the broker answers again: in an outage every
+		// room would say it.
+		if !r.posDown.Swap(true) {
+			r.log.Warn("outbox: the broker cannot say which events it holds; rows read back go out again", "room_id", roomID, "err", err)
+		}
 		return nil
+	}
+	if r.posDown.Swap(false) {
+		r.log.Info("outbox: the broker says which events it holds again")
 	}
 	if !found {
 		return nil
