@@ -17,7 +17,7 @@ import (
 // by reading the room's log from its start, so it costs the rows to delete
 // and one more). Without the second bound a busy room's log, young as it
 // is, was read whole on every pass, under the write lock: with a room of
-// 1.2 million commands that held every commit for 0.4-0.75 s once a minute.
+// 1.2 million commands that held every commit for 0.3-0.75 s once a minute.
 // A log whose times go back (clocks of two nodes) keeps its rows after the
 // first young one until that one is old too. The bounds are made once per
 // room (MATERIALIZED): folded into the scan, they were checked on every row.

@@ -480,21 +480,7 @@ func TestPruneOutboxStopsAtTheFirstYoungRow(t *testing.T) {
 	if err := db.read.QueryRowContext(ctx, `SELECT count(*) FROM room_outbox WHERE event_id IN ('r/3/0', 'r/4/0')`).Scan(&left); err != nil || left != 2 {
 		t.Fatalf("rows from the first young one on: %d left, %v; want 2", left, err)
 	}
-	plan, err := db.read.QueryContext(ctx, `EXPLAIN QUERY PLAN `+pruneOutboxQuery, cut.UnixMilli(), 100)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer plan.Close()
-	var steps []string
-	for plan.Next() {
-		var id, parent, unused int
-		var detail string
-		if err := plan.Scan(&id, &parent, &unused, &detail); err != nil {
-			t.Fatal(err)
-		}
-		steps = append(steps, detail)
-	}
-	if joined := strings.Join(steps, "; "); !strings.Contains(joined, "rowid<?") {
+	if joined := queryPlan(t, db, pruneOutboxQuery, cut.UnixMilli(), 100); !strings.Contains(joined, "rowid<?") {
 		t.Fatalf("prune plan %q, want a range of ids", joined)
 	}
 }
@@ -529,21 +515,7 @@ func TestPruneOutboxKeepsDeadRows(t *testing.T) {
 
 func TestPruneCommandsRangeScansEachRoom(t *testing.T) {
 	db, _ := openTemp(t, Options{})
-	rows, err := db.read.QueryContext(t.Context(), `EXPLAIN QUERY PLAN `+pruneCommandsQuery, 0, 0, 10)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rows.Close()
-	var plan []string
-	for rows.Next() {
-		var id, parent, unused int
-		var detail string
-		if err := rows.Scan(&id, &parent, &unused, &detail); err != nil {
-			t.Fatal(err)
-		}
-		plan = append(plan, detail)
-	}
-	joined := strings.Join(plan, "; ")
+	joined := queryPlan(t, db, pruneCommandsQuery, 0, 0, 10)
 	for _, step := range []string{"MATERIALIZE b", "SCAN s", "SEARCH y USING INDEX", "SEARCH l USING INDEX", "room_version<?"} {
 		if !strings.Contains(joined, step) {
 			t.Fatalf("prune plan %q lacks %q: want each room's bound made once, from a scan of the snapshots "+
