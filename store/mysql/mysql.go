@@ -169,8 +169,9 @@ var dialect = sqlstore.Dialect{
 // concurrent use, also by several processes on one database.
 type DB struct {
 	*sqlstore.DB
-	db                              *sql.DB
-	selectPruneCmds, selectPruneOut *sql.Stmt
+	db *sql.DB
+	// The prune reads, prepared.
+	selectPruneBounds, selectOutboxBound, selectPruneOut *sql.Stmt
 }
 
 // Open connects to the database dsn names (a go-sql-driver DSN such as
@@ -320,8 +321,11 @@ func hasParam(params map[string]string, name string) bool {
 // preparePrune prepares the prune reads.
 func (db *DB) preparePrune(ctx context.Context) error {
 	var err error
-	if db.selectPruneCmds, err = db.db.PrepareContext(ctx, pruneCommandsQuery); err != nil {
+	if db.selectPruneBounds, err = db.db.PrepareContext(ctx, pruneBoundsQuery); err != nil {
 		return fmt.Errorf("prepare prune commands: %w", mapErr(err))
+	}
+	if db.selectOutboxBound, err = db.db.PrepareContext(ctx, outboxBoundQuery); err != nil {
+		return fmt.Errorf("prepare prune outbox: %w", mapErr(err))
 	}
 	if db.selectPruneOut, err = db.db.PrepareContext(ctx, pruneOutboxQuery); err != nil {
 		return fmt.Errorf("prepare prune outbox: %w", mapErr(err))

@@ -326,7 +326,7 @@ func TestPruneScanUsesIndexInIDOrder(t *testing.T) {
 	if _, err := raw.ExecContext(ctx, `ANALYZE TABLE room_outbox`); err != nil {
 		t.Fatal(err)
 	}
-	q := `EXPLAIN ` + bind(pruneOutboxQuery, "1", "10")
+	q := `EXPLAIN ` + bind(pruneOutboxQuery, "180", "1", "10")
 	if key, extra := explain(t, raw, q); key != "room_outbox_pending" || strings.Contains(extra, "filesort") {
 		t.Errorf("%s: key %q, extra %q; want room_outbox_pending without a sort", q, key, extra)
 	}

@@ -2,7 +2,10 @@ package mysql
 
 import (
 	"context"
+	"database/sql"
+	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"hyapp/room-service/store/sqlstore"
@@ -12,80 +15,116 @@ import (
 // DELETE is a short transaction that locks few rows.
 const pruneChunk = 500
 
-// pruneCommandsQuery selects the keys of log rows no recovery needs. It is a
-// plain read (no locks). It walks the snapshots, skips at once every room
-// whose oldest log row is already within keepVersions of its snapshot (the
-// subquery reads one index entry: FORCE INDEX keeps the optimiser from
-// computing the minimum by scanning the room's command_id index), and scans
-// the logs of the other rooms in version order. MySQL cannot LIMIT a
-// multi-table DELETE, so the keys are deleted by a second statement.
-const pruneCommandsQuery = `SELECT l.room_id, l.room_version
+// pruneBoundsQuery finds, for each room with log rows to delete, the
+// highest version that may go (hi: keepVersions below its snapshot and
+// below its first row written at or after the cut) and its oldest row (lo).
+// It is a plain read (no locks). It walks the snapshots and skips at once
+// every room whose oldest log row is already within keepVersions of its
+// snapshot (the subquery reads one index entry: FORCE INDEX keeps the
+// optimiser from computing the minimum by scanning the room's command_id
+// index). For the others it reads the room's log from its oldest row up to
+// its first young one: the rows to delete and one more. Without that bound a
+// busy room's log, young as it is, was read whole on every pass.
+const pruneBoundsQuery = `SELECT s.room_id,
+		(SELECT m.room_version FROM room_command_log m FORCE INDEX (PRIMARY)
+			WHERE m.room_id = s.room_id ORDER BY m.room_version LIMIT 1) AS lo,
+		LEAST(s.room_version - ?, COALESCE(
+			(SELECT y.room_version FROM room_command_log y FORCE INDEX (PRIMARY)
+				WHERE y.room_id = s.room_id AND y.created_at >= ? ORDER BY y.room_version LIMIT 1),
+			s.room_version + 1) - 1) AS hi
 	FROM room_snapshots s
-	STRAIGHT_JOIN room_command_log l ON l.room_id = s.room_id
-	WHERE s.room_version - ? >= (
-			SELECT m.room_version FROM room_command_log m FORCE INDEX (PRIMARY)
+	WHERE s.room_version - ? >= (SELECT m.room_version FROM room_command_log m FORCE INDEX (PRIMARY)
 			WHERE m.room_id = s.room_id ORDER BY m.room_version LIMIT 1)
-		AND l.room_version <= s.room_version - ?
-		AND l.created_at < ?
-	LIMIT ?`
+	HAVING hi >= lo`
 
 // PruneCommands deletes up to limit command log rows at least keepVersions
 // versions below their room's stored snapshot (a negative keepVersions is
 // 0) and written before before; rooms without a snapshot keep their whole
-// log. It selects the keys in chunks and deletes each chunk by key in a
-// short transaction. It returns the rows deleted; the rows of a failed
-// call's earlier chunks stay deleted.
+// log. A log whose times go back (clocks of two nodes) keeps its rows after
+// its first young one until that one is old too. Each room's rows go by
+// range, pruneChunk rows a statement, each a short transaction. It returns
+// the rows deleted; the rows of a failed call's earlier statements stay
+// deleted.
 func (db *DB) PruneCommands(ctx context.Context, keepVersions int64, before time.Time, limit int) (int, error) {
+	if limit <= 0 {
+		return 0, nil
+	}
 	keepVersions = max(keepVersions, 0)
-	deleted := 0
-	for deleted < limit {
-		chunk := min(limit-deleted, pruneChunk)
-		var keys []any
-		rows, err := db.selectPruneCmds.QueryContext(ctx, keepVersions, keepVersions, before.UnixMilli(), chunk)
+	type bound struct {
+		room   string
+		lo, hi int64
+	}
+	var bounds []bound
+	rows, err := db.selectPruneBounds.QueryContext(ctx, keepVersions, before.UnixMilli(), keepVersions)
+	if err == nil {
+		for rows.Next() {
+			var b bound
+			if err = rows.Scan(&b.room, &b.lo, &b.hi); err != nil {
+				break
+			}
+			bounds = append(bounds, b)
+		}
+		if cerr := rows.Close(); err == nil {
+			err = cerr
+		}
 		if err == nil {
-			for rows.Next() {
-				var room string
-				var version int64
-				if err = rows.Scan(&room, &version); err != nil {
-					break
-				}
-				keys = append(keys, room, version)
-			}
-			if cerr := rows.Close(); err == nil {
-				err = cerr
-			}
-			if err == nil {
-				err = rows.Err()
-			}
+			err = rows.Err()
 		}
-		if err != nil {
-			return deleted, fmt.Errorf("prune commands: %w", mapErr(err))
-		}
-		n, err := db.deleteKeys(ctx, `DELETE FROM room_command_log WHERE (room_id, room_version) IN (`, `(?, ?)`, keys, 2)
-		deleted += n
-		if err != nil {
-			return deleted, fmt.Errorf("prune commands: %w", err)
-		}
-		if len(keys)/2 < chunk {
-			break
+	}
+	if err != nil {
+		return 0, fmt.Errorf("prune commands: %w", mapErr(err))
+	}
+	// Every row of a room up to hi may go: below its snapshot, which only
+	// moves up, and written before the cut.
+	deleted := 0
+	for _, b := range bounds {
+		for due := b.hi - b.lo + 1; due > 0 && deleted < limit; {
+			chunk := int(min(due, int64(min(limit-deleted, pruneChunk))))
+			n, err := db.Exec(ctx, `DELETE FROM room_command_log WHERE room_id = ? AND room_version <= ?
+				ORDER BY room_version LIMIT ?`, b.room, b.hi, chunk)
+			deleted += n
+			if err != nil {
+				return deleted, fmt.Errorf("prune commands: %w", err)
+			}
+			if n < chunk {
+				break
+			}
+			due -= int64(n)
 		}
 	}
 	return deleted, nil
 }
 
-// pruneOutboxQuery selects the ids of up to a limit of published rows
-// published before a time, oldest first, through room_outbox_pending.
+// outboxBoundQuery finds the first outbox row written at or after a time,
+// reading the table from its oldest row: a row written then was not
+// published before it, so pruning stops there. It costs the rows to delete
+// and one more; without it, a table of young published rows was read whole
+// (each row through the index and then the table, for published_at) on every
+// retention pass.
+const outboxBoundQuery = `SELECT id FROM room_outbox WHERE created_at >= ? ORDER BY id LIMIT 1`
+
+// pruneOutboxQuery selects the ids of up to a limit of published rows below
+// an id, published before a time, oldest first, through room_outbox_pending.
 const pruneOutboxQuery = `SELECT id FROM room_outbox
-	WHERE status = 'published' AND published_at < ? ORDER BY id LIMIT ?`
+	WHERE status = 'published' AND id < ? AND published_at < ? ORDER BY id LIMIT ?`
 
 // PruneOutbox deletes up to limit published rows published before before,
 // oldest id first, in chunks deleted by id in short transactions. Pending
-// and dead rows are never deleted. It returns the rows deleted.
+// and dead rows are never deleted, and neither is a row after the first one
+// written at or after before (a row written earlier than one before it, by
+// two nodes' clocks, waits for that one). It returns the rows deleted.
 func (db *DB) PruneOutbox(ctx context.Context, before time.Time, limit int) (int, error) {
+	if limit <= 0 {
+		return 0, nil
+	}
+	bound := int64(math.MaxInt64)
+	if err := db.selectOutboxBound.QueryRowContext(ctx, before.UnixMilli()).Scan(&bound); err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return 0, fmt.Errorf("prune outbox: %w", mapErr(err))
+	}
 	deleted := 0
 	for deleted < limit {
 		chunk := min(limit-deleted, pruneChunk)
-		ids, err := sqlstore.ScanIDs(db.selectPruneOut.QueryContext(ctx, before.UnixMilli(), chunk))
+		ids, err := sqlstore.ScanIDs(db.selectPruneOut.QueryContext(ctx, bound, before.UnixMilli(), chunk))
 		if err != nil {
 			return deleted, fmt.Errorf("prune outbox: %w", mapErr(err))
 		}
