@@ -14,26 +14,29 @@ import (
 )
 
 // fillYoungRoom gives room a log of n commands written at, with its snapshot
-// at the head, and n outbox rows written and published at, inserted
-// directly (a thousand rows a statement) as a busy room's day would leave
-// them.
+// at the head, n outbox rows written and published at, and n gift records
+// sent at, inserted directly (a thousand rows a statement) as a busy room's
+// day would leave them.
 func fillYoungRoom(tb testing.TB, raw *sql.DB, room string, n int, at time.Time) {
 	tb.Helper()
 	ctx := context.Background()
 	ms := at.UnixMilli()
 	for from := 1; from <= n; from += 1000 {
 		to := min(from+999, n)
-		var cmds, outs strings.Builder
-		args, outArgs := make([]any, 0, 3*(to-from+1)), make([]any, 0, 5*(to-from+1))
+		var cmds, outs, gifts strings.Builder
+		args, outArgs, giftArgs := make([]any, 0, 4*(to-from+1)), make([]any, 0, 5*(to-from+1)), make([]any, 0, 4*(to-from+1))
 		for v := from; v <= to; v++ {
 			if v > from {
 				cmds.WriteByte(',')
 				outs.WriteByte(',')
+				gifts.WriteByte(',')
 			}
 			cmds.WriteString(`(?, ?, ?, 'JoinRoom', '{}', TRUE, ?)`)
 			args = append(args, room, v, fmt.Sprint("c", v), ms)
 			outs.WriteString(`(?, ?, ?, 0, 'RoomUserJoined', '{}', 1, 'published', 0, '', 0, ?, ?)`)
 			outArgs = append(outArgs, fmt.Sprintf("%s/%d/0", room, v), room, v, ms, ms)
+			gifts.WriteString(`(?, ?, ?, 1, 2, 'rose', 1, 1, 0, ?)`)
+			giftArgs = append(giftArgs, room, v, fmt.Sprint("c", v), ms)
 		}
 		if _, err := raw.ExecContext(ctx, `INSERT INTO room_command_log
 			(room_id, room_version, command_id, command_type, payload, replayable, created_at) VALUES `+cmds.String(), args...); err != nil {
@@ -43,12 +46,16 @@ func fillYoungRoom(tb testing.TB, raw *sql.DB, room string, n int, at time.Time)
 			payload, owner_epoch, status, attempts, last_error, next_attempt_at, created_at, published_at) VALUES `+outs.String(), outArgs...); err != nil {
 			tb.Fatal(err)
 		}
+		if _, err := raw.ExecContext(ctx, `INSERT INTO room_gift_records (room_id, room_version, command_id, sender_user_id,
+			receiver_user_id, gift_id, count, value, multiplier_bp, sent_at_ms) VALUES `+gifts.String(), giftArgs...); err != nil {
+			tb.Fatal(err)
+		}
 	}
 	if _, err := raw.ExecContext(ctx, `INSERT INTO room_snapshots (room_id, room_version, payload, created_at) VALUES (?, ?, 'snap', ?)`,
 		room, n, ms); err != nil {
 		tb.Fatal(err)
 	}
-	if _, err := raw.ExecContext(ctx, `ANALYZE TABLE room_command_log, room_outbox, room_snapshots`); err != nil {
+	if _, err := raw.ExecContext(ctx, `ANALYZE TABLE room_command_log, room_outbox, room_snapshots, room_gift_records`); err != nil {
 		tb.Fatal(err)
 	}
 }
@@ -78,8 +85,9 @@ func rowsRead(tb testing.TB, conn *sql.DB) int64 {
 }
 
 // TestPruneReadsOnlyWhatItMayDelete: with nothing due, a retention pass
-// reads a handful of rows, however long the room's young log and published
-// outbox are. Before the bounds it read both whole, once a minute.
+// reads a handful of rows, however long the room's young log, published
+// outbox and gift records are. Before the bounds it read them whole, once a
+// minute.
 func TestPruneReadsOnlyWhatItMayDelete(t *testing.T) {
 	ctx := t.Context()
 	dsn := mysqltest.DSN(t)
@@ -93,11 +101,14 @@ func TestPruneReadsOnlyWhatItMayDelete(t *testing.T) {
 	if got, err := db.PruneOutbox(ctx, time.Now().Add(-time.Hour), 1000); err != nil || got != 0 {
 		t.Fatalf("PruneOutbox = %d, %v; want 0", got, err)
 	}
+	if got, err := db.PruneGiftRecords(ctx, time.Now().Add(-time.Hour), 1000); err != nil || got != 0 {
+		t.Fatalf("PruneGiftRecords = %d, %v; want 0", got, err)
+	}
 	// SHOW STATUS reads a few rows of its own; a scan of either table reads thousands.
 	read := rowsRead(t, db.db) - before
 	t.Logf("a retention pass read %d rows", read)
 	if read > 200 {
-		t.Fatalf("a retention pass with nothing due read %d rows of a room with %d young commands and published events", read, n)
+		t.Fatalf("a retention pass with nothing due read %d rows of a room with %d young commands, published events and gift records", read, n)
 	}
 }
 
@@ -175,9 +186,9 @@ func TestPruneOutboxStopsAtTheFirstYoungRow(t *testing.T) {
 	}
 }
 
-// BenchmarkPruneNothingDue is one retention pass (the command log, then the
-// outbox) over a room of 200,000 young commands and published events, with
-// nothing old enough to delete.
+// BenchmarkPruneNothingDue is one retention pass (the command log, the
+// outbox, the gift records) over a room of 200,000 young commands,
+// published events and gift records, with nothing old enough to delete.
 func BenchmarkPruneNothingDue(b *testing.B) {
 	dsn := mysqltest.DSN(b)
 	db := openDSN(b, dsn, Options{})
@@ -188,6 +199,9 @@ func BenchmarkPruneNothingDue(b *testing.B) {
 			b.Fatal(err)
 		}
 		if _, err := db.PruneOutbox(ctx, time.Now().Add(-72*time.Hour), 10_000); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := db.PruneGiftRecords(ctx, time.Now().Add(-90*24*time.Hour), 10_000); err != nil {
 			b.Fatal(err)
 		}
 	}

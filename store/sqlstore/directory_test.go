@@ -219,6 +219,54 @@ func TestGiftRecords(t *testing.T) {
 	}
 }
 
+// TestPruneGiftRecordsStopsAMinutePastTheCut: retention reads the records
+// in commit order only up to the first one sent a minute after the cut. A
+// record sent before the cut but committed after one sent within that
+// minute (clocks of two nodes, a slow commit) still goes; one committed
+// after a record sent later than that waits for it.
+func TestPruneGiftRecordsStopsAMinutePastTheCut(t *testing.T) {
+	cut := time.UnixMilli(10_000_000)
+	for name, open := range readModels() {
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			db := open(t)
+			if err := db.SaveRoomMeta(ctx, store.RoomMeta{RoomID: "a", SeatCount: 8, Status: "open"}); err != nil {
+				t.Fatal(err)
+			}
+			claim, err := db.ClaimRoom(ctx, "a", "n")
+			if err != nil {
+				t.Fatal(err)
+			}
+			// In commit order: old, 30 s after the cut, old, 2 min after it, old.
+			sent := []time.Time{cut.Add(-time.Hour), cut.Add(30 * time.Second), cut.Add(-time.Hour), cut.Add(2 * time.Minute), cut.Add(-time.Hour)}
+			b := store.Batch{RoomID: "a", OwnerEpoch: claim.Epoch}
+			for i, at := range sent {
+				v, cmd := int64(i+1), fmt.Sprint("g", i+1)
+				b.Commands = append(b.Commands, store.CommandRecord{RoomID: "a", RoomVersion: v, CommandID: cmd, CommandType: "SendGift"})
+				b.Gifts = append(b.Gifts, store.GiftRecord{RoomID: "a", RoomVersion: v, CommandID: cmd, SenderUserID: 1, ReceiverID: 2,
+					GiftID: "rose", Count: 1, Value: 1, SentAt: at.UnixMilli()})
+			}
+			if res, err := db.CommitBatches(ctx, []store.Batch{b}); err != nil || res[0] != nil {
+				t.Fatalf("commit: %v %v", res, err)
+			}
+			if n, err := db.PruneGiftRecords(ctx, cut, 100); err != nil || n != 2 {
+				t.Fatalf("PruneGiftRecords = %d, %v; want 2 (versions 1 and 3)", n, err)
+			}
+			left, err := db.ListGiftRecords(ctx, store.GiftRecordQuery{RoomID: "a", Limit: 10})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var versions []int64
+			for _, r := range left {
+				versions = append(versions, r.RoomVersion)
+			}
+			if !slices.Equal(versions, []int64{5, 4, 2}) {
+				t.Fatalf("records left, newest first: versions %v, want [5 4 2]", versions)
+			}
+		})
+	}
+}
+
 func roomIDs(rows []store.DirectoryRow) []string {
 	out := make([]string, len(rows))
 	for i, r := range rows {

@@ -3,7 +3,9 @@ package sqlstore
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"time"
 
@@ -89,16 +91,32 @@ func (db *DB) ListGiftRecords(ctx context.Context, q store.GiftRecordQuery) ([]s
 	return out, nil
 }
 
+// giftRecordsDisorder bounds how far a gift record's send time can be
+// earlier than that of a record committed before it: a gift is committed
+// within its commit timeout of being sent, and nodes' clocks agree to
+// within seconds.
+const giftRecordsDisorder = time.Minute
+
 // PruneGiftRecords deletes up to limit gift records sent before before,
 // oldest first, and returns how many it deleted. Records are numbered in
-// the order they were committed, so the oldest are the lowest ids: the
-// read stops at the first limit of them.
+// the order they were committed, so the oldest are the lowest ids.
+//
+// The read ends at the first record sent giftRecordsDisorder after before,
+// found by reading from the oldest record: it costs the records to delete
+// and a minute's more. Without that bound, once the old records were gone
+// every pass read the table whole, ninety days of gifts, to find none.
 func (db *DB) PruneGiftRecords(ctx context.Context, before time.Time, limit int) (int, error) {
 	if limit <= 0 {
 		return 0, nil
 	}
-	ids, err := ScanIDs(db.Reader().QueryContext(ctx, `SELECT record_id FROM room_gift_records WHERE sent_at_ms < ?
-		ORDER BY record_id LIMIT ?`, before.UnixMilli(), limit))
+	bound := int64(math.MaxInt64)
+	err := db.Reader().QueryRowContext(ctx, `SELECT record_id FROM room_gift_records WHERE sent_at_ms >= ?
+		ORDER BY record_id LIMIT 1`, before.Add(giftRecordsDisorder).UnixMilli()).Scan(&bound)
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return 0, fmt.Errorf("prune gift records: %w", db.d.MapErr(err))
+	}
+	ids, err := ScanIDs(db.Reader().QueryContext(ctx, `SELECT record_id FROM room_gift_records
+		WHERE record_id < ? AND sent_at_ms < ? ORDER BY record_id LIMIT ?`, bound, before.UnixMilli(), limit))
 	if err != nil || len(ids) == 0 {
 		return 0, db.d.MapErr(err)
 	}
