@@ -29,6 +29,12 @@ import (
 // still reach the broker when ctx ended while it was on its way, as with
 // a Publish whose ctx ended. A row whose publish has a span of its own
 // goes through Publish, which puts that span in the message.
+//
+// When the stream takes fast batches, runs of minRun to maxRun rows go as
+// one each (see publishRun): each is called for a run's rows once the
+// broker acknowledged them all, and false stops the sequence after that
+// run. A run that failed goes on one row at a time from its first row the
+// broker did not acknowledge, so that the error returned is that row's own.
 func (b *Bus) PublishInOrder(ctx context.Context, rows []outbox.Record, each func(i int) bool) (int, error) {
 	if len(rows) == 0 {
 		return 0, nil
@@ -36,6 +42,33 @@ func (b *Bus) PublishInOrder(ctx context.Context, rows []outbox.Record, each fun
 	if err := ctx.Err(); err != nil {
 		return 0, publishErr(rows[0], err)
 	}
+	done := 0
+	for len(rows)-done >= minRun && b.runs.Load() {
+		run, goOn := rows[done:min(len(rows), done+maxRun)], true
+		n, err := b.publishRun(ctx, run, func(i int) bool {
+			goOn = (each == nil || each(done+i)) && goOn
+			return goOn
+		})
+		done += n
+		switch {
+		case err == nil && goOn:
+			continue
+		case err == nil || ctx.Err() != nil:
+			return done, err
+		}
+		b.log.Debug("fast batch failed: the rest goes one at a time", "rows", len(run), "acknowledged", n, "err", err)
+		m, err := b.publishSingly(ctx, rows[done:], func(i int) bool { return each == nil || each(done+i) })
+		return done + m, err
+	}
+	if done == len(rows) {
+		return done, nil
+	}
+	m, err := b.publishSingly(ctx, rows[done:], func(i int) bool { return each == nil || each(done+i) })
+	return done + m, err
+}
+
+// publishSingly is PublishInOrder one row at a time.
+func (b *Bus) publishSingly(ctx context.Context, rows []outbox.Record, each func(i int) bool) (int, error) {
 	o := b.order
 	s := &sequence{rows: rows, each: each, done: make(chan struct{}), busy: 1}
 	o.send(b, s)

@@ -20,6 +20,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -202,13 +203,16 @@ func validPrefix(p string) bool {
 // concurrent use. It owns its connection and, in embedded mode, the server;
 // Close releases both.
 type Bus struct {
-	cfg    Config
-	log    *slog.Logger
-	srv    *server.Server // nil with an external URL
-	nc     *nats.Conn
-	js     jetstream.JetStream
-	order  *inOrder      // PublishInOrder's
-	closed chan struct{} // closed by the connection's ClosedHandler
+	cfg   Config
+	log   *slog.Logger
+	srv   *server.Server // nil with an external URL
+	nc    *nats.Conn
+	js    jetstream.JetStream
+	order *inOrder    // PublishInOrder's
+	runs  atomic.Bool // the stream takes fast batches: PublishInOrder sends long runs as one
+
+	runsSent atomic.Int64  // fast batches acknowledged whole
+	closed   chan struct{} // closed by the connection's ClosedHandler
 
 	streamMu sync.Mutex
 	streamH  jetstream.Stream // LastOfRoom's, once looked up
@@ -287,23 +291,43 @@ func Open(ctx context.Context, cfg Config, log *slog.Logger) (*Bus, error) {
 		_ = b.Close()
 		return nil, fmt.Errorf("jetstream: %w", err)
 	}
-	_, err = js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
-		Name:        cfg.Stream,
-		Description: "room-service durable room events (outbox)",
-		Subjects:    []string{cfg.SubjectPrefix + ".>"},
-		Storage:     jetstream.FileStorage,
-		Retention:   jetstream.LimitsPolicy,
-		Discard:     jetstream.DiscardOld,
-		Duplicates:  cfg.Duplicates,
-		MaxAge:      cfg.MaxAge,
-		Replicas:    cfg.Replicas,
-	})
-	if err != nil {
+	if err = b.createStream(ctx); err != nil {
 		_ = b.Close()
-		return nil, fmt.Errorf("create or update stream %s: %w", cfg.Stream, err)
+		return nil, err
 	}
-	log.Info("nats bus open", "embedded", b.srv != nil, "subjects", cfg.SubjectPrefix+".>", "client_url", b.ClientURL())
+	log.Info("nats bus open", "embedded", b.srv != nil, "subjects", cfg.SubjectPrefix+".>", "client_url", b.ClientURL(),
+		"runs", b.runs.Load())
 	return b, nil
+}
+
+// createStream creates or updates the stream, allowing fast batch
+// publishing (PublishInOrder's runs) where the server knows it: a server
+// that predates it (NATS 2.14) or refuses the change keeps the stream as it
+// was, and every row goes on its own.
+func (b *Bus) createStream(ctx context.Context) error {
+	cfg := jetstream.StreamConfig{
+		Name:              b.cfg.Stream,
+		Description:       "room-service durable room events (outbox)",
+		Subjects:          []string{b.cfg.SubjectPrefix + ".>"},
+		Storage:           jetstream.FileStorage,
+		Retention:         jetstream.LimitsPolicy,
+		Discard:           jetstream.DiscardOld,
+		Duplicates:        b.cfg.Duplicates,
+		MaxAge:            b.cfg.MaxAge,
+		Replicas:          b.cfg.Replicas,
+		AllowBatchPublish: true,
+	}
+	s, err := b.js.CreateOrUpdateStream(ctx, cfg)
+	if err != nil && ctx.Err() == nil {
+		b.log.Warn("stream refused fast batch publishing: every row goes on its own", "err", err)
+		cfg.AllowBatchPublish = false
+		s, err = b.js.CreateOrUpdateStream(ctx, cfg)
+	}
+	if err != nil {
+		return fmt.Errorf("create or update stream %s: %w", b.cfg.Stream, err)
+	}
+	b.runs.Store(s.CachedInfo().Config.AllowBatchPublish)
+	return nil
 }
 
 // Publish stores r in the stream and waits, at most PublishTimeout, for the

@@ -372,6 +372,52 @@ func testBus(t *testing.T, open func(testing.TB) *natsbus.Bus) {
 		}
 	})
 
+	t.Run("PublishInOrderRuns", func(t *testing.T) {
+		b := open(t)
+		var rows []outbox.Record
+		for v := 1; v <= 600; v++ {
+			rows = append(rows, record("runs", int64(v), 0, "RoomUserJoined"))
+		}
+		// Ten rows in the first run are in the stream already: acknowledged as duplicates, stored once.
+		publishAll(t, b, rows[100:110])
+		next := 0
+		n, err := b.PublishInOrder(context.Background(), rows, func(i int) bool {
+			if i != next {
+				t.Errorf("ack of row %d, want %d", i, next)
+			}
+			next++
+			return true
+		})
+		if n != len(rows) || err != nil || next != len(rows) {
+			t.Fatalf("%d rows acknowledged (%d seen), err %v; want %d", n, next, err, len(rows))
+		}
+		// The stream holds the ten first, then every other row once, in order.
+		want := slices.Concat(rows[100:110], rows[:100], rows[110:])
+		for i, m := range fetch(t, b, b.RoomFilter("runs"), len(rows)) {
+			checkMsg(t, b, m, want[i])
+		}
+		if got := count(t, b, ">"); got != uint64(len(rows)) {
+			t.Fatalf("stream holds %d messages, want %d", got, len(rows))
+		}
+		// Runs of at most 256 rows, the last 88: three fast batches where the stream takes them.
+		sent, runs := natsbus.RunsSent(b)
+		if want := map[bool]int64{true: 3, false: 0}[runs]; sent != want {
+			t.Fatalf("%d fast batches sent (the stream takes them: %v), want %d", sent, runs, want)
+		}
+		// each's false stops the rows after the run it is in.
+		var more []outbox.Record
+		for v := 1; v <= 300; v++ {
+			more = append(more, record("runs-stop", int64(v), 0, "RoomUserJoined"))
+		}
+		stopped := map[bool]int{true: 256, false: 11}[runs]
+		if n, err := b.PublishInOrder(context.Background(), more, func(i int) bool { return i < 10 }); n != stopped || err != nil {
+			t.Fatalf("stopped by each at the eleventh row: %d rows, %v; want %d", n, err, stopped)
+		}
+		if got := count(t, b, b.RoomFilter("runs-stop")); got != uint64(stopped) {
+			t.Fatalf("stream holds %d of the stopped room's messages, want %d", got, stopped)
+		}
+	})
+
 	t.Run("PublishInOrderStops", func(t *testing.T) {
 		b := open(t)
 		var rows []outbox.Record
