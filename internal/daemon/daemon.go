@@ -535,16 +535,33 @@ func (m *Main) startDirectory(db store.Repository, nodeID string) (*cell.Directo
 		return nil, err
 	}
 	err := m.workers.Go("directory-backfill", func(ctx context.Context) error {
-		n, err := cell.Backfill(ctx, st)
-		if n > 0 {
-			m.Log.Info("room directory: rooms without a row written", "rooms", n)
-		}
-		if err != nil && ctx.Err() == nil {
-			return fmt.Errorf("room directory backfill: %w", err)
-		}
+		backfillDirectory(ctx, st, m.Log, time.Second)
 		return nil
 	})
 	return directory, err
+}
+
+// backfillDirectory runs the directory's backfill until it completes or ctx
+// ends. A failure (the database away at start) starts it over after wait,
+// doubled each time up to 30 s: it delays the backfill, it does not end it.
+func backfillDirectory(ctx context.Context, st cell.DirectoryBackfill, log *slog.Logger, wait time.Duration) {
+	for ; ; wait = min(2*wait, 30*time.Second) {
+		n, err := cell.Backfill(ctx, st)
+		if n > 0 {
+			log.Info("room directory: rooms without a row written", "rooms", n)
+		}
+		if err == nil || ctx.Err() != nil {
+			return
+		}
+		log.Warn("room directory backfill failed; it starts over", "retry_in", wait, "err", err)
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+	}
 }
 
 // loop adapts a worker loop that returns nothing.
