@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -967,6 +968,37 @@ func BenchmarkPublishAsync(b *testing.B) {
 		b.StopTimer()
 		b.ReportMetric(float64(b.N)/d.Seconds(), "msgs/s")
 	})
+}
+
+// BenchmarkPublishInOrderOneRoom publishes one room's rows with
+// PublishInOrder on the embedded broker, rows at a time, as a busy room's
+// commits hand them to the relay: below minRun rows one at a time, each
+// after the ack of the one before; from minRun on as fast batches. It
+// reports the process's CPU (the client and the broker) per row.
+func BenchmarkPublishInOrderOneRoom(b *testing.B) {
+	for _, rows := range []int{4, 12, 29, 60, 256} {
+		b.Run(fmt.Sprintf("rows=%d", rows), func(b *testing.B) {
+			bus := openEmbedded(b, natsbus.Config{})
+			recs := benchRecords(b.N*rows, 1)
+			cpu0 := processCPU()
+			b.ResetTimer()
+			for i := range b.N {
+				if n, err := bus.PublishInOrder(context.Background(), recs[i*rows:(i+1)*rows], nil); err != nil || n != rows {
+					b.Fatalf("%d of %d rows, %v", n, rows, err)
+				}
+			}
+			b.StopTimer()
+			b.ReportMetric(float64((processCPU()-cpu0).Microseconds())/float64(b.N*rows), "cpu-µs/row")
+			b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N*rows), "µs/row")
+		})
+	}
+}
+
+// processCPU is the CPU time the process has used, user and system.
+func processCPU() time.Duration {
+	var u syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &u)
+	return time.Duration(u.Utime.Nano() + u.Stime.Nano())
 }
 
 func TestOpenFailuresLeaveNothingRunning(t *testing.T) {
