@@ -178,7 +178,7 @@ func RelayScenarios(ctx context.Context, env Env, dir string, events, rate int, 
 		return nil, err
 	}
 	defer brk.stop()
-	bus, err := natsbus.Open(ctx, natsbus.Config{URL: brk.url(), PublishTimeout: time.Second}, log)
+	bus, err := natsbus.Open(ctx, natsbus.Config{URL: brk.url(), PublishTimeout: time.Second, FastBatches: true}, log)
 	if err != nil {
 		return nil, err
 	}

@@ -57,6 +57,7 @@ type Config struct {
 	NATSToken       string        `yaml:"nats_token" help:"embedded NATS: the token every client presents (nats://<token>@host:port), at least 32 bytes" secret:"true"`
 	NATSStream      string        `yaml:"nats_stream" help:"JetStream stream of durable room events"`
 	NATSSubjects    string        `yaml:"nats_subject_prefix" help:"subject prefix of durable room events: the stream captures <prefix>.> (two streams on one server need different prefixes)"`
+	NATSFastBatches string        `yaml:"nats_fast_batches" help:"a busy room's runs of events go to the stream as JetStream fast batches: embedded (with the embedded server only), on (also with nats_url: every server of the cluster must run NATS 2.14 or later, and one older that loads the stream marks it offline, so turn it off before going back) or off"`
 	RelayAttempts   int           `yaml:"relay_max_attempts" help:"failed deliveries after which an outbox row is dead (broker outages do not count)"`
 	TIMSDKAppID     string        `yaml:"tim_sdkappid" help:"Tencent IM SDKAppID; empty: a local Tencent-compatible endpoint on the API port (/local/ shows what rooms would display)"`
 	TIMSecretKey    string        `yaml:"tim_secret_key" help:"Tencent IM secret key for UserSig" secret:"true"`
@@ -137,7 +138,7 @@ func Default() Config {
 		SnapshotEvery: 500, MailboxSize: 4096, MaxBatch: 256, BatchLinger: 2 * time.Millisecond,
 		LeaseTTL: 5 * time.Second, DrainGrace: 2 * time.Second,
 		IdleTimeout: 10 * time.Minute, CommitTimeout: 5 * time.Second, ShutdownTimeout: 30 * time.Second,
-		NATSStream: "ROOM_EVENTS", NATSSubjects: "room.events", RelayAttempts: 10, TIMAppBudget: 200, TIMCallBudget: 200, IMBudget: 20, IMRegionalMin: 10_000,
+		NATSStream: "ROOM_EVENTS", NATSSubjects: "room.events", NATSFastBatches: "embedded", RelayAttempts: 10, TIMAppBudget: 200, TIMCallBudget: 200, IMBudget: 20, IMRegionalMin: 10_000,
 		RetainVersions: 10_000, RetainCommands: 7 * 24 * time.Hour, RetainPublished: 3 * 24 * time.Hour, RetainEvery: time.Minute, RetainGifts: 90 * 24 * time.Hour,
 		BusinessTZ: "UTC", RankSize: 10, LuckyMaxPayout: 9_500, LuckyRegionalMin: 10_000,
 		WalletTimeout: 3 * time.Second, GiftApplyWindow: 30 * time.Second, ReconcileAfter: 2 * time.Minute, RocketScan: time.Second,
@@ -353,6 +354,9 @@ func (c Config) Validate() error {
 		p = append(p, c.validateListen("grpc_listen", c.GRPCListen)...)
 	}
 	p = append(p, c.validateCallers()...)
+	if !oneOf(c.NATSFastBatches, "embedded", "on", "off") {
+		p = append(p, fmt.Errorf("nats_fast_batches %q: want embedded, on or off", c.NATSFastBatches))
+	}
 	if c.NATSURL != "" && (c.NATSListen != "" || c.NATSToken != "") {
 		p = append(p, errors.New("nats_listen and nats_token are for the embedded server; they cannot go with nats_url"))
 	}

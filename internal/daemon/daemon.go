@@ -260,7 +260,8 @@ func committedGifts(db store.Repository) wallet.Committed {
 // ctx ends.
 func (m *Main) openBus(ctx context.Context) (*natsbus.Bus, error) {
 	cfg := m.Config
-	nc := natsbus.Config{URL: cfg.NATSURL, Stream: cfg.NATSStream, SubjectPrefix: cfg.NATSSubjects, Name: "room-service"}
+	nc := natsbus.Config{URL: cfg.NATSURL, Stream: cfg.NATSStream, SubjectPrefix: cfg.NATSSubjects, Name: "room-service",
+		FastBatches: cfg.NATSFastBatches == "on" || cfg.NATSFastBatches == "embedded" && cfg.NATSURL == ""}
 	if cfg.NATSURL == "" {
 		nc.StoreDir, nc.Listen, nc.Token = filepath.Join(cfg.DataDir, "nats"), cfg.NATSListen, cfg.NATSToken
 	}

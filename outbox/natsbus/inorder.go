@@ -34,7 +34,8 @@ import (
 // one each (see publishRun): each is called for a run's rows once the
 // broker acknowledged them all, and false stops the sequence after that
 // run. A run that failed goes on one row at a time from its first row the
-// broker did not acknowledge, so that the error returned is that row's own.
+// broker did not acknowledge (each called for those before it), so that the
+// error returned is that row's own.
 func (b *Bus) PublishInOrder(ctx context.Context, rows []outbox.Record, each func(i int) bool) (int, error) {
 	if len(rows) == 0 {
 		return 0, nil
@@ -55,6 +56,8 @@ func (b *Bus) PublishInOrder(ctx context.Context, rows []outbox.Record, each fun
 			continue
 		case err == nil || ctx.Err() != nil:
 			return done, err
+		case !goOn:
+			return done, nil // stopped by each on a row acknowledged before the failure
 		}
 		b.log.Debug("fast batch failed: the rest goes one at a time", "rows", len(run), "acknowledged", n, "err", err)
 		m, err := b.publishSingly(ctx, rows[done:], func(i int) bool { return each == nil || each(done+i) })

@@ -105,6 +105,12 @@ type Config struct {
 	PublishTimeout time.Duration
 	// Name is the client connection's name (and the embedded server's).
 	Name string
+	// FastBatches has PublishInOrder send a run of a room's rows as one
+	// JetStream fast batch (see publishRun), and the stream made or updated
+	// to allow them; false makes or updates it without. Every server that
+	// holds the stream must run NATS 2.14 or later: an older one that loads
+	// a stream allowing them marks it offline.
+	FastBatches bool
 	// SyncInterval is how often the embedded server fsyncs its store. Zero
 	// keeps the server's default (2 minutes): a killed process loses
 	// nothing, but an OS crash or power loss can lose the last interval's
@@ -300,10 +306,10 @@ func Open(ctx context.Context, cfg Config, log *slog.Logger) (*Bus, error) {
 	return b, nil
 }
 
-// createStream creates or updates the stream, allowing fast batch
-// publishing (PublishInOrder's runs) where the server knows it: a server
-// that predates it (NATS 2.14) or refuses the change keeps the stream as it
-// was, and every row goes on its own.
+// createStream creates or updates the stream, allowing fast batches
+// (PublishInOrder's runs) when the config asks for them. A server that
+// refuses them keeps the stream without, with a warning; one that predates
+// them ignores the setting. Either way every row then goes on its own.
 func (b *Bus) createStream(ctx context.Context) error {
 	cfg := jetstream.StreamConfig{
 		Name:              b.cfg.Stream,
@@ -315,11 +321,12 @@ func (b *Bus) createStream(ctx context.Context) error {
 		Duplicates:        b.cfg.Duplicates,
 		MaxAge:            b.cfg.MaxAge,
 		Replicas:          b.cfg.Replicas,
-		AllowBatchPublish: true,
+		AllowBatchPublish: b.cfg.FastBatches,
 	}
 	s, err := b.js.CreateOrUpdateStream(ctx, cfg)
-	if err != nil && ctx.Err() == nil {
-		b.log.Warn("stream refused fast batch publishing: every row goes on its own", "err", err)
+	var refused *jetstream.APIError
+	if cfg.AllowBatchPublish && errors.As(err, &refused) {
+		b.log.Warn("the server refused fast batches: every row goes on its own", "err", err)
 		cfg.AllowBatchPublish = false
 		s, err = b.js.CreateOrUpdateStream(ctx, cfg)
 	}

@@ -78,6 +78,7 @@ func openExternal(tb testing.TB) *natsbus.Bus {
 		Stream:        "rs_test_" + suffix,
 		SubjectPrefix: "rstest" + suffix + ".events",
 		Name:          "natsbus-test",
+		FastBatches:   true, // a server before NATS 2.14 ignores it: every row goes on its own
 	}
 	b, err := natsbus.Open(openCtx(tb), cfg, testLogger(tb))
 	if err != nil {
@@ -565,7 +566,32 @@ func testBus(t *testing.T, open func(testing.TB) *natsbus.Bus) {
 }
 
 func TestEmbedded(t *testing.T) {
-	testBus(t, func(tb testing.TB) *natsbus.Bus { return openEmbedded(tb, natsbus.Config{}) })
+	testBus(t, func(tb testing.TB) *natsbus.Bus { return openEmbedded(tb, natsbus.Config{FastBatches: true}) })
+}
+
+// TestFastBatchesFollowTheConfig: the stream allows fast batches only when
+// asked, and a Bus opened without them turns them off on the stream, the way
+// back before a server older than NATS 2.14 loads it.
+func TestFastBatchesFollowTheConfig(t *testing.T) {
+	dir := t.TempDir()
+	for _, want := range []bool{false, true, false} {
+		b := openEmbedded(t, natsbus.Config{StoreDir: dir, FastBatches: want})
+		_, runs := natsbus.RunsSent(b)
+		s, err := b.JetStream().Stream(t.Context(), b.Stream())
+		if err != nil {
+			t.Fatal(err)
+		}
+		info, err := s.Info(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if runs != want || info.Config.AllowBatchPublish != want {
+			t.Fatalf("FastBatches %v: the Bus sends runs %v, the stream allows them %v", want, runs, info.Config.AllowBatchPublish)
+		}
+		if err := b.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
 }
 
 func TestExternal(t *testing.T) {
@@ -978,7 +1004,7 @@ func BenchmarkPublishAsync(b *testing.B) {
 func BenchmarkPublishInOrderOneRoom(b *testing.B) {
 	for _, rows := range []int{4, 12, 29, 60, 256} {
 		b.Run(fmt.Sprintf("rows=%d", rows), func(b *testing.B) {
-			bus := openEmbedded(b, natsbus.Config{})
+			bus := openEmbedded(b, natsbus.Config{FastBatches: true})
 			recs := benchRecords(b.N*rows, 1)
 			cpu0 := processCPU()
 			b.ResetTimer()

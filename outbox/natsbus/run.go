@@ -34,22 +34,31 @@ const maxRun = 256
 // again stores nothing twice within the window, and keeps the order, since
 // they follow the run on the same connection).
 func (b *Bus) publishRun(ctx context.Context, rows []outbox.Record, each func(i int) bool) (int, error) {
-	fp, err := jetstreamext.NewFastPublisher(b.order.js, jetstreamext.FastPublishFlowControl{AckTimeout: b.cfg.PublishTimeout})
+	// No stall for acknowledgements inside a run (at most maxRun rows, the
+	// broker acknowledges at least every flow-th): a publisher that stalls
+	// and times out keeps its reply subscription.
+	fp, err := jetstreamext.NewFastPublisher(b.order.js, jetstreamext.FastPublishFlowControl{
+		AckTimeout: b.cfg.PublishTimeout, MaxOutstandingAcks: maxRun})
 	if err != nil {
 		return 0, publishErr(rows[0], err)
 	}
 	held := 0
+	fail := func(err error) (int, error) {
+		b.abandon(fp)
+		for i := range held {
+			each(i)
+		}
+		return held, err
+	}
 	for i := range rows {
 		msg, err := b.message(rows[i])
 		if err != nil {
-			b.abandon(fp)
-			return held, fmt.Errorf("publish: %w", err)
+			return fail(fmt.Errorf("publish: %w", err))
 		}
 		if i < len(rows)-1 {
 			ack, err := fp.AddMsg(msg)
 			if err != nil {
-				b.abandon(fp)
-				return held, publishErr(rows[held], b.connErr(err))
+				return fail(publishErr(rows[held], b.connErr(err)))
 			}
 			held = int(ack.AckSequence)
 			continue
@@ -58,10 +67,10 @@ func (b *Bus) publishRun(ctx context.Context, rows []outbox.Record, each func(i 
 		ack, err := fp.CommitMsg(cctx, msg)
 		cancel()
 		if err != nil {
-			return held, publishErr(rows[held], b.connErr(err))
+			return fail(publishErr(rows[held], b.connErr(err)))
 		}
 		if ack.BatchSize != uint64(len(rows)) {
-			return held, publishErr(rows[held], fmt.Errorf("fast batch of %d rows acknowledged as %d", len(rows), ack.BatchSize))
+			return fail(publishErr(rows[held], fmt.Errorf("fast batch of %d rows acknowledged as %d", len(rows), ack.BatchSize)))
 		}
 	}
 	b.runsSent.Add(1)
