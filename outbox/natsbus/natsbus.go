@@ -46,8 +46,10 @@ const (
 	// that died between the broker's ack and marking the rows does not
 	// need it, however long it was away: it asks the stream what it holds
 	// (LastOfRoom) before publishing them again. The window drops what
-	// that cannot see: the one message a relay had in flight when its room
-	// moved to another relay (it lands within PublishTimeout), and the
+	// that cannot see: the message or fast batch a relay had in flight when
+	// its room moved to another relay (a message lands within
+	// PublishTimeout, a fast batch within about three: its first ack, its
+	// commit, and its end; the window must be four at least), and the
 	// copies of a row queued while the connection was down, which go out
 	// together when it is back. Every message id inside the window is held
 	// in the server's memory (about 190 bytes each: 116 MB at 5,000 events/s
@@ -186,6 +188,8 @@ func (c Config) Validate() error {
 	}
 	if c.PublishTimeout < 0 {
 		bad("publish timeout %s is negative", c.PublishTimeout)
+	} else if c.Duplicates >= MinDuplicates && c.Duplicates < 4*c.PublishTimeout {
+		bad("duplicate window %s is shorter than four publish timeouts (%s): a fast batch in flight when its room moves must land in it", c.Duplicates, c.PublishTimeout)
 	}
 	if !embedded && c.SyncInterval != 0 {
 		bad("sync interval is for the embedded server only, but url is set")

@@ -778,6 +778,8 @@ func TestConfigValidate(t *testing.T) {
 		{"prefix wildcard", natsbus.Config{StoreDir: "/tmp/x", SubjectPrefix: "room.*"}, false},
 		{"prefix empty token", natsbus.Config{StoreDir: "/tmp/x", SubjectPrefix: "room..events"}, false},
 		{"negative publish timeout", natsbus.Config{StoreDir: "/tmp/x", PublishTimeout: -time.Second}, false},
+		{"window of four publish timeouts", natsbus.Config{StoreDir: "/tmp/x", Duplicates: 40 * time.Second, PublishTimeout: 10 * time.Second}, true},
+		{"window under four publish timeouts", natsbus.Config{StoreDir: "/tmp/x", Duplicates: 40 * time.Second, PublishTimeout: 11 * time.Second}, false},
 		{"external sync interval", natsbus.Config{URL: "nats://a:4222", SyncInterval: time.Second}, false},
 	}
 	for _, tt := range tests {
