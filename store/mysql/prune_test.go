@@ -8,8 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"hyapp/room-service/outbox"
-	"hyapp/room-service/store"
 	"hyapp/room-service/store/mysql/mysqltest"
 )
 
@@ -109,80 +107,6 @@ func TestPruneReadsOnlyWhatItMayDelete(t *testing.T) {
 	t.Logf("a retention pass read %d rows", read)
 	if read > 200 {
 		t.Fatalf("a retention pass with nothing due read %d rows of a room with %d young commands, published events and gift records", read, n)
-	}
-}
-
-// TestPruneCommandsStopsAtTheFirstYoungRow: a room's log is pruned up to
-// its first row written after the cut, even when an older row follows it
-// (two nodes' clocks), and below its snapshot as always.
-func TestPruneCommandsStopsAtTheFirstYoungRow(t *testing.T) {
-	ctx := t.Context()
-	db := openDSN(t, mysqltest.DSN(t), Options{})
-	if err := db.SaveRoomMeta(ctx, store.RoomMeta{RoomID: "r1", OwnerUserID: 1, SeatCount: 8}); err != nil {
-		t.Fatal(err)
-	}
-	claim, err := db.ClaimRoom(ctx, "r1", "node-a")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cut := time.Now().Add(-time.Hour)
-	old, young := cut.Add(-time.Hour), cut.Add(time.Minute)
-	// v1-v3 old, v4 young, v5 old again, v6-v8 young, v9-v10 old; the snapshot at v8.
-	at := []time.Time{old, old, old, young, old, young, young, young, old, old}
-	b := store.Batch{RoomID: "r1", OwnerEpoch: claim.Epoch, Snapshot: &store.SnapshotRecord{RoomID: "r1", RoomVersion: 8, Payload: []byte("snap")}}
-	for i, t := range at {
-		v := int64(i + 1)
-		b.Commands = append(b.Commands, store.CommandRecord{RoomID: "r1", RoomVersion: v, CommandID: fmt.Sprint("c", v),
-			CommandType: "JoinRoom", Payload: []byte("{}"), Replayable: true, CreatedAt: t})
-	}
-	if res, err := db.CommitBatches(ctx, []store.Batch{b}); err != nil || res[0] != nil {
-		t.Fatalf("CommitBatches = %v, %v", res, err)
-	}
-	if n, err := db.PruneCommands(ctx, 0, cut, 2); err != nil || n != 2 {
-		t.Fatalf("PruneCommands(limit 2) = %d, %v; want v1-v2 deleted", n, err)
-	}
-	if n, err := db.PruneCommands(ctx, 0, cut, 100); err != nil || n != 1 {
-		t.Fatalf("PruneCommands = %d, %v; want v3 deleted", n, err)
-	}
-	left, err := db.ListCommandsAfter(ctx, "r1", 0)
-	if err != nil || len(left) != 7 || left[0].RoomVersion != 4 {
-		t.Fatalf("the log after pruning: %d rows from %+v, %v; want v4-v10", len(left), left[:min(1, len(left))], err)
-	}
-}
-
-// TestPruneOutboxStopsAtTheFirstYoungRow: published rows are pruned in id
-// order up to the first row written after the cut, even when an older
-// published row follows it (two nodes' clocks).
-func TestPruneOutboxStopsAtTheFirstYoungRow(t *testing.T) {
-	ctx := t.Context()
-	dsn := mysqltest.DSN(t)
-	db := openDSN(t, dsn, Options{})
-	cut := time.Now().Add(-time.Hour)
-	old, young := cut.Add(-time.Hour), cut.Add(time.Minute)
-	at := []time.Time{old, old, young, old}
-	var rows []outbox.Record
-	for i, t := range at {
-		rows = append(rows, outbox.Record{EventID: fmt.Sprintf("r/%d/0", i+1), RoomID: "r", RoomVersion: int64(i + 1), EventType: "E", CreatedAt: t})
-	}
-	if err := db.SaveOutbox(ctx, rows); err != nil {
-		t.Fatal(err)
-	}
-	for _, r := range rows {
-		if err := db.MarkOutboxPublished(ctx, r.EventID); err != nil {
-			t.Fatal(err)
-		}
-	}
-	// Every row was published "before the cut" here, so only the bound keeps r/4/0.
-	raw := rawDB(t, dsn)
-	if _, err := raw.ExecContext(ctx, `UPDATE room_outbox SET published_at = ?`, old.UnixMilli()); err != nil {
-		t.Fatal(err)
-	}
-	if n, err := db.PruneOutbox(ctx, cut, 100); err != nil || n != 2 {
-		t.Fatalf("PruneOutbox = %d, %v; want r/1/0 and r/2/0 deleted", n, err)
-	}
-	var left int
-	if err := raw.QueryRowContext(ctx, `SELECT count(*) FROM room_outbox WHERE event_id IN ('r/3/0', 'r/4/0')`).Scan(&left); err != nil || left != 2 {
-		t.Fatalf("rows from the first young one on: %d left, %v; want 2", left, err)
 	}
 }
 

@@ -448,43 +448,6 @@ func benchMark(b *testing.B, order string) {
 	b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(calls*chunk), "µs/row")
 }
 
-// TestPruneOutboxStopsAtTheFirstYoungRow: published rows are pruned in id
-// order up to the first row written after the cut, even when an older
-// published row follows it (two nodes' clocks); the scan is a range of ids.
-func TestPruneOutboxStopsAtTheFirstYoungRow(t *testing.T) {
-	ctx := t.Context()
-	db, _ := openTemp(t, Options{})
-	cut := time.Now().Add(-time.Hour)
-	old, young := cut.Add(-time.Hour), cut.Add(time.Minute)
-	at := []time.Time{old, old, young, old}
-	var rows []outbox.Record
-	for i, t := range at {
-		rows = append(rows, outbox.Record{EventID: fmt.Sprintf("r/%d/0", i+1), RoomID: "r", RoomVersion: int64(i + 1), EventType: "E", CreatedAt: t})
-	}
-	if err := db.SaveOutbox(ctx, rows); err != nil {
-		t.Fatal(err)
-	}
-	for _, r := range rows {
-		if err := db.MarkOutboxPublished(ctx, r.EventID); err != nil {
-			t.Fatal(err)
-		}
-	}
-	// Every row was published "before the cut" here, so only the bound keeps r/4/0.
-	if _, err := db.write.ExecContext(ctx, `UPDATE room_outbox SET published_at = ?`, old.UnixMilli()); err != nil {
-		t.Fatal(err)
-	}
-	if n, err := db.PruneOutbox(ctx, cut, 100); err != nil || n != 2 {
-		t.Fatalf("PruneOutbox = %d, %v; want r/1/0 and r/2/0 deleted", n, err)
-	}
-	var left int
-	if err := db.read.QueryRowContext(ctx, `SELECT count(*) FROM room_outbox WHERE event_id IN ('r/3/0', 'r/4/0')`).Scan(&left); err != nil || left != 2 {
-		t.Fatalf("rows from the first young one on: %d left, %v; want 2", left, err)
-	}
-	if joined := queryPlan(t, db, pruneOutboxQuery, cut.UnixMilli(), 100); !strings.Contains(joined, "rowid<?") {
-		t.Fatalf("prune plan %q, want a range of ids", joined)
-	}
-}
-
 // TestPruneOutboxKeepsDeadRows covers what the Repository never makes: a
 // dead row that carries a publish time.
 func TestPruneOutboxKeepsDeadRows(t *testing.T) {
@@ -513,49 +476,21 @@ func TestPruneOutboxKeepsDeadRows(t *testing.T) {
 	}
 }
 
-func TestPruneCommandsRangeScansEachRoom(t *testing.T) {
+// TestPruneScansRanges: each room's log is read as a range up to a bound
+// made once per room, the outbox as a range of ids (the store contract's
+// PruneCommandsStopsAtTheFirstYoungRow and PruneOutboxStopsAtTheFirstYoungRow
+// test what the bounds keep).
+func TestPruneScansRanges(t *testing.T) {
 	db, _ := openTemp(t, Options{})
+	if joined := queryPlan(t, db, pruneOutboxQuery, time.Now().UnixMilli(), 100); !strings.Contains(joined, "rowid<?") {
+		t.Fatalf("outbox prune plan %q, want a range of ids", joined)
+	}
 	joined := queryPlan(t, db, pruneCommandsQuery, 0, 0, 10)
 	for _, step := range []string{"MATERIALIZE b", "SCAN s", "SEARCH y USING INDEX", "SEARCH l USING INDEX", "room_version<?"} {
 		if !strings.Contains(joined, step) {
 			t.Fatalf("prune plan %q lacks %q: want each room's bound made once, from a scan of the snapshots "+
 				"and a search of the room's log, then a range search of each room's log up to it", joined, step)
 		}
-	}
-}
-
-// TestPruneCommandsStopsAtTheFirstYoungRow: a room's log is pruned up to
-// its first row written after the cut, even when an older row follows it
-// (two nodes' clocks), and below its snapshot as always.
-func TestPruneCommandsStopsAtTheFirstYoungRow(t *testing.T) {
-	ctx := t.Context()
-	db, _ := openTemp(t, Options{})
-	if err := db.SaveRoomMeta(ctx, store.RoomMeta{RoomID: "r1", OwnerUserID: 1, SeatCount: 8}); err != nil {
-		t.Fatal(err)
-	}
-	claim, err := db.ClaimRoom(ctx, "r1", "node-a")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cut := time.Now().Add(-time.Hour)
-	old, young := cut.Add(-time.Hour), cut.Add(time.Minute)
-	// v1-v3 old, v4 young, v5 old again, v6-v10 young; the snapshot at v10.
-	at := []time.Time{old, old, old, young, old, young, young, young, young, young}
-	b := store.Batch{RoomID: "r1", OwnerEpoch: claim.Epoch, Snapshot: &store.SnapshotRecord{RoomID: "r1", RoomVersion: 10, Payload: []byte("snap")}}
-	for i, t := range at {
-		v := int64(i + 1)
-		b.Commands = append(b.Commands, store.CommandRecord{RoomID: "r1", RoomVersion: v, CommandID: fmt.Sprint("c", v),
-			CommandType: "JoinRoom", Payload: []byte("{}"), Replayable: true, CreatedAt: t})
-	}
-	if res, err := db.CommitBatches(ctx, []store.Batch{b}); err != nil || res[0] != nil {
-		t.Fatalf("CommitBatches = %v, %v", res, err)
-	}
-	if n, err := db.PruneCommands(ctx, 0, cut, 100); err != nil || n != 3 {
-		t.Fatalf("PruneCommands = %d, %v; want v1-v3 deleted", n, err)
-	}
-	left, err := db.ListCommandsAfter(ctx, "r1", 0)
-	if err != nil || len(left) != 7 || left[0].RoomVersion != 4 {
-		t.Fatalf("the log after pruning: %d rows from %+v, %v; want v4-v10", len(left), left[:min(1, len(left))], err)
 	}
 }
 

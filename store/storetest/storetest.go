@@ -37,6 +37,8 @@ func Run(t *testing.T, newRepo func(t *testing.T) store.Repository) {
 	}{
 		{"PruneOutbox", testPruneOutbox},
 		{"PruneCommands", testPruneCommands},
+		{"PruneCommandsStopsAtTheFirstYoungRow", testPruneCommandsStopsAtTheFirstYoungRow},
+		{"PruneOutboxStopsAtTheFirstYoungRow", testPruneOutboxStopsAtTheFirstYoungRow},
 		{"OutboxStats", testOutboxStats},
 	}
 	for _, tc := range serial {
@@ -910,6 +912,74 @@ func testPruneCommands(t *testing.T, repo store.Repository) {
 	assertCommands(t, mustListCommands(t, repo, a, 0), wantA)
 	if n, err := repo.PruneCommands(ctx, 0, cut, 100); err != nil || n != 0 {
 		t.Fatalf("PruneCommands again = %d, %v; want 0", n, err)
+	}
+}
+
+// testPruneCommandsStopsAtTheFirstYoungRow: a room's log is pruned up to
+// its first row written after the cut, even when an older row follows it
+// (two nodes' clocks), and below its snapshot as always: retention reads
+// the log only that far.
+func testPruneCommandsStopsAtTheFirstYoungRow(t *testing.T, repo store.Repository) {
+	ctx := t.Context()
+	id, claim := newClaimedRoom(t, repo)
+	cut := now().Add(-time.Hour)
+	old, young := cut.Add(-time.Hour), cut.Add(time.Minute)
+	// v1-v3 old, v4 young, v5 old again, v6-v8 young, v9-v10 old; the snapshot at v8.
+	at := []time.Time{old, old, old, young, old, young, young, young, old, old}
+	b := newBatch(id, claim.Epoch, 0, len(at))
+	b.Outbox = nil
+	for i := range b.Commands {
+		b.Commands[i].CreatedAt = at[i]
+	}
+	b.Snapshot = &store.SnapshotRecord{RoomID: id, RoomVersion: 8, Payload: []byte("snap"), CreatedAt: now()}
+	mustCommitOK(t, repo, b)
+	if n, err := repo.PruneCommands(ctx, 0, cut, 2); err != nil || n != 2 {
+		t.Fatalf("PruneCommands(limit 2) = %d, %v; want v1-v2 deleted", n, err)
+	}
+	if n, err := repo.PruneCommands(ctx, 0, cut, 100); err != nil || n != 1 {
+		t.Fatalf("PruneCommands = %d, %v; want v3 deleted", n, err)
+	}
+	if left := mustListCommands(t, repo, id, 0); len(left) != 7 || left[0].RoomVersion != 4 {
+		t.Fatalf("the log after pruning: %d rows from %+v; want v4-v10", len(left), left[:min(1, len(left))])
+	}
+}
+
+// testPruneOutboxStopsAtTheFirstYoungRow: published rows are pruned in id
+// order up to the first row written after the cut, even when an older
+// published row follows it (two nodes' clocks). The cut is ahead of now so
+// that the rows published now count as published before it.
+func testPruneOutboxStopsAtTheFirstYoungRow(t *testing.T, repo store.Repository) {
+	ctx := t.Context()
+	id := newRoomID(t)
+	cut := now().Add(time.Hour)
+	old, young := now(), cut.Add(time.Hour)
+	var rows []outbox.Record
+	for i, at := range []time.Time{old, old, young, old} {
+		r := event(id, int64(i+1), 0)
+		r.CreatedAt = at
+		rows = append(rows, r)
+	}
+	mustSaveOutbox(t, repo, rows...)
+	if err := repo.MarkOutboxPublishedBatch(ctx, eventIDs(rows)); err != nil {
+		t.Fatalf("MarkOutboxPublishedBatch: %v", err)
+	}
+	for call := 0; ; call++ { // a shared database's older published rows go too
+		if call > 20 {
+			t.Fatal("PruneOutbox did not run dry")
+		}
+		n, err := repo.PruneOutbox(ctx, cut, 1000)
+		if err != nil {
+			t.Fatalf("PruneOutbox: %v", err)
+		}
+		if n == 0 {
+			break
+		}
+	}
+	for i, r := range rows {
+		err := repo.MarkOutboxPublished(ctx, r.EventID)
+		if gone := errors.Is(err, store.ErrNotFound); gone != (i < 2) || err != nil && !gone {
+			t.Fatalf("row %s after pruning: MarkOutboxPublished = %v; want the first two deleted, the rest from the young one kept", r.EventID, err)
+		}
 	}
 }
 
