@@ -51,17 +51,17 @@ func (b *Bus) PublishInOrder(ctx context.Context, rows []outbox.Record, each fun
 			return goOn
 		})
 		done += n
-		switch {
-		case err == nil && goOn:
+		if err == nil && goOn {
 			continue
-		case err == nil || ctx.Err() != nil:
+		}
+		if !goOn {
+			return done, nil // stopped by each, on a row acknowledged before any failure
+		}
+		if err == nil || ctx.Err() != nil {
 			return done, err
-		case !goOn:
-			return done, nil // stopped by each on a row acknowledged before the failure
 		}
 		b.log.Debug("fast batch failed: the rest goes one at a time", "rows", len(run), "acknowledged", n, "err", err)
-		m, err := b.publishSingly(ctx, rows[done:], func(i int) bool { return each == nil || each(done+i) })
-		return done + m, err
+		break
 	}
 	if done == len(rows) {
 		return done, nil

@@ -11,11 +11,11 @@ import (
 
 // minRun is the fewest rows PublishInOrder sends as one fast batch. One row
 // at a time, each after the ack of the one before, a row costs the process
-// about 70 µs of CPU with the embedded server (the publish, the server's
+// about 66 µs of CPU with the embedded server (the publish, the server's
 // store, its ack, the callback that sends the next); as a fast batch of 12
-// rows 47 µs, of 29 rows 29-35 µs, of 4 rows 100 µs (a batch pays for its
-// own reply subscription and two round trips). A busy room's commits hand
-// the relay dozens of rows at once.
+// rows 36 µs, of 29 rows 28 µs (BenchmarkPublishInOrderOneRoom), of 4 rows
+// about 100 µs (a batch pays for its own reply subscription and two round
+// trips). A busy room's commits hand the relay dozens of rows at once.
 const minRun = 12
 
 // maxRun is the most rows one fast batch carries: the broker acknowledges
