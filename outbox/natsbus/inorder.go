@@ -35,7 +35,8 @@ import (
 // broker acknowledged them all, and false stops the sequence after that
 // run. A run that failed goes on one row at a time from its first row the
 // broker did not acknowledge (each called for those before it), so that the
-// error returned is that row's own.
+// error returned is that row's own. Shorter sequences of many rooms share
+// fast batches while enough of them run at once (see gatherer).
 func (b *Bus) PublishInOrder(ctx context.Context, rows []outbox.Record, each func(i int) bool) (int, error) {
 	if len(rows) == 0 {
 		return 0, nil
@@ -43,11 +44,17 @@ func (b *Bus) PublishInOrder(ctx context.Context, rows []outbox.Record, each fun
 	if err := ctx.Err(); err != nil {
 		return 0, publishErr(rows[0], err)
 	}
+	if each == nil {
+		each = func(int) bool { return true }
+	}
+	if len(rows) < minRun && b.gather != nil {
+		return b.gather.publish(ctx, b, rows, each)
+	}
 	done := 0
 	for len(rows)-done >= minRun && b.runs.Load() {
 		run, goOn := rows[done:min(len(rows), done+maxRun)], true
 		n, err := b.publishRun(ctx, run, func(i int) bool {
-			goOn = (each == nil || each(done+i)) && goOn
+			goOn = each(done+i) && goOn
 			return goOn
 		})
 		done += n
@@ -66,7 +73,7 @@ func (b *Bus) PublishInOrder(ctx context.Context, rows []outbox.Record, each fun
 	if done == len(rows) {
 		return done, nil
 	}
-	m, err := b.publishSingly(ctx, rows[done:], func(i int) bool { return each == nil || each(done+i) })
+	m, err := b.publishSingly(ctx, rows[done:], func(i int) bool { return each(done + i) })
 	return done + m, err
 }
 

@@ -220,6 +220,9 @@ type Bus struct {
 	js    jetstream.JetStream
 	order *inOrder    // PublishInOrder's
 	runs  atomic.Bool // the stream takes fast batches: PublishInOrder sends long runs as one
+	// gather sends short sequences of many rooms as fast batches; nil
+	// when the stream takes none.
+	gather *gatherer
 
 	runsSent atomic.Int64  // fast batches acknowledged whole
 	closed   chan struct{} // closed by the connection's ClosedHandler
@@ -304,6 +307,10 @@ func Open(ctx context.Context, cfg Config, log *slog.Logger) (*Bus, error) {
 	if err = b.createStream(ctx); err != nil {
 		_ = b.Close()
 		return nil, err
+	}
+	if b.runs.Load() {
+		b.gather = newGatherer()
+		go b.gather.run(b)
 	}
 	log.Info("nats bus open", "embedded", b.srv != nil, "subjects", cfg.SubjectPrefix+".>", "client_url", b.ClientURL(),
 		"runs", b.runs.Load())
@@ -596,6 +603,9 @@ func (b *Bus) Close() error {
 				b.nc.Close()
 				<-b.closed
 			}
+		}
+		if b.gather != nil {
+			b.gather.close()
 		}
 		if b.order != nil {
 			b.order.js.CleanupPublisher() // fails what is still in flight

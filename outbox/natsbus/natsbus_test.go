@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"slices"
 	"strconv"
@@ -420,6 +421,59 @@ func testBus(t *testing.T, open func(testing.TB) *natsbus.Bus) {
 		}
 	})
 
+	t.Run("PublishInOrderManyRooms", func(t *testing.T) {
+		// Rooms that each hand over a row or two at a time, many at once,
+		// as a relay's chains do: each call sees its rows acknowledged in
+		// order, and the stream holds every room's rows once, in order.
+		// Where the stream takes fast batches the rows share them.
+		b := open(t)
+		sent0, runs := natsbus.RunsSent(b)
+		const rooms, perRoom = 64, 40
+		want := make([][]outbox.Record, rooms)
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		for r := range rooms {
+			room := "many-" + strconv.Itoa(r)
+			for v := 1; v <= perRoom; v++ {
+				want[r] = append(want[r], record(room, int64(v), 0, "RoomUserJoined"))
+			}
+			wg.Go(func() {
+				<-start
+				for done := 0; done < len(want[r]); {
+					rows := want[r][done:min(len(want[r]), done+1+(r+done)%3)]
+					next := 0
+					n, err := b.PublishInOrder(context.Background(), rows, func(i int) bool {
+						if i != next {
+							t.Errorf("room %s: ack of row %d, want %d", room, i, next)
+						}
+						next++
+						return true
+					})
+					if n != len(rows) || err != nil || next != n {
+						t.Errorf("room %s: %d of %d rows acknowledged (%d seen), err %v", room, n, len(rows), next, err)
+						return
+					}
+					done += n
+				}
+			})
+		}
+		close(start)
+		wg.Wait()
+		total := 0
+		for r := range rooms {
+			for i, m := range fetch(t, b, b.RoomFilter("many-"+strconv.Itoa(r)), len(want[r])) {
+				checkMsg(t, b, m, want[r][i])
+			}
+			total += len(want[r])
+		}
+		if got := count(t, b, ">"); got != uint64(total) {
+			t.Fatalf("stream holds %d messages, want %d", got, total)
+		}
+		if sent, _ := natsbus.RunsSent(b); runs != (sent > sent0) {
+			t.Fatalf("%d fast batches sent for rows of one to three at a time; the stream takes them: %v", sent-sent0, runs)
+		}
+	})
+
 	t.Run("PublishInOrderStops", func(t *testing.T) {
 		b := open(t)
 		var rows []outbox.Record
@@ -640,6 +694,112 @@ func TestPublishInOrderEndsWhenTheBrokerGoes(t *testing.T) {
 	}
 	if n < 101 || n >= len(rows) || !errors.Is(err, outbox.ErrTransient) {
 		t.Fatalf("%d rows acknowledged, err %v; want 101 or more, fewer than all, and ErrTransient", n, err)
+	}
+}
+
+// TestManyRoomsKeepTheirOrderWhenTheBrokerGoes: rooms whose short
+// sequences share fast batches, the broker shut down under them. Every
+// sequence ends, with a transient error once the broker is gone, and each
+// heard of its rows in order; the stream, started again on its files, holds
+// a prefix of each room's rows, every acknowledged row among them.
+func TestManyRoomsKeepTheirOrderWhenTheBrokerGoes(t *testing.T) {
+	dir := t.TempDir()
+	opts := &server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: dir, NoSigs: true, NoLog: true}
+	srv, err := server.NewServer(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Start()
+	if !srv.ReadyForConnections(10 * time.Second) {
+		t.Fatal("nats did not start")
+	}
+	port := srv.Addr().(*net.TCPAddr).Port
+	cfg := natsbus.Config{URL: srv.ClientURL(), PublishTimeout: 500 * time.Millisecond, FastBatches: true}
+	b, err := natsbus.Open(openCtx(t), cfg, testLogger(t))
+	if err != nil {
+		srv.Shutdown()
+		t.Fatal(err)
+	}
+	const rooms, perRoom = 48, 4000
+	acked := make([]int, rooms)
+	var total atomic.Int64
+	gone := make(chan struct{})
+	var once sync.Once
+	var wg sync.WaitGroup
+	for r := range rooms {
+		rows := benchRecords(perRoom, 1)
+		for i := range rows {
+			rows[i].RoomID = "gone-" + strconv.Itoa(r)
+			rows[i].EventID = rows[i].RoomID + "/" + strconv.Itoa(i+1) + "/0"
+		}
+		wg.Go(func() {
+			for acked[r] < len(rows) {
+				seq := rows[acked[r]:min(len(rows), acked[r]+2)]
+				next := 0
+				n, err := b.PublishInOrder(context.Background(), seq, func(i int) bool {
+					if i != next {
+						t.Errorf("room %d: ack of row %d, want %d", r, i, next)
+					}
+					next++
+					return true
+				})
+				if next != n {
+					t.Errorf("room %d: %d rows acknowledged, each called for %d", r, n, next)
+				}
+				acked[r] += n
+				if total.Add(int64(n)) > 3000 {
+					once.Do(func() { close(gone) })
+				}
+				if err != nil {
+					if !errors.Is(err, outbox.ErrTransient) {
+						t.Errorf("room %d: %v; want ErrTransient", r, err)
+					}
+					return
+				}
+			}
+		})
+	}
+	<-gone
+	srv.Shutdown()
+	srv.WaitForShutdown()
+	ended := make(chan struct{})
+	go func() { wg.Wait(); close(ended) }()
+	select {
+	case <-ended:
+	case <-time.After(30 * time.Second):
+		t.Fatal("sequences still wait 30 s after the broker went away")
+	}
+	_ = b.Close()
+	sent, runs := natsbus.RunsSent(b)
+	if !runs || sent == 0 {
+		t.Fatalf("%d fast batches sent (the stream takes them: %v); the test needs some", sent, runs)
+	}
+
+	opts.Port = port
+	if srv, err = server.NewServer(opts); err != nil {
+		t.Fatal(err)
+	}
+	srv.Start()
+	defer func() { srv.Shutdown(); srv.WaitForShutdown() }()
+	if !srv.ReadyForConnections(10 * time.Second) {
+		t.Fatal("nats did not start again")
+	}
+	b, err = natsbus.Open(openCtx(t), cfg, testLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = b.Close() }()
+	for r := range rooms {
+		room := "gone-" + strconv.Itoa(r)
+		held := int(count(t, b, b.RoomFilter(room)))
+		if held < acked[r] || held >= perRoom {
+			t.Fatalf("room %s: the stream holds %d rows, %d acknowledged of %d", room, held, acked[r], perRoom)
+		}
+		for i, m := range fetch(t, b, b.RoomFilter(room), held) {
+			if id := m.Headers().Get(natsbus.HeaderMsgID); id != room+"/"+strconv.Itoa(i+1)+"/0" {
+				t.Fatalf("room %s: message %d is %s: not the room's rows in order", room, i, id)
+			}
+		}
 	}
 }
 
@@ -1018,6 +1178,38 @@ func BenchmarkPublishInOrderOneRoom(b *testing.B) {
 			b.StopTimer()
 			b.ReportMetric(float64((processCPU()-cpu0).Microseconds())/float64(b.N*rows), "cpu-µs/row")
 			b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N*rows), "µs/row")
+		})
+	}
+}
+
+// BenchmarkPublishInOrderManyRooms publishes the rows of 256 rooms with
+// PublishInOrder on the embedded broker, a row at a time per room and all
+// rooms at once, as a relay's chains do when each commit of a room hands it
+// a row: without fast batches each row goes alone, with them the rooms'
+// rows share batches. It reports the process's CPU per row.
+func BenchmarkPublishInOrderManyRooms(b *testing.B) {
+	const rooms = 256
+	for _, fast := range []bool{false, true} {
+		b.Run(fmt.Sprintf("fast_batches=%v", fast), func(b *testing.B) {
+			bus := openEmbedded(b, natsbus.Config{FastBatches: fast})
+			recs := benchRecords(max(b.N, rooms), rooms)
+			cpu0 := processCPU()
+			b.ResetTimer()
+			var wg sync.WaitGroup
+			for r := range rooms {
+				wg.Go(func() {
+					for i := r; i < len(recs); i += rooms {
+						if n, err := bus.PublishInOrder(context.Background(), recs[i:i+1], nil); err != nil || n != 1 {
+							b.Errorf("row %d: %d, %v", i, n, err)
+							return
+						}
+					}
+				})
+			}
+			wg.Wait()
+			b.StopTimer()
+			b.ReportMetric(float64((processCPU()-cpu0).Microseconds())/float64(len(recs)), "cpu-µs/row")
+			b.ReportMetric(float64(len(recs))/b.Elapsed().Seconds(), "rows/s")
 		})
 	}
 }
