@@ -27,7 +27,7 @@ import (
 // 10 ms (golang/go#51651). A read that parked then waits up to 10 ms for
 // data that is already there, on each side of the round trip. A service
 // whose two cores are saturated hears each request that way, which is
-// part of what a call waits outside its handler (README, "Through the API").
+// part of what a call waits outside its handler (docs/benchmarks.md, "Where a hot room's call waits").
 func NetWake(ctx context.Context, busy []int, d time.Duration) ([]Row, error) {
 	if len(busy) == 0 {
 		return nil, errors.New("netwake: no busy counts")

@@ -105,7 +105,7 @@ type Config struct {
 
 // DefaultLinger is the service's Config.Linger. In a room offered 5,000
 // joins a second through the API on SQLite it cut the service's CPU per
-// join by 5-18% (README, "A busy room lingers").
+// join by 5-18% (docs/benchmarks.md, "A busy room lingers").
 const DefaultLinger = 2 * time.Millisecond
 
 // DefaultConfig returns the defaults.

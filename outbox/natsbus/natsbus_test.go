@@ -423,9 +423,10 @@ func testBus(t *testing.T, open func(testing.TB) *natsbus.Bus) {
 
 	t.Run("PublishInOrderManyRooms", func(t *testing.T) {
 		// Rooms that each hand over a row or two at a time, many at once,
-		// as a relay's chains do: each call sees its rows acknowledged in
-		// order, and the stream holds every room's rows once, in order.
-		// Where the stream takes fast batches the rows share them.
+		// as a relay's chains do: each call hears of every row acknowledged,
+		// in order, also when it says stop, and the stream holds every
+		// room's rows once, in order. Where the stream takes fast batches
+		// the rows share them.
 		b := open(t)
 		sent0, runs := natsbus.RunsSent(b)
 		const rooms, perRoom = 64, 40
@@ -447,9 +448,13 @@ func testBus(t *testing.T, open func(testing.TB) *natsbus.Bus) {
 							t.Errorf("room %s: ack of row %d, want %d", room, i, next)
 						}
 						next++
-						return true
+						return r%4 != 0 // every fourth room says stop after each first row
 					})
-					if n != len(rows) || err != nil || next != n {
+					least := len(rows) // a stop may still hear of a whole shared batch
+					if r%4 == 0 {
+						least = 1
+					}
+					if n < least || n > len(rows) || err != nil || next != n {
 						t.Errorf("room %s: %d of %d rows acknowledged (%d seen), err %v", room, n, len(rows), next, err)
 						return
 					}
@@ -694,6 +699,77 @@ func TestPublishInOrderEndsWhenTheBrokerGoes(t *testing.T) {
 	}
 	if n < 101 || n >= len(rows) || !errors.Is(err, outbox.ErrTransient) {
 		t.Fatalf("%d rows acknowledged, err %v; want 101 or more, fewer than all, and ErrTransient", n, err)
+	}
+}
+
+// TestAStalledBatchHoldsOnlyItsOwnRooms: while a batch of many rooms' rows
+// is held up (a slow broker), the other rooms' rows do not wait for it: those
+// queued behind it go alone after queueWait. Once it goes, every room's rows
+// are in the stream once, in order.
+func TestAStalledBatchHoldsOnlyItsOwnRooms(t *testing.T) {
+	b := openEmbedded(t, natsbus.Config{FastBatches: true})
+	stalled, release := make(chan int, 1), make(chan struct{})
+	var once sync.Once
+	natsbus.SetSendHook(t, func(rows int) {
+		once.Do(func() {
+			stalled <- rows
+			<-release
+		})
+	})
+	const rooms = 40
+	var completed atomic.Int64
+	acked := make([]int, rooms)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for r := range rooms {
+		wg.Go(func() {
+			room := "stall-" + strconv.Itoa(r)
+			for v := int64(1); ; v++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				n, err := b.PublishInOrder(context.Background(), []outbox.Record{record(room, v, 0, "RoomUserJoined")}, nil)
+				if n != 1 || err != nil {
+					t.Errorf("room %s, row %d: %d, %v", room, v, n, err)
+					return
+				}
+				acked[r]++
+				completed.Add(1)
+			}
+		})
+	}
+	finish := sync.OnceFunc(func() {
+		close(stop)
+		close(release)
+		wg.Wait()
+	})
+	defer finish()
+	var inBatch int
+	select {
+	case inBatch = <-stalled:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no batch of many rooms' rows went out in 10 s")
+	}
+	at := completed.Load()
+	poll.Until(t, 10*time.Second, fmt.Sprintf("200 rows acknowledged while a batch of %d rows stalls", inBatch), func() error {
+		if n := completed.Load() - at; n < 200 {
+			return fmt.Errorf("%d acknowledged", n)
+		}
+		return nil
+	})
+	finish()
+	for r := range rooms {
+		room := "stall-" + strconv.Itoa(r)
+		if got := int(count(t, b, b.RoomFilter(room))); got != acked[r] {
+			t.Fatalf("room %s: the stream holds %d rows, %d acknowledged", room, got, acked[r])
+		}
+		for i, m := range fetch(t, b, b.RoomFilter(room), acked[r]) {
+			if id := m.Headers().Get(natsbus.HeaderMsgID); id != room+"/"+strconv.Itoa(i+1)+"/0" {
+				t.Fatalf("room %s: message %d is %s: not the room's rows in order", room, i, id)
+			}
+		}
 	}
 }
 
