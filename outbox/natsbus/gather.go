@@ -87,6 +87,7 @@ func (g *gatherer) publish(ctx context.Context, b *Bus, rows []outbox.Record, ea
 		return b.publishSingly(ctx, rows, each)
 	}
 	t := time.NewTimer(queueWait)
+	defer t.Stop()
 	select {
 	case <-s.over:
 	case <-t.C:
@@ -100,7 +101,6 @@ func (g *gatherer) publish(ctx context.Context, b *Bus, rows []outbox.Record, ea
 		}
 		<-s.over
 	}
-	t.Stop()
 	done := s.acked
 	switch {
 	case done == len(rows) || s.stopped:

@@ -774,10 +774,11 @@ func TestAStalledBatchHoldsOnlyItsOwnRooms(t *testing.T) {
 }
 
 // TestManyRoomsKeepTheirOrderWhenTheBrokerGoes: rooms whose short
-// sequences share fast batches, the broker shut down under them. Every
-// sequence ends, with a transient error once the broker is gone, and each
-// heard of its rows in order; the stream, started again on its files, holds
-// a prefix of each room's rows, every acknowledged row among them.
+// sequences share fast batches, the broker shut down as one of those batches
+// goes out. Every sequence ends, with a transient error once the broker is
+// gone, and each heard of its rows in order; the stream, started again on
+// its files, holds a prefix of each room's rows, every acknowledged row
+// among them.
 func TestManyRoomsKeepTheirOrderWhenTheBrokerGoes(t *testing.T) {
 	dir := t.TempDir()
 	opts := &server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: dir, NoSigs: true, NoLog: true}
@@ -799,8 +800,20 @@ func TestManyRoomsKeepTheirOrderWhenTheBrokerGoes(t *testing.T) {
 	const rooms, perRoom = 48, 4000
 	acked := make([]int, rooms)
 	var total atomic.Int64
+	// The broker goes just before a batch of many rooms' rows goes out,
+	// once 3,000 rows are in: that batch fails, and its rooms go on one row
+	// at a time.
 	gone := make(chan struct{})
 	var once sync.Once
+	first := srv
+	natsbus.SetSendHook(t, func(int) {
+		if total.Load() > 3000 {
+			once.Do(func() {
+				first.Shutdown()
+				close(gone)
+			})
+		}
+	})
 	var wg sync.WaitGroup
 	for r := range rooms {
 		rows := benchRecords(perRoom, 1)
@@ -823,9 +836,7 @@ func TestManyRoomsKeepTheirOrderWhenTheBrokerGoes(t *testing.T) {
 					t.Errorf("room %d: %d rows acknowledged, each called for %d", r, n, next)
 				}
 				acked[r] += n
-				if total.Add(int64(n)) > 3000 {
-					once.Do(func() { close(gone) })
-				}
+				total.Add(int64(n))
 				if err != nil {
 					if !errors.Is(err, outbox.ErrTransient) {
 						t.Errorf("room %d: %v; want ErrTransient", r, err)
@@ -835,8 +846,12 @@ func TestManyRoomsKeepTheirOrderWhenTheBrokerGoes(t *testing.T) {
 			}
 		})
 	}
-	<-gone
-	srv.Shutdown()
+	select {
+	case <-gone:
+	case <-time.After(30 * time.Second):
+		srv.Shutdown()
+		t.Fatal("no batch of many rooms' rows went out after 3,000 rows")
+	}
 	srv.WaitForShutdown()
 	ended := make(chan struct{})
 	go func() { wg.Wait(); close(ended) }()
