@@ -57,7 +57,7 @@ type Config struct {
 	NATSToken       string        `yaml:"nats_token" help:"embedded NATS: the token every client presents (nats://<token>@host:port), at least 32 bytes" secret:"true"`
 	NATSStream      string        `yaml:"nats_stream" help:"JetStream stream of durable room events"`
 	NATSSubjects    string        `yaml:"nats_subject_prefix" help:"subject prefix of durable room events: the stream captures <prefix>.> (two streams on one server need different prefixes)"`
-	NATSFastBatches string        `yaml:"nats_fast_batches" help:"a busy room's runs of events go to the stream as JetStream fast batches: embedded (with the embedded server only), on (also with nats_url: every server of the cluster must run NATS 2.14 or later, and one older that loads the stream marks it offline, so turn it off before going back) or off"`
+	NATSFastBatches string        `yaml:"nats_fast_batches" help:"a busy room's runs of events, and short runs of many rooms publishing at once, go to the stream as JetStream fast batches: embedded (with the embedded server only), on (also with nats_url: every server of the cluster must run NATS 2.14 or later, and one older that loads the stream marks it offline, so turn it off before going back) or off"`
 	RelayAttempts   int           `yaml:"relay_max_attempts" help:"failed deliveries after which an outbox row is dead (broker outages do not count)"`
 	TIMSDKAppID     string        `yaml:"tim_sdkappid" help:"Tencent IM SDKAppID; empty: a local Tencent-compatible endpoint on the API port (/local/ shows what rooms would display)"`
 	TIMSecretKey    string        `yaml:"tim_secret_key" help:"Tencent IM secret key for UserSig" secret:"true"`
