@@ -126,7 +126,9 @@ type Main struct {
 	lane          *im.Lane
 	registry      *cell.Registry
 	server        *http.Server
-	side          []*http.Server // the admin surface, the local IM endpoint off the API port
+	side          []*http.Server // the admin surface
+	localIM       *http.Server   // the local Tencent endpoint's REST API, for the lane
+	drained       func()         // tests: runs in Close once the rooms are drained, before the lane stops
 	grpc          *grpc.Server   // the API's gRPC protocol on grpc_listen; nil when off
 	grpcLn        net.Listener   // grpc_listen until it is served
 
@@ -434,7 +436,7 @@ func (m *Main) Run(ctx context.Context) error {
 		return err
 	}
 	// Listen before serving: a bad address fails Run, not a goroutine. The
-	// address is known from here on (the local IM endpoint is served on it).
+	// address is known from here on.
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)
@@ -578,8 +580,9 @@ func loop(run func(ctx context.Context)) func(ctx context.Context) error {
 // (the HTTP server finishes in-flight calls); drain the cells, which store
 // their final snapshots; stop the IM lane and group control; stop the relay
 // (rows not yet published stay pending for the next start); with every
-// lease released, stop renewing and leave the fleet; close the message
-// queue; stop retention and the reconciler; close the IM client,
+// lease released, stop renewing and leave the fleet; stop the local Tencent
+// endpoint, which the lane and group control reached until then; close the
+// message queue; stop retention and the reconciler; close the IM client,
 // the ledger, Redis and storage. It closes whatever Run opened, also after Run
 // failed. It is bounded by ctx; calls after the first return the first's
 // result.
@@ -641,13 +644,11 @@ func (m *Main) close(ctx context.Context) error {
 			errs = append(errs, err)
 		}
 	}
+	if m.drained != nil {
+		m.drained()
+	}
 	if m.lane != nil {
 		m.lane.Close() // best effort: what is still queued is not sent
-	}
-	if m.timLocal != nil {
-		if err := m.timLocal.Flush(); err != nil {
-			errs = append(errs, err)
-		}
 	}
 	// The cells and the relay released their leases: renewal and the
 	// membership record can go.
@@ -656,6 +657,7 @@ func (m *Main) close(ctx context.Context) error {
 			errs = append(errs, err)
 		}
 	}
+	errs = append(errs, m.closeLocalIM(ctx)...)
 	if m.bus != nil {
 		if err := m.bus.Close(); err != nil {
 			errs = append(errs, fmt.Errorf("close message queue: %w", err))

@@ -411,6 +411,41 @@ func TestZeroConfigShowsRoomMessagesOnTheLocalIMEndpoint(t *testing.T) {
 	_ = res.Body.Close()
 }
 
+// TestTheLocalIMEndpointOutlastsTheAPIPortAtShutdown: a stopping
+// zero-configuration service drains its rooms after its API port closed,
+// and until the lane and group control stop they reach the local Tencent
+// endpoint, as they would reach Tencent. What they did then is in the
+// groups the endpoint stores for the next start.
+func TestTheLocalIMEndpointOutlastsTheAPIPortAtShutdown(t *testing.T) {
+	dir := t.TempDir()
+	m, client := runMain(t, dir)
+	ctx := context.Background()
+	if _, err := client.CreateRoom(ctx, connect.NewRequest(&roomv1.CreateRoomRequest{RoomId: "stop1", CommandId: "c1", OperatorUserId: 1, OwnerUserId: 1, SeatCount: 8})); err != nil {
+		t.Fatal(err)
+	}
+	var created error
+	m.drained = func() {
+		if _, err := http.Get("http://" + m.Addr + "/livez"); err == nil {
+			t.Error("the API port still answers once the rooms are drained")
+		}
+		callCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		created = m.timClient.CreateGroup(callCtx, "late-group", "")
+	}
+	closeCtx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	if err := m.Close(closeCtx); err != nil {
+		t.Fatal(err)
+	}
+	if created != nil {
+		t.Fatalf("a group created while the rooms drained: %v", created)
+	}
+	saved, err := os.ReadFile(filepath.Join(dir, "timlocal-groups.json"))
+	if err != nil || !strings.Contains(string(saved), `"late-group"`) {
+		t.Fatalf("the local endpoint's stored groups (%v): %s", err, saved)
+	}
+}
+
 // TestSIGTERMDrainsAndStoresFinalSnapshots stops the service with SIGTERM:
 // it exits cleanly and every room's snapshot is at its head, so the next
 // start replays nothing.

@@ -155,12 +155,12 @@ func (m *Main) serveAdmin(opts rpc.Options) error {
 }
 
 // localIMListener returns where the lane reaches the local Tencent
-// endpoint when Tencent IM is not configured: the API port of a
-// development server, else a listener of its own on a free loopback port
-// that serves the REST API only (ln set).
+// endpoint when Tencent IM is not configured: a listener of its own on a
+// free loopback port (ln), which outlives the API port at shutdown, so the
+// lane and group control reach it until they stop, as they would Tencent.
 func (m *Main) localIMListener() (addr string, ln net.Listener, err error) {
-	if m.Config.TIMSDKAppID != "" || m.Config.Development() {
-		return m.Addr, nil, nil
+	if m.Config.TIMSDKAppID != "" {
+		return "", nil, nil
 	}
 	ln, err = net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -169,19 +169,43 @@ func (m *Main) localIMListener() (addr string, ln net.Listener, err error) {
 	return ln.Addr().String(), ln, nil
 }
 
-// mountLocalIM serves the local Tencent endpoint: on the API mux of a
-// development server, with /local/ to watch what each room's group would
-// show; otherwise its REST API alone on ln, for the lane.
+// mountLocalIM serves the local Tencent endpoint's REST API on ln, for the
+// lane, and on a development server also on the API mux, with /local/ to
+// watch what each room's group would show.
 func (m *Main) mountLocalIM(mux *http.ServeMux, local http.Handler, ln net.Listener) error {
-	if ln == nil {
+	if m.Config.Development() {
 		mux.Handle("/v4/", rpc.DevOnly(local))
 		mux.Handle("/local/", rpc.DevOnly(local))
 		m.Log.Info("local Tencent IM endpoint: watch room messages at http://" + m.Addr + "/local/")
-		return nil
 	}
 	only := http.NewServeMux()
 	only.Handle("/v4/", rpc.DevOnly(local))
-	return m.serveSide("local-im", ln, only, m.serverLimits())
+	srv := m.serverLimits().NewServer(only)
+	if err := m.goServe("local-im", ln, srv.Serve, http.ErrServerClosed); err != nil {
+		return err
+	}
+	m.localIM = srv
+	return nil
+}
+
+// closeLocalIM stops the local Tencent endpoint, once the lane and group
+// control no longer call it, and stores its groups.
+func (m *Main) closeLocalIM(ctx context.Context) []error {
+	var errs []error
+	if m.localIM != nil {
+		if err := shutdownServer(ctx, m.localIM); err != nil {
+			errs = append(errs, fmt.Errorf("local IM endpoint shutdown: %w", err))
+		}
+		if err := m.workers.Stop(ctx, "local-im"); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if m.timLocal != nil {
+		if err := m.timLocal.Flush(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errs
 }
 
 // shutdownSide shuts the side servers down.
