@@ -895,22 +895,16 @@ func (c *Cell) passivate(ctx context.Context) bool {
 }
 
 // finish ends the cell: a graceful stop stores a final snapshot so the next
-// owner replays nothing; every stop releases the lease.
+// owner replays nothing, and releases the room; every stop releases the
+// lease.
 func (c *Cell) finish(reason string) {
 	c.reg.features.stopped(c.roomID)
 	c.reg.detach(c)
 	c.reg.metrics.Stops.WithLabelValues(reason).Inc()
 	graceful := reason == stopIdle || reason == stopShutdown || reason == stopEvicted
-	if graceful && c.state.Version > c.lastSnapshot {
-		if err := c.saveSnapshot(); err != nil {
-			graceful = false
-			c.log.Warn("final snapshot", "err", err)
-		}
-	}
-	if graceful && !c.fresh { // a fresh cell owns no row
-		// The next owner learns that this one left cleanly (not a failover).
-		if err := c.reg.store.ReleaseRoom(c.reg.ctx, c.roomID, c.epoch); err != nil {
-			c.log.Warn("release room", "err", err)
+	if graceful {
+		if err := c.stopCleanly(); err != nil {
+			c.log.Warn("final snapshot and release", "err", err)
 		}
 	}
 	if err := c.lease.Release(c.reg.ctx); err != nil {
@@ -919,16 +913,29 @@ func (c *Cell) finish(reason string) {
 	c.log.Debug("room cell stopped", "reason", reason, "room_version", c.state.Version)
 }
 
-func (c *Cell) saveSnapshot() error {
-	payload, err := snapshot.Marshal(c.protos.ToProto(c.state))
-	if err != nil {
+// stopCleanly stores the final snapshot, unless the stored one is at the
+// head, and tells the next owner that this one left cleanly (not a
+// failover); a fresh cell owns no row to release. Many rooms' stops share
+// a transaction.
+func (c *Cell) stopCleanly() error {
+	st := store.RoomStop{RoomID: c.roomID, Release: !c.fresh, Epoch: c.epoch}
+	if c.state.Version > c.lastSnapshot {
+		payload, err := snapshot.Marshal(c.protos.ToProto(c.state))
+		if err != nil {
+			return err
+		}
+		st.Snapshot = &store.SnapshotRecord{RoomID: c.roomID, RoomVersion: c.state.Version, Payload: payload, CreatedAt: c.reg.cfg.Clock()}
+	}
+	if st.Snapshot == nil && !st.Release {
+		return nil
+	}
+	if err := c.reg.stopper.stop(st); err != nil {
 		return err
 	}
-	rec := store.SnapshotRecord{RoomID: c.roomID, RoomVersion: c.state.Version, Payload: payload, CreatedAt: c.reg.cfg.Clock()}
-	if err = c.reg.store.SaveSnapshot(c.reg.ctx, rec); err == nil {
-		c.stored(&rec)
+	if st.Snapshot != nil {
+		c.stored(st.Snapshot)
 	}
-	return err
+	return nil
 }
 
 // stored records that s is the room's newest stored snapshot.

@@ -76,3 +76,6 @@ func PresenceTimer(r *Registry, roomID string) (armed, earliest int64) {
 	defer rp.mu.Unlock()
 	return rp.dueAt, rp.dueLocked()
 }
+
+// StopsQueued is the number of stopping rooms waiting for a transaction.
+func StopsQueued(r *Registry) int { return len(r.stopper.in) }

@@ -16,16 +16,15 @@ type Store interface {
 	Log
 	// ClaimRoom makes nodeID the room's owner and returns the new owner epoch and the durable head.
 	ClaimRoom(ctx context.Context, roomID string, nodeID string) (store.Claim, error)
-	// ReleaseRoom records a clean stop of the owner at epoch.
-	ReleaseRoom(ctx context.Context, roomID string, epoch int64) error
+	// StopRooms records rooms' clean stops, many in one transaction: final
+	// snapshots, and releases by the owners at their epochs.
+	StopRooms(ctx context.Context, stops []store.RoomStop) error
 	// GetRoomMeta reads a room's metadata; found is false when the room does not exist.
 	GetRoomMeta(ctx context.Context, roomID string) (store.RoomMeta, bool, error)
 	// GetCommands reads the committed commands among commandIDs, keyed by command id.
 	GetCommands(ctx context.Context, roomID string, commandIDs []string) (map[string]store.CommandRecord, error)
 	// CommitBatches commits the batches in one transaction, each fenced on its own.
 	CommitBatches(ctx context.Context, batches []store.Batch) (results []error, err error)
-	// SaveSnapshot stores a snapshot unless a newer one is stored.
-	SaveSnapshot(ctx context.Context, snapshot store.SnapshotRecord) error
 	// ListDueTimers returns up to limit timers due at before, of every room, oldest first.
 	ListDueTimers(ctx context.Context, before time.Time, limit int) ([]store.Timer, error)
 	// DeleteTimers deletes the room's timers named by timerIDs, outside any batch.

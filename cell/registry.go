@@ -177,6 +177,7 @@ type Registry struct {
 	metrics   *Metrics
 	log       *slog.Logger
 	committer *committer
+	stopper   *stopper
 	recoverys chan struct{}
 	ctx       context.Context // for storage calls that must finish regardless of callers
 	cancel    context.CancelFunc
@@ -211,6 +212,7 @@ func New(cfg Config, st Store, l lease.Lease, sink EventSink, m *Metrics, log *s
 		cfg: cfg, store: st, lease: l, sink: sink, metrics: m, log: log,
 		committer: newCommitter(st, cfg.CommitWorkers, cfg.CommitMaxRooms, cfg.CommitMaxCommands, cfg.CommitTimeout, m),
 		recoverys: make(chan struct{}, cfg.MaxRecoveries),
+		stopper:   newStopper(ctx, st, cfg.CommitWorkers, cfg.CommitMaxRooms),
 		ctx:       ctx, cancel: cancel, stopping: make(chan struct{}), wakes: newWakers(ctx),
 		cells: make(map[string]*Cell), exiting: make(map[string]*Cell), loading: make(map[string]*load),
 	}
@@ -634,6 +636,7 @@ func (r *Registry) Drain(ctx context.Context) (int, error) {
 		<-done
 	}
 	r.committer.close()
+	r.stopper.close()
 	r.cancel()
 	return rooms, err
 }

@@ -497,11 +497,11 @@ func (r *cutRepo) CommitBatches(ctx context.Context, batches []store.Batch) ([]e
 	return r.Repository.CommitBatches(ctx, batches)
 }
 
-func (r *cutRepo) SaveSnapshot(ctx context.Context, s store.SnapshotRecord) error {
+func (r *cutRepo) StopRooms(ctx context.Context, stops []store.RoomStop) error {
 	if r.cut.Load() {
 		return errCut
 	}
-	return r.Repository.SaveSnapshot(ctx, s)
+	return r.Repository.StopRooms(ctx, stops)
 }
 
 func (r *cutRepo) ClaimRoom(ctx context.Context, roomID, nodeID string) (store.Claim, error) {

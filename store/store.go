@@ -68,10 +68,20 @@ type Claim struct {
 	// Meta is the room's metadata.
 	Meta RoomMeta
 	// PreviousNode is the node that held the room before this claim and
-	// did not release it (ReleaseRoom): a node that crashed, froze or was
+	// did not release it (StopRooms): a node that crashed, froze or was
 	// cut off. Empty when the room is claimed for the first time or was
 	// released cleanly (an idle unload, a hand-off).
 	PreviousNode string
+}
+
+// RoomStop is a room's clean stop (StopRooms).
+type RoomStop struct {
+	RoomID string
+	// Snapshot, when set, is the room's final snapshot.
+	Snapshot *SnapshotRecord
+	// Release records that the owner at Epoch stopped serving the room.
+	Release bool
+	Epoch   int64
 }
 
 // RoomInfo is one row of a room listing.
@@ -250,11 +260,13 @@ type Repository interface {
 	// ClaimRoom makes nodeID the room's owner: it increments rooms.owner_epoch
 	// and returns the new epoch with the durable head. ErrNotFound when the room has no metadata.
 	ClaimRoom(ctx context.Context, roomID string, nodeID string) (Claim, error)
-	// ReleaseRoom records that the owner at epoch stopped serving the room
-	// cleanly, its final snapshot stored: the next claim's PreviousNode is
-	// empty. It changes nothing once another node claimed the room (a
-	// higher epoch), and is not an error then.
-	ReleaseRoom(ctx context.Context, roomID string, epoch int64) error
+	// StopRooms records the clean stops of rooms, in one transaction: each
+	// one's final snapshot, stored as SaveSnapshot stores it, and, when it
+	// releases the room, that its owner at its epoch stopped serving it:
+	// the next claim's PreviousNode is empty. A release changes nothing
+	// once another node claimed the room (a higher epoch), and is not an
+	// error then.
+	StopRooms(ctx context.Context, stops []RoomStop) error
 	// CommitBatches commits the batches in one transaction. Each batch is fenced
 	// on its own: if the room's owner epoch or head version differs, that batch
 	// writes nothing and its slot in results is ErrFenced; a batch holding a

@@ -193,7 +193,9 @@ func (m *Main) mountLocalIM(mux *http.ServeMux, local http.Handler, ln net.Liste
 func (m *Main) closeLocalIM(ctx context.Context) []error {
 	var errs []error
 	if m.localIM != nil {
-		if err := shutdownServer(ctx, m.localIM); err != nil {
+		// Nothing calls it any more. Shutdown would wait up to 5 s for the
+		// connections the lane's client opened and never used.
+		if err := m.localIM.Close(); err != nil {
 			errs = append(errs, fmt.Errorf("local IM endpoint shutdown: %w", err))
 		}
 		if err := m.workers.Stop(ctx, "local-im"); err != nil {

@@ -81,10 +81,32 @@ func (db *DB) ClaimRoom(ctx context.Context, roomID string, nodeID string) (stor
 	return c, nil
 }
 
-// ReleaseRoom implements store.Repository.
-func (db *DB) ReleaseRoom(ctx context.Context, roomID string, epoch int64) error {
-	if _, err := db.stmts.release.ExecContext(ctx, roomID, epoch); err != nil {
-		return fmt.Errorf("release room=%s epoch=%d: %w", roomID, epoch, db.d.MapErr(err))
+// StopRooms implements store.Repository.
+func (db *DB) StopRooms(ctx context.Context, stops []store.RoomStop) error {
+	if len(stops) == 0 {
+		return nil
+	}
+	now := time.Now().UnixMilli()
+	err := db.Tx(ctx, func(tx *sql.Tx) error {
+		update, insert := tx.StmtContext(ctx, db.stmts.updateSnapshot), tx.StmtContext(ctx, db.stmts.insertSnapshot)
+		release := tx.StmtContext(ctx, db.stmts.release)
+		for i := range stops {
+			st := &stops[i]
+			if st.Snapshot != nil {
+				if err := db.saveSnapshot(ctx, update, insert, st.Snapshot, now); err != nil {
+					return fmt.Errorf("room=%s snapshot version=%d: %w", st.RoomID, st.Snapshot.RoomVersion, err)
+				}
+			}
+			if st.Release {
+				if _, err := release.ExecContext(ctx, st.RoomID, st.Epoch); err != nil {
+					return fmt.Errorf("release room=%s epoch=%d: %w", st.RoomID, st.Epoch, db.d.MapErr(err))
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("stop %d rooms: %w", len(stops), err)
 	}
 	return nil
 }

@@ -65,6 +65,7 @@ func Run(t *testing.T, newRepo func(t *testing.T) store.Repository) {
 		{"CommitBatchesManyRooms", testCommitBatchesManyRooms},
 		{"SnapshotNeverBackwards", testSnapshotNeverBackwards},
 		{"SnapshotConcurrent", testSnapshotConcurrent},
+		{"StopRooms", testStopRooms},
 		{"IDsAreBytes", testIDsAreBytes},
 		{"PayloadsAreBytes", testPayloadsAreBytes},
 		{"ListCommandsAfter", testListCommandsAfter},
@@ -166,8 +167,8 @@ func testClaimRoom(t *testing.T, repo store.Repository) {
 
 	// A clean stop is released: the next claim has no previous node, and
 	// a release by an owner that lost the room changes nothing.
-	if err := repo.ReleaseRoom(ctx, id, second.Epoch); err != nil {
-		t.Fatalf("ReleaseRoom: %v", err)
+	if err := repo.StopRooms(ctx, []store.RoomStop{{RoomID: id, Release: true, Epoch: second.Epoch}}); err != nil {
+		t.Fatalf("StopRooms: %v", err)
 	}
 	if info := mustRoomInfo(t, repo, id); info.OwnerNode != "" || info.OwnerEpoch != second.Epoch {
 		t.Fatalf("room info after release = %+v, want no node at epoch %d", info, second.Epoch)
@@ -176,8 +177,8 @@ func testClaimRoom(t *testing.T, repo store.Repository) {
 	if third.PreviousNode != "" || third.Epoch != second.Epoch+1 {
 		t.Fatalf("claim after a release = %+v, want no previous node, epoch %d", third, second.Epoch+1)
 	}
-	if err := repo.ReleaseRoom(ctx, id, second.Epoch); err != nil {
-		t.Fatalf("ReleaseRoom by a stale owner: %v", err)
+	if err := repo.StopRooms(ctx, []store.RoomStop{{RoomID: id, Release: true, Epoch: second.Epoch}}); err != nil {
+		t.Fatalf("StopRooms by a stale owner: %v", err)
 	}
 	if fourth := mustClaim(t, repo, id, "node-d"); fourth.PreviousNode != "node-c" {
 		t.Fatalf("claim after a stale release: previous node %q, want node-c", fourth.PreviousNode)
@@ -399,6 +400,61 @@ func testCommitBatchesDuplicateKeys(t *testing.T, repo store.Repository) {
 
 	// A refused batch does not spoil the others in the call.
 	mustCommit(t, repo, []store.Batch{dupCommand, newBatch(b, claimB.Epoch, 0, 2)}, store.ErrConflict, nil)
+}
+
+// testStopRooms stops many rooms in one call: each gets its final
+// snapshot, never backwards, and its release, which a room another node
+// claimed since ignores.
+func testStopRooms(t *testing.T, repo store.Repository) {
+	ctx := t.Context()
+	if err := repo.StopRooms(ctx, nil); err != nil {
+		t.Fatalf("StopRooms(nil): %v", err)
+	}
+	var stops []store.RoomStop
+	claims := map[string]store.Claim{}
+	for i := range 40 {
+		id, claim := newClaimedRoom(t, repo)
+		mustCommitOK(t, repo, newBatch(id, claim.Epoch, 0, 3))
+		claims[id] = claim
+		st := store.RoomStop{RoomID: id, Release: i%4 != 3, Epoch: claim.Epoch}
+		if i%5 != 4 {
+			st.Snapshot = &store.SnapshotRecord{RoomID: id, RoomVersion: 3, Payload: []byte("final " + id), CreatedAt: now()}
+		}
+		stops = append(stops, st)
+	}
+	// One room has a newer snapshot already; another was claimed by a
+	// node since, so its stale owner's release changes nothing.
+	newer, taken := stops[0].RoomID, stops[1].RoomID
+	if err := repo.SaveSnapshot(ctx, store.SnapshotRecord{RoomID: newer, RoomVersion: 9, Payload: []byte("nine"), CreatedAt: now()}); err != nil {
+		t.Fatal(err)
+	}
+	next := mustClaim(t, repo, taken, "node-next")
+	if err := repo.StopRooms(ctx, stops); err != nil {
+		t.Fatalf("StopRooms: %v", err)
+	}
+	for _, st := range stops {
+		switch {
+		case st.RoomID == newer:
+			assertSnapshot(t, repo, newer, 9, "nine")
+		case st.Snapshot != nil:
+			assertSnapshot(t, repo, st.RoomID, 3, "final "+st.RoomID)
+		default:
+			if _, found, err := repo.GetLatestSnapshot(ctx, st.RoomID); err != nil || found {
+				t.Fatalf("room %s without a final snapshot: found %v, err %v", st.RoomID, found, err)
+			}
+		}
+		info := mustRoomInfo(t, repo, st.RoomID)
+		switch {
+		case st.RoomID == taken:
+			if info.OwnerNode != "node-next" || info.OwnerEpoch != next.Epoch {
+				t.Fatalf("room %s claimed since: %+v, want node-next at epoch %d", taken, info, next.Epoch)
+			}
+		case st.Release && (info.OwnerNode != "" || info.OwnerEpoch != claims[st.RoomID].Epoch):
+			t.Fatalf("released room %s: %+v, want no node at epoch %d", st.RoomID, info, claims[st.RoomID].Epoch)
+		case !st.Release && info.OwnerNode == "":
+			t.Fatalf("room %s not released: %+v, want its owner", st.RoomID, info)
+		}
+	}
 }
 
 func testSnapshotNeverBackwards(t *testing.T, repo store.Repository) {
