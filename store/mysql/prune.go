@@ -54,23 +54,12 @@ func (db *DB) PruneCommands(ctx context.Context, keepVersions int64, before time
 		room   string
 		lo, hi int64
 	}
-	var bounds []bound
 	rows, err := db.selectPruneBounds.QueryContext(ctx, keepVersions, before.UnixMilli(), keepVersions)
-	if err == nil {
-		for rows.Next() {
-			var b bound
-			if err = rows.Scan(&b.room, &b.lo, &b.hi); err != nil {
-				break
-			}
-			bounds = append(bounds, b)
-		}
-		if cerr := rows.Close(); err == nil {
-			err = cerr
-		}
-		if err == nil {
-			err = rows.Err()
-		}
-	}
+	bounds, err := sqlstore.ScanAll(rows, err, func(rows *sql.Rows) (bound, error) {
+		var b bound
+		err := rows.Scan(&b.room, &b.lo, &b.hi)
+		return b, err
+	})
 	if err != nil {
 		return 0, fmt.Errorf("prune commands: %w", mapErr(err))
 	}

@@ -130,16 +130,26 @@ func (db *DB) PruneGiftRecords(ctx context.Context, before time.Time, limit int)
 // ScanIDs reads the integer ids a query selected (pass the query's results
 // straight in), as arguments for an IN list, and closes the rows.
 func ScanIDs(rows *sql.Rows, err error) ([]any, error) {
+	return ScanAll(rows, err, func(rows *sql.Rows) (any, error) {
+		var id int64
+		err := rows.Scan(&id)
+		return id, err
+	})
+}
+
+// ScanAll reads every row a query selected (pass the query's results
+// straight in) with scan, which reads one, and closes the rows.
+func ScanAll[T any](rows *sql.Rows, err error, scan func(*sql.Rows) (T, error)) ([]T, error) {
 	if err != nil {
 		return nil, err
 	}
-	var ids []any
+	var out []T
 	for rows.Next() {
-		var id int64
-		if err = rows.Scan(&id); err != nil {
+		var v T
+		if v, err = scan(rows); err != nil {
 			break
 		}
-		ids = append(ids, id)
+		out = append(out, v)
 	}
 	if cerr := rows.Close(); err == nil {
 		err = cerr
@@ -147,5 +157,5 @@ func ScanIDs(rows *sql.Rows, err error) ([]any, error) {
 	if err == nil {
 		err = rows.Err()
 	}
-	return ids, err
+	return out, err
 }

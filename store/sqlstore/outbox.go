@@ -122,10 +122,7 @@ func (db *DB) listOutbox(ctx context.Context, what string, stmt *sql.Stmt, arg a
 		return nil, nil
 	}
 	rows, err := stmt.QueryContext(ctx, arg, limit)
-	var out []outbox.Record
-	if err == nil {
-		out, err = scanOutbox(rows)
-	}
+	out, err := ScanAll(rows, err, scanOutbox)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", what, db.d.MapErr(err))
 	}

@@ -120,23 +120,16 @@ func fromMillis(ms sql.NullInt64) time.Time {
 // scanOutbox reads room_outbox rows selected in outboxColumns order
 // (id, event_id, room_id, room_version, seq, event_type, payload,
 // owner_epoch, status, attempts, last_error, next_attempt_at, created_at,
-// published_at, trace_context) and closes rows. Errors are the driver's, unmapped.
-func scanOutbox(rows *sql.Rows) ([]outbox.Record, error) {
-	defer rows.Close()
-	var out []outbox.Record
-	for rows.Next() {
-		var r outbox.Record
-		var next, created, published sql.NullInt64
-		var trace sql.NullString
-		if err := rows.Scan(&r.ID, &r.EventID, &r.RoomID, &r.RoomVersion, &r.Seq, &r.EventType, &r.Payload,
-			&r.OwnerEpoch, &r.Status, &r.Attempts, &r.LastError, &next, &created, &published, &trace); err != nil {
-			return nil, err
-		}
-		r.TraceContext = trace.String
-		r.NextAttemptAt, r.CreatedAt, r.PublishedAt = fromMillis(next), fromMillis(created), fromMillis(published)
-		out = append(out, r)
-	}
-	return out, rows.Err()
+// published_at, trace_context): one row, for ScanAll. Errors are the driver's, unmapped.
+func scanOutbox(rows *sql.Rows) (outbox.Record, error) {
+	var r outbox.Record
+	var next, created, published sql.NullInt64
+	var trace sql.NullString
+	err := rows.Scan(&r.ID, &r.EventID, &r.RoomID, &r.RoomVersion, &r.Seq, &r.EventType, &r.Payload,
+		&r.OwnerEpoch, &r.Status, &r.Attempts, &r.LastError, &next, &created, &published, &trace)
+	r.TraceContext = trace.String
+	r.NextAttemptAt, r.CreatedAt, r.PublishedAt = fromMillis(next), fromMillis(created), fromMillis(published)
+	return r, err
 }
 
 // timerColumns are the room_timers columns timerArgs writes and scanTimers reads, in order.
@@ -147,21 +140,14 @@ func timerArgs(dst []any, t *store.Timer, now int64) []any {
 	return append(dst, t.RoomID, t.TimerID, t.Kind, millis(t.FireAt, now), t.Payload, millis(t.CreatedAt, now))
 }
 
-// scanTimers reads room_timers rows selected as timerColumns and closes
-// rows. Errors are the driver's, unmapped.
-func scanTimers(rows *sql.Rows) ([]store.Timer, error) {
-	defer rows.Close()
-	var out []store.Timer
-	for rows.Next() {
-		var t store.Timer
-		var fire, created sql.NullInt64
-		if err := rows.Scan(&t.RoomID, &t.TimerID, &t.Kind, &fire, &t.Payload, &created); err != nil {
-			return nil, err
-		}
-		t.FireAt, t.CreatedAt = fromMillis(fire), fromMillis(created)
-		out = append(out, t)
-	}
-	return out, rows.Err()
+// scanTimers reads a room_timers row selected as timerColumns, for
+// ScanAll. Errors are the driver's, unmapped.
+func scanTimers(rows *sql.Rows) (store.Timer, error) {
+	var t store.Timer
+	var fire, created sql.NullInt64
+	err := rows.Scan(&t.RoomID, &t.TimerID, &t.Kind, &fire, &t.Payload, &created)
+	t.FireAt, t.CreatedAt = fromMillis(fire), fromMillis(created)
+	return t, err
 }
 
 // timerDeletes are the timer ids of one room to delete.

@@ -81,10 +81,7 @@ func (db *DB) ListDueTimers(ctx context.Context, before time.Time, limit int) ([
 	}
 	rows, err := db.read.QueryContext(ctx, `SELECT `+timerColumns+` FROM room_timers
 		WHERE fire_at_ms <= ? ORDER BY fire_at_ms, room_id, timer_id LIMIT ?`, before.UnixMilli(), limit)
-	var out []store.Timer
-	if err == nil {
-		out, err = scanTimers(rows)
-	}
+	out, err := ScanAll(rows, err, scanTimers)
 	if err != nil {
 		return nil, fmt.Errorf("list due timers before=%d: %w", before.UnixMilli(), db.d.MapErr(err))
 	}
