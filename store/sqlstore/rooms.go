@@ -5,6 +5,8 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"hyapp/room-service/store"
@@ -81,26 +83,37 @@ func (db *DB) ClaimRoom(ctx context.Context, roomID string, nodeID string) (stor
 	return c, nil
 }
 
-// StopRooms implements store.Repository.
+// StopRooms implements store.Repository: one statement stores every
+// snapshot, never backwards, as a commit stores them, and one statement per
+// maxBulkRows rooms releases them, so the stops of many rooms take a few
+// round trips on MySQL.
 func (db *DB) StopRooms(ctx context.Context, stops []store.RoomStop) error {
-	if len(stops) == 0 {
+	var snaps []*store.SnapshotRecord
+	var released []any // room id and epoch of each release
+	for i := range stops {
+		if s := stops[i].Snapshot; s != nil {
+			snaps = append(snaps, s)
+		}
+		if stops[i].Release {
+			released = append(released, stops[i].RoomID, stops[i].Epoch)
+		}
+	}
+	if len(snaps) == 0 && len(released) == 0 {
 		return nil
 	}
 	now := time.Now().UnixMilli()
 	err := db.Tx(ctx, func(tx *sql.Tx) error {
-		update, insert := tx.StmtContext(ctx, db.stmts.updateSnapshot), tx.StmtContext(ctx, db.stmts.insertSnapshot)
-		release := tx.StmtContext(ctx, db.stmts.release)
-		for i := range stops {
-			st := &stops[i]
-			if st.Snapshot != nil {
-				if err := db.saveSnapshot(ctx, update, insert, st.Snapshot, now); err != nil {
-					return fmt.Errorf("room=%s snapshot version=%d: %w", st.RoomID, st.Snapshot.RoomVersion, err)
-				}
-			}
-			if st.Release {
-				if _, err := release.ExecContext(ctx, st.RoomID, st.Epoch); err != nil {
-					return fmt.Errorf("release room=%s epoch=%d: %w", st.RoomID, st.Epoch, db.d.MapErr(err))
-				}
+		err := db.stmts.mergedSnapshots.exec(ctx, tx, db.d.MapErr, len(snaps),
+			func(i int) int { return len(snaps[i].RoomID) + len(snaps[i].Payload) + rowOverhead },
+			func(dst []any, i int) []any { return snapshotArgs(dst, snaps[i], now) })
+		if err != nil {
+			return fmt.Errorf("snapshots: %w", err)
+		}
+		for pairs := range slices.Chunk(released, 2*maxBulkRows) {
+			query := `UPDATE rooms SET owner_node = '' WHERE ` +
+				strings.Repeat(`(room_id = ? AND owner_epoch = ?) OR `, len(pairs)/2-1) + `(room_id = ? AND owner_epoch = ?)`
+			if _, err := tx.ExecContext(ctx, query, pairs...); err != nil {
+				return fmt.Errorf("releases: %w", db.d.MapErr(err))
 			}
 		}
 		return nil

@@ -103,7 +103,7 @@ type statements struct {
 	advanceHead, advanceFenced, headVersion  *sql.Stmt
 	updateSnapshot, insertSnapshot           *sql.Stmt
 	updateMeta, insertMeta, claim, readClaim *sql.Stmt
-	previousOwner, release                   *sql.Stmt
+	previousOwner                            *sql.Stmt
 	markPublished, markFailed                *sql.Stmt
 	lockOutbox, failOutbox                   *sql.Stmt
 
@@ -195,7 +195,6 @@ func (db *DB) prepare(ctx context.Context) error {
 	s.insertMeta = prep(w, `INSERT INTO rooms (room_id, owner_user_id, host_user_id, seat_count, mode, status, created_at, updated_at)
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?)`)
 	s.previousOwner = prep(w, `SELECT owner_node FROM rooms WHERE room_id = ?`+db.d.ForUpdate())
-	s.release = prep(w, `UPDATE rooms SET owner_node = '' WHERE room_id = ? AND owner_epoch = ?`)
 	s.claim = prep(w, `UPDATE rooms SET owner_epoch = owner_epoch + 1, owner_node = ?, updated_at = ? WHERE room_id = ?`)
 	s.readClaim = prep(w, `SELECT owner_epoch, room_version, owner_user_id, host_user_id, seat_count, mode, status
 		FROM rooms WHERE room_id = ?`)

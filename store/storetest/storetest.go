@@ -412,7 +412,7 @@ func testStopRooms(t *testing.T, repo store.Repository) {
 	}
 	var stops []store.RoomStop
 	claims := map[string]store.Claim{}
-	for i := range 40 {
+	for i := range 300 { // past a statement's releases (256 rooms)
 		id, claim := newClaimedRoom(t, repo)
 		mustCommitOK(t, repo, newBatch(id, claim.Epoch, 0, 3))
 		claims[id] = claim
