@@ -448,12 +448,14 @@ func (m *Main) Run(ctx context.Context) error {
 		_ = ln.Close()
 		return err
 	}
+	defer func() {
+		if imLn != nil && m.localIM == nil { // Run failed before serving it
+			_ = imLn.Close()
+		}
+	}()
 	lane, local, err := m.openIM(imAddr)
 	if err != nil {
 		_ = ln.Close()
-		if imLn != nil {
-			_ = imLn.Close()
-		}
 		return fmt.Errorf("im: %w", err)
 	}
 	m.lane = lane
