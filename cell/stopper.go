@@ -11,7 +11,8 @@ import (
 // of many rooms in one transaction (StopRooms). A node that stops with
 // thousands of rooms loaded would otherwise write them one transaction
 // each, one after another on SQLite's single writer, while the last rooms'
-// next owners wait. One stop alone goes at once.
+// next owners wait. One stop alone goes at once; when a transaction
+// fails, its rooms are written one by one.
 type stopper struct {
 	store    roomStopper
 	in       chan *stopReq
@@ -70,10 +71,19 @@ func (s *stopper) work(ctx context.Context) {
 				}
 			}
 			err := s.store.StopRooms(ctx, stops)
-			for _, r := range reqs {
+			for i, r := range reqs {
+				if err != nil && len(stops) > 1 && ctx.Err() == nil {
+					// Each room on its own, so one that cannot be
+					// written (a snapshot past the database's packet
+					// limit) does not turn the others' clean stops
+					// into failovers.
+					r.done <- s.store.StopRooms(ctx, stops[i:i+1])
+					continue
+				}
 				r.done <- err
 			}
-			clear(stops) // drop references to payloads
+			clear(reqs) // drop references to payloads
+			clear(stops)
 		}
 	}
 }

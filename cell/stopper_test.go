@@ -2,6 +2,7 @@ package cell_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -14,14 +15,17 @@ import (
 )
 
 // stopCalls records each StopRooms call's rooms; its first call waits
-// until a transaction's worth of stops queued behind it.
+// until ready says the stops queued behind it, and those in it, are enough.
+// A call holding a room of poison fails, as a database refuses a snapshot
+// past its packet limit.
 type stopCalls struct {
 	store.Repository
-	reg   atomic.Pointer[cell.Registry]
-	wait  int
-	t     *testing.T
-	mu    sync.Mutex
-	calls [][]string
+	reg    atomic.Pointer[cell.Registry]
+	ready  func(queued, inCall int) bool
+	poison map[string]bool
+	t      *testing.T
+	mu     sync.Mutex
+	calls  [][]string
 }
 
 func (s *stopCalls) StopRooms(ctx context.Context, stops []store.RoomStop) error {
@@ -34,13 +38,35 @@ func (s *stopCalls) StopRooms(ctx context.Context, stops []store.RoomStop) error
 	s.calls = append(s.calls, ids)
 	s.mu.Unlock()
 	// Not poll.Until: this runs on the stopper's goroutine, not the test's.
-	for deadline := time.Now().Add(30 * time.Second); first && cell.StopsQueued(s.reg.Load()) < s.wait; time.Sleep(time.Millisecond) {
+	for deadline := time.Now().Add(30 * time.Second); first && !s.ready(cell.StopsQueued(s.reg.Load()), len(stops)); time.Sleep(time.Millisecond) {
 		if time.Now().After(deadline) {
-			s.t.Errorf("%d stops queued behind the first after 30 s, want %d", cell.StopsQueued(s.reg.Load()), s.wait)
+			s.t.Errorf("%d stops queued behind the first's %d after 30 s, not enough", cell.StopsQueued(s.reg.Load()), len(stops))
 			break
 		}
 	}
+	for _, st := range stops {
+		if s.poison[st.RoomID] {
+			return errors.Join(store.ErrUnavailable, errors.New("packet too large"))
+		}
+	}
 	return s.Repository.StopRooms(ctx, stops)
+}
+
+// stopTogether creates rooms prefix0 … in reg, each with a join, closes
+// reg, so that they all stop at once, and returns their heads.
+func stopTogether(t *testing.T, repo *stopCalls, reg *cell.Registry, prefix string, rooms int) map[string]int64 {
+	t.Helper()
+	repo.reg.Store(reg)
+	heads := map[string]int64{}
+	for r := range rooms {
+		id := fmt.Sprint(prefix, r)
+		createRoom(t, reg, id)
+		heads[id] = mustSubmit(t, reg, env(id, "j", 9, &room.JoinRoom{})).RoomVersion
+	}
+	if err := reg.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return heads
 }
 
 // TestShutdownStoresManyRoomsInFewTransactions: the rooms of a stopping
@@ -49,19 +75,11 @@ func (s *stopCalls) StopRooms(ctx context.Context, stops []store.RoomStop) error
 func TestShutdownStoresManyRoomsInFewTransactions(t *testing.T) {
 	stores(t, func(t *testing.T, open func(testing.TB) store.Repository) {
 		const rooms, perTxn = 150, 32
-		repo := &stopCalls{Repository: open(t), wait: perTxn, t: t}
+		// The queue holds perTxn: once full, the next transaction carries that many.
+		repo := &stopCalls{Repository: open(t), ready: func(queued, _ int) bool { return queued == perTxn }, t: t}
 		reg := newRegistry(t, repo, cell.Config{SnapshotEvery: 1000, CommitMaxRooms: perTxn}, nil)
-		repo.reg.Store(reg)
-		heads := map[string]int64{}
 		prefix := fmt.Sprintf("stop-%d-", time.Now().UnixNano())
-		for r := range rooms {
-			id := fmt.Sprint(prefix, r)
-			createRoom(t, reg, id)
-			heads[id] = mustSubmit(t, reg, env(id, "j", 9, &room.JoinRoom{})).RoomVersion
-		}
-		if err := reg.Close(context.Background()); err != nil {
-			t.Fatal(err)
-		}
+		heads := stopTogether(t, repo, reg, prefix, rooms)
 		seen := map[string]int{}
 		for _, call := range repo.calls {
 			if len(call) > perTxn {
@@ -98,4 +116,45 @@ func TestShutdownStoresManyRoomsInFewTransactions(t *testing.T) {
 		}
 		t.Logf("%d rooms in %d transactions", rooms, len(repo.calls))
 	})
+}
+
+// TestARoomThatCannotStopSpoilsNoOtherRoomsStop: when the transaction of
+// many rooms' stops fails on one room, the others are written alone, so
+// only that room's next owner sees a failover.
+func TestARoomThatCannotStopSpoilsNoOtherRoomsStop(t *testing.T) {
+	const rooms = 60
+	prefix := fmt.Sprintf("poison-%d-", time.Now().UnixNano())
+	// Two: should the first transaction hold one alone, the other is in the next.
+	poison := map[string]bool{prefix + "0": true, prefix + "1": true}
+	// Every room's stop in the first transaction or queued for the next.
+	repo := &stopCalls{Repository: openRepo(t), ready: func(queued, inCall int) bool { return queued+inCall == rooms }, poison: poison, t: t}
+	reg := newRegistry(t, repo, cell.Config{SnapshotEvery: 1000}, nil)
+	heads := stopTogether(t, repo, reg, prefix, rooms)
+	failed := false
+	for _, call := range repo.calls {
+		for _, id := range call {
+			failed = failed || len(call) > 1 && poison[id]
+		}
+	}
+	if !failed {
+		t.Fatalf("no transaction of several stops held a room that cannot stop: %v", repo.calls)
+	}
+	infos, err := repo.ListRooms(context.Background(), prefix, 2*rooms)
+	if err != nil {
+		t.Fatal(err)
+	}
+	owned := map[string]string{}
+	for _, info := range infos {
+		owned[info.Meta.RoomID] = info.OwnerNode
+	}
+	for id, head := range heads {
+		snap, found, err := repo.GetLatestSnapshot(context.Background(), id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if stopped := found && snap.RoomVersion == head && owned[id] == ""; stopped == poison[id] {
+			t.Fatalf("room %s: final snapshot found=%v at %d (head %d), owner %q; want it stopped cleanly unless it cannot stop",
+				id, found, snap.RoomVersion, head, owned[id])
+		}
+	}
 }
