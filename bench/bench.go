@@ -72,7 +72,7 @@ type Env struct {
 
 // engineConfig is the engine configuration this environment runs with.
 func (e Env) engineConfig() cell.Config {
-	return cell.Config{CommitWorkers: e.CommitWorkers, CommitMaxRooms: e.CommitMaxRooms, Linger: cell.DefaultLinger}
+	return cell.Config{CommitWorkers: e.CommitWorkers, CommitMaxRooms: e.CommitMaxRooms, Linger: cell.DefaultLinger, CommitLinger: cell.DefaultCommitLinger}
 }
 
 var quiet = slog.New(slog.DiscardHandler)

@@ -18,16 +18,30 @@ import (
 // batches or maxCommands commands) and commits it in one CommitBatches call,
 // so under load one fsync covers many rooms. workers bounds the parallel
 // transactions (1 suits SQLite's single writer; a few suit MySQL).
+//
+// A worker whose last transaction carried commitLingerAfter rooms or more,
+// and that takes the next room less than commitLingerIdle lingers after it
+// ended but finds fewer than commitLingerTarget queued, waits up to linger
+// for that many before it commits fewer (see Config.CommitLinger).
 type committer struct {
 	store       batchStore
 	in          chan *commitReq
 	maxRooms    int
 	maxCommands int
 	timeout     time.Duration
+	linger      time.Duration
+	stopping    <-chan struct{} // ends a linger: the node is draining
+	now         func() time.Time
 	metrics     *Metrics
 	quit        chan struct{}
 	wg          sync.WaitGroup
 }
+
+const (
+	commitLingerAfter  = 4
+	commitLingerTarget = 64
+	commitLingerIdle   = 10 // a worker idle this many lingers is not busy
+)
 
 // batchStore commits batches: Store's CommitBatches.
 type batchStore interface {
@@ -40,11 +54,13 @@ type commitReq struct {
 	trace trace.SpanContext // the cell's commit span when traced
 }
 
-func newCommitter(st batchStore, workers, maxRooms, maxCommands int, timeout time.Duration, m *Metrics) *committer {
+func newCommitter(st batchStore, cfg Config, stopping <-chan struct{}, m *Metrics) *committer {
 	c := &committer{
-		store: st, in: make(chan *commitReq, 4*maxRooms), maxRooms: maxRooms, maxCommands: maxCommands,
-		timeout: timeout, metrics: m, quit: make(chan struct{}),
+		store: st, in: make(chan *commitReq, 4*cfg.CommitMaxRooms), maxRooms: cfg.CommitMaxRooms,
+		maxCommands: cfg.CommitMaxCommands, timeout: cfg.CommitTimeout, linger: cfg.CommitLinger,
+		stopping: stopping, now: time.Now, metrics: m, quit: make(chan struct{}),
 	}
+	workers := cfg.CommitWorkers
 	for range workers {
 		c.wg.Add(1)
 		go c.work()
@@ -70,24 +86,56 @@ func (c *committer) work() {
 	defer c.wg.Done()
 	reqs := make([]*commitReq, 0, c.maxRooms)
 	batches := make([]store.Batch, 0, c.maxRooms)
+	n := 0 // commands in batches
+	add := func(r *commitReq) {
+		reqs, batches = append(reqs, r), append(batches, r.batch)
+		n += len(r.batch.Commands)
+	}
+	full := func() bool { return len(reqs) >= c.maxRooms || n >= c.maxCommands }
+	target := min(commitLingerTarget, c.maxRooms)
+	wait := time.NewTimer(time.Hour)
+	wait.Stop()
+	wide := false // the transaction before carried many rooms
+	var ended time.Time
 	for {
 		select {
 		case <-c.quit:
 			return
 		case first := <-c.in:
-			reqs, batches = append(reqs[:0], first), append(batches[:0], first.batch)
-			n := len(first.batch.Commands)
+			reqs, batches, n = reqs[:0], batches[:0], 0
+			add(first)
 		more:
-			for len(reqs) < c.maxRooms && n < c.maxCommands {
+			for !full() {
 				select {
 				case r := <-c.in:
-					reqs, batches = append(reqs, r), append(batches, r.batch)
-					n += len(r.batch.Commands)
+					add(r)
 				default:
 					break more
 				}
 			}
+			if c.linger > 0 && wide && c.now().Sub(ended) < commitLingerIdle*c.linger && len(reqs) < target && !full() {
+				// Many rooms commit at once, and the last transaction left
+				// few behind: a moment more makes this one carry several
+				// times as many for the same fixed cost (a transaction, a
+				// sync of the log).
+				c.metrics.CommitLingers.Inc()
+				wait.Reset(c.linger)
+			linger:
+				for len(reqs) < target && !full() {
+					select {
+					case r := <-c.in:
+						add(r)
+					case <-wait.C:
+						break linger
+					case <-c.stopping:
+						break linger
+					}
+				}
+				wait.Stop()
+			}
 			c.flush(reqs, batches)
+			wide, ended = len(reqs) >= commitLingerAfter, c.now()
+			clear(reqs)
 		}
 	}
 }

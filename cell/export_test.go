@@ -3,6 +3,7 @@ package cell
 import (
 	"context"
 	"errors"
+	"time"
 
 	"hyapp/room-service/room"
 )
@@ -79,3 +80,10 @@ func PresenceTimer(r *Registry, roomID string) (armed, earliest int64) {
 
 // StopsQueued is the number of stopping rooms waiting for a transaction.
 func StopsQueued(r *Registry) int { return len(r.stopper.in) }
+
+// CommitQueued is the number of room batches waiting for the group commit.
+func CommitQueued(r *Registry) int { return len(r.committer.in) }
+
+// SetCommitClock makes the group commit read time from now. Call it before
+// the registry's first command.
+func SetCommitClock(r *Registry, now func() time.Time) { r.committer.now = now }

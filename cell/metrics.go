@@ -11,6 +11,7 @@ type Metrics struct {
 	MailboxDepth   prometheus.Histogram   // queued requests seen when a cell starts a batch
 	MailboxFull    prometheus.Counter     // requests refused at once: the room's mailbox was full
 	Lingers        prometheus.Counter     // waits of a busy cell for more commands (Config.Linger)
+	CommitLingers  prometheus.Counter     // waits of a group-commit worker for more rooms (Config.CommitLinger)
 	LoadedCells    prometheus.Gauge
 	WorkingCells   prometheus.Gauge       // cells deciding or committing what their mailbox holds
 	Recoveries     *prometheus.CounterVec // by result
@@ -48,6 +49,9 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Lingers: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "room_batch_lingers_total", Help: "Times a busy room cell waited, at most batch_linger, for more commands before it decided a short queue.",
 		}),
+		CommitLingers: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "room_commit_lingers_total", Help: "Times a group-commit worker whose last transaction carried many rooms waited, at most commit_linger, for more rooms before it committed a short queue.",
+		}),
 		LoadedCells: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "room_cells_loaded", Help: "Room cells loaded on this node.",
 		}),
@@ -83,7 +87,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"source"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.Commands, m.BatchSize, m.TxnRooms, m.CommitSeconds, m.MailboxDepth, m.MailboxFull, m.Lingers, m.LoadedCells, m.WorkingCells,
+		reg.MustRegister(m.Commands, m.BatchSize, m.TxnRooms, m.CommitSeconds, m.MailboxDepth, m.MailboxFull, m.Lingers, m.CommitLingers, m.LoadedCells, m.WorkingCells,
 			m.Recoveries, m.Claims, m.ReplayLength, m.RecoverSeconds, m.Stops, m.RocketWakeups, m.WalletSeconds, m.GiftBalances)
 	}
 	return m

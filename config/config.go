@@ -48,6 +48,7 @@ type Config struct {
 	MaxBatch        int           `yaml:"max_batch" help:"most commands a room commits in one batch"`
 	BatchLinger     time.Duration `yaml:"batch_linger" help:"how long a busy room (its last batch held 4 commands or more, and commands queued while it committed) waits for 32 queued commands (max_batch if lower) before it commits fewer, so that a hot room's commits carry more commands each; a quiet room never waits (0: never; else 100us..50ms)"`
 	CommitWorkers   int           `yaml:"commit_workers" help:"parallel group-commit transactions (0: 1 on SQLite, 4 on MySQL)"`
+	CommitLinger    time.Duration `yaml:"commit_linger" help:"how long a busy group commit (its last transaction carried 4 rooms or more and ended less than 10 times commit_linger before the next room came) waits for 64 queued rooms before it commits fewer, so that when many rooms each commit a command or two its transactions carry more rooms; commits of a room or two never wait (0: never; else 100us..50ms)"`
 	IdleTimeout     time.Duration `yaml:"idle_timeout" help:"unload a room idle for this long"`
 	CommitTimeout   time.Duration `yaml:"commit_timeout" help:"bound on one commit transaction"`
 	ShutdownTimeout time.Duration `yaml:"shutdown_timeout" help:"bound on graceful shutdown"`
@@ -135,7 +136,7 @@ type RocketLevel struct {
 func Default() Config {
 	return Config{
 		Listen: "127.0.0.1:8080", GRPCListen: "127.0.0.1:9090", GRPCBusyRead: 20 * time.Millisecond, DataDir: "./data", LogLevel: "info", LogFormat: "text", SQLiteSync: "FULL",
-		SnapshotEvery: 500, MailboxSize: 4096, MaxBatch: 256, BatchLinger: 2 * time.Millisecond,
+		SnapshotEvery: 500, MailboxSize: 4096, MaxBatch: 256, BatchLinger: 2 * time.Millisecond, CommitLinger: time.Millisecond,
 		LeaseTTL: 5 * time.Second, DrainGrace: 2 * time.Second,
 		IdleTimeout: 10 * time.Minute, CommitTimeout: 5 * time.Second, ShutdownTimeout: 30 * time.Second,
 		NATSStream: "ROOM_EVENTS", NATSSubjects: "room.events", NATSFastBatches: "embedded", RelayAttempts: 10, TIMAppBudget: 200, TIMCallBudget: 200, IMBudget: 20, IMRegionalMin: 10_000,
@@ -440,6 +441,9 @@ func (c Config) Validate() error {
 	}
 	if c.BatchLinger != 0 && (c.BatchLinger < 100*time.Microsecond || c.BatchLinger > 50*time.Millisecond) {
 		p = append(p, fmt.Errorf("batch_linger %v is neither 0 (off) nor within 100us..50ms", c.BatchLinger))
+	}
+	if c.CommitLinger != 0 && (c.CommitLinger < 100*time.Microsecond || c.CommitLinger > 50*time.Millisecond) {
+		p = append(p, fmt.Errorf("commit_linger %v is neither 0 (off) nor within 100us..50ms", c.CommitLinger))
 	}
 	if c.GRPCBusyRead != 0 && (c.GRPCBusyRead < time.Millisecond || c.GRPCBusyRead > time.Second) {
 		p = append(p, fmt.Errorf("grpc_busy_read %v is neither 0 (off) nor within 1ms..1s", c.GRPCBusyRead))

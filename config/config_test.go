@@ -489,6 +489,22 @@ func TestGRPCBusyRead(t *testing.T) {
 	}
 }
 
+// TestCommitLinger: 1 ms by default, 0 turns it off, and a negative value,
+// one under 100 µs or one past 50 ms is refused by name.
+func TestCommitLinger(t *testing.T) {
+	if d := config.Default().CommitLinger; d != time.Millisecond {
+		t.Fatalf("default commit_linger %v; want 1ms", d)
+	}
+	c, err := config.Load([]string{"-commit-linger", "0"}, env(nil))
+	if err != nil || c.CommitLinger != 0 {
+		t.Fatalf("commit_linger 0: %v, %v", c.CommitLinger, err)
+	}
+	for _, v := range []string{"-1ms", "50us", "51ms"} {
+		_, err := config.Load(nil, env(map[string]string{"ROOM_COMMIT_LINGER": v}))
+		mustMention(t, err, "commit_linger")
+	}
+}
+
 // TestBatchLinger: 2 ms by default, 0 turns it off, and a negative value,
 // one under 100 µs or one past 50 ms is refused by name.
 func TestBatchLinger(t *testing.T) {

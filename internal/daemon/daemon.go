@@ -468,7 +468,7 @@ func (m *Main) Run(ctx context.Context) error {
 	m.registry = cell.New(cell.Config{
 		NodeID: nodeID, MailboxSize: cfg.MailboxSize, MaxBatch: cfg.MaxBatch, SnapshotEvery: cfg.SnapshotEvery,
 		IdleTimeout: cfg.IdleTimeout, CommitTimeout: cfg.CommitTimeout, MaxRooms: cfg.MaxRooms, Linger: cfg.BatchLinger,
-		CommitWorkers: tuning.CommitWorkers, CommitMaxRooms: tuning.CommitMaxRooms,
+		CommitWorkers: tuning.CommitWorkers, CommitMaxRooms: tuning.CommitMaxRooms, CommitLinger: cfg.CommitLinger,
 		Rules: rules, Wallet: m.ledger, WalletTimeout: cfg.WalletTimeout, GiftApplyWindow: cfg.GiftApplyWindow,
 		TimerScanEvery: cfg.RocketScan, SettleInCommit: true, // the embedded ledger shares the room store's database
 		PresenceTimeout: cfg.PresenceTimeout, MicOfflineGrace: cfg.MicOfflineGrace,

@@ -1,0 +1,187 @@
+package cell_test
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"hyapp/room-service/cell"
+	"hyapp/room-service/internal/poll"
+	"hyapp/room-service/room"
+)
+
+// manyRooms creates rooms r0..r(n-1) and returns a registry over them whose
+// commits pass the gate, with a group-commit linger far longer than any
+// test waits, its metrics, and a move of the group commit's clock, which
+// stands still otherwise. Each test command goes to a room of its own, so a
+// commit's command count is its room count.
+func manyRooms(t *testing.T, n int) (*cell.Registry, *gatedRepo, *cell.Metrics, func(time.Duration)) {
+	t.Helper()
+	repo := openRepo(t)
+	setup := newRegistry(t, repo, cell.Config{}, nil)
+	for i := range n {
+		createRoom(t, setup, fmt.Sprintf("r%d", i))
+	}
+	if err := setup.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	gated := &gatedRepo{Repository: repo, sizes: make(chan int, 256), release: make(chan struct{})}
+	m := cell.NewMetrics(nil)
+	reg := newRegistryWith(t, gated, cell.Config{CommitLinger: time.Hour}, nil, m)
+	var now atomic.Int64
+	now.Store(time.Now().UnixNano())
+	cell.SetCommitClock(reg, func() time.Time { return time.Unix(0, now.Load()) })
+	t.Cleanup(gated.open) // first: a failed test must not leave a commit held
+	// Load every room now: a room's first command would otherwise reach
+	// the group commit only after its recovery.
+	for i := range n {
+		if _, err := reg.Snapshot(context.Background(), fmt.Sprintf("r%d", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return reg, gated, m, func(d time.Duration) { now.Add(int64(d)) }
+}
+
+// submitRooms sends one change (a new command) to each of rooms
+// r(from)..r(to-1), each in its own goroutine, and returns a wait for
+// their answers.
+func submitRooms(t *testing.T, reg *cell.Registry, from, to int) func() {
+	t.Helper()
+	call := submitted.Add(1)
+	done := make(chan struct{}, to-from)
+	for i := from; i < to; i++ {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			id := fmt.Sprintf("r%d", i)
+			cmd := fmt.Sprintf("bg%d", call)
+			if _, err := reg.Submit(ctx, env(id, cmd, 1, &room.ChangeBackground{BackgroundURL: cmd})); err != nil {
+				t.Errorf("%s: %v", id, err)
+			}
+		}()
+	}
+	return func() {
+		for range to - from {
+			<-done
+		}
+	}
+}
+
+var submitted atomic.Int64
+
+// commitQueued waits until n room batches wait for the group commit.
+func commitQueued(t *testing.T, reg *cell.Registry, n int) {
+	t.Helper()
+	poll.Until(t, 10*time.Second, fmt.Sprintf("%d rooms queued for the group commit", n),
+		poll.Bool(func() bool { return cell.CommitQueued(reg) == n }))
+}
+
+// queueThenCommit sends one change to each of rooms r(from)..r(to-1) while
+// a commit is held, lets that commit go, expects the next one to carry
+// exactly those rooms, and returns a wait for their answers.
+func queueThenCommit(t *testing.T, reg *cell.Registry, gated *gatedRepo, from, to int) func() {
+	t.Helper()
+	wait := submitRooms(t, reg, from, to)
+	commitQueued(t, reg, to-from)
+	gated.release <- struct{}{}
+	if n := nextCommit(t, gated); n != to-from {
+		t.Fatalf("commit of rooms r%d..r%d: %d rooms, want the %d queued", from, to-1, n, to-from)
+	}
+	return wait
+}
+
+// TestManyRoomsCommitTogether: once a transaction carried four rooms with
+// more queued behind it, the group commit waits for more rooms instead of
+// committing the one it found, and the 64th queued room ends the wait at
+// once (the linger here is an hour).
+func TestManyRoomsCommitTogether(t *testing.T) {
+	reg, gated, m, _ := manyRooms(t, 69)
+	first := submitRooms(t, reg, 0, 1)
+	if n := nextCommit(t, gated); n != 1 {
+		t.Fatalf("first commit: %d rooms, want 1", n)
+	}
+	second := queueThenCommit(t, reg, gated, 1, 5) // no wait after a transaction of one room
+	if got := testutil.ToFloat64(m.CommitLingers); got != 0 {
+		t.Fatalf("%v lingers after a transaction of one room; want 0", got)
+	}
+	third := submitRooms(t, reg, 5, 6)
+	commitQueued(t, reg, 1)
+	gated.release <- struct{}{}
+	poll.Until(t, 10*time.Second, "the group commit to linger", poll.Bool(func() bool { return testutil.ToFloat64(m.CommitLingers) == 1 }))
+	select {
+	case n := <-gated.sizes:
+		t.Fatalf("a commit of %d rooms while the group commit lingers", n)
+	default:
+	}
+	rest := submitRooms(t, reg, 6, 69)
+	if n := nextCommit(t, gated); n != 64 {
+		t.Fatalf("third commit: %d rooms, want the 64 queued by then", n)
+	}
+	gated.open()
+	first()
+	second()
+	third()
+	rest()
+}
+
+// TestFewRoomsCommitAtOnce: after a transaction of fewer than four rooms,
+// and after one of four rooms that ended ten lingers or more before the
+// next room came, the group commit commits what it finds at once (the
+// linger here is an hour: a wait would time the calls out).
+func TestFewRoomsCommitAtOnce(t *testing.T) {
+	reg, gated, m, advance := manyRooms(t, 9)
+	first := submitRooms(t, reg, 0, 1)
+	if n := nextCommit(t, gated); n != 1 {
+		t.Fatalf("first commit: %d rooms, want 1", n)
+	}
+	three := queueThenCommit(t, reg, gated, 1, 4)
+	lone := queueThenCommit(t, reg, gated, 4, 5) // after a transaction of three
+	four := queueThenCommit(t, reg, gated, 5, 9)
+	gated.release <- struct{}{}
+	first()
+	three()
+	lone()
+	four()
+	// The next room comes ten lingers after the transaction of four: the
+	// node is not busy, and the room is not held for company.
+	advance(10 * time.Hour)
+	later := submitRooms(t, reg, 0, 1)
+	if n := nextCommit(t, gated); n != 1 {
+		t.Fatalf("a lone room's commit: %d rooms, want 1", n)
+	}
+	gated.open()
+	later()
+	if got := testutil.ToFloat64(m.CommitLingers); got != 0 {
+		t.Fatalf("%v lingers; want 0", got)
+	}
+}
+
+// TestClosingEndsACommitLinger: closing the node while the group commit
+// waits an hour for more rooms commits the room it holds and returns.
+func TestClosingEndsACommitLinger(t *testing.T) {
+	reg, gated, m, _ := manyRooms(t, 6)
+	first := submitRooms(t, reg, 0, 1)
+	nextCommit(t, gated)
+	second := queueThenCommit(t, reg, gated, 1, 5)
+	third := submitRooms(t, reg, 5, 6)
+	commitQueued(t, reg, 1)
+	gated.release <- struct{}{}
+	poll.Until(t, 10*time.Second, "the group commit to linger", poll.Bool(func() bool { return testutil.ToFloat64(m.CommitLingers) == 1 }))
+	gated.open()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := reg.Close(ctx); err != nil {
+		t.Fatalf("close while lingering: %v", err)
+	}
+	first()
+	second()
+	third() // the held room committed: its submit saw no error
+	if n := nextCommit(t, gated); n != 1 {
+		t.Fatalf("the held commit: %d rooms, want 1", n)
+	}
+}
