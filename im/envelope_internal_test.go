@@ -46,3 +46,52 @@ func TestEnvelopeBytesAreTheMapsBytes(t *testing.T) {
 		}
 	}
 }
+
+// TestBatchBytesAreTheMapsBytes: a Batch's bytes, its events put in front
+// of its other fields, are the bytes json.Marshal gives for the whole map
+// with the events as raw messages (keys in name order, HTML escaped): with
+// no events, one, and several, and with every optional field.
+func TestBatchBytesAreTheMapsBytes(t *testing.T) {
+	encode := func(env any) *item {
+		data, err := json.Marshal(env)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return &item{data: data}
+	}
+	gift := encode(&envelope{Type: "RoomGiftSent", RoomID: "r<1>", RoomVersion: 12, Seq: 1, At: 99,
+		Data: &room.RoomGiftSentEvent{SenderUserID: 7, GiftID: "rose", GiftName: "<Rose> & co", Count: 3, Cost: 30}})
+	joined := encode(&envelope{Type: "RoomUserJoined", RoomID: "r<1>", RoomVersion: 13, Seq: 2, At: 100})
+	robot := encode(&robotEnvelope{Type: "RobotGift", RoomID: "r<1>", Robot: true, At: 6, Data: json.RawMessage(`{"n":1}`)})
+	for _, c := range []struct {
+		name  string
+		items []*item
+		extra map[string]any
+	}{
+		{"none, only a loss", nil, map[string]any{"lost_through": int64(40)}},
+		{"one, folded", []*item{joined}, map[string]any{"folded": map[string]int{"RoomUserJoined": 3}}},
+		{"several, everything", []*item{gift, joined, robot}, map[string]any{"room_version": int64(13),
+			"folded": map[string]int{"RoomUserLeft": 2}, "folded_gifts": []string{"<x>"}, "lost_through": int64(9)}},
+	} {
+		msg := map[string]any{"type": "Batch", "room_id": "r<1>"}
+		for k, v := range c.extra {
+			msg[k] = v
+		}
+		rest, err := json.Marshal(msg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		events := make([]json.RawMessage, len(c.items))
+		for i, it := range c.items {
+			events[i] = it.data
+		}
+		msg["events"] = events
+		want, err := json.Marshal(msg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := withEvents(rest, c.items); !bytes.Equal(got, want) {
+			t.Errorf("%s:\n got %s\nwant %s", c.name, got, want)
+		}
+	}
+}

@@ -1159,13 +1159,9 @@ func (l *Lane) encodeLocked(q *roomQueue, items []*item, f *foldedEvents) Messag
 		}
 		return m
 	}
-	events := make([]json.RawMessage, len(items))
-	for i, it := range items {
-		events[i] = it.data
-	}
 	m.Type = "Batch"
 	msg := map[string]any{}
-	msg["type"], msg["room_id"], msg["events"] = m.Type, q.roomID(items), events
+	msg["type"], msg["room_id"] = m.Type, q.roomID(items)
 	if m.version > 0 {
 		msg["room_version"] = m.version
 	}
@@ -1190,8 +1186,30 @@ func (l *Lane) encodeLocked(q *roomQueue, items []*item, f *foldedEvents) Messag
 		msg["lost_through"] = q.lost
 	}
 	// Encoding cannot fail: every event was encoded when it was taken.
-	m.Data, _ = json.Marshal(msg)
+	rest, _ := json.Marshal(msg)
+	m.Data = withEvents(rest, items)
 	return m
+}
+
+// withEvents puts the events of items, each encoded when it was taken, in
+// front of the fields of the encoded object rest: the bytes json.Marshal
+// gives for the object with an "events" array too, whose key sorts first,
+// without checking every event's bytes again as it checks a RawMessage.
+func withEvents(rest []byte, items []*item) []byte {
+	n := len(rest) + len(`{"events":[],`)
+	for _, it := range items {
+		n += len(it.data) + 1
+	}
+	out := make([]byte, 0, n)
+	out = append(out, `{"events":[`...)
+	for i, it := range items {
+		if i > 0 {
+			out = append(out, ',')
+		}
+		out = append(out, it.data...)
+	}
+	out = append(out, "],"...)
+	return append(out, rest[1:]...)
 }
 
 // roomID is the room of a queue's Batch: its room, or for a regional
