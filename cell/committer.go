@@ -60,8 +60,7 @@ func newCommitter(st batchStore, cfg Config, stopping <-chan struct{}, m *Metric
 		maxCommands: cfg.CommitMaxCommands, timeout: cfg.CommitTimeout, linger: cfg.CommitLinger,
 		stopping: stopping, now: time.Now, metrics: m, quit: make(chan struct{}),
 	}
-	workers := cfg.CommitWorkers
-	for range workers {
+	for range cfg.CommitWorkers {
 		c.wg.Add(1)
 		go c.work()
 	}
@@ -114,10 +113,10 @@ func (c *committer) work() {
 				}
 			}
 			if c.linger > 0 && wide && c.now().Sub(ended) < commitLingerIdle*c.linger && len(reqs) < target && !full() {
-				// Many rooms commit at once, and the last transaction left
-				// few behind: a moment more makes this one carry several
-				// times as many for the same fixed cost (a transaction, a
-				// sync of the log).
+				// Many rooms commit at once, and few are queued now: a
+				// moment more makes this transaction carry several times
+				// as many for the same fixed cost (a transaction, a sync
+				// of the log).
 				c.metrics.CommitLingers.Inc()
 				wait.Reset(c.linger)
 			linger:
