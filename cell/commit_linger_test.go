@@ -171,16 +171,7 @@ func TestClosingEndsACommitLinger(t *testing.T) {
 	third := submitRooms(t, reg, 5, 6)
 	commitQueued(t, reg, 1)
 	gated.release <- struct{}{}
-	poll.Until(t, 10*time.Second, "the group commit to linger", poll.Bool(func() bool { return testutil.ToFloat64(m.CommitLingers) == 1 }))
-	gated.open()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := reg.Close(ctx); err != nil {
-		t.Fatalf("close while lingering: %v", err)
-	}
-	first()
-	second()
-	third() // the held room committed: its submit saw no error
+	closeWhileLingering(t, reg, gated, m.CommitLingers, first, second, third) // third: the held room
 	if n := nextCommit(t, gated); n != 1 {
 		t.Fatalf("the held commit: %d rooms, want 1", n)
 	}

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"hyapp/room-service/cell"
@@ -173,14 +174,22 @@ func TestClosingEndsALinger(t *testing.T) {
 	third := submitAll(t, reg, "closing", "c", 1)
 	poll.Until(t, 10*time.Second, "one queued command", poll.Bool(func() bool { return cell.Queued(reg, "closing") == 1 }))
 	gated.release <- struct{}{}
-	poll.Until(t, 10*time.Second, "the room to linger", poll.Bool(func() bool { return testutil.ToFloat64(m.Lingers) == 1 }))
+	closeWhileLingering(t, reg, gated, m.Lingers, first, second, third) // third: the lingering command
+}
+
+// closeWhileLingering waits until lingers counts one wait, lets every
+// commit through, closes reg and then waits for the answers: each submit,
+// the held one too, must have committed without error.
+func closeWhileLingering(t *testing.T, reg *cell.Registry, gated *gatedRepo, lingers prometheus.Counter, answers ...func()) {
+	t.Helper()
+	poll.Until(t, 10*time.Second, "a linger", poll.Bool(func() bool { return testutil.ToFloat64(lingers) == 1 }))
 	gated.open()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := reg.Close(ctx); err != nil {
 		t.Fatalf("close while lingering: %v", err)
 	}
-	first()
-	second()
-	third() // the lingering command committed: its submit saw no error
+	for _, wait := range answers {
+		wait()
+	}
 }

@@ -58,11 +58,11 @@ type Config struct {
 	// carried commitLingerAfter rooms or more and ended less than
 	// commitLingerIdle times CommitLinger before the next room came, and
 	// it finds fewer than commitLingerTarget queued, until that many are
-	// or CommitLinger has passed. Where many rooms each commit a command or two at a time, as
-	// when listeners join a thousand rooms, each transaction then carries
-	// a few times as many rooms for its fixed cost; a node whose commits
-	// carry a room or two never waits. DefaultCommitLinger is the
-	// service's default.
+	// or CommitLinger has passed. Where many rooms each commit a command
+	// or two at a time, as when listeners join a thousand rooms, each
+	// transaction then carries a few times as many rooms for its fixed
+	// cost; a node whose commits carry a room or two never waits.
+	// DefaultCommitLinger is the service's default.
 	CommitLinger time.Duration
 	// MaxRecoveries bounds concurrent room recoveries (a node restart loads many rooms at once).
 	MaxRecoveries int
