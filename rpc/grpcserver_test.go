@@ -1,13 +1,19 @@
 package rpc_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -234,6 +240,84 @@ func TestGRPCSmallAnswersAreNotCompressed(t *testing.T) {
 		}
 		if in := sizes.last(); in.CompressedLength >= in.Length || len(snap.GetSnapshot().GetMembers()) < 50 {
 			t.Fatalf("a %d-byte snapshot of %d members came as %d bytes: not compressed", in.Length, len(snap.GetSnapshot().GetMembers()), in.CompressedLength)
+		}
+	}
+}
+
+// TestGRPCWindowsAreFixed: the gRPC transport announces its fixed
+// windows and answers a call without probing the connection's bandwidth
+// (no ping of its own before the answer's trailers), which grpc-go does
+// with dynamic windows on the first data a connection receives.
+func TestGRPCWindowsAreFixed(t *testing.T) {
+	s := startWith(t, rpc.Options{}, quiet)
+	c, err := net.Dial("tcp", s.grpcAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	if err := c.SetDeadline(time.Now().Add(10 * time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.WriteString(c, http2.ClientPreface); err != nil {
+		t.Fatal(err)
+	}
+	fr := http2.NewFramer(c, c)
+	fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
+	if err := fr.WriteSettings(); err != nil {
+		t.Fatal(err)
+	}
+	var head bytes.Buffer
+	enc := hpack.NewEncoder(&head)
+	for _, f := range [][2]string{
+		{":method", "POST"}, {":scheme", "http"}, {":path", "/grpc.health.v1.Health/Check"}, {":authority", "room-service"},
+		{"content-type", "application/grpc"}, {"te", "trailers"},
+	} {
+		if err := enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: head.Bytes(), EndHeaders: true}); err != nil {
+		t.Fatal(err)
+	}
+	if err := fr.WriteData(1, true, []byte{0, 0, 0, 0, 0}); err != nil { // an empty HealthCheckRequest
+		t.Fatal(err)
+	}
+	window, connWindow := uint32(65535), uint32(65535)
+	for {
+		f, err := fr.ReadFrame()
+		if err != nil {
+			t.Fatalf("before the answer's trailers: %v", err)
+		}
+		switch f := f.(type) {
+		case *http2.SettingsFrame:
+			if v, ok := f.Value(http2.SettingInitialWindowSize); ok {
+				window = v
+			}
+		case *http2.WindowUpdateFrame:
+			if f.StreamID == 0 {
+				connWindow += f.Increment
+			}
+		case *http2.PingFrame:
+			if !f.IsAck() {
+				t.Fatalf("the server probed the connection with a ping (windows %d and %d)", window, connWindow)
+			}
+		case *http2.MetaHeadersFrame:
+			if !f.StreamEnded() {
+				continue
+			}
+			var code string
+			for _, h := range f.RegularFields() {
+				if h.Name == "grpc-status" {
+					code = h.Value
+				}
+			}
+			if f.StreamID != 1 || code != "0" {
+				t.Fatalf("trailers of stream %d: %v", f.StreamID, f.Fields)
+			}
+			if window != rpc.GRPCStreamWindow || connWindow != rpc.GRPCConnWindow {
+				t.Fatalf("windows %d and %d; want %d and %d", window, connWindow, rpc.GRPCStreamWindow, rpc.GRPCConnWindow)
+			}
+			return
 		}
 	}
 }
