@@ -15,11 +15,11 @@ import (
 )
 
 // manyRooms creates rooms r0..r(n-1) and returns a registry over them whose
-// commits pass the gate, with a group-commit linger far longer than any
-// test waits, its metrics, and a move of the group commit's clock, which
-// stands still otherwise. Each test command goes to a room of its own, so a
+// commits pass the gate, with a group-commit linger of linger, its
+// metrics, and a move of the group commit's clock, which stands still
+// otherwise. Each test command goes to a room of its own, so a
 // commit's command count is its room count.
-func manyRooms(t *testing.T, n int) (*cell.Registry, *gatedRepo, *cell.Metrics, func(time.Duration)) {
+func manyRooms(t *testing.T, n int, linger time.Duration) (*cell.Registry, *gatedRepo, *cell.Metrics, func(time.Duration)) {
 	t.Helper()
 	repo := openRepo(t)
 	setup := newRegistry(t, repo, cell.Config{}, nil)
@@ -31,7 +31,7 @@ func manyRooms(t *testing.T, n int) (*cell.Registry, *gatedRepo, *cell.Metrics, 
 	}
 	gated := &gatedRepo{Repository: repo, sizes: make(chan int, 256), release: make(chan struct{})}
 	m := cell.NewMetrics(nil)
-	reg := newRegistryWith(t, gated, cell.Config{CommitLinger: time.Hour}, nil, m)
+	reg := newRegistryWith(t, gated, cell.Config{CommitLinger: linger}, nil, m)
 	var now atomic.Int64
 	now.Store(time.Now().UnixNano())
 	cell.SetCommitClock(reg, func() time.Time { return time.Unix(0, now.Load()) })
@@ -97,10 +97,11 @@ func queueThenCommit(t *testing.T, reg *cell.Registry, gated *gatedRepo, from, t
 
 // TestManyRoomsCommitTogether: once a transaction carried four rooms with
 // more queued behind it, the group commit waits for more rooms instead of
-// committing the one it found, and the 64th queued room ends the wait at
-// once (the linger here is an hour).
+// committing the one it found, even when that room came just under ten
+// lingers after the transaction ended, and the 64th queued room ends the wait at once (the
+// linger here is an hour).
 func TestManyRoomsCommitTogether(t *testing.T) {
-	reg, gated, m, _ := manyRooms(t, 69)
+	reg, gated, m, advance := manyRooms(t, 69, time.Hour)
 	first := submitRooms(t, reg, 0, 1)
 	if n := nextCommit(t, gated); n != 1 {
 		t.Fatalf("first commit: %d rooms, want 1", n)
@@ -109,9 +110,11 @@ func TestManyRoomsCommitTogether(t *testing.T) {
 	if got := testutil.ToFloat64(m.CommitLingers); got != 0 {
 		t.Fatalf("%v lingers after a transaction of one room; want 0", got)
 	}
-	third := submitRooms(t, reg, 5, 6)
-	commitQueued(t, reg, 1)
+	advance(10 * time.Hour) // a long transaction: idleness counts from its end
 	gated.release <- struct{}{}
+	second()
+	advance(10*time.Hour - time.Nanosecond)
+	third := submitRooms(t, reg, 5, 6)
 	poll.Until(t, 10*time.Second, "the group commit to linger", poll.Bool(func() bool { return testutil.ToFloat64(m.CommitLingers) == 1 }))
 	select {
 	case n := <-gated.sizes:
@@ -124,7 +127,6 @@ func TestManyRoomsCommitTogether(t *testing.T) {
 	}
 	gated.open()
 	first()
-	second()
 	third()
 	rest()
 }
@@ -134,7 +136,7 @@ func TestManyRoomsCommitTogether(t *testing.T) {
 // next room came, the group commit commits what it finds at once (the
 // linger here is an hour: a wait would time the calls out).
 func TestFewRoomsCommitAtOnce(t *testing.T) {
-	reg, gated, m, advance := manyRooms(t, 9)
+	reg, gated, m, advance := manyRooms(t, 9, time.Hour)
 	first := submitRooms(t, reg, 0, 1)
 	if n := nextCommit(t, gated); n != 1 {
 		t.Fatalf("first commit: %d rooms, want 1", n)
@@ -164,7 +166,7 @@ func TestFewRoomsCommitAtOnce(t *testing.T) {
 // TestClosingEndsACommitLinger: closing the node while the group commit
 // waits an hour for more rooms commits the room it holds and returns.
 func TestClosingEndsACommitLinger(t *testing.T) {
-	reg, gated, m, _ := manyRooms(t, 6)
+	reg, gated, m, _ := manyRooms(t, 6, time.Hour)
 	first := submitRooms(t, reg, 0, 1)
 	nextCommit(t, gated)
 	second := queueThenCommit(t, reg, gated, 1, 5)
@@ -174,5 +176,26 @@ func TestClosingEndsACommitLinger(t *testing.T) {
 	closeWhileLingering(t, reg, gated, m.CommitLingers, first, second, third) // third: the held room
 	if n := nextCommit(t, gated); n != 1 {
 		t.Fatalf("the held commit: %d rooms, want 1", n)
+	}
+}
+
+// TestACommitLingerEnds: a group commit that lingers for company and gets
+// none commits the room it holds once the linger (here 5 ms) is over.
+func TestACommitLingerEnds(t *testing.T) {
+	reg, gated, m, _ := manyRooms(t, 5, 5*time.Millisecond)
+	first := submitRooms(t, reg, 0, 1)
+	nextCommit(t, gated)
+	second := queueThenCommit(t, reg, gated, 1, 5)
+	third := submitRooms(t, reg, 0, 1)
+	commitQueued(t, reg, 1)
+	gated.open()
+	if n := nextCommit(t, gated); n != 1 {
+		t.Fatalf("the lingering commit: %d rooms, want 1", n)
+	}
+	first()
+	second()
+	third()
+	if got := testutil.ToFloat64(m.CommitLingers); got != 1 {
+		t.Fatalf("%v lingers; want 1", got)
 	}
 }

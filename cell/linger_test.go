@@ -186,8 +186,15 @@ func closeWhileLingering(t *testing.T, reg *cell.Registry, gated *gatedRepo, lin
 	gated.open()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := reg.Close(ctx); err != nil {
-		t.Fatalf("close while lingering: %v", err)
+	closed := make(chan error, 1)
+	go func() { closed <- reg.Close(ctx) }()
+	select {
+	case err := <-closed:
+		if err != nil {
+			t.Fatalf("close while lingering: %v", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("close while lingering has not returned")
 	}
 	for _, wait := range answers {
 		wait()
