@@ -199,3 +199,17 @@ func TestACommitLingerEnds(t *testing.T) {
 		t.Fatalf("%v lingers; want 1", got)
 	}
 }
+
+// TestOnlyALoneCommitWorkerLingers: with several group-commit workers, as
+// on MySQL, none lingers; a single one (SQLite's) does.
+func TestOnlyALoneCommitWorkerLingers(t *testing.T) {
+	for _, c := range []struct {
+		workers int
+		want    time.Duration
+	}{{1, time.Millisecond}, {2, 0}, {4, 0}} {
+		reg := newRegistry(t, openRepo(t), cell.Config{CommitWorkers: c.workers, CommitLinger: time.Millisecond}, nil)
+		if got := cell.CommitLingerOf(reg); got != c.want {
+			t.Errorf("%d workers linger %v; want %v", c.workers, got, c.want)
+		}
+	}
+}

@@ -84,6 +84,9 @@ func StopsQueued(r *Registry) int { return len(r.stopper.in) }
 // CommitQueued is the number of room batches waiting for the group commit.
 func CommitQueued(r *Registry) int { return len(r.committer.in) }
 
+// CommitLingerOf is how long r's group commit lingers (0: never).
+func CommitLingerOf(r *Registry) time.Duration { return r.committer.linger }
+
 // SetCommitClock makes the group commit read time from now. Call it before
 // the registry's first command.
 func SetCommitClock(r *Registry, now func() time.Time) { r.committer.now = now }

@@ -61,7 +61,10 @@ type Config struct {
 	// or CommitLinger has passed. Where many rooms each commit a command
 	// or two at a time, as when listeners join a thousand rooms, each
 	// transaction then carries a few times as many rooms for its fixed
-	// cost; a node whose commits carry a room or two never waits.
+	// cost; a node whose commits carry a room or two never waits. Only a
+	// single worker lingers (SQLite's): with several (MySQL's), the
+	// database's own group commit joins their transactions' log writes,
+	// and the other workers take the rooms a lingering one waits for.
 	// DefaultCommitLinger is the service's default.
 	CommitLinger time.Duration
 	// MaxRecoveries bounds concurrent room recoveries (a node restart loads many rooms at once).

@@ -48,7 +48,7 @@ type Config struct {
 	MaxBatch        int           `yaml:"max_batch" help:"most commands a room commits in one batch"`
 	BatchLinger     time.Duration `yaml:"batch_linger" help:"how long a busy room (its last batch held 4 commands or more, and commands queued while it committed) waits for 32 queued commands (max_batch if lower) before it commits fewer, so that a hot room's commits carry more commands each; a quiet room never waits (0: never; else 100us..50ms)"`
 	CommitWorkers   int           `yaml:"commit_workers" help:"parallel group-commit transactions (0: 1 on SQLite, 4 on MySQL)"`
-	CommitLinger    time.Duration `yaml:"commit_linger" help:"how long a busy group commit (its last transaction carried 4 rooms or more and ended less than 10 times commit_linger before the next room came) waits for 64 queued rooms before it commits fewer, so that when many rooms each commit a command or two its transactions carry more rooms; commits of a room or two never wait (0: never; else 100us..50ms)"`
+	CommitLinger    time.Duration `yaml:"commit_linger" help:"how long a busy group commit (its last transaction carried 4 rooms or more and ended less than 10 times commit_linger before the next room came) waits for 64 queued rooms before it commits fewer, so that when many rooms each commit a command or two its transactions carry more rooms; commits of a room or two never wait; only a single commit worker lingers, as on SQLite (0: never; else 100us..50ms)"`
 	IdleTimeout     time.Duration `yaml:"idle_timeout" help:"unload a room idle for this long"`
 	CommitTimeout   time.Duration `yaml:"commit_timeout" help:"bound on one commit transaction"`
 	ShutdownTimeout time.Duration `yaml:"shutdown_timeout" help:"bound on graceful shutdown"`
