@@ -10,3 +10,6 @@ func SetSendHook(t interface{ Cleanup(func()) }, f func(rows int)) {
 	testHookSend = f
 	t.Cleanup(func() { testHookSend = nil })
 }
+
+// MaxRun is the most rows a batch carries.
+const MaxRun = maxRun
