@@ -115,12 +115,7 @@ func TestManyRoomsCommitTogether(t *testing.T) {
 	second()
 	advance(10*time.Hour - time.Nanosecond)
 	third := submitRooms(t, reg, 5, 6)
-	poll.Until(t, 10*time.Second, "the group commit to linger", poll.Bool(func() bool { return testutil.ToFloat64(m.CommitLingers) == 1 }))
-	select {
-	case n := <-gated.sizes:
-		t.Fatalf("a commit of %d rooms while the group commit lingers", n)
-	default:
-	}
+	lingersWithoutCommit(t, gated, m.CommitLingers)
 	rest := submitRooms(t, reg, 6, 69)
 	if n := nextCommit(t, gated); n != 64 {
 		t.Fatalf("third commit: %d rooms, want the 64 queued by then", n)

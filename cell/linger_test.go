@@ -106,12 +106,7 @@ func TestABusyRoomWaitsForMoreCommands(t *testing.T) {
 	third := submitAll(t, reg, "busy", "c", 1)
 	poll.Until(t, 10*time.Second, "one queued command", poll.Bool(func() bool { return cell.Queued(reg, "busy") == 1 }))
 	gated.release <- struct{}{}
-	poll.Until(t, 10*time.Second, "the room to linger", poll.Bool(func() bool { return testutil.ToFloat64(m.Lingers) == 1 }))
-	select {
-	case n := <-gated.sizes:
-		t.Fatalf("a commit of %d commands while the room lingers", n)
-	default:
-	}
+	lingersWithoutCommit(t, gated, m.Lingers)
 	rest := submitAll(t, reg, "busy", "d", 31)
 	if n := nextCommit(t, gated); n != 32 {
 		t.Fatalf("third commit: %d commands, want the 32 queued by then", n)
@@ -175,6 +170,18 @@ func TestClosingEndsALinger(t *testing.T) {
 	poll.Until(t, 10*time.Second, "one queued command", poll.Bool(func() bool { return cell.Queued(reg, "closing") == 1 }))
 	gated.release <- struct{}{}
 	closeWhileLingering(t, reg, gated, m.Lingers, first, second, third) // third: the lingering command
+}
+
+// lingersWithoutCommit waits until lingers counts one wait and fails if a
+// commit reached the store meanwhile.
+func lingersWithoutCommit(t *testing.T, gated *gatedRepo, lingers prometheus.Counter) {
+	t.Helper()
+	poll.Until(t, 10*time.Second, "a linger", poll.Bool(func() bool { return testutil.ToFloat64(lingers) == 1 }))
+	select {
+	case n := <-gated.sizes:
+		t.Fatalf("a commit of %d commands while lingering", n)
+	default:
+	}
 }
 
 // closeWhileLingering waits until lingers counts one wait, lets every
