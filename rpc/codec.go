@@ -55,15 +55,20 @@ func (c strictCodec) Name() string { return c.name }
 func (c strictCodec) json() bool { return c.name != "proto" }
 
 // Marshal implements connect.Codec.
-func (c strictCodec) Marshal(v any) ([]byte, error) {
+func (c strictCodec) Marshal(v any) ([]byte, error) { return c.MarshalAppend(nil, v) }
+
+// MarshalAppend appends v's encoding to dst. Connect prefers it to
+// Marshal: an answer is encoded into a buffer of its pool instead of a
+// slice allocated (and cleared) for each.
+func (c strictCodec) MarshalAppend(dst []byte, v any) ([]byte, error) {
 	m, ok := v.(proto.Message)
 	if !ok {
 		return nil, fmt.Errorf("marshal %T: not a protobuf message", v)
 	}
 	if c.json() {
-		return protojson.Marshal(m)
+		return protojson.MarshalOptions{}.MarshalAppend(dst, m)
 	}
-	return proto.Marshal(m)
+	return proto.MarshalOptions{}.MarshalAppend(dst, m)
 }
 
 // Unmarshal implements connect.Codec. It fails only for a value that is

@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -120,8 +119,12 @@ const grpcWorkers = 1024
 // bridge decode and encode them.
 type rawCodec struct{}
 
-// rawMessage is one message's bytes.
-type rawMessage struct{ data []byte }
+// rawMessage is one message's bytes: data as received, or buf, a buffer of
+// the transport's pool, to send (the transport frees it once written).
+type rawMessage struct {
+	data []byte
+	buf  mem.Buffer
+}
 
 func (rawCodec) Name() string { return "proto" }
 
@@ -129,6 +132,9 @@ func (rawCodec) Marshal(v any) (mem.BufferSlice, error) {
 	m, ok := v.(*rawMessage)
 	if !ok {
 		return nil, fmt.Errorf("marshal %T: not a raw message", v)
+	}
+	if m.buf != nil {
+		return mem.BufferSlice{m.buf}, nil
 	}
 	return mem.BufferSlice{mem.SliceBuffer(m.data)}, nil
 }
@@ -286,7 +292,7 @@ func (w *grpcResponse) Write(p []byte) (int, error) {
 		// A whole message after its prefix, the way the handler writes
 		// an answer: one copy, for the transport, not two.
 		w.pending = w.pending[:0]
-		w.send(slices.Clone(p))
+		w.send(p)
 		if w.err != nil {
 			return 0, w.err
 		}
@@ -304,10 +310,7 @@ func (w *grpcResponse) Write(p []byte) (int, error) {
 			w.fail(status.Error(grpccodes.Internal, "internal: a compressed message from the handler"))
 			return 0, w.err
 		}
-		// The transport writes the message after SendMsg returns: it gets
-		// bytes of its own.
-		msg := make([]byte, n)
-		copy(msg, w.pending[envelopePrefix:])
+		msg := w.pending[envelopePrefix : envelopePrefix+n]
 		w.pending = w.pending[envelopePrefix+n:]
 		w.send(msg)
 		if w.err != nil {
@@ -322,7 +325,10 @@ func (w *grpcResponse) Write(p []byte) (int, error) {
 
 // send sends one message, compressed when it is at least
 // compressMinBytes and the caller takes gzip: the same rule as the
-// API's answers over net/http.
+// API's answers over net/http. The transport writes the message after
+// SendMsg returns, so it gets a copy of its own, in a buffer of its pool
+// (a fresh slice a call would be allocated and cleared for every answer,
+// a snapshot's kilobytes included).
 func (w *grpcResponse) send(msg []byte) {
 	if !w.sent {
 		w.sent = true
@@ -335,7 +341,7 @@ func (w *grpcResponse) send(msg []byte) {
 			return
 		}
 	}
-	w.fail(w.stream.SendMsg(&rawMessage{data: msg}))
+	w.fail(w.stream.SendMsg(&rawMessage{buf: mem.Copy(msg, mem.DefaultBufferPool())}))
 }
 
 func (w *grpcResponse) fail(err error) {

@@ -70,13 +70,13 @@ type stack struct {
 	ledger   *walletledger.Ledger
 }
 
-func start(t *testing.T) *stack {
+func start(t testing.TB) *stack {
 	t.Helper()
 	return startWith(t, rpc.Options{Callers: []auth.Caller{{Name: "test", Hash: auth.HashToken(token), Scopes: auth.Scopes}}}, quiet)
 }
 
 // startWith starts the stack with opts, logging to log.
-func startWith(t *testing.T, opts rpc.Options, log *slog.Logger) *stack {
+func startWith(t testing.TB, opts rpc.Options, log *slog.Logger) *stack {
 	t.Helper()
 	ctx := context.Background()
 	db, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "room.db"), sqlite.Options{Synchronous: "NORMAL"})
