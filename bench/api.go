@@ -2,9 +2,11 @@ package bench
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"net/http"
 	"os/exec"
 	"runtime"
@@ -78,10 +80,20 @@ func (o APIOptions) runs(name string) bool {
 
 // serviceCost is what the service's /metrics count so far: its CPU
 // seconds, heap allocations and their bytes, the commands its rooms
-// committed and the transactions they took.
+// committed and the transactions they took, and its calls by procedure
+// and latency (the cumulative buckets of room_rpc_duration_seconds).
 type serviceCost struct {
 	cpu, allocs, bytes, commands, commits float64
+	served                                map[string][]bucket
 }
+
+// bucket is one bucket of a Prometheus histogram: n observations up to le.
+type bucket struct{ le, n float64 }
+
+// servedBuckets is the histogram of the service's own timing of each call,
+// from its handlers' first interceptor to their answer: what a call waited
+// for its room and its commit, without the transport's queues around it.
+const servedBuckets = "room_rpc_duration_seconds_bucket"
 
 // processCost reads the service's counters from its /metrics; ok is false
 // when its CPU or allocations cannot be read (the commit counters are
@@ -108,6 +120,13 @@ func processCost(ctx context.Context, url string) (c serviceCost, ok bool) {
 	sc := bufio.NewScanner(res.Body)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
+		if procedure, b, ok := servedBucket(sc.Text()); ok {
+			if c.served == nil {
+				c.served = make(map[string][]bucket)
+			}
+			c.served[procedure] = append(c.served[procedure], b)
+			continue
+		}
 		name, value, _ := strings.Cut(sc.Text(), " ")
 		if dst, known := counters[name]; known {
 			if v, err := strconv.ParseFloat(value, 64); err == nil {
@@ -121,6 +140,34 @@ func processCost(ctx context.Context, url string) (c serviceCost, ok bool) {
 	return c, found == 2
 }
 
+// servedBucket parses a line of servedBuckets: the procedure and the
+// bucket.
+func servedBucket(line string) (procedure string, b bucket, ok bool) {
+	labels, ok := strings.CutPrefix(line, servedBuckets+"{")
+	if !ok {
+		return "", b, false
+	}
+	labels, value, ok := strings.Cut(labels, "} ")
+	if !ok {
+		return "", b, false
+	}
+	le := ""
+	for kv := range strings.SplitSeq(labels, ",") {
+		k, v, _ := strings.Cut(kv, "=")
+		v = strings.Trim(v, `"`)
+		switch k {
+		case "procedure":
+			procedure = v
+		case "le":
+			le = v
+		}
+	}
+	var err1, err2 error
+	b.le, err1 = strconv.ParseFloat(le, 64) // "+Inf" parses as +Inf
+	b.n, err2 = strconv.ParseFloat(value, 64)
+	return procedure, b, procedure != "" && err1 == nil && err2 == nil
+}
+
 // per describes what the service spent between a and b on each of n
 // calls, and the commands its commits carried each when it committed.
 func per(a, b serviceCost, n int) string {
@@ -131,6 +178,31 @@ func per(a, b serviceCost, n int) string {
 		s += fmt.Sprintf(", %.1f commands per commit", (b.commands-a.commands)/commits)
 	}
 	return s
+}
+
+// servedP99 is the bound of the first bucket of the service's own timing
+// of procedure that holds 99% of the calls it served between a and b
+// (the 99th percentile is at most that), and the bucket's lower bound.
+func servedP99(a, b serviceCost, procedure string) (lo, hi float64, ok bool) {
+	before := make(map[float64]float64, len(a.served[procedure]))
+	for _, x := range a.served[procedure] {
+		before[x.le] = x.n
+	}
+	after := slices.SortedFunc(slices.Values(b.served[procedure]), func(x, y bucket) int { return cmp.Compare(x.le, y.le) })
+	if len(after) == 0 {
+		return 0, 0, false
+	}
+	total := after[len(after)-1].n - before[after[len(after)-1].le]
+	if total <= 0 {
+		return 0, 0, false
+	}
+	for _, x := range after {
+		if x.n-before[x.le] >= 0.99*total {
+			return lo, x.le, !math.IsInf(x.le, 1)
+		}
+		lo = x.le
+	}
+	return 0, 0, false
 }
 
 // settle waits, up to a minute, until the service at metrics spends under
@@ -241,6 +313,11 @@ func APIScenarios(ctx context.Context, base string, opts APIOptions) ([]Row, err
 		gen := driver.cpu() - gen0
 		if cost1, ok1 := processCost(ctx, opts.Metrics); ok0 && ok1 && r.Ops > 0 {
 			cost := fmt.Sprintf("%s; load generator: %.0f µs CPU per call", per(cost0, cost1, r.Ops), float64(gen.Microseconds())/float64(r.Ops))
+			if lo, hi, ok := servedP99(cost0, cost1, "/"+c.method); ok {
+				// The rest of a call's time is the transport's queues
+				// and the load generator's, on the cores they share.
+				cost += fmt.Sprintf("; the service's own p99 %g-%g ms", 1e3*lo, 1e3*hi)
+			}
 			r.Extra = strings.TrimPrefix(r.Extra+"; "+cost, "; ")
 		}
 		return r, nil
