@@ -327,8 +327,8 @@ func (w *grpcResponse) Write(p []byte) (int, error) {
 // compressMinBytes and the caller takes gzip: the same rule as the
 // API's answers over net/http. The transport writes the message after
 // SendMsg returns, so it gets a copy of its own, in a buffer of its pool
-// (a fresh slice a call would be allocated and cleared for every answer,
-// a snapshot's kilobytes included).
+// rather than in a slice allocated and cleared for every answer (a
+// snapshot's kilobytes included).
 func (w *grpcResponse) send(msg []byte) {
 	if !w.sent {
 		w.sent = true
