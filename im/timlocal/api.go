@@ -46,13 +46,21 @@ var groupTypes = []string{"Private", "Public", "ChatRoom", avChatRoom, "Communit
 // decoder alone would accept "groupid" for GroupId), then decodes it into v. Unknown keys are refused,
 // which is stricter than Tencent: a misspelt key fails here instead of being ignored in production.
 func (r request) decode(v any, keys ...string) (reply, bool) {
-	for k := range r.fields {
-		if !slices.Contains(keys, k) {
-			return fail(10004, "invalid parameter: unknown field %q", k), false
-		}
+	if rep, ok := onlyKeys(r.fields, keys...); !ok {
+		return rep, false
 	}
 	if err := json.Unmarshal(r.body, v); err != nil {
 		return fail(10004, "invalid parameter: %v", err), false
+	}
+	return reply{}, true
+}
+
+// onlyKeys refuses an object with a key not in keys.
+func onlyKeys[V any](fields map[string]V, keys ...string) (reply, bool) {
+	for k := range fields {
+		if !slices.Contains(keys, k) {
+			return fail(10004, "invalid parameter: unknown field %q", k), false
+		}
 	}
 	return reply{}, true
 }
@@ -157,11 +165,11 @@ func (s *Server) destroyGroup(r request) reply {
 
 func (s *Server) sendGroupMsg(r request) reply {
 	var req struct {
-		GroupID     string            `json:"GroupId"`
-		Random      *uint32           `json:"Random"`
-		MsgPriority *string           `json:"MsgPriority"`
-		MsgBody     []json.RawMessage `json:"MsgBody"`
-		FromAccount string            `json:"From_Account"`
+		GroupID     string  `json:"GroupId"`
+		Random      *uint32 `json:"Random"`
+		MsgPriority *string `json:"MsgPriority"`
+		MsgBody     []any   `json:"MsgBody"`
+		FromAccount string  `json:"From_Account"`
 		// Accepted and not modelled.
 		OnlineOnlyFlag          int               `json:"OnlineOnlyFlag"`
 		SendMsgControl          []string          `json:"SendMsgControl"`
@@ -246,55 +254,77 @@ func sendReply(a sent) reply {
 }
 
 // parseElements validates MsgBody elements and returns them with the bytes of their contents, which is
-// what the size limit counts.
-func parseElements(raw []json.RawMessage) ([]Element, int, reply, bool) {
-	elems := make([]Element, 0, len(raw))
+// what the size limit counts. The body comes decoded as plain JSON values, in the same pass as the rest of
+// the request: a message's Data is most of its bytes, and decoding each level again would read them
+// once per level.
+func parseElements(body []any) ([]Element, int, reply, bool) {
+	elems := make([]Element, 0, len(body))
 	size, customs := 0, 0
-	for i, rm := range raw {
-		var fields map[string]json.RawMessage
-		if err := json.Unmarshal(rm, &fields); err != nil || fields == nil {
+	for i, v := range body {
+		fields, isObject := v.(map[string]any)
+		if !isObject {
 			return nil, 0, fail(10004, "invalid parameter: MsgBody[%d] is not an object", i), false
 		}
-		var elem struct {
-			MsgType    string          `json:"MsgType"`
-			MsgContent json.RawMessage `json:"MsgContent"`
-		}
-		if rep, ok := (request{body: rm, fields: fields}).decode(&elem, "MsgType", "MsgContent"); !ok {
+		if rep, ok := onlyKeys(fields, "MsgType", "MsgContent"); !ok {
 			return nil, 0, rep, false
 		}
-		var content map[string]json.RawMessage
-		if err := json.Unmarshal(elem.MsgContent, &content); err != nil || content == nil {
+		msgType, rep, ok := stringField(fields, "MsgType", i)
+		if !ok {
+			return nil, 0, rep, false
+		}
+		content, isObject := fields["MsgContent"].(map[string]any)
+		if !isObject {
 			return nil, 0, fail(10004, "invalid parameter: MsgBody[%d].MsgContent is not an object", i), false
 		}
-		cr := request{body: elem.MsgContent, fields: content}
 		var e Element
-		switch elem.MsgType {
+		switch msgType {
 		case customElem:
 			if customs++; customs > 1 {
 				return nil, 0, fail(10004, "invalid parameter: at most one TIMCustomElem per message"), false
 			}
-			var c struct{ Data, Desc, Ext, Sound string }
-			if rep, ok := cr.decode(&c, "Data", "Desc", "Ext", "Sound"); !ok {
+			if rep, ok := onlyKeys(content, "Data", "Desc", "Ext", "Sound"); !ok {
 				return nil, 0, rep, false
 			}
-			e = Element{Type: customElem, Data: c.Data, Desc: c.Desc, Ext: c.Ext, Sound: c.Sound}
-			size += len(c.Data) + len(c.Desc) + len(c.Ext) + len(c.Sound)
+			e.Type = customElem
+			for _, f := range []struct {
+				key string
+				to  *string
+			}{{"Data", &e.Data}, {"Desc", &e.Desc}, {"Ext", &e.Ext}, {"Sound", &e.Sound}} {
+				if *f.to, rep, ok = stringField(content, f.key, i); !ok {
+					return nil, 0, rep, false
+				}
+			}
+			size += len(e.Data) + len(e.Desc) + len(e.Ext) + len(e.Sound)
 		case textElem:
-			var t struct{ Text *string }
-			if rep, ok := cr.decode(&t, "Text"); !ok {
+			if rep, ok := onlyKeys(content, "Text"); !ok {
 				return nil, 0, rep, false
 			}
-			if t.Text == nil {
+			if content["Text"] == nil {
 				return nil, 0, fail(10004, "invalid parameter: MsgBody[%d] TIMTextElem needs Text", i), false
 			}
-			e = Element{Type: textElem, Text: *t.Text}
-			size += len(*t.Text)
+			e.Type = textElem
+			if e.Text, rep, ok = stringField(content, "Text", i); !ok {
+				return nil, 0, rep, false
+			}
+			size += len(e.Text)
 		default:
-			return nil, 0, fail(10004, "invalid parameter: MsgBody[%d] MsgType %q is not supported here (TIMCustomElem, TIMTextElem)", i, elem.MsgType), false
+			return nil, 0, fail(10004, "invalid parameter: MsgBody[%d] MsgType %q is not supported here (TIMCustomElem, TIMTextElem)", i, msgType), false
 		}
 		elems = append(elems, e)
 	}
 	return elems, size, reply{}, true
+}
+
+// stringField returns a string field of MsgBody[i]: absent and null are "", as Go's decoder leaves them.
+func stringField(fields map[string]any, key string, i int) (string, reply, bool) {
+	switch v := fields[key].(type) {
+	case nil:
+		return "", reply{}, true
+	case string:
+		return v, reply{}, true
+	default:
+		return "", fail(10004, "invalid parameter: MsgBody[%d].%s is not a string", i, key), false
+	}
 }
 
 // members validates a Members_Account list.

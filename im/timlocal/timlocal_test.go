@@ -57,7 +57,7 @@ type env struct {
 	hc   *http.Client
 }
 
-func newEnv(t *testing.T, mod func(*timlocal.Config)) *env {
+func newEnv(t testing.TB, mod func(*timlocal.Config)) *env {
 	t.Helper()
 	clk := &clock{t: time.Now()}
 	cfg := timlocal.Config{SDKAppID: appID, SecretKey: key, Admin: admin, Clock: clk.Now}
@@ -76,7 +76,7 @@ func newEnv(t *testing.T, mod func(*timlocal.Config)) *env {
 	return &env{srv: srv, clk: clk, base: hs.URL, hc: hc}
 }
 
-func sig(t *testing.T, app int, k, user string, ttl int) string {
+func sig(t testing.TB, app int, k, user string, ttl int) string {
 	t.Helper()
 	s, err := tencentyun.GenUserSig(app, k, user, ttl)
 	if err != nil {
@@ -86,7 +86,7 @@ func sig(t *testing.T, app int, k, user string, ttl int) string {
 }
 
 // query returns the five parameters of a valid call.
-func (e *env) query(t *testing.T) url.Values {
+func (e *env) query(t testing.TB) url.Values {
 	return url.Values{
 		"sdkappid":    {strconv.Itoa(appID)},
 		"identifier":  {admin},
@@ -105,7 +105,7 @@ type answer struct {
 }
 
 // do sends one raw request and decodes the envelope, requiring HTTP 200.
-func (e *env) do(t *testing.T, method, path string, q url.Values, body string) answer {
+func (e *env) do(t testing.TB, method, path string, q url.Values, body string) answer {
 	t.Helper()
 	req, err := http.NewRequest(method, e.base+path+"?"+q.Encode(), strings.NewReader(body))
 	if err != nil {
@@ -135,12 +135,12 @@ func (e *env) do(t *testing.T, method, path string, q url.Values, body string) a
 }
 
 // call makes a valid, signed group call.
-func (e *env) call(t *testing.T, command, body string) answer {
+func (e *env) call(t testing.TB, command, body string) answer {
 	t.Helper()
 	return e.do(t, http.MethodPost, "/v4/group_open_http_svc/"+command, e.query(t), body)
 }
 
-func (e *env) mustOK(t *testing.T, command, body string) answer {
+func (e *env) mustOK(t testing.TB, command, body string) answer {
 	t.Helper()
 	a := e.call(t, command, body)
 	if a.ErrorCode != 0 {
@@ -149,7 +149,7 @@ func (e *env) mustOK(t *testing.T, command, body string) answer {
 	return a
 }
 
-func (e *env) createRoom(t *testing.T, id string) {
+func (e *env) createRoom(t testing.TB, id string) {
 	t.Helper()
 	e.mustOK(t, "create_group", `{"Type":"AVChatRoom","GroupId":"`+id+`","Name":"room"}`)
 }
@@ -291,6 +291,13 @@ func TestSendGroupMsgRules(t *testing.T) {
 		{"two custom elements", `{"GroupId":"room-1","Random":1,"MsgBody":[{"MsgType":"TIMCustomElem","MsgContent":{"Data":"x"}},{"MsgType":"TIMCustomElem","MsgContent":{"Data":"y"}}]}`, 10004},
 		{"unknown content key", `{"GroupId":"room-1","Random":1,"MsgBody":[{"MsgType":"TIMCustomElem","MsgContent":{"data":"x"}}]}`, 10004},
 		{"text without Text", `{"GroupId":"room-1","Random":1,"MsgBody":[{"MsgType":"TIMTextElem","MsgContent":{}}]}`, 10004},
+		{"text with null Text", `{"GroupId":"room-1","Random":1,"MsgBody":[{"MsgType":"TIMTextElem","MsgContent":{"Text":null}}]}`, 10004},
+		{"text with a number", `{"GroupId":"room-1","Random":1,"MsgBody":[{"MsgType":"TIMTextElem","MsgContent":{"Text":5}}]}`, 10004},
+		{"Data not a string", `{"GroupId":"room-1","Random":1,"MsgBody":[{"MsgType":"TIMCustomElem","MsgContent":{"Data":{"a":1}}}]}`, 10004},
+		{"MsgType not a string", `{"GroupId":"room-1","Random":1,"MsgBody":[{"MsgType":1,"MsgContent":{"Data":"x"}}]}`, 10004},
+		{"element not an object", `{"GroupId":"room-1","Random":1,"MsgBody":["x"]}`, 10004},
+		{"content not an object", `{"GroupId":"room-1","Random":1,"MsgBody":[{"MsgType":"TIMCustomElem","MsgContent":"x"}]}`, 10004},
+		{"unknown element key", `{"GroupId":"room-1","Random":1,"MsgBody":[{"MsgType":"TIMCustomElem","msgContent":{"Data":"x"}}]}`, 10004},
 		{"unsupported element", `{"GroupId":"room-1","Random":1,"MsgBody":[{"MsgType":"TIMFaceElem","MsgContent":{"Index":1}}]}`, 10004},
 		{"too large", msg("room-1", 1, "High", strings.Repeat("x", 8192)), 80002},
 	}
@@ -815,5 +822,40 @@ func TestUnknownCommandsShareOneCounter(t *testing.T) {
 	}
 	if n := e.srv.Calls("create_group"); n != 1 {
 		t.Errorf("create_group calls %d, want 1", n)
+	}
+}
+
+// BenchmarkSendGroupMsg measures the endpoint's own work for the lane's usual message: one custom element
+// whose Data is a Batch of about 7 KB, sent to a group that takes it.
+func BenchmarkSendGroupMsg(b *testing.B) {
+	e := newEnv(b, func(c *timlocal.Config) { c.GroupRate = 1 << 30; c.APIRate = 1 << 30 })
+	e.createRoom(b, "room-1")
+	events := make([]map[string]any, 0, 48)
+	for i := range cap(events) {
+		events = append(events, map[string]any{"type": "MemberJoined", "room_version": 1000 + i,
+			"user": map[string]any{"user_id": "user-" + strconv.Itoa(i), "nickname": "Nick \"" + strconv.Itoa(i) + "\"", "avatar": "https://cdn.example.com/a/" + strconv.Itoa(i) + ".png"}})
+	}
+	data, err := json.Marshal(map[string]any{"type": "Batch", "events": events})
+	if err != nil {
+		b.Fatal(err)
+	}
+	target := "/v4/group_open_http_svc/send_group_msg?" + e.query(b).Encode()
+	// Each call has a Random of its own, or it would be answered as a duplicate.
+	head, tail, found := strings.Cut(msg("room-1", 1234567, "Normal", string(data)), "1234567")
+	if !found {
+		b.Fatal("no Random in the message")
+	}
+	random := 0
+	b.ReportAllocs()
+	b.SetBytes(int64(len(data)))
+	for b.Loop() {
+		random++
+		e.clk.Advance(time.Millisecond) // the service's clock moves; a verified signature is then trusted again
+		body := head + strconv.Itoa(random) + tail
+		w := httptest.NewRecorder()
+		e.srv.ServeHTTP(w, httptest.NewRequest(http.MethodPost, target, strings.NewReader(body)))
+		if w.Code != http.StatusOK || !strings.Contains(w.Body.String(), `"ErrorCode":0`) {
+			b.Fatalf("answer %d %s", w.Code, w.Body)
+		}
 	}
 }
