@@ -102,6 +102,7 @@ var dialect = sqlstore.Dialect{
 	// SQLite keeps a statement journal; MySQL undoes a statement from
 	// InnoDB's undo log, which it writes anyway.
 	StatementJournal: true,
+	InProcess:        true,
 }
 
 // DB is a store.Repository on one SQLite file. It is safe for concurrent use;

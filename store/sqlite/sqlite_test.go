@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"runtime/metrics"
 	"slices"
 	"strings"
 	"sync"
@@ -325,54 +326,102 @@ func BenchmarkCommitBatches(b *testing.B) {
 func benchCommit(b *testing.B, opts Options, nBatches, nCommands int, payload []byte) {
 	ctx := context.Background()
 	db, _ := openTemp(b, opts)
-	type roomState struct {
-		id          string
-		epoch, head int64
-	}
-	rooms := make([]roomState, nBatches)
-	for i := range rooms {
-		id := fmt.Sprintf("bench-%03d", i)
-		if err := db.SaveRoomMeta(ctx, store.RoomMeta{RoomID: id, SeatCount: 8}); err != nil {
-			b.Fatal(err)
-		}
-		c, err := db.ClaimRoom(ctx, id, "bench")
-		if err != nil {
-			b.Fatal(err)
-		}
-		rooms[i] = roomState{id: id, epoch: c.Epoch}
-	}
-	batches := make([]store.Batch, nBatches)
+	rooms := claimRooms(b, db, nBatches)
 	b.ReportAllocs()
 	calls := 0
 	for b.Loop() {
 		calls++
-		for i := range rooms {
-			r := &rooms[i]
-			bt := store.Batch{RoomID: r.id, OwnerEpoch: r.epoch, BaseVersion: r.head,
-				Commands: make([]store.CommandRecord, nCommands), Outbox: make([]outbox.Record, nCommands)}
-			for j := range nCommands {
-				v := r.head + 1 + int64(j)
-				bt.Commands[j] = store.CommandRecord{RoomID: r.id, RoomVersion: v, CommandID: fmt.Sprintf("cmd-%d", v),
-					CommandType: "TakeMic", Payload: payload, Replayable: true}
-				bt.Outbox[j] = outbox.Record{EventID: fmt.Sprintf("%s/%d/0", r.id, v), RoomID: r.id, RoomVersion: v,
-					EventType: "RoomMicChanged", Payload: payload}
-			}
-			r.head += int64(nCommands)
-			batches[i] = bt
-		}
-		results, err := db.CommitBatches(ctx, batches)
-		if err != nil {
-			b.Fatal(err)
-		}
-		for _, res := range results {
-			if res != nil {
-				b.Fatal(res)
-			}
-		}
+		// With a deadline, as the engine's committer commits.
+		cctx, cancel := context.WithTimeout(ctx, time.Minute)
+		commitAll(b, cctx, db, rooms.next(nCommands, payload))
+		cancel()
 	}
 	secs := b.Elapsed().Seconds()
 	b.ReportMetric(float64(calls*nBatches*nCommands*2)/secs, "rows/s")
 	b.ReportMetric(float64(calls)/secs, "commits/s")
+}
+
+// benchRooms are rooms claimed for commits, each at its head.
+type benchRooms []struct {
+	id          string
+	epoch, head int64
+}
+
+// claimRooms creates and claims n rooms.
+func claimRooms(t testing.TB, db *DB, n int) benchRooms {
+	t.Helper()
+	rooms := make(benchRooms, n)
+	for i := range rooms {
+		id := fmt.Sprintf("bench-%03d", i)
+		if err := db.SaveRoomMeta(t.Context(), store.RoomMeta{RoomID: id, SeatCount: 8}); err != nil {
+			t.Fatal(err)
+		}
+		c, err := db.ClaimRoom(t.Context(), id, "bench")
+		if err != nil {
+			t.Fatal(err)
+		}
+		rooms[i].id, rooms[i].epoch = id, c.Epoch
+	}
+	return rooms
+}
+
+// next is a batch of nCommands commands, each with an outbox row, for
+// every room, after the rooms' heads, which it advances.
+func (rooms benchRooms) next(nCommands int, payload []byte) []store.Batch {
+	batches := make([]store.Batch, len(rooms))
+	for i := range rooms {
+		r := &rooms[i]
+		bt := store.Batch{RoomID: r.id, OwnerEpoch: r.epoch, BaseVersion: r.head,
+			Commands: make([]store.CommandRecord, nCommands), Outbox: make([]outbox.Record, nCommands)}
+		for j := range nCommands {
+			v := r.head + 1 + int64(j)
+			bt.Commands[j] = store.CommandRecord{RoomID: r.id, RoomVersion: v, CommandID: fmt.Sprintf("cmd-%d", v),
+				CommandType: "TakeMic", Payload: payload, Replayable: true}
+			bt.Outbox[j] = outbox.Record{EventID: fmt.Sprintf("%s/%d/0", r.id, v), RoomID: r.id, RoomVersion: v,
+				EventType: "RoomMicChanged", Payload: payload}
+		}
+		r.head += int64(nCommands)
+		batches[i] = bt
+	}
+	return batches
+}
+
+// commitAll commits batches and fails t unless every one committed.
+func commitAll(t testing.TB, ctx context.Context, db *DB, batches []store.Batch) {
+	t.Helper()
+	results, err := db.CommitBatches(ctx, batches)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, res := range results {
+		if res != nil {
+			t.Fatal(res)
+		}
+	}
+}
+
+// TestACommitStartsNoGoroutinePerStatement: the driver starts a goroutine
+// for each statement whose context can end; a commit's statements take one
+// that cannot, so a commit of many rooms under a deadline starts the few
+// goroutines of its transaction, not one per room it fences.
+func TestACommitStartsNoGoroutinePerStatement(t *testing.T) {
+	db, _ := openTemp(t, Options{})
+	const n = 200
+	rooms := claimRooms(t, db, n)
+	payload := []byte(`{"user_id":1}`)
+	commitAll(t, t.Context(), db, rooms.next(1, payload)) // the statements are prepared
+	sample := []metrics.Sample{{Name: "/sched/goroutines-created:goroutines"}}
+	metrics.Read(sample)
+	before := sample[0].Value.Uint64()
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	commitAll(t, ctx, db, rooms.next(1, payload))
+	metrics.Read(sample)
+	started := sample[0].Value.Uint64() - before
+	if started >= n/4 {
+		t.Fatalf("a commit of %d rooms started %d goroutines, want fewer than %d", n, started, n/4)
+	}
+	t.Logf("a commit of %d rooms started %d goroutines", n, started)
 }
 
 // BenchmarkMarkOutboxPublished measures what marking outbox rows published

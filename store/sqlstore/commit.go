@@ -97,6 +97,7 @@ func (db *DB) CommitBatches(ctx context.Context, batches []store.Batch) ([]error
 	refused := map[int]error{}
 	commit := func(write func(context.Context, *sql.Tx, []store.Batch, []int, []error) error) error {
 		return db.Tx(ctx, func(tx *sql.Tx) error {
+			ctx := db.statementContext(ctx)
 			copy(results, checked)
 			left := make([]int, 0, len(order))
 			for _, i := range order {
@@ -472,6 +473,20 @@ func (db *DB) advance(ctx context.Context, fence *sql.Stmt, b *store.Batch, now 
 		return store.ErrFenced
 	}
 	return nil
+}
+
+// statementContext is the context of a commit's statements: ctx, or on a
+// database in process ctx without its end. modernc's SQLite driver starts
+// a goroutine for every statement whose context can end, to interrupt it
+// then: a commit ran one per room it fenced and one per multi-row INSERT,
+// about one per command, each made runnable twice beside the one writer.
+// The transaction still ends with ctx: database/sql rolls it back then, as
+// soon as the statement running ends, and the statements after it fail.
+func (db *DB) statementContext(ctx context.Context) context.Context {
+	if db.d.InProcess {
+		return context.WithoutCancel(ctx)
+	}
+	return ctx
 }
 
 // maxFenceRooms caps the rooms of one bulk fence statement.

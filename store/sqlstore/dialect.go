@@ -67,6 +67,10 @@ type Dialect struct {
 	// a commit of the common batches then costs one round trip for all its
 	// writes (see commitOneTrip).
 	MultiStatements bool
+	// InProcess says statements run in the process, on its own CPU, and
+	// end on their own (SQLite): a commit's statements then take a context
+	// that does not end (see DB.statementContext).
+	InProcess bool
 }
 
 // InsertOrRollback returns the start of an INSERT whose failure (a
