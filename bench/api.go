@@ -5,6 +5,7 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"net/http"
@@ -60,7 +61,20 @@ type APIOptions struct {
 	// reads (empty: all). The transport's ceiling and CreateRoom at 16 in
 	// flight, which creates the rooms the others use, always run.
 	Scenarios []string
+	// Profile is the base URL of the service's admin listener (its
+	// admin_listen, which serves /debug/pprof/): when set, the service is
+	// profiled for ProfileFor during the many-room joins at 256 in
+	// flight, and rows after them say its CPU by component (Components).
+	Profile string
+	// ProfileFor is how long that profile runs (0: DefaultProfileFor). A
+	// row shorter than it lends the rest of the profile to the next row,
+	// the same joins at the engine's load.
+	ProfileFor time.Duration
 }
+
+// DefaultProfileFor is how long the joins' profile runs unless told
+// otherwise: shorter than the row at 50,000 calls on this machine.
+const DefaultProfileFor = 2 * time.Second
 
 // hotRate is the hot room's target: joins a second, each answered within
 // 50 ms at the 99th percentile.
@@ -233,6 +247,7 @@ type apiCall struct {
 	method   string // the gRPC method, package.Service/Method
 	template string
 	send     func(ctx context.Context, w int, i int64) error
+	profile  string // with APIOptions.Profile: profile the row, its rows named so
 }
 
 // load is how a scenario's calls are driven: callers in flight, each
@@ -298,6 +313,8 @@ func APIScenarios(ctx context.Context, base string, opts APIOptions) ([]Row, err
 	if opts.Ghz != "" {
 		driver = &ghzDriver{bin: opts.Ghz, base: base, token: opts.Token, conns: opts.Conns}
 	}
+	// profiled are the component rows of the profiled scenario.
+	var profiled []Row
 	// measured runs one scenario and adds the service's cost per call,
 	// once the service finished what the previous scenario left it (IM
 	// messages waiting for the app budget, relay chains), so that work is
@@ -306,12 +323,30 @@ func APIScenarios(ctx context.Context, base string, opts APIOptions) ([]Row, err
 		settle(ctx, opts.Metrics)
 		cost0, ok0 := processCost(ctx, opts.Metrics)
 		gen0 := driver.cpu()
+		var prof *cpuProfile
+		if c.profile != "" && opts.Profile != "" {
+			prof = startProfile(ctx, opts.Profile, cmp.Or(opts.ProfileFor, DefaultProfileFor))
+		}
 		r, err := driver.drive(ctx, name, l, total, c)
+		var shares []Share
+		if prof != nil {
+			p, perr := prof.wait()
+			if perr == nil {
+				shares, perr = Components(p)
+			}
+			err = errors.Join(err, perr)
+		}
 		if err != nil {
 			return r, fmt.Errorf("%s: %w", name, err)
 		}
 		gen := driver.cpu() - gen0
-		if cost1, ok1 := processCost(ctx, opts.Metrics); ok0 && ok1 && r.Ops > 0 {
+		cost1, ok1 := processCost(ctx, opts.Metrics)
+		var perCall time.Duration
+		if ok0 && ok1 && r.Ops > 0 {
+			perCall = time.Duration(float64(time.Second) * (cost1.cpu - cost0.cpu) / float64(r.Ops))
+		}
+		profiled = append(profiled, componentRows(c.profile, shares, perCall)...)
+		if ok0 && ok1 && r.Ops > 0 {
 			cost := fmt.Sprintf("%s; load generator: %.0f µs CPU per call", per(cost0, cost1, r.Ops), float64(gen.Microseconds())/float64(r.Ops))
 			if lo, hi, ok := servedP99(cost0, cost1, "/"+c.method); ok {
 				// The rest of a call's time is the transport's queues
@@ -382,7 +417,7 @@ func APIScenarios(ctx context.Context, base string, opts APIOptions) ([]Row, err
 	scenario := 0
 	// join joins users 1000… in rooms (one room: the hot room; else
 	// round robin over the rooms), at load l.
-	join := func(name string, rooms int, l load, users int) (Row, error) {
+	join := func(name string, rooms int, l load, users int, profile string) (Row, error) {
 		// Command ids of their own: a scenario that reused another's on
 		// the same room would measure duplicate answers, not joins.
 		scenario++
@@ -401,6 +436,7 @@ func APIScenarios(ctx context.Context, base string, opts APIOptions) ([]Row, err
 					RoomId: roomOf(i), CommandId: prefix + strconv.FormatInt(i, 10), OperatorUserId: 1000 + i%int64(users),
 				}, &roomv1.JoinRoomResponse{})
 			},
+			profile: profile,
 		})
 	}
 	ofEngine := func(r *Row) {
@@ -409,7 +445,8 @@ func APIScenarios(ctx context.Context, base string, opts APIOptions) ([]Row, err
 		}
 	}
 	if opts.runs("joins") {
-		many, err := join(fmt.Sprintf("JoinRoom, %d rooms, 256 in flight", opts.Rooms), opts.Rooms, load{callers: 256}, 100_000)
+		many, err := join(fmt.Sprintf("JoinRoom, %d rooms, 256 in flight", opts.Rooms), opts.Rooms, load{callers: 256}, 100_000,
+			"  CPU by component")
 		if err != nil {
 			return nil, err
 		}
@@ -419,13 +456,15 @@ func APIScenarios(ctx context.Context, base string, opts APIOptions) ([]Row, err
 		// flight; through the API at that load the two compare like for like
 		// (at 256 in flight the rate is bounded by in-flight / latency).
 		engineLoad := 2 * opts.Rooms
-		manyAtEngineLoad, err := join(fmt.Sprintf("JoinRoom, %d rooms, %d in flight (the engine's load)", opts.Rooms, engineLoad), opts.Rooms, load{callers: engineLoad}, 100_000)
+		manyAtEngineLoad, err := join(fmt.Sprintf("JoinRoom, %d rooms, %d in flight (the engine's load)", opts.Rooms, engineLoad), opts.Rooms, load{callers: engineLoad}, 100_000, "")
 		if err != nil {
 			return nil, err
 		}
 		ofEngine(&manyAtEngineLoad)
 		ofFloor(&manyAtEngineLoad)
-		rows = append(rows, many, manyAtEngineLoad)
+		rows = append(rows, many)
+		rows = append(rows, profiled...)
+		rows = append(rows, manyAtEngineLoad)
 	}
 	// The hot room at three loads: 256 callers in flight (the engine
 	// scenario's) and 64, closed loops that measure what the room carries,
@@ -450,7 +489,7 @@ func APIScenarios(ctx context.Context, base string, opts APIOptions) ([]Row, err
 		if l.rate > 0 {
 			name = fmt.Sprintf("JoinRoom, one hot room%s, %.0f/s offered (open loop)", crowd, l.rate)
 		}
-		hot, err := join(name, 1, l, hotMembers)
+		hot, err := join(name, 1, l, hotMembers, "")
 		if err != nil {
 			return nil, err
 		}

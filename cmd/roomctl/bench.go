@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/url"
 	"os"
 	"runtime/debug"
 	"runtime/pprof"
@@ -52,6 +53,9 @@ func setupBench(fs *flag.FlagSet) func(ctx context.Context, _ *client, _ []strin
 	ghz := fs.String("ghz", "", "with -api, also drive the API scenarios with this ghz binary (go install github.com/bojand/ghz/cmd/ghz@v0.120.0), an independent load generator; needs gRPC reflection on the API port (a development server)")
 	apiListen := fs.Bool("api-listen", true, "with -api, measure the service at -addr (its listen port); false with -grpc-addr measures the gRPC transport only")
 	apiScenarios := fs.String("api-scenarios", "", "with -api, the API scenarios to run, comma-separated, of "+strings.Join(bench.APIScenarioNames, ",")+" (default: all; the transport's ceiling and the rooms' creation always run)")
+	apiProfile := fs.String("api-profile", "", "with -api, profile the service from its admin listener at this base URL (its admin_listen: http://127.0.0.1:PORT, which serves /debug/pprof/) during the "+
+		"1,000-room joins at 256 in flight, and print its CPU by component after that row")
+	apiProfileFor := fs.Duration("api-profile-duration", bench.DefaultProfileFor, "with -api-profile, how long the profile runs (whole seconds)")
 	grpcAddr := fs.String("grpc-addr", "", "with -api, also measure the service's gRPC transport at this address (its grpc_listen: 127.0.0.1:9090 with zero configuration)")
 	mysqlDSN := fs.String("mysql-dsn", os.Getenv("ROOM_MYSQL_DSN"), "run on this MySQL/MariaDB server (fresh databases, dropped afterwards) instead of SQLite (env ROOM_MYSQL_DSN)")
 	return func(ctx context.Context, c *client, _ []string, out io.Writer) error {
@@ -180,7 +184,16 @@ func setupBench(fs *flag.FlagSet) func(ctx context.Context, _ *client, _ []strin
 				}
 				scenarios = append(scenarios, name)
 			}
-			return benchAPI(ctx, c, out, *apiListen, bench.APIOptions{Token: c.token, Conns: *apiConns, Rooms: *rooms, Commands: *apiCommands, GRPC: *grpcAddr, Ghz: *ghz, Engine: engine, HotMembers: *hotMembers, Scenarios: scenarios})
+			if *apiProfile != "" {
+				if u, err := url.Parse(*apiProfile); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+					return usagef("-api-profile %q: want the admin listener's base URL, http://host:port", *apiProfile)
+				}
+			}
+			if *apiProfileFor < time.Second {
+				return usagef("-api-profile-duration %v: want at least 1s", *apiProfileFor)
+			}
+			return benchAPI(ctx, c, out, *apiListen, bench.APIOptions{Token: c.token, Conns: *apiConns, Rooms: *rooms, Commands: *apiCommands, GRPC: *grpcAddr, Ghz: *ghz, Engine: engine, HotMembers: *hotMembers, Scenarios: scenarios,
+				Profile: *apiProfile, ProfileFor: *apiProfileFor})
 		}
 		return nil
 	}

@@ -5,6 +5,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -91,6 +92,35 @@ func TestBenchAPI(t *testing.T) {
 	code, _, stderr := roomctl(t, "-addr", "http://"+m.Addr, "bench", "-api", "-only", "", "-api-scenarios", "hot,warm")
 	if code != 2 || !strings.Contains(stderr, `unknown scenario "warm"`) {
 		t.Fatalf("-api-scenarios hot,warm: exit %d, stderr %q; want a usage error naming warm", code, stderr)
+	}
+
+	// -api-profile profiles the service from its admin listener during the
+	// many-room joins at 256 in flight: rows after that one split its CPU
+	// by component, and their shares add up to the whole. (The service
+	// runs in this process here, so its profile holds the load
+	// generator's CPU too.)
+	out = mustRun(t, "-addr", "http://"+m.Addr, "bench", "-api", "-api-listen=false", "-grpc-addr", m.GRPCAddr, "-only", "", "-rooms", "4",
+		"-api-commands", "2000", "-api-scenarios", "joins", "-api-profile", "http://"+m.AdminAddr, "-api-profile-duration", "1s")
+	joins := strings.Index(out, "JoinRoom, 4 rooms, 256 in flight")
+	share := regexp.MustCompile(`CPU by component: ([^\n]*?)\s+0\s.*?([0-9.]+)% of the service's CPU`)
+	found := share.FindAllStringSubmatchIndex(out, -1)
+	if joins < 0 || len(found) == 0 || found[0][0] < joins {
+		t.Fatalf("no CPU by component after the joins at 256 in flight:\n%s", out)
+	}
+	sum, components := 0.0, map[string]bool{}
+	for _, f := range found {
+		pct, _ := strconv.ParseFloat(out[f[4]:f[5]], 64)
+		sum += pct
+		components[strings.TrimSpace(out[f[2]:f[3]])] = true
+	}
+	if sum < 99 || sum > 101 || !components["the group commit (the database writer)"] || !components["the room cells"] {
+		t.Fatalf("components %v add up to %.1f%%, want 100%% with the group commit and the cells in them:\n%s", components, sum, out)
+	}
+	for _, bad := range [][]string{{"-api-profile", "127.0.0.1:9100"}, {"-api-profile", "http://" + m.AdminAddr, "-api-profile-duration", "500ms"}} {
+		code, _, stderr := roomctl(t, append([]string{"-addr", "http://" + m.Addr, "bench", "-api", "-only", ""}, bad...)...)
+		if code != 2 || !strings.Contains(stderr, bad[len(bad)-2]) {
+			t.Errorf("%v: exit %d, stderr %q; want a usage error naming %s", bad, code, stderr, bad[len(bad)-2])
+		}
 	}
 }
 
