@@ -19,6 +19,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/google/pprof/profile"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	healthv1 "google.golang.org/grpc/health/grpc_health_v1"
@@ -64,7 +65,9 @@ type APIOptions struct {
 	// Profile is the base URL of the service's admin listener (its
 	// admin_listen, which serves /debug/pprof/): when set, the service is
 	// profiled for ProfileFor during the many-room joins at 256 in
-	// flight, and rows after them say its CPU by component (Components).
+	// flight, its heap allocations are read before and after them, and
+	// rows after them say its CPU and allocations by component
+	// (Components).
 	Profile string
 	// ProfileFor is how long that profile runs (0: DefaultProfileFor). A
 	// row shorter than it lends the rest of the profile to the next row,
@@ -323,16 +326,29 @@ func APIScenarios(ctx context.Context, base string, opts APIOptions) ([]Row, err
 		settle(ctx, opts.Metrics)
 		cost0, ok0 := processCost(ctx, opts.Metrics)
 		gen0 := driver.cpu()
+		profiling := c.profile != "" && opts.Profile != ""
+		var heap0 *profile.Profile
 		var prof *cpuProfile
-		if c.profile != "" && opts.Profile != "" {
+		if profiling {
+			var err error
+			if heap0, err = heapAllocs(ctx, opts.Profile); err != nil {
+				return Row{}, fmt.Errorf("%s: %w", name, err)
+			}
 			prof = startProfile(ctx, opts.Profile, cmp.Or(opts.ProfileFor, DefaultProfileFor))
 		}
 		r, err := driver.drive(ctx, name, l, total, c)
 		var shares []Share
-		if prof != nil {
-			p, perr := prof.wait()
+		if profiling {
+			cpu, perr := prof.wait()
+			var heap1, allocs *profile.Profile
 			if perr == nil {
-				shares, perr = Components(p)
+				heap1, perr = heapAllocs(ctx, opts.Profile)
+			}
+			if perr == nil {
+				allocs, perr = allocsBetween(heap0, heap1)
+			}
+			if perr == nil {
+				shares, perr = Components(cpu, allocs)
 			}
 			err = errors.Join(err, perr)
 		}
@@ -341,11 +357,13 @@ func APIScenarios(ctx context.Context, base string, opts APIOptions) ([]Row, err
 		}
 		gen := driver.cpu() - gen0
 		cost1, ok1 := processCost(ctx, opts.Metrics)
-		var perCall time.Duration
+		var each perCall
 		if ok0 && ok1 && r.Ops > 0 {
-			perCall = time.Duration(float64(time.Second) * (cost1.cpu - cost0.cpu) / float64(r.Ops))
+			n := float64(r.Ops)
+			each = perCall{cpu: time.Duration(float64(time.Second) * (cost1.cpu - cost0.cpu) / n),
+				allocs: (cost1.allocs - cost0.allocs) / n, bytes: (cost1.bytes - cost0.bytes) / n}
 		}
-		profiled = append(profiled, componentRows(c.profile, shares, perCall)...)
+		profiled = append(profiled, componentRows(c.profile, shares, each)...)
 		if ok0 && ok1 && r.Ops > 0 {
 			cost := fmt.Sprintf("%s; load generator: %.0f µs CPU per call", per(cost0, cost1, r.Ops), float64(gen.Microseconds())/float64(r.Ops))
 			if lo, hi, ok := servedP99(cost0, cost1, "/"+c.method); ok {

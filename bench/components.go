@@ -40,46 +40,78 @@ var components = []component{
 // calls outside any of them, everything else.
 const otherComponent = "the rest (the scheduler, others)"
 
-// Share is a component's part of a CPU profile.
+// Share is a component's part of the service's CPU and of its heap
+// allocations, as fractions (0 to 1) of each.
 type Share struct {
-	Component string
-	CPU       time.Duration
-	Fraction  float64 // of the profile's CPU
+	Component          string
+	CPU, Allocs, Bytes float64
 }
 
-// Components splits a CPU profile's samples between the service's
-// components, in the order of components, the rest last; a component
-// without samples is left out. The fractions add up to 1 unless the
-// profile holds no CPU.
-func Components(p *profile.Profile) ([]Share, error) {
+// Components splits the samples of a CPU profile and, when allocs is not
+// nil, of a profile of the heap allocations made meanwhile (alloc_objects
+// and alloc_space: see allocsBetween) between the service's components, in
+// the order of components, the rest last; a component with neither CPU nor
+// allocations is left out. Each kind's fractions add up to 1 unless the
+// profile holds none of it.
+func Components(cpu, allocs *profile.Profile) ([]Share, error) {
+	c, err := split(cpu, "cpu", "nanoseconds")
+	if err != nil {
+		return nil, fmt.Errorf("not a CPU profile: %w", err)
+	}
+	var objects, bytes []float64
+	if allocs != nil {
+		if objects, err = split(allocs, "alloc_objects", "count"); err != nil {
+			return nil, fmt.Errorf("not a heap profile: %w", err)
+		}
+		if bytes, err = split(allocs, "alloc_space", "bytes"); err != nil {
+			return nil, fmt.Errorf("not a heap profile: %w", err)
+		}
+	}
+	at := func(f []float64, i int) float64 {
+		if f == nil {
+			return 0
+		}
+		return f[i]
+	}
+	var shares []Share
+	for i := range c {
+		sh := Share{Component: otherComponent, CPU: c[i], Allocs: at(objects, i), Bytes: at(bytes, i)}
+		if sh.CPU == 0 && sh.Allocs == 0 && sh.Bytes == 0 {
+			continue
+		}
+		if i < len(components) {
+			sh.Component = components[i].name
+		}
+		shares = append(shares, sh)
+	}
+	return shares, nil
+}
+
+// split is the fraction of p's values of the sample type typ/unit that
+// each component holds, indexed as components, the rest last.
+func split(p *profile.Profile, typ, unit string) ([]float64, error) {
 	at := -1
 	for i, st := range p.SampleType {
-		if st.Type == "cpu" && st.Unit == "nanoseconds" {
+		if st.Type == typ && st.Unit == unit {
 			at = i
 		}
 	}
 	if at < 0 {
-		return nil, fmt.Errorf("not a CPU profile: no cpu/nanoseconds sample type")
+		return nil, fmt.Errorf("no %s/%s sample type", typ, unit)
 	}
-	cpu := make([]time.Duration, len(components)+1)
-	var total time.Duration
+	parts := make([]float64, len(components)+1)
+	total := 0.0
 	for _, s := range p.Sample {
-		d := time.Duration(s.Value[at])
-		cpu[componentOf(s)] += d
-		total += d
+		v := float64(s.Value[at])
+		parts[componentOf(s)] += v
+		total += v
 	}
-	var shares []Share
-	for i, d := range cpu {
-		if d == 0 {
-			continue
+	if total > 0 {
+		for i := range parts {
+			parts[i] /= total
 		}
-		name := otherComponent
-		if i < len(components) {
-			name = components[i].name
-		}
-		shares = append(shares, Share{Component: name, CPU: d, Fraction: float64(d) / float64(total)})
 	}
-	return shares, nil
+	return parts, nil
 }
 
 // componentOf is the index in components of the sample's component, or
@@ -128,7 +160,24 @@ func (cp *cpuProfile) wait() (*profile.Profile, error) {
 }
 
 func fetchProfile(ctx context.Context, admin string, d time.Duration) (*profile.Profile, error) {
-	url := fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", strings.TrimSuffix(admin, "/"), max(1, int(d.Seconds())))
+	return getProfile(ctx, fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", strings.TrimSuffix(admin, "/"), max(1, int(d.Seconds()))))
+}
+
+// heapAllocs is the service's profile of its heap allocations so far,
+// after a collection (a profile counts only what collections published).
+func heapAllocs(ctx context.Context, admin string) (*profile.Profile, error) {
+	return getProfile(ctx, strings.TrimSuffix(admin, "/")+"/debug/pprof/allocs?gc=1")
+}
+
+// allocsBetween is the allocations of after less those of before: what
+// the service allocated between the two.
+func allocsBetween(before, after *profile.Profile) (*profile.Profile, error) {
+	before = before.Copy()
+	before.Scale(-1)
+	return profile.Merge([]*profile.Profile{before, after})
+}
+
+func getProfile(ctx context.Context, url string) (*profile.Profile, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return nil, err
@@ -149,15 +198,28 @@ func fetchProfile(ctx context.Context, admin string, d time.Duration) (*profile.
 	return p, nil
 }
 
+// perCall is what a row's calls cost the service each: CPU, heap
+// allocations and their bytes (zero: not known).
+type perCall struct {
+	cpu           time.Duration
+	allocs, bytes float64
+}
+
 // componentRows are the rows of a profile's shares: each component's part
-// of the service's CPU and, from the row's measured CPU a call, its µs a
-// call.
-func componentRows(of string, shares []Share, perCall time.Duration) []Row {
+// of the service's CPU and allocations and, from the row's measured cost
+// a call, its part of that.
+func componentRows(of string, shares []Share, each perCall) []Row {
 	rows := make([]Row, 0, len(shares))
 	for _, s := range shares {
-		extra := fmt.Sprintf("%.1f%% of the service's CPU", 100*s.Fraction)
-		if perCall > 0 {
-			extra += fmt.Sprintf(", %.0f µs a call", s.Fraction*float64(perCall.Microseconds()))
+		extra := fmt.Sprintf("%.1f%% of the service's CPU", 100*s.CPU)
+		if each.cpu > 0 {
+			extra += fmt.Sprintf(", %.0f µs a call", s.CPU*float64(each.cpu.Microseconds()))
+		}
+		if s.Allocs > 0 || s.Bytes > 0 {
+			extra += fmt.Sprintf("; %.1f%% of its allocations", 100*s.Allocs)
+			if each.allocs > 0 {
+				extra += fmt.Sprintf(", %.0f a call (%.1f KB)", s.Allocs*each.allocs, s.Bytes*each.bytes/1024)
+			}
 		}
 		rows = append(rows, Row{Name: of + ": " + s.Component, Extra: extra})
 	}

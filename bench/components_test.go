@@ -8,13 +8,13 @@ import (
 	"github.com/google/pprof/profile"
 )
 
-// cpuSamples is a CPU profile whose samples have the given stacks (leaf
-// first) and CPU.
-func cpuSamples(stacks [][]string, cpu []time.Duration) *profile.Profile {
-	p := &profile.Profile{SampleType: []*profile.ValueType{{Type: "samples", Unit: "count"}, {Type: "cpu", Unit: "nanoseconds"}}}
+// sampled is a profile of the sample types whose samples have the given
+// stacks (leaf first) and values.
+func sampled(types []*profile.ValueType, stacks [][]string, values [][]int64) *profile.Profile {
+	p := &profile.Profile{SampleType: types, PeriodType: types[len(types)-1]}
 	funcs := map[string]*profile.Function{}
 	for i, stack := range stacks {
-		s := &profile.Sample{Value: []int64{1, int64(cpu[i])}}
+		s := &profile.Sample{Value: values[i]}
 		for _, name := range stack {
 			f := funcs[name]
 			if f == nil {
@@ -35,52 +35,68 @@ func cpuSamples(stacks [][]string, cpu []time.Duration) *profile.Profile {
 // stack's first component in order (a cell handing rows to the relay is
 // the cell's; the relay's publishes through the NATS client are the
 // relay's; the local IM endpoint is not net/http's), the rest is the rest,
-// and the fractions add up to one.
+// and each kind's fractions add up to one; allocations are split the
+// same way, between two heap profiles.
 func TestComponentsSplitAProfileByTheGoroutinesThatSpentIt(t *testing.T) {
-	ms := time.Millisecond
-	p := cpuSamples([][]string{
+	ms := int64(time.Millisecond)
+	stacks := [][]string{
 		{"modernc.org/sqlite/lib._sqlite3VdbeExec", "hyapp/room-service/cell.(*committer).flush", "hyapp/room-service/cell.(*committer).work"},
 		{"hyapp/room-service/outbox/relay.(*Relay).Committed", "hyapp/room-service/cell.(*Cell).run"},
 		{"github.com/nats-io/nats%2ego.(*Conn).publish", "hyapp/room-service/outbox/natsbus.(*Bus).PublishInOrder", "hyapp/room-service/outbox/relay.(*Relay).worker"},
 		{"encoding/json.Unmarshal", "hyapp/room-service/im/timlocal.(*Server).serveAPI", "net/http.(*conn).serve"},
 		{"runtime.findRunnable", "runtime.schedule", "runtime.mcall"},
 		{"hyapp/room-service/cell.(*Cell).run"},
-	}, []time.Duration{40 * ms, 10 * ms, 20 * ms, 10 * ms, 10 * ms, 10 * ms})
-	shares, err := Components(p)
+	}
+	cpu := sampled([]*profile.ValueType{{Type: "samples", Unit: "count"}, {Type: "cpu", Unit: "nanoseconds"}}, stacks,
+		[][]int64{{1, 40 * ms}, {1, 10 * ms}, {1, 20 * ms}, {1, 10 * ms}, {1, 10 * ms}, {1, 10 * ms}})
+	heapTypes := func() []*profile.ValueType {
+		return []*profile.ValueType{{Type: "alloc_objects", Unit: "count"}, {Type: "alloc_space", Unit: "bytes"}}
+	}
+	// Before the row: allocations of the commit and the cells; after it,
+	// more of both and the relay's: the row's are the difference.
+	before := sampled(heapTypes(), stacks[:2], [][]int64{{100, 1000}, {50, 500}})
+	after := sampled(heapTypes(), stacks[:3], [][]int64{{130, 1300}, {110, 1100}, {10, 600}})
+	allocs, err := allocsBetween(before, after)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []struct {
-		name string
-		cpu  time.Duration
-	}{
-		{"the group commit (the database writer)", 40 * ms},
-		{"the room cells", 20 * ms},
-		{"the outbox relay", 20 * ms},
-		{"the local Tencent endpoint", 10 * ms},
-		{otherComponent, 10 * ms},
+	shares, err := Components(cpu, allocs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []Share{
+		{"the group commit (the database writer)", 0.4, 0.3, 0.2},
+		{"the room cells", 0.2, 0.6, 0.4},
+		{"the outbox relay", 0.2, 0.1, 0.4},
+		{"the local Tencent endpoint", 0.1, 0, 0},
+		{otherComponent, 0.1, 0, 0},
 	}
 	if len(shares) != len(want) {
 		t.Fatalf("shares %+v, want %+v", shares, want)
 	}
-	sum := 0.0
+	near := func(a, b float64) bool { return math.Abs(a-b) < 1e-9 }
 	for i, w := range want {
-		if shares[i].Component != w.name || shares[i].CPU != w.cpu {
-			t.Errorf("share %d: %s %v, want %s %v", i, shares[i].Component, shares[i].CPU, w.name, w.cpu)
+		if g := shares[i]; g.Component != w.Component || !near(g.CPU, w.CPU) || !near(g.Allocs, w.Allocs) || !near(g.Bytes, w.Bytes) {
+			t.Errorf("share %d: %+v, want %+v", i, g, w)
 		}
-		sum += shares[i].Fraction
 	}
-	if math.Abs(sum-1) > 1e-9 || math.Abs(shares[0].Fraction-0.4) > 1e-9 {
-		t.Errorf("fractions add up to %v and the commit's is %v, want 1 and 0.4", sum, shares[0].Fraction)
+	if _, err := allocsBetween(before, cpu); err == nil {
+		t.Error("a CPU profile was taken from a heap profile")
 	}
 
-	rows := componentRows("  CPU", shares, 200*time.Microsecond)
-	if got, want := rows[0].Name+" | "+rows[0].Extra, "  CPU: the group commit (the database writer) | 40.0% of the service's CPU, 80 µs a call"; got != want {
+	rows := componentRows("  CPU", shares, perCall{cpu: 200 * time.Microsecond, allocs: 100, bytes: 10240})
+	if got, want := rows[0].Name+" | "+rows[0].Extra,
+		"  CPU: the group commit (the database writer) | 40.0% of the service's CPU, 80 µs a call; 30.0% of its allocations, 30 a call (2.0 KB)"; got != want {
 		t.Errorf("row %q, want %q", got, want)
 	}
+	if got, want := componentRows("  CPU", shares[3:4], perCall{})[0].Extra, "10.0% of the service's CPU"; got != want {
+		t.Errorf("row without costs %q, want %q", got, want)
+	}
 
-	heap := &profile.Profile{SampleType: []*profile.ValueType{{Type: "alloc_space", Unit: "bytes"}}}
-	if _, err := Components(heap); err == nil {
+	if _, err := Components(before, nil); err == nil {
 		t.Error("a heap profile was split as a CPU profile")
+	}
+	if _, err := Components(cpu, cpu); err == nil {
+		t.Error("a CPU profile was split as allocations")
 	}
 }

@@ -54,7 +54,7 @@ func setupBench(fs *flag.FlagSet) func(ctx context.Context, _ *client, _ []strin
 	apiListen := fs.Bool("api-listen", true, "with -api, measure the service at -addr (its listen port); false with -grpc-addr measures the gRPC transport only")
 	apiScenarios := fs.String("api-scenarios", "", "with -api, the API scenarios to run, comma-separated, of "+strings.Join(bench.APIScenarioNames, ",")+" (default: all; the transport's ceiling and the rooms' creation always run)")
 	apiProfile := fs.String("api-profile", "", "with -api, profile the service from its admin listener at this base URL (its admin_listen: http://127.0.0.1:PORT, which serves /debug/pprof/) during the "+
-		"1,000-room joins at 256 in flight, and print its CPU by component after that row")
+		"1,000-room joins at 256 in flight, and print its CPU and allocations by component after that row")
 	apiProfileFor := fs.Duration("api-profile-duration", bench.DefaultProfileFor, "with -api-profile, how long the profile runs (whole seconds)")
 	grpcAddr := fs.String("grpc-addr", "", "with -api, also measure the service's gRPC transport at this address (its grpc_listen: 127.0.0.1:9090 with zero configuration)")
 	mysqlDSN := fs.String("mysql-dsn", os.Getenv("ROOM_MYSQL_DSN"), "run on this MySQL/MariaDB server (fresh databases, dropped afterwards) instead of SQLite (env ROOM_MYSQL_DSN)")

@@ -96,7 +96,8 @@ func TestBenchAPI(t *testing.T) {
 
 	// -api-profile profiles the service from its admin listener during the
 	// many-room joins at 256 in flight: rows after that one split its CPU
-	// by component, and their shares add up to the whole. (The service
+	// and its allocations by component, and the CPU shares add up to the
+	// whole. (The service
 	// runs in this process here, so its profile holds the load
 	// generator's CPU too.)
 	out = mustRun(t, "-addr", "http://"+m.Addr, "bench", "-api", "-api-listen=false", "-grpc-addr", m.GRPCAddr, "-only", "", "-rooms", "4",
@@ -113,8 +114,14 @@ func TestBenchAPI(t *testing.T) {
 		sum += pct
 		components[strings.TrimSpace(out[f[2]:f[3]])] = true
 	}
-	if sum < 99 || sum > 101 || !components["the group commit (the database writer)"] || !components["the room cells"] {
-		t.Fatalf("components %v add up to %.1f%%, want 100%% with the group commit and the cells in them:\n%s", components, sum, out)
+	// A second of a small row holds few samples: which parts hold them
+	// varies, but some named part does.
+	delete(components, "the rest (the scheduler, others)")
+	if sum < 99 || sum > 101 || len(components) == 0 {
+		t.Fatalf("components %v add up to %.1f%%, want 100%% with a named part in them:\n%s", components, sum, out)
+	}
+	if !regexp.MustCompile(`CPU by component: [^\n]*% of its allocations, [0-9]+ a call`).MatchString(out) {
+		t.Fatalf("no allocations a call by component:\n%s", out)
 	}
 	for _, bad := range [][]string{{"-api-profile", "127.0.0.1:9100"}, {"-api-profile", "http://" + m.AdminAddr, "-api-profile-duration", "500ms"}} {
 		code, _, stderr := roomctl(t, append([]string{"-addr", "http://" + m.Addr, "bench", "-api", "-only", ""}, bad...)...)
