@@ -324,19 +324,25 @@ func APIScenarios(ctx context.Context, base string, opts APIOptions) ([]Row, err
 	// not counted against this one.
 	measured := func(name string, l load, total int, c apiCall) (Row, error) {
 		settle(ctx, opts.Metrics)
-		cost0, ok0 := processCost(ctx, opts.Metrics)
-		gen0 := driver.cpu()
+		// The heap profiles force a collection each: outside the row's
+		// own cost.
 		profiling := c.profile != "" && opts.Profile != ""
 		var heap0 *profile.Profile
-		var prof *cpuProfile
 		if profiling {
 			var err error
 			if heap0, err = heapAllocs(ctx, opts.Profile); err != nil {
 				return Row{}, fmt.Errorf("%s: %w", name, err)
 			}
+		}
+		cost0, ok0 := processCost(ctx, opts.Metrics)
+		gen0 := driver.cpu()
+		var prof *cpuProfile
+		if profiling {
 			prof = startProfile(ctx, opts.Profile, cmp.Or(opts.ProfileFor, DefaultProfileFor))
 		}
 		r, err := driver.drive(ctx, name, l, total, c)
+		gen := driver.cpu() - gen0
+		cost1, ok1 := processCost(ctx, opts.Metrics)
 		var shares []Share
 		if profiling {
 			cpu, perr := prof.wait()
@@ -355,8 +361,6 @@ func APIScenarios(ctx context.Context, base string, opts APIOptions) ([]Row, err
 		if err != nil {
 			return r, fmt.Errorf("%s: %w", name, err)
 		}
-		gen := driver.cpu() - gen0
-		cost1, ok1 := processCost(ctx, opts.Metrics)
 		var each perCall
 		if ok0 && ok1 && r.Ops > 0 {
 			n := float64(r.Ops)

@@ -163,10 +163,12 @@ func fetchProfile(ctx context.Context, admin string, d time.Duration) (*profile.
 	return getProfile(ctx, fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", strings.TrimSuffix(admin, "/"), max(1, int(d.Seconds()))))
 }
 
-// heapAllocs is the service's profile of its heap allocations so far,
-// after a collection (a profile counts only what collections published).
+// heapAllocs is the service's profile of its heap allocations so far
+// (alloc_objects and alloc_space), after a collection: a profile counts
+// only what collections published, and only the heap profile's handler
+// runs one first (gc=1).
 func heapAllocs(ctx context.Context, admin string) (*profile.Profile, error) {
-	return getProfile(ctx, strings.TrimSuffix(admin, "/")+"/debug/pprof/allocs?gc=1")
+	return getProfile(ctx, strings.TrimSuffix(admin, "/")+"/debug/pprof/heap?gc=1")
 }
 
 // allocsBetween is the allocations of after less those of before: what
