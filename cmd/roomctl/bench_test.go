@@ -97,9 +97,8 @@ func TestBenchAPI(t *testing.T) {
 	// -api-profile profiles the service from its admin listener during the
 	// many-room joins at 256 in flight: rows after that one split its CPU
 	// and its allocations by component, and the CPU shares add up to the
-	// whole. (The service
-	// runs in this process here, so its profile holds the load
-	// generator's CPU too.)
+	// whole. (The service runs in this process here, so its profile holds
+	// the load generator's CPU too.)
 	out = mustRun(t, "-addr", "http://"+m.Addr, "bench", "-api", "-api-listen=false", "-grpc-addr", m.GRPCAddr, "-only", "", "-rooms", "4",
 		"-api-commands", "2000", "-api-scenarios", "joins", "-api-profile", "http://"+m.AdminAddr, "-api-profile-duration", "1s")
 	joins := strings.Index(out, "JoinRoom, 4 rooms, 256 in flight")
