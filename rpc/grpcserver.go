@@ -5,7 +5,9 @@ import (
 	"encoding/binary"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"strconv"
 	"strings"
@@ -177,17 +179,20 @@ func (b *grpcBridge) serve(_ any, stream grpc.ServerStream) (err error) {
 		}
 	}()
 	md := incomingHeaders(ctx)
-	r := &http.Request{
-		Method: http.MethodPost, URL: &url.URL{Path: method}, RequestURI: method,
+	// One allocation for the call's parts; the handler's request is the
+	// copy WithContext makes.
+	c := &bridgeCall{url: url.URL{Path: method}}
+	r := &c.req
+	*r = http.Request{
+		Method: http.MethodPost, URL: &c.url, RequestURI: method,
 		Proto: "HTTP/2.0", ProtoMajor: 2, Header: make(http.Header, len(md)+1), ContentLength: -1,
 	}
-	r.Header.Set("Content-Type", "application/grpc")
 	for k, vs := range md {
 		switch {
 		case k == ":authority" && len(vs) > 0:
 			r.Host = vs[0]
 		case k == "content-type" && len(vs) > 0:
-			r.Header.Set("Content-Type", vs[0])
+			r.Header["Content-Type"] = vs[:1:1]
 		case grpcNotPassed[k] || strings.HasPrefix(k, ":"):
 		case strings.HasSuffix(k, "-bin"):
 			enc := make([]string, len(vs))
@@ -201,14 +206,38 @@ func (b *grpcBridge) serve(_ any, stream grpc.ServerStream) (err error) {
 			r.Header[http.CanonicalHeaderKey(k)] = vs[:len(vs):len(vs)]
 		}
 	}
-	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
-		r.RemoteAddr = p.Addr.String()
+	if r.Header["Content-Type"] == nil {
+		r.Header["Content-Type"] = []string{"application/grpc"}
 	}
-	body := &grpcBody{stream: stream}
+	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
+		r.RemoteAddr = remoteAddr(p.Addr)
+	}
+	body := &c.body
+	body.stream = stream
 	r.Body = body
-	w := &grpcResponse{stream: stream, header: make(http.Header, 4), gzipOK: acceptsGzip(md)}
+	w := &c.resp
+	*w = grpcResponse{stream: stream, header: make(http.Header, 4), gzipOK: acceptsGzip(md)}
 	b.h.ServeHTTP(w, r.WithContext(ctx))
 	return w.finish(body)
+}
+
+// remoteAddr is a's host:port, as net.TCPAddr.String writes it, formatted
+// in one allocation instead of three.
+func remoteAddr(a net.Addr) string {
+	if t, ok := a.(*net.TCPAddr); ok {
+		if ap := t.AddrPort(); ap.Addr().IsValid() {
+			return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port()).String()
+		}
+	}
+	return a.String()
+}
+
+// bridgeCall is what the bridge makes for one call, in one allocation.
+type bridgeCall struct {
+	req  http.Request
+	url  url.URL
+	body grpcBody
+	resp grpcResponse
 }
 
 // acceptsGzip reports whether the caller takes gzip answers.
@@ -232,6 +261,7 @@ type grpcBody struct {
 	head   []byte // what is left of the current message's prefix
 	data   []byte // what is left of the current message
 	err    error  // the end of the caller's messages, or why they stopped
+	msg    rawMessage
 }
 
 func (b *grpcBody) Read(p []byte) (int, error) {
@@ -239,13 +269,13 @@ func (b *grpcBody) Read(p []byte) (int, error) {
 		if b.err != nil {
 			return 0, b.err
 		}
-		var m rawMessage
-		if err := b.stream.RecvMsg(&m); err != nil {
+		b.msg = rawMessage{}
+		if err := b.stream.RecvMsg(&b.msg); err != nil {
 			b.err = err
 			return 0, err
 		}
-		binary.BigEndian.PutUint32(b.prefix[1:], uint32(len(m.data)))
-		b.head, b.data = b.prefix[:], m.data
+		binary.BigEndian.PutUint32(b.prefix[1:], uint32(len(b.msg.data)))
+		b.head, b.data = b.prefix[:], b.msg.data
 	}
 	n := copy(p, b.head)
 	b.head = b.head[n:]
@@ -264,9 +294,11 @@ type grpcResponse struct {
 	header  http.Header
 	code    int // the HTTP status; 0 until written
 	pending []byte
-	sent    bool // a message went out
+	prefix  [envelopePrefix]byte // pending's first bytes
+	sent    bool                 // a message went out
 	gzipOK  bool
-	err     error // the first send that failed
+	err     error      // the first send that failed
+	out     rawMessage // the message being sent
 }
 
 func (w *grpcResponse) Header() http.Header { return w.header }
@@ -276,7 +308,7 @@ func (w *grpcResponse) WriteHeader(code int) {
 		return
 	}
 	w.code = code
-	if md := grpcMetadata(w.header, false); len(md) > 0 {
+	if md := grpcMetadata(w.header); len(md) > 0 {
 		w.fail(w.stream.SetHeader(md))
 	}
 }
@@ -297,6 +329,11 @@ func (w *grpcResponse) Write(p []byte) (int, error) {
 			return 0, w.err
 		}
 		return len(p), nil
+	}
+	if len(w.pending) == 0 {
+		// Most often an envelope's prefix alone, its message to follow:
+		// kept in the response's own bytes.
+		w.pending = w.prefix[:0]
 	}
 	w.pending = append(w.pending, p...)
 	for len(w.pending) >= envelopePrefix {
@@ -341,7 +378,11 @@ func (w *grpcResponse) send(msg []byte) {
 			return
 		}
 	}
-	w.fail(w.stream.SendMsg(&rawMessage{buf: mem.Copy(msg, mem.DefaultBufferPool())}))
+	// The transport encodes the message before SendMsg returns and keeps
+	// only the buffer, which it frees once written.
+	w.out = rawMessage{buf: mem.Copy(msg, mem.DefaultBufferPool())}
+	w.fail(w.stream.SendMsg(&w.out))
+	w.out = rawMessage{}
 }
 
 func (w *grpcResponse) fail(err error) {
@@ -364,57 +405,79 @@ func (w *grpcResponse) finish(body *grpcBody) error {
 	if len(w.pending) > 0 {
 		return status.Error(grpccodes.Internal, "internal: a partial message from the handler")
 	}
-	trailers := w.trailers()
-	if md := grpcMetadata(trailers, true); len(md) > 0 {
-		w.stream.SetTrailer(md)
+	t := w.trailers()
+	if len(t.md) > 0 {
+		w.stream.SetTrailer(t.md)
 	}
 	if w.code != http.StatusOK && w.code != 0 {
 		return status.Errorf(httpToGRPC(w.code), "HTTP status %d", w.code)
 	}
-	raw := trailers.Get("Grpc-Status")
-	if raw == "" {
+	if t.status == "" {
 		return status.Error(grpccodes.Internal, "internal: the handler sent no status")
 	}
-	code, err := strconv.ParseUint(raw, 10, 32)
+	code, err := strconv.ParseUint(t.status, 10, 32)
 	if err != nil {
-		return status.Errorf(grpccodes.Internal, "internal: status %q", raw)
+		return status.Errorf(grpccodes.Internal, "internal: status %q", t.status)
 	}
 	if grpccodes.Code(code) == grpccodes.OK {
 		return nil
 	}
-	if details := trailers.Get("Grpc-Status-Details-Bin"); details != "" {
+	if t.details != "" {
 		var st spb.Status
-		if b, err := connect.DecodeBinaryHeader(details); err == nil && proto.Unmarshal(b, &st) == nil && st.GetCode() == int32(code) {
+		if b, err := connect.DecodeBinaryHeader(t.details); err == nil && proto.Unmarshal(b, &st) == nil && st.GetCode() == int32(code) {
 			return status.FromProto(&st).Err()
 		}
 	}
-	msg := trailers.Get("Grpc-Message")
+	msg := t.message
 	if m, err := url.PathUnescape(msg); err == nil {
 		msg = m
 	}
 	return status.Error(grpccodes.Code(code), msg)
 }
 
+// handlerTrailers are a handler's trailers: its gRPC status, message and
+// details, and the metadata of the others.
+type handlerTrailers struct {
+	status, message, details string
+	md                       metadata.MD
+}
+
 // trailers are the handler's trailers: the headers it wrote with
 // http.TrailerPrefix or declared in Trailer, and all the others when it
 // wrote no headers (an answer of trailers only).
-func (w *grpcResponse) trailers() http.Header {
-	declared := map[string]bool{}
+func (w *grpcResponse) trailers() handlerTrailers {
+	var declared map[string]bool
 	for _, v := range w.header.Values("Trailer") {
 		for name := range strings.SplitSeq(v, ",") {
+			if declared == nil {
+				declared = map[string]bool{}
+			}
 			declared[http.CanonicalHeaderKey(strings.TrimSpace(name))] = true
 		}
 	}
-	out := make(http.Header, 4)
+	var t handlerTrailers
 	for k, vs := range w.header {
-		if name, ok := strings.CutPrefix(k, http.TrailerPrefix); ok {
+		name, ok := strings.CutPrefix(k, http.TrailerPrefix)
+		switch {
+		case ok:
 			name = http.CanonicalHeaderKey(name)
-			out[name] = append(out[name], vs...)
-		} else if w.code == 0 || declared[k] {
-			out[k] = append(out[k], vs...)
+		case w.code == 0 || declared[k]:
+		default:
+			continue
 		}
+		if len(vs) > 0 {
+			switch name {
+			case "Grpc-Status":
+				t.status = vs[0]
+			case "Grpc-Message":
+				t.message = vs[0]
+			case "Grpc-Status-Details-Bin":
+				t.details = vs[0]
+			}
+		}
+		t.md = appendMetadata(t.md, name, vs)
 	}
-	return out
+	return t
 }
 
 // grpcProtocol are the headers and trailers the transport writes itself.
@@ -424,28 +487,36 @@ var grpcProtocol = map[string]bool{
 }
 
 // grpcMetadata is the metadata of the handler's headers h, without those
-// of the protocol; trailer: h are trailers (else headers, without the
-// trailers announced in them).
-func grpcMetadata(h http.Header, trailer bool) metadata.MD {
+// of the protocol and the trailers announced in them.
+func grpcMetadata(h http.Header) metadata.MD {
 	var md metadata.MD
 	for k, vs := range h {
-		if grpcProtocol[k] || (!trailer && strings.HasPrefix(k, http.TrailerPrefix)) {
-			continue
+		if !strings.HasPrefix(k, http.TrailerPrefix) {
+			md = appendMetadata(md, k, vs)
 		}
-		if md == nil {
-			md = make(metadata.MD, len(h))
-		}
-		key := strings.ToLower(k)
-		if strings.HasSuffix(key, "-bin") {
-			for _, v := range vs {
-				if b, err := connect.DecodeBinaryHeader(v); err == nil {
-					md[key] = append(md[key], string(b))
-				}
-			}
-			continue
-		}
-		md[key] = append(md[key], vs...)
 	}
+	return md
+}
+
+// appendMetadata adds the header k's values vs to md, unless the transport
+// writes k itself; binary values are decoded.
+func appendMetadata(md metadata.MD, k string, vs []string) metadata.MD {
+	if grpcProtocol[k] {
+		return md
+	}
+	if md == nil {
+		md = make(metadata.MD, 2)
+	}
+	key := strings.ToLower(k)
+	if strings.HasSuffix(key, "-bin") {
+		for _, v := range vs {
+			if b, err := connect.DecodeBinaryHeader(v); err == nil {
+				md[key] = append(md[key], string(b))
+			}
+		}
+		return md
+	}
+	md[key] = append(md[key], vs...)
 	return md
 }
 
