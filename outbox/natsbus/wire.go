@@ -77,16 +77,20 @@ func Encode(r outbox.Record) ([]byte, nats.Header, error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("encode event=%s: %w", r.EventID, err)
 	}
-	h := make(nats.Header, 5)
+	h := make(nats.Header, 6)
 	// Direct map writes: the keys are already canonical and Set would
-	// re-canonicalise them on every message.
-	h[HeaderMsgID] = []string{r.EventID}
-	h[HeaderContentType] = []string{ContentType}
-	h[HeaderRoomID] = []string{r.RoomID}
-	h[HeaderRoomVersion] = []string{strconv.FormatInt(r.RoomVersion, 10)}
-	h[HeaderEventType] = []string{r.EventType}
+	// re-canonicalise them on every message. The values share one array,
+	// each capped so that an Add gets a slice of its own.
+	vals := [...]string{r.EventID, ContentType, r.RoomID, strconv.FormatInt(r.RoomVersion, 10), r.EventType, r.TraceContext}
+	all := vals[:]
+	one := func(i int) []string { return all[i : i+1 : i+1] }
+	h[HeaderMsgID] = one(0)
+	h[HeaderContentType] = one(1)
+	h[HeaderRoomID] = one(2)
+	h[HeaderRoomVersion] = one(3)
+	h[HeaderEventType] = one(4)
 	if r.TraceContext != "" {
-		h[HeaderTraceParent] = []string{r.TraceContext}
+		h[HeaderTraceParent] = one(5)
 	}
 	return data, h, nil
 }
