@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/encoding/protojson"
@@ -120,6 +121,9 @@ func hasUnknown(m protoreflect.Message) bool {
 	if len(m.GetUnknown()) > 0 {
 		return true
 	}
+	if !nests(m.Descriptor()) {
+		return false // most requests: no walk through their fields
+	}
 	found := false
 	m.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
 		switch {
@@ -153,4 +157,22 @@ func refuseMalformed(log *slog.Logger) connect.UnaryInterceptorFunc {
 			return next(ctx, req)
 		}
 	}
+}
+
+// nesting remembers, by message descriptor, whether nests.
+var nesting sync.Map
+
+// nests reports whether a message of d has fields that hold messages
+// (maps of them, lists of them).
+func nests(d protoreflect.MessageDescriptor) bool {
+	if v, ok := nesting.Load(d); ok {
+		return v.(bool)
+	}
+	n := false
+	for i, fs := 0, d.Fields(); i < fs.Len() && !n; i++ {
+		f := fs.Get(i)
+		n = f.Message() != nil || (f.IsMap() && f.MapValue().Message() != nil)
+	}
+	nesting.Store(d, n)
+	return n
 }
