@@ -729,7 +729,7 @@ func (c *Cell) buildBatch(cmds []*pending, base int64, prevStatus room.Status) (
 				return b, fmt.Errorf("encode event %s room=%s: %w", ev.Type, c.roomID, err)
 			}
 			b.Outbox = append(b.Outbox, outbox.Record{
-				EventID: fmt.Sprintf("%s/%d/%d", c.roomID, p.result.RoomVersion, seq), RoomID: c.roomID,
+				EventID: outbox.EventID(c.roomID, p.result.RoomVersion, seq), RoomID: c.roomID,
 				RoomVersion: p.result.RoomVersion, Seq: seq, EventType: string(ev.Type), Payload: data,
 				OwnerEpoch: c.epoch, Status: outbox.StatusPending, CreatedAt: now, NextAttemptAt: now,
 				TraceContext: p.trace,

@@ -5,6 +5,7 @@ package outbox
 
 import (
 	"errors"
+	"strconv"
 	"time"
 )
 
@@ -54,4 +55,15 @@ type Record struct {
 	// row, "" when it was not traced: the publish joins that trace, and
 	// the message carries it on to consumers.
 	TraceContext string
+}
+
+// EventID is the dedup key of a room's event: "room/version/seq".
+func EventID(roomID string, version int64, seq int32) string {
+	var buf [96]byte
+	b := append(buf[:0], roomID...)
+	b = append(b, '/')
+	b = strconv.AppendInt(b, version, 10)
+	b = append(b, '/')
+	b = strconv.AppendInt(b, int64(seq), 10)
+	return string(b)
 }
