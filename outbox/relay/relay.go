@@ -289,7 +289,13 @@ func (r *Relay) Committed(rows []outbox.Record) {
 	if r.held+len(rows) > r.cfg.MemoryRows {
 		r.reset(m) // the table has them
 	} else {
-		m.rows = append(m.rows, rows...)
+		if m.rows == nil {
+			// Capped: a later commit's rows go to an array of their own,
+			// never into the caller's.
+			m.rows = rows[:len(rows):len(rows)]
+		} else {
+			m.rows = append(m.rows, rows...)
+		}
 		r.held += len(rows)
 	}
 	r.ready[roomID] = true
@@ -360,6 +366,13 @@ func (r *Relay) take(roomID string, limit int) (rows []outbox.Record, fromTable,
 	m.used = r.now()
 	if !m.known {
 		return nil, true, false, readStart{gen: m.gen, epoch: m.epoch, held: len(m.rows)}
+	}
+	if len(m.rows) <= limit && (len(m.rows) == 0 || keyOf(&m.rows[0]).after(m.through)) {
+		// All of them, none published yet: the usual case, handed over
+		// as they are.
+		rows, m.rows = m.rows, nil
+		r.held -= len(rows)
+		return rows, false, false, readStart{gen: m.gen, epoch: m.epoch}
 	}
 	n := 0
 	for n < len(m.rows) && len(rows) < limit {

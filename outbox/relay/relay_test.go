@@ -956,3 +956,26 @@ func TestARequeuedRowOfATrustedRoomGoesOut(t *testing.T) {
 		t.Fatalf("dead rows %v (%v), want none: the requeued row went out", st.Dead, err)
 	}
 }
+
+// The rows a commit hands over stay the caller's as they were: the relay
+// keeps them without copying, and the rows of the room's next commit go
+// elsewhere, not into the spare room of the caller's array.
+func TestCommittedNeverWritesIntoTheCallersRows(t *testing.T) {
+	r := relay.New(nil, nil, relay.LeaseGate{Lease: lease.NewLocal()}, fastConfig(), relay.Metrics{}, quiet)
+	row := func(v int64) outbox.Record {
+		return outbox.Record{EventID: outbox.EventID("r", v, 0), RoomID: "r", RoomVersion: v, OwnerEpoch: 1, EventType: "RoomUserJoined"}
+	}
+	first := make([]outbox.Record, 1, 4)
+	first[0] = row(1)
+	r.Committed(first)
+	r.Committed([]outbox.Record{row(2), row(3)})
+	for i, got := range first[:cap(first)] {
+		want := outbox.Record{}
+		if i == 0 {
+			want = row(1)
+		}
+		if got.EventID != want.EventID {
+			t.Fatalf("the caller's array at %d holds %q; want %q", i, got.EventID, want.EventID)
+		}
+	}
+}
