@@ -1971,7 +1971,7 @@ func command(roomID string, version int64) store.CommandRecord {
 
 func event(roomID string, version int64, seq int32) outbox.Record {
 	return outbox.Record{
-		EventID:     fmt.Sprintf("%s/%d/%d", roomID, version, seq),
+		EventID:     outbox.EventID(roomID, version, seq),
 		RoomID:      roomID,
 		RoomVersion: version,
 		Seq:         seq,
