@@ -163,6 +163,8 @@ var dialect = sqlstore.Dialect{
 	// two (a locking read and one UPDATE, each sent as one query).
 	BulkFenceMinRooms: 3,
 	MultiStatements:   true,
+	// ascii_bin, the status column's collation, pads with spaces.
+	PadPending: true,
 }
 
 // DB is a store.Repository on one MySQL or MariaDB database. It is safe for

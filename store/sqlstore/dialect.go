@@ -1,6 +1,10 @@
 package sqlstore
 
-import "strings"
+import (
+	"strings"
+
+	"hyapp/room-service/outbox"
+)
 
 // Dialect is what the SQL layer needs to know of a database: the few
 // clauses SQLite and MySQL spell differently and the shape of their writes.
@@ -71,6 +75,24 @@ type Dialect struct {
 	// end on their own (SQLite): a commit's statements then take a context
 	// that does not end (see DB.statementContext).
 	InProcess bool
+	// PadPending says an outbox row's pending status is stored padded with
+	// spaces to the length of "published" (MySQL: the column's collation
+	// pads, so it still equals 'pending' in every comparison and index).
+	// Marking the row published then changes the length of none of its
+	// fields (its published_at is stored as 0 until then), so InnoDB
+	// updates the row in place instead of deleting and inserting it within
+	// its page. The marks bound the relay on MySQL: in place, one took
+	// 15-20% less of the database's CPU and a third less time, and the
+	// relay published 1.5-1.8 times as many rows a second.
+	PadPending bool
+}
+
+// pendingStatus is an outbox row's pending status as stored (see PadPending).
+func (d *Dialect) pendingStatus() string {
+	if d.PadPending {
+		return outbox.StatusPending + strings.Repeat(" ", len(outbox.StatusPublished)-len(outbox.StatusPending))
+	}
+	return outbox.StatusPending
 }
 
 // InsertOrRollback returns the start of an INSERT whose failure (a

@@ -61,7 +61,7 @@ func OutboxQueries(d *Dialect) OutboxSQL {
 	if d.PartialIndexes {
 		published = `SELECT COUNT(*) FROM room_outbox`
 	}
-	const requeue = `status = 'pending', attempts = 0, next_attempt_at = ?, published_at = NULL`
+	requeue := `status = '` + d.pendingStatus() + `', attempts = 0, next_attempt_at = ?, published_at = 0`
 	return OutboxSQL{
 		ListHeads: `SELECT ` + outboxColumnsOf("o") + ` FROM (SELECT MIN(id) AS head FROM room_outbox` + d.ForceIndex("room_outbox_pending") + `
 		WHERE status = 'pending' GROUP BY room_id HAVING MIN(id) > ?) AS h JOIN room_outbox o ON o.id = h.head ORDER BY h.head LIMIT ?`,
@@ -224,10 +224,11 @@ func (db *DB) FailOutbox(ctx context.Context, eventID string, lastErr string, ne
 		if err != nil {
 			return db.d.MapErr(err)
 		}
-		if status != outbox.StatusPending {
+		if strings.TrimRight(status, " ") != outbox.StatusPending {
 			return nil
 		}
 		attempts++
+		status = db.d.pendingStatus()
 		if maxAttempts > 0 && attempts >= maxAttempts {
 			status, dead = outbox.StatusDead, true
 		}

@@ -8,6 +8,7 @@ import (
 	"database/sql"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"hyapp/room-service/outbox"
@@ -127,6 +128,7 @@ func scanOutbox(rows *sql.Rows) (outbox.Record, error) {
 	var trace sql.NullString
 	err := rows.Scan(&r.ID, &r.EventID, &r.RoomID, &r.RoomVersion, &r.Seq, &r.EventType, &r.Payload,
 		&r.OwnerEpoch, &r.Status, &r.Attempts, &r.LastError, &next, &created, &published, &trace)
+	r.Status = strings.TrimRight(r.Status, " ") // a pending row's status may be padded (Dialect.PadPending)
 	r.TraceContext = trace.String
 	r.NextAttemptAt, r.CreatedAt, r.PublishedAt = fromMillis(next), fromMillis(created), fromMillis(published)
 	return r, err

@@ -198,7 +198,7 @@ func (db *DB) prepare(ctx context.Context) error {
 	s.claim = prep(w, `UPDATE rooms SET owner_epoch = owner_epoch + 1, owner_node = ?, updated_at = ? WHERE room_id = ?`)
 	s.readClaim = prep(w, `SELECT owner_epoch, room_version, owner_user_id, host_user_id, seat_count, mode, status
 		FROM rooms WHERE room_id = ?`)
-	s.markPublished = prep(w, `UPDATE room_outbox SET status = 'published', published_at = COALESCE(published_at, ?)
+	s.markPublished = prep(w, `UPDATE room_outbox SET status = 'published', published_at = COALESCE(NULLIF(published_at, 0), ?)
 		WHERE event_id = ?`)
 	s.markFailed = prep(w, `UPDATE room_outbox SET attempts = attempts + 1, last_error = ? WHERE event_id = ?`)
 	s.lockOutbox = prep(w, `SELECT status, attempts FROM room_outbox WHERE event_id = ?`+db.d.ForUpdate())
@@ -227,8 +227,8 @@ func (db *DB) prepare(ctx context.Context) error {
 	}
 	outbox := func(insert string) (*bulkInsert, error) {
 		return db.newBulkInsert(ctx, insert+`room_outbox (event_id, room_id, room_version, seq, event_type, payload, owner_epoch,
-			next_attempt_at, created_at, trace_context, status, last_error) VALUES `,
-			`(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', '')`)
+			next_attempt_at, created_at, trace_context, status, last_error, published_at) VALUES `,
+			`(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, '`+db.d.pendingStatus()+`', '', 0)`)
 	}
 	var err error
 	if s.insertCommands, err = commands("INSERT INTO "); err != nil {
