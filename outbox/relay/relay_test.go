@@ -979,3 +979,61 @@ func TestCommittedNeverWritesIntoTheCallersRows(t *testing.T) {
 		}
 	}
 }
+
+// marksAtOnce holds every MarkOutboxPublishedBatch until two run at once,
+// or until the test's deadline.
+type marksAtOnce struct {
+	*sqlite.DB
+	deadline time.Duration
+	calls    atomic.Int64
+	mu       sync.Mutex
+	running  int
+	both     chan struct{}
+}
+
+func (m *marksAtOnce) MarkOutboxPublishedBatch(ctx context.Context, ids []string) error {
+	m.calls.Add(1)
+	m.mu.Lock()
+	m.running++
+	if m.running == 2 {
+		select {
+		case <-m.both:
+		default:
+			close(m.both)
+		}
+	}
+	m.mu.Unlock()
+	t := time.NewTimer(m.deadline)
+	defer t.Stop()
+	select {
+	case <-m.both:
+	case <-t.C:
+	case <-ctx.Done():
+	}
+	m.mu.Lock()
+	m.running--
+	m.mu.Unlock()
+	return m.DB.MarkOutboxPublishedBatch(ctx, ids)
+}
+
+// TestASecondMarkRunsWhileOneWaitsOnTheDatabase holds the first room's
+// mark until a second runs: the second room's acknowledgements must not
+// wait for the first mark to end.
+func TestASecondMarkRunsWhileOneWaitsOnTheDatabase(t *testing.T) {
+	repo := &marksAtOnce{DB: openRepo(t), deadline: 30 * time.Second, both: make(chan struct{})}
+	bus := openBus(t, natsbus.Config{})
+	cfg := fastConfig()
+	cfg.PollInterval = time.Hour
+	r := relay.New(repo, bus, relay.LeaseGate{Lease: lease.NewLocal()}, cfg, relay.Metrics{}, quiet)
+	runRelay(t, r)
+	r.Committed(seed(t, repo.DB, []string{"first"}, 1)[0])
+	poll.Until(t, 30*time.Second, "the first room's mark runs", poll.Bool(func() bool { return repo.calls.Load() == 1 }))
+	r.Committed(seed(t, repo.DB, []string{"second"}, 1)[0])
+	select {
+	case <-repo.both:
+	case <-time.After(repo.deadline):
+		t.Fatal("the second room's mark waited for the first's to end")
+	}
+	poll.Until(t, 30*time.Second, "both rooms' rows marked", poll.Bool(func() bool { return pending(t, repo.DB) == 0 }))
+	consume(t, bus, 4)
+}
