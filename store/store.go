@@ -314,6 +314,10 @@ type Repository interface {
 	// OutboxStats summarises the outbox for operators. Its numbers are read from one snapshot.
 	// It reads the pending and dead rows; published rows are only counted, from an index.
 	OutboxStats(ctx context.Context) (OutboxStats, error)
+	// OutboxBacklog is OutboxStats without counting the published rows (Published is 0):
+	// it reads the pending and dead rows alone, so it costs what waits to go out, not what
+	// retention keeps. Gauges read it every few seconds.
+	OutboxBacklog(ctx context.Context) (OutboxStats, error)
 	// ListDueTimers returns up to limit timers with FireAt at or before before,
 	// oldest FireAt first, of every room. A limit of zero or less lists nothing.
 	// Timers are set and deleted with batches (Batch.Timers, Batch.DoneTimers)

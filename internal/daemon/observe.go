@@ -56,10 +56,10 @@ func (m *Main) setupTracing(ctx context.Context, nodeID string, opts *rpc.Option
 	return nil
 }
 
-// outboxStats adapts the repository's outbox summary to outboxGauges.
+// outboxStats adapts the repository's outbox backlog to outboxGauges.
 func outboxStats(db store.Repository) func(ctx context.Context) (int64, time.Time, int64, error) {
 	return func(ctx context.Context) (int64, time.Time, int64, error) {
-		st, err := db.OutboxStats(ctx)
+		st, err := db.OutboxBacklog(ctx)
 		var dead int64
 		for _, n := range st.Dead {
 			dead += n

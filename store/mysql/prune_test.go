@@ -130,3 +130,30 @@ func BenchmarkPruneNothingDue(b *testing.B) {
 		}
 	}
 }
+
+// TestOutboxBacklogReadsNoPublishedRow counts the rows the gauges' read
+// takes from a table of published rows: none of them, where the
+// operators' summary counts every one.
+func TestOutboxBacklogReadsNoPublishedRow(t *testing.T) {
+	ctx := t.Context()
+	dsn := mysqltest.DSN(t)
+	db := openDSN(t, dsn, Options{MaxOpenConns: 1}) // one connection: its session counters are the reads'
+	const n = 3000
+	fillYoungRoom(t, rawDB(t, dsn), "busy", n, time.Now())
+	before := rowsRead(t, db.db)
+	st, err := db.OutboxBacklog(ctx)
+	if err != nil || st.Pending != 0 || st.Published != 0 {
+		t.Fatalf("OutboxBacklog = %+v, %v; want nothing pending and no count of the published", st, err)
+	}
+	// SHOW STATUS reads a few rows of its own.
+	if read := rowsRead(t, db.db) - before; read > 200 {
+		t.Fatalf("OutboxBacklog read %d rows of a table of %d published ones", read, n)
+	}
+	before = rowsRead(t, db.db)
+	if st, err := db.OutboxStats(ctx); err != nil || st.Published != n {
+		t.Fatalf("OutboxStats = %+v, %v; want %d published", st, err, n)
+	}
+	if read := rowsRead(t, db.db) - before; read < n {
+		t.Fatalf("OutboxStats read %d rows; its count of %d published rows reads each", read, n)
+	}
+}

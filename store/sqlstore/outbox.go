@@ -248,6 +248,19 @@ var statsTxOptions = &sql.TxOptions{Isolation: sql.LevelRepeatableRead, ReadOnly
 // OutboxStats reads the outbox summary from one snapshot. Pending and dead
 // rows are read through their indexes; the published ones are only counted.
 func (db *DB) OutboxStats(ctx context.Context) (store.OutboxStats, error) {
+	return db.outboxStats(ctx, true)
+}
+
+// OutboxBacklog is OutboxStats without the published rows' count, which
+// reads every published row retention keeps (72 hours of them by
+// default): a million rows took MariaDB 0.6-0.8 s.
+func (db *DB) OutboxBacklog(ctx context.Context) (store.OutboxStats, error) {
+	return db.outboxStats(ctx, false)
+}
+
+// outboxStats reads the outbox's summary, with the published rows' count
+// when published is set.
+func (db *DB) outboxStats(ctx context.Context, published bool) (store.OutboxStats, error) {
 	q := OutboxQueries(&db.d)
 	st := store.OutboxStats{Dead: map[string]int64{}}
 	var dead int64
@@ -257,8 +270,10 @@ func (db *DB) OutboxStats(ctx context.Context) (store.OutboxStats, error) {
 			return err
 		}
 		st.OldestPending = fromMillis(oldest)
-		if err := tx.QueryRowContext(ctx, q.StatsPublished).Scan(&st.Published); err != nil {
-			return err
+		if published {
+			if err := tx.QueryRowContext(ctx, q.StatsPublished).Scan(&st.Published); err != nil {
+				return err
+			}
 		}
 		rows, err := tx.QueryContext(ctx, q.StatsDead)
 		if err != nil {
@@ -279,7 +294,7 @@ func (db *DB) OutboxStats(ctx context.Context) (store.OutboxStats, error) {
 	if err != nil {
 		return store.OutboxStats{}, fmt.Errorf("outbox stats: %w", db.d.MapErr(err))
 	}
-	if db.d.PartialIndexes {
+	if published && db.d.PartialIndexes {
 		st.Published -= st.Pending + dead // StatsPublished counted every row
 	}
 	return st, nil

@@ -2112,6 +2112,16 @@ func mustStats(t *testing.T, repo store.Repository) store.OutboxStats {
 	if st.Dead == nil {
 		t.Fatal("OutboxStats.Dead is nil, want a map")
 	}
+	// The backlog is the same summary without the published rows' count.
+	backlog, err := repo.OutboxBacklog(t.Context())
+	if err != nil {
+		t.Fatalf("OutboxBacklog: %v", err)
+	}
+	want := st
+	want.Published = 0
+	if backlog.Pending != want.Pending || !backlog.OldestPending.Equal(want.OldestPending) || !maps.Equal(backlog.Dead, want.Dead) || backlog.Published != 0 {
+		t.Fatalf("OutboxBacklog = %+v, want OutboxStats %+v without the published count", backlog, st)
+	}
 	return st
 }
 
