@@ -324,8 +324,10 @@ func produce(ctx context.Context, p *producer, relay *relay.Relay, rate int, d t
 	return nil
 }
 
+// countPending counts the pending rows (and not the published ones, which
+// would compete with the relay for the database).
 func countPending(ctx context.Context, repo store.Repository) (int, error) {
-	st, err := repo.OutboxStats(ctx)
+	st, err := repo.OutboxBacklog(ctx)
 	return int(st.Pending), err
 }
 
