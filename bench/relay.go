@@ -327,7 +327,7 @@ func produce(ctx context.Context, p *producer, relay *relay.Relay, rate int, d t
 // countPending counts the pending rows (and not the published ones, which
 // would compete with the relay for the database).
 func countPending(ctx context.Context, repo store.Repository) (int, error) {
-	st, err := repo.OutboxBacklog(ctx)
+	st, err := repo.OutboxStats(ctx, 0)
 	return int(st.Pending), err
 }
 

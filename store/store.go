@@ -101,8 +101,12 @@ type OutboxStats struct {
 	OldestPending time.Time
 	// Dead counts dead rows by event type. A type without dead rows has no entry; never nil.
 	Dead map[string]int64
-	// Published counts published rows still kept (retention deletes them later).
+	// Published counts published rows still kept (retention deletes them
+	// later), up to the count asked for.
 	Published int64
+	// PublishedMore says the count stopped at the number asked for: more
+	// published rows are kept than Published says.
+	PublishedMore bool
 }
 
 // Timer is a durable wakeup: a row committed in the same transaction as the
@@ -311,13 +315,13 @@ type Repository interface {
 	// A zero next is due at once; a maxAttempts of zero or less never makes a row dead.
 	// Concurrent calls on one row each count once.
 	FailOutbox(ctx context.Context, eventID string, lastErr string, next time.Time, maxAttempts int32) (dead bool, err error)
-	// OutboxStats summarises the outbox for operators. Its numbers are read from one snapshot.
-	// It reads the pending and dead rows; published rows are only counted, from an index.
-	OutboxStats(ctx context.Context) (OutboxStats, error)
-	// OutboxBacklog is OutboxStats without counting the published rows (Published is 0):
-	// it reads the pending and dead rows alone, so it costs what waits to go out, not what
-	// retention keeps. Gauges read it every few seconds.
-	OutboxBacklog(ctx context.Context) (OutboxStats, error)
+	// OutboxStats summarises the outbox. Its numbers are read from one snapshot.
+	// It reads the pending and dead rows, and counts the published rows retention
+	// keeps up to countPublished (PublishedMore when more are kept): each one
+	// counted is an index entry read, and 72 hours of them may be many millions.
+	// With countPublished zero or less it counts none: it then costs what waits
+	// to go out, not what retention keeps, as gauges read every few seconds must.
+	OutboxStats(ctx context.Context, countPublished int64) (OutboxStats, error)
 	// ListDueTimers returns up to limit timers with FireAt at or before before,
 	// oldest FireAt first, of every room. A limit of zero or less lists nothing.
 	// Timers are set and deleted with batches (Batch.Timers, Batch.DoneTimers)

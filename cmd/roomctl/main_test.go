@@ -16,6 +16,7 @@ import (
 
 	roomv1 "hyapp/room-service/gen/room/v1"
 	"hyapp/room-service/internal/daemon"
+	"hyapp/room-service/internal/poll"
 )
 
 // TestMain fails a run that leaves a goroutine behind. The gRPC port's
@@ -167,6 +168,28 @@ func TestRoomctl(t *testing.T) {
 		want = "ok: room r2 version 2: replay of 2 commands after snapshot 0 equals the live state\n"
 		if got := mustRun(t, "verify", "r2", "-grpc"); got != want {
 			t.Fatalf("verify r2 = %q, want %q", got, want)
+		}
+	})
+
+	t.Run("outbox status", func(t *testing.T) {
+		// The relay publishes the rooms' durable events to the embedded
+		// NATS: nothing stays pending, and the published rows are kept.
+		var out string
+		poll.Until(t, 30*time.Second, "the outbox drained", func() error {
+			out = mustRun(t, "outbox", "status")
+			if !strings.HasPrefix(out, "pending\t0\n") {
+				return fmt.Errorf("status:\n%s", out)
+			}
+			return nil
+		})
+		var published int
+		for line := range strings.Lines(out) {
+			if n, ok := strings.CutPrefix(strings.TrimSpace(line), "published (kept)\t"); ok {
+				published, _ = strconv.Atoi(n)
+			}
+		}
+		if published < 5 || !strings.HasSuffix(out, "dead\t0\n") {
+			t.Fatalf("outbox status after %d durable events or more:\n%s", 5, out)
 		}
 	})
 

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"sort"
+	"strconv"
 	"time"
 
 	"connectrpc.com/connect"
@@ -29,8 +30,12 @@ func setupOutbox(fs *flag.FlagSet) func(ctx context.Context, c *client, args []s
 				return err
 			}
 			m := res.Msg
-			fmt.Fprintf(out, "pending\t%d\noldest pending age\t%s\npublished (kept)\t%d\n", m.GetPending(),
-				time.Duration(m.GetOldestPendingAgeMs())*time.Millisecond, m.GetPublished())
+			published := strconv.FormatInt(m.GetPublished(), 10)
+			if m.GetPublishedMore() {
+				published = "more than " + published
+			}
+			fmt.Fprintf(out, "pending\t%d\noldest pending age\t%s\npublished (kept)\t%s\n", m.GetPending(),
+				time.Duration(m.GetOldestPendingAgeMs())*time.Millisecond, published)
 			types := make([]string, 0, len(m.GetDead()))
 			for t := range m.GetDead() {
 				types = append(types, t)

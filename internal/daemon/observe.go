@@ -59,7 +59,7 @@ func (m *Main) setupTracing(ctx context.Context, nodeID string, opts *rpc.Option
 // outboxStats adapts the repository's outbox backlog to outboxGauges.
 func outboxStats(db store.Repository) func(ctx context.Context) (int64, time.Time, int64, error) {
 	return func(ctx context.Context) (int64, time.Time, int64, error) {
-		st, err := db.OutboxBacklog(ctx)
+		st, err := db.OutboxStats(ctx, 0)
 		var dead int64
 		for _, n := range st.Dead {
 			dead += n

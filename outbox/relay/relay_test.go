@@ -136,7 +136,7 @@ func runRelay(t testing.TB, r *relay.Relay) (stop func()) {
 }
 
 func pending(t testing.TB, repo store.Repository) int {
-	st, err := repo.OutboxStats(context.Background())
+	st, err := repo.OutboxStats(context.Background(), 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -468,7 +468,7 @@ func TestPoisonRowGoesDeadWithoutBlockingOthers(t *testing.T) {
 		relay.Metrics{Dead: func() { dead.Add(1) }}, quiet))
 	poll.Until(t, 30*time.Second, "every other row published", poll.Bool(func() bool { return pending(t, repo) == 0 }))
 	consume(t, bus, 4*20-1)
-	st, err := repo.OutboxStats(context.Background())
+	st, err := repo.OutboxStats(context.Background(), 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -556,7 +556,7 @@ func TestBrokerOutageLosesNothing(t *testing.T) {
 	srv = start(port)
 	poll.Until(t, 60*time.Second, "the backlog to drain", poll.Bool(func() bool { return pending(t, repo) == 0 }))
 	consume(t, bus, 6*40*2)
-	st, err := repo.OutboxStats(context.Background())
+	st, err := repo.OutboxStats(context.Background(), 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -952,7 +952,7 @@ func TestARequeuedRowOfATrustedRoomGoesOut(t *testing.T) {
 	}
 	r.Wake()
 	poll.Until(t, 30*time.Second, "the requeued row published", poll.Bool(func() bool { return pending(t, repo) == 0 }))
-	if st, err := repo.OutboxStats(context.Background()); err != nil || len(st.Dead) != 0 {
+	if st, err := repo.OutboxStats(context.Background(), 0); err != nil || len(st.Dead) != 0 {
 		t.Fatalf("dead rows %v (%v), want none: the requeued row went out", st.Dead, err)
 	}
 }

@@ -67,7 +67,7 @@ func TestPendingRowsAreMarkedWithoutChangingTheirLength(t *testing.T) {
 	if err != nil || len(heads) != 1 || heads[0].RoomVersion != 1 || heads[0].Status != outbox.StatusPending {
 		t.Fatalf("ListOutboxHeads = %+v, %v; want the room's first row, pending", heads, err)
 	}
-	st, err := db.OutboxStats(ctx)
+	st, err := db.OutboxStats(ctx, 0)
 	if err != nil || st.Pending != 4 {
 		t.Fatalf("OutboxStats = %+v, %v; want 4 pending", st, err)
 	}

@@ -131,29 +131,32 @@ func BenchmarkPruneNothingDue(b *testing.B) {
 	}
 }
 
-// TestOutboxBacklogReadsNoPublishedRow counts the rows the gauges' read
-// takes from a table of published rows: none of them, where the
-// operators' summary counts every one.
-func TestOutboxBacklogReadsNoPublishedRow(t *testing.T) {
+// TestOutboxStatsReadsThePublishedRowsItCounts counts the rows the outbox
+// summary reads from a table of published rows: none for the gauges' read
+// (no count), about as many as it counts below the number kept, and each
+// one when it counts them all.
+func TestOutboxStatsReadsThePublishedRowsItCounts(t *testing.T) {
 	ctx := t.Context()
 	dsn := mysqltest.DSN(t)
 	db := openDSN(t, dsn, Options{MaxOpenConns: 1}) // one connection: its session counters are the reads'
 	const n = 3000
 	fillYoungRoom(t, rawDB(t, dsn), "busy", n, time.Now())
-	before := rowsRead(t, db.db)
-	st, err := db.OutboxBacklog(ctx)
-	if err != nil || st.Pending != 0 || st.Published != 0 {
-		t.Fatalf("OutboxBacklog = %+v, %v; want nothing pending and no count of the published", st, err)
-	}
-	// SHOW STATUS reads a few rows of its own.
-	if read := rowsRead(t, db.db) - before; read > 200 {
-		t.Fatalf("OutboxBacklog read %d rows of a table of %d published ones", read, n)
-	}
-	before = rowsRead(t, db.db)
-	if st, err := db.OutboxStats(ctx); err != nil || st.Published != n {
-		t.Fatalf("OutboxStats = %+v, %v; want %d published", st, err, n)
-	}
-	if read := rowsRead(t, db.db) - before; read < n {
-		t.Fatalf("OutboxStats read %d rows; its count of %d published rows reads each", read, n)
+	for _, c := range []struct {
+		upTo, published int64
+		more            bool
+		least, most     int64 // rows read; SHOW STATUS reads a few of its own
+	}{
+		{0, 0, false, 0, 200},
+		{100, 100, true, 100, 300},
+		{n, n, false, n, 2*n + 200},
+	} {
+		before := rowsRead(t, db.db)
+		st, err := db.OutboxStats(ctx, c.upTo)
+		if err != nil || st.Pending != 0 || st.Published != c.published || st.PublishedMore != c.more {
+			t.Fatalf("OutboxStats(%d) = %+v, %v; want nothing pending, %d published, more %v", c.upTo, st, err, c.published, c.more)
+		}
+		if read := rowsRead(t, db.db) - before; read < c.least || read > c.most {
+			t.Fatalf("OutboxStats(%d) read %d rows of a table of %d published ones; want %d to %d", c.upTo, read, n, c.least, c.most)
+		}
 	}
 }

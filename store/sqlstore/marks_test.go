@@ -73,7 +73,7 @@ func waitForMark(t *testing.T, db *sqlite.DB) {
 
 func pending(t *testing.T, db *sqlite.DB) int64 {
 	t.Helper()
-	st, err := db.OutboxStats(t.Context())
+	st, err := db.OutboxStats(t.Context(), 0)
 	if err != nil {
 		t.Fatal(err)
 	}

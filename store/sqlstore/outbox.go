@@ -50,6 +50,9 @@ type OutboxSQL struct {
 	// (SQLite, with Dialect.PartialIndexes: the published rows are the
 	// rest, and SQLite counts the table from its smallest index).
 	StatsPublished string
+	// StatsPublishedBeyond finds a row past the first ? rows that
+	// StatsPublished would count: one when it would count more.
+	StatsPublishedBeyond string
 	// RequeueDead and RequeueDeadType make a chunk of dead rows pending,
 	// all or those of one type, found through the dead rows' index.
 	RequeueDead, RequeueDeadType string
@@ -58,8 +61,10 @@ type OutboxSQL struct {
 // OutboxQueries returns the outbox's SQL in d's spelling.
 func OutboxQueries(d *Dialect) OutboxSQL {
 	published := `SELECT COUNT(*) FROM room_outbox WHERE status = 'published'`
+	beyond := `SELECT 1 FROM room_outbox` + d.ForceIndex("room_outbox_pending") + ` WHERE status = 'published' LIMIT 1 OFFSET ?`
 	if d.PartialIndexes {
 		published = `SELECT COUNT(*) FROM room_outbox`
+		beyond = `SELECT 1 FROM room_outbox LIMIT 1 OFFSET ?`
 	}
 	requeue := `status = '` + d.pendingStatus() + `', attempts = 0, next_attempt_at = ?, published_at = 0`
 	return OutboxSQL{
@@ -67,11 +72,12 @@ func OutboxQueries(d *Dialect) OutboxSQL {
 		WHERE status = 'pending' GROUP BY room_id HAVING MIN(id) > ?) AS h JOIN room_outbox o ON o.id = h.head ORDER BY h.head LIMIT ?`,
 		ListRoomOutbox: `SELECT ` + outboxColumns + ` FROM room_outbox` + d.ForceIndex("room_outbox_room_pending") + `
 		WHERE room_id = ? AND status = 'pending' ORDER BY room_version, seq LIMIT ?`,
-		StatsPending:    `SELECT COUNT(*), MIN(created_at) FROM room_outbox` + d.ForceIndex("room_outbox_pending") + ` WHERE status = 'pending'`,
-		StatsDead:       `SELECT event_type, COUNT(*) FROM room_outbox WHERE status = 'dead' GROUP BY event_type`,
-		StatsPublished:  published,
-		RequeueDead:     d.UpdateFirst("room_outbox", requeue, `status = 'dead'`),
-		RequeueDeadType: d.UpdateFirst("room_outbox", requeue, `status = 'dead' AND event_type = ?`),
+		StatsPending:         `SELECT COUNT(*), MIN(created_at) FROM room_outbox` + d.ForceIndex("room_outbox_pending") + ` WHERE status = 'pending'`,
+		StatsDead:            `SELECT event_type, COUNT(*) FROM room_outbox WHERE status = 'dead' GROUP BY event_type`,
+		StatsPublished:       published,
+		StatsPublishedBeyond: beyond,
+		RequeueDead:          d.UpdateFirst("room_outbox", requeue, `status = 'dead'`),
+		RequeueDeadType:      d.UpdateFirst("room_outbox", requeue, `status = 'dead' AND event_type = ?`),
 	}
 }
 
@@ -245,22 +251,16 @@ func (db *DB) FailOutbox(ctx context.Context, eventID string, lastErr string, ne
 // statsTxOptions gives OutboxStats one consistent snapshot for its reads.
 var statsTxOptions = &sql.TxOptions{Isolation: sql.LevelRepeatableRead, ReadOnly: true}
 
+// maxPublishedCount caps OutboxStats's count so that its OFFSET, the
+// pending and dead rows added, cannot overflow.
+const maxPublishedCount = 1 << 62
+
 // OutboxStats reads the outbox summary from one snapshot. Pending and dead
-// rows are read through their indexes; the published ones are only counted.
-func (db *DB) OutboxStats(ctx context.Context) (store.OutboxStats, error) {
-	return db.outboxStats(ctx, true)
-}
-
-// OutboxBacklog is OutboxStats without the published rows' count, which
-// reads every published row retention keeps (72 hours of them by
-// default): a million rows took MariaDB 0.6-0.8 s.
-func (db *DB) OutboxBacklog(ctx context.Context) (store.OutboxStats, error) {
-	return db.outboxStats(ctx, false)
-}
-
-// outboxStats reads the outbox's summary, with the published rows' count
-// when published is set.
-func (db *DB) outboxStats(ctx context.Context, published bool) (store.OutboxStats, error) {
+// rows are read through their indexes. Published rows are counted only up
+// to countPublished, and only after a probe for the one past it: a count of
+// every one would read each (a million took MariaDB 0.6-0.8 s, inside a
+// snapshot that holds back its purge all that time).
+func (db *DB) OutboxStats(ctx context.Context, countPublished int64) (store.OutboxStats, error) {
 	q := OutboxQueries(&db.d)
 	st := store.OutboxStats{Dead: map[string]int64{}}
 	var dead int64
@@ -270,11 +270,6 @@ func (db *DB) outboxStats(ctx context.Context, published bool) (store.OutboxStat
 			return err
 		}
 		st.OldestPending = fromMillis(oldest)
-		if published {
-			if err := tx.QueryRowContext(ctx, q.StatsPublished).Scan(&st.Published); err != nil {
-				return err
-			}
-		}
 		rows, err := tx.QueryContext(ctx, q.StatsDead)
 		if err != nil {
 			return err
@@ -289,13 +284,30 @@ func (db *DB) outboxStats(ctx context.Context, published bool) (store.OutboxStat
 			st.Dead[eventType] = n
 			dead += n
 		}
-		return rows.Err()
+		if err := rows.Err(); err != nil || countPublished <= 0 {
+			return err
+		}
+		var others int64 // rows the published queries see that are not published
+		if db.d.PartialIndexes {
+			others = st.Pending + dead
+		}
+		var one int
+		countPublished = min(countPublished, maxPublishedCount)
+		switch err := tx.QueryRowContext(ctx, q.StatsPublishedBeyond, others+countPublished).Scan(&one); {
+		case err == nil:
+			st.Published, st.PublishedMore = countPublished, true
+			return nil
+		case !errors.Is(err, sql.ErrNoRows):
+			return err
+		}
+		if err := tx.QueryRowContext(ctx, q.StatsPublished).Scan(&st.Published); err != nil {
+			return err
+		}
+		st.Published -= others
+		return nil
 	})
 	if err != nil {
 		return store.OutboxStats{}, fmt.Errorf("outbox stats: %w", db.d.MapErr(err))
-	}
-	if published && db.d.PartialIndexes {
-		st.Published -= st.Pending + dead // StatsPublished counted every row
 	}
 	return st, nil
 }

@@ -1692,6 +1692,20 @@ func testOutboxStats(t *testing.T, repo store.Repository) {
 		nextOldest = after.OldestPending // a requeued row of others is older
 	}
 	assertStats(t, after, before.Pending+4+othersDead, nextOldest, map[string]int64{}, before.Published+2)
+
+	// A count that stops: at the number kept it is exact; below it, it
+	// says that many and more, with the rest of the summary whole.
+	kept := after.Published
+	for _, upTo := range []int64{kept, kept - 1, 1} {
+		st, err := repo.OutboxStats(ctx, upTo)
+		if err != nil {
+			t.Fatalf("OutboxStats(%d): %v", upTo, err)
+		}
+		if more := upTo < kept; st.Published != upTo || st.PublishedMore != more {
+			t.Fatalf("OutboxStats(%d) = %+v with %d published rows kept; want published %d, more %v", upTo, st, kept, upTo, more)
+		}
+		assertStats(t, st, after.Pending, after.OldestPending, after.Dead, upTo)
+	}
 }
 
 func testListRooms(t *testing.T, repo store.Repository) {
@@ -2105,22 +2119,26 @@ func mustFail(t *testing.T, repo store.Repository, eventID, msg string, next tim
 
 func mustStats(t *testing.T, repo store.Repository) store.OutboxStats {
 	t.Helper()
-	st, err := repo.OutboxStats(t.Context())
+	st, err := repo.OutboxStats(t.Context(), 1<<40)
 	if err != nil {
 		t.Fatalf("OutboxStats: %v", err)
 	}
 	if st.Dead == nil {
 		t.Fatal("OutboxStats.Dead is nil, want a map")
 	}
+	if st.PublishedMore {
+		t.Fatalf("OutboxStats(2^40) = %+v: more published rows than counted", st)
+	}
 	// The backlog is the same summary without the published rows' count.
-	backlog, err := repo.OutboxBacklog(t.Context())
+	backlog, err := repo.OutboxStats(t.Context(), 0)
 	if err != nil {
-		t.Fatalf("OutboxBacklog: %v", err)
+		t.Fatalf("OutboxStats(0): %v", err)
 	}
 	want := st
 	want.Published = 0
-	if backlog.Pending != want.Pending || !backlog.OldestPending.Equal(want.OldestPending) || !maps.Equal(backlog.Dead, want.Dead) || backlog.Published != 0 {
-		t.Fatalf("OutboxBacklog = %+v, want OutboxStats %+v without the published count", backlog, st)
+	if backlog.Pending != want.Pending || !backlog.OldestPending.Equal(want.OldestPending) || !maps.Equal(backlog.Dead, want.Dead) ||
+		backlog.Published != 0 || backlog.PublishedMore {
+		t.Fatalf("OutboxStats(0) = %+v, want OutboxStats %+v without the published count", backlog, st)
 	}
 	return st
 }

@@ -1163,8 +1163,10 @@ type GetOutboxStatusResponse struct {
 	OldestPendingAgeMs int64 `protobuf:"varint,2,opt,name=oldest_pending_age_ms,json=oldestPendingAgeMs,proto3" json:"oldest_pending_age_ms,omitempty"`
 	// Dead rows by event type.
 	Dead map[string]int64 `protobuf:"bytes,3,rep,name=dead,proto3" json:"dead,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
-	// Published rows not yet removed by retention.
-	Published     int64 `protobuf:"varint,4,opt,name=published,proto3" json:"published,omitempty"`
+	// Published rows not yet removed by retention, counted up to a million.
+	Published int64 `protobuf:"varint,4,opt,name=published,proto3" json:"published,omitempty"`
+	// The count of published rows stopped at published: more are kept.
+	PublishedMore bool `protobuf:"varint,5,opt,name=published_more,json=publishedMore,proto3" json:"published_more,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1225,6 +1227,13 @@ func (x *GetOutboxStatusResponse) GetPublished() int64 {
 		return x.Published
 	}
 	return 0
+}
+
+func (x *GetOutboxStatusResponse) GetPublishedMore() bool {
+	if x != nil {
+		return x.PublishedMore
+	}
+	return false
 }
 
 // RequeueDeadOutboxRequest names the dead rows to retry.
@@ -7528,12 +7537,13 @@ const file_room_v1_room_proto_rawDesc = "" +
 	"\fheartbeat_ms\x18\x05 \x01(\x03R\vheartbeatMs\x12\x12\n" +
 	"\x04gone\x18\x06 \x01(\bR\x04gone\x12\x19\n" +
 	"\broom_ids\x18\a \x03(\tR\aroomIds\"\x18\n" +
-	"\x16GetOutboxStatusRequest\"\xfd\x01\n" +
+	"\x16GetOutboxStatusRequest\"\xa4\x02\n" +
 	"\x17GetOutboxStatusResponse\x12\x18\n" +
 	"\apending\x18\x01 \x01(\x03R\apending\x121\n" +
 	"\x15oldest_pending_age_ms\x18\x02 \x01(\x03R\x12oldestPendingAgeMs\x12>\n" +
 	"\x04dead\x18\x03 \x03(\v2*.room.v1.GetOutboxStatusResponse.DeadEntryR\x04dead\x12\x1c\n" +
-	"\tpublished\x18\x04 \x01(\x03R\tpublished\x1a7\n" +
+	"\tpublished\x18\x04 \x01(\x03R\tpublished\x12%\n" +
+	"\x0epublished_more\x18\x05 \x01(\bR\rpublishedMore\x1a7\n" +
 	"\tDeadEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"9\n" +
