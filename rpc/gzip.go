@@ -189,14 +189,15 @@ func (z *grpcZipWriter) Close() error {
 	return err
 }
 
-// grpcZipReader goes back to its pool at the end of its message. grpc-go
-// bounds what it reads from it (MaxRecvMsgSize).
+// grpcZipReader goes back to its pool when closed: grpc-go closes it once
+// it has read its message, or given up on it, and reads nothing after.
+// Not at the message's end (io.EOF): grpc-go closes it after that, by
+// which time another call may have taken it from the pool and be resetting
+// it. grpc-go bounds what it reads from it (MaxRecvMsgSize).
 type grpcZipReader struct{ gzip.Reader }
 
-func (z *grpcZipReader) Read(p []byte) (int, error) {
-	n, err := z.Reader.Read(p)
-	if err == io.EOF {
-		grpcZipReaders.Put(z)
-	}
-	return n, err
+func (z *grpcZipReader) Close() error {
+	err := z.Reader.Close()
+	grpcZipReaders.Put(z)
+	return err
 }
