@@ -362,3 +362,47 @@ func (g GiftSettler) Publish(batch []room.Committed) {
 		g.Settle(keys...)
 	}
 }
+
+// CommittedGifts tells the wallet's reconciler which pending charges have
+// their gift in the room's command log (wallet.Committed): the SendGift of
+// the charge's command id, sent by the charge's user for its amount. A row
+// of that id that is another command, or another user's gift, is not: a
+// gift refused because its id was taken (the room no longer remembered the
+// id, and its commit met the log's row) was charged first by a wallet the
+// room calls before it commits, and that charge is refunded. A SendGift row
+// this build cannot read (a newer one wrote it) is taken as the charge's
+// gift: its key names this room and command.
+func CommittedGifts(repo store.Repository) wallet.Committed {
+	return func(ctx context.Context, roomID string, charges []wallet.Charge) (map[string]bool, error) {
+		ids := make([]string, 0, len(charges))
+		for _, c := range charges {
+			if _, id, ok := wallet.SplitChargeKey(c.Key); ok {
+				ids = append(ids, id)
+			}
+		}
+		recs, err := repo.GetCommands(ctx, roomID, ids)
+		if err != nil {
+			return nil, err
+		}
+		found := make(map[string]bool, len(recs))
+		for _, c := range charges {
+			_, id, _ := wallet.SplitChargeKey(c.Key)
+			if rec, ok := recs[id]; ok && giftOf(roomID, rec, c) {
+				found[id] = true
+			}
+		}
+		return found, nil
+	}
+}
+
+// giftOf reports whether rec is the gift charged by c.
+func giftOf(roomID string, rec store.CommandRecord, c wallet.Charge) bool {
+	if room.CommandType(rec.CommandType) != room.CmdSendGift {
+		return false
+	}
+	env, err := room.DecodeCommand(roomID, rec.CommandID, room.CmdSendGift, rec.Payload)
+	if err != nil {
+		return true
+	}
+	return env.Operator == c.UserID && env.Command.(*room.SendGift).Cost() == c.Amount
+}

@@ -226,14 +226,7 @@ func TestExpiredChargeIsNotAppliedAndIsRefunded(t *testing.T) {
 	if _, err := reg.Submit(context.Background(), heart("g", "gift-1", 7)); !errors.Is(err, room.ErrGiftExpired) {
 		t.Fatalf("retry after the window: %v", err)
 	}
-	rec := &wallet.Reconciler{Wallet: ledger, Committed: func(ctx context.Context, roomID string, ids []string) (map[string]bool, error) {
-		recs, err := repo.GetCommands(ctx, roomID, ids)
-		found := map[string]bool{}
-		for id := range recs {
-			found[id] = true
-		}
-		return found, err
-	}, After: 10 * time.Second, Clock: func() time.Time { return clock().Add(time.Second) }, Log: quiet}
+	rec := &wallet.Reconciler{Wallet: ledger, Committed: cell.CommittedGifts(repo), After: 10 * time.Second, Clock: func() time.Time { return clock().Add(time.Second) }, Log: quiet}
 	if n, err := rec.Once(context.Background()); err != nil || n != 1 {
 		t.Fatalf("reconciled %d (%v), want the one expired charge", n, err)
 	}
@@ -945,4 +938,64 @@ func TestASenderWhoGaveBeforeIsDecidedWithoutARead(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestTheReconcilerSettlesOnlyTheChargesOwnGift: a gift charged before its
+// commit (a wallet the room cannot quote) reuses the command id of a join
+// the room no longer remembers; its commit meets the join's log row and it
+// is refused. The reconciler finds a row of that id, but not the charge's
+// gift, and refunds it. Neither another sender nor another amount of the
+// same id makes a row the charge's gift.
+func TestTheReconcilerSettlesOnlyTheChargesOwnGift(t *testing.T) {
+	for _, settleInCommit := range []bool{false, true} {
+		t.Run(fmt.Sprintf("settle in commit %v", settleInCommit), func(t *testing.T) {
+			stores(t, func(t *testing.T, open func(testing.TB) store.Repository) {
+				ctx := context.Background()
+				repo := open(t)
+				ledger := ledgerOf(t, repo)
+				l := &flaky{Wallet: ledger} // hides the ledger's quotes: the gift is charged first
+				cfg := cell.Config{Wallet: l, SettleInCommit: settleInCommit}
+				first := newRegistry(t, repo, cfg, nil)
+				giftRoom(t, first, l, "g", 1000) // j10 is user 10's join
+				if err := first.Close(ctx); err != nil {
+					t.Fatal(err)
+				}
+				reg := newRegistry(t, repo, cfg, nil) // remembers no command id
+				if _, err := reg.Submit(ctx, heart("g", "j10", 7)); !errors.Is(err, room.ErrCommandIDConflict) {
+					t.Fatalf("a gift with the join's id: %v, want command_id_conflict", err)
+				}
+				mustSubmit(t, reg, heart("g", "gift-1", 7))
+
+				committed := cell.CommittedGifts(repo)
+				for _, c := range []struct {
+					charge wallet.Charge
+					want   bool
+				}{
+					{wallet.Charge{Key: wallet.ChargeKey("g", "gift-1"), UserID: 10, Amount: 70}, true},
+					{wallet.Charge{Key: wallet.ChargeKey("g", "j10"), UserID: 10, Amount: 70}, false},
+					{wallet.Charge{Key: wallet.ChargeKey("g", "gift-1"), UserID: 11, Amount: 70}, false},
+					{wallet.Charge{Key: wallet.ChargeKey("g", "gift-1"), UserID: 10, Amount: 80}, false},
+					{wallet.Charge{Key: wallet.ChargeKey("g", "gift-2"), UserID: 10, Amount: 70}, false},
+				} {
+					found, err := committed(ctx, "g", []wallet.Charge{c.charge})
+					_, id, _ := wallet.SplitChargeKey(c.charge.Key)
+					if err != nil || found[id] != c.want {
+						t.Fatalf("CommittedGifts(%+v) = %v, %v; want %v", c.charge, found, err, c.want)
+					}
+				}
+
+				rec := &wallet.Reconciler{Wallet: ledger, Committed: committed, After: time.Minute,
+					Clock: func() time.Time { return time.Now().Add(2 * time.Minute) }, Log: quiet}
+				if _, err := rec.Once(ctx); err != nil {
+					t.Fatal(err)
+				}
+				if r, found, err := ledger.Receipt(ctx, wallet.ChargeKey("g", "j10")); err != nil || !found || r.Status != wallet.StatusRefunded {
+					t.Fatalf("the refused gift's charge: %+v found=%v (%v), want refunded", r, found, err)
+				}
+				if b := balance(t, ledger, 10); b != 930 {
+					t.Fatalf("balance %d, want 1000 less the one gift that committed", b)
+				}
+			})
+		})
+	}
 }

@@ -10,8 +10,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// Committed reports which of a room's command ids are in its command log.
-type Committed func(ctx context.Context, roomID string, commandIDs []string) (map[string]bool, error)
+// Committed reports, by command id, which of a room's pending charges have
+// their gift in the room's command log: the SendGift of the charge's
+// command id, by the charge's user, for its amount. A log row of that id
+// that is not the charge's gift (the id reused for another command, and
+// the gift refused for it) is not: the charge is refunded.
+type Committed func(ctx context.Context, roomID string, charges []Charge) (map[string]bool, error)
 
 // Reconciler finishes the charges nothing else finished: a pending charge
 // older than After is settled when its gift is in the command log and
@@ -109,23 +113,24 @@ func (r *Reconciler) Once(ctx context.Context) (int, error) {
 // decide settles the page's charges whose gifts are in the log and refunds the others.
 func (r *Reconciler) decide(ctx context.Context, pending []Receipt) (int, error) {
 	decided := 0
-	byRoom := map[string][]string{}
+	byRoom := map[string][]Charge{}
 	for _, p := range pending {
-		roomID, commandID, ok := SplitChargeKey(p.Key)
+		roomID, _, ok := SplitChargeKey(p.Key)
 		if !ok {
 			r.Log.Error("pending charge with a key that names no gift; left alone", "key", p.Key)
 			continue
 		}
-		byRoom[roomID] = append(byRoom[roomID], commandID)
+		byRoom[roomID] = append(byRoom[roomID], p.Charge)
 	}
 	var settle []string
-	for roomID, ids := range byRoom {
-		found, err := r.Committed(ctx, roomID, ids)
+	for roomID, charges := range byRoom {
+		found, err := r.Committed(ctx, roomID, charges)
 		if err != nil {
 			return decided, err
 		}
-		for _, id := range ids {
-			key := ChargeKey(roomID, id)
+		for _, c := range charges {
+			key := c.Key
+			_, id, _ := SplitChargeKey(key)
 			if found[id] {
 				settle = append(settle, key)
 				continue

@@ -18,9 +18,15 @@ import (
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
-// logOf reads a room's command log the way the service does.
+// logOf says a charge's gift committed when its command id is in the
+// room's log (the service also checks that the row is the charge's gift:
+// cell.CommittedGifts).
 func logOf(db store.Repository) wallet.Committed {
-	return func(ctx context.Context, roomID string, ids []string) (map[string]bool, error) {
+	return func(ctx context.Context, roomID string, charges []wallet.Charge) (map[string]bool, error) {
+		ids := make([]string, len(charges))
+		for i, c := range charges {
+			_, ids[i], _ = wallet.SplitChargeKey(c.Key)
+		}
 		recs, err := db.GetCommands(ctx, roomID, ids)
 		if err != nil {
 			return nil, err

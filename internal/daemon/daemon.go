@@ -241,22 +241,6 @@ type ledger interface {
 	Close() error
 }
 
-// committedGifts reads which gift command ids are in a room's log: the
-// reconciler settles those charges and refunds the others.
-func committedGifts(db store.Repository) wallet.Committed {
-	return func(ctx context.Context, roomID string, ids []string) (map[string]bool, error) {
-		recs, err := db.GetCommands(ctx, roomID, ids)
-		if err != nil {
-			return nil, err
-		}
-		found := make(map[string]bool, len(recs))
-		for id := range recs {
-			found[id] = true
-		}
-		return found, nil
-	}
-}
-
 // openBus connects to the configured NATS, or starts the embedded server
 // under the data directory. An unreachable external server is retried until
 // ctx ends.
@@ -408,7 +392,7 @@ func (m *Main) Run(ctx context.Context) error {
 		return fmt.Errorf("open ledger: %w", err)
 	}
 	reconciler := &wallet.Reconciler{
-		Wallet: m.ledger, Committed: committedGifts(db), After: cfg.ReconcileAfter,
+		Wallet: m.ledger, Committed: cell.CommittedGifts(db), After: cfg.ReconcileAfter,
 		Log: m.Log.With("component", "wallet-reconciler"), Metrics: m.metrics.wallet,
 	}
 	reconcileEvery := max(cfg.ReconcileAfter/4, time.Second)
