@@ -1,8 +1,10 @@
 package wallet
 
 import (
+	"cmp"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
 	"time"
@@ -31,6 +33,15 @@ type Reconciler struct {
 	Clock   func() time.Time
 	Log     *slog.Logger
 	Metrics *Metrics
+	// PassLimit bounds the pending charges one pass reads (0: 20,000). A
+	// pass that stops there, or on an error, leaves a cursor: the next one
+	// goes on after it, and on from the oldest once it has read to the end,
+	// so no run of charges it cannot decide (stuck, or refused by the
+	// wallet) keeps it from those behind.
+	PassLimit int
+
+	mu   sync.Mutex // one pass at a time
+	next Cursor     // where the next pass starts
 }
 
 // Metrics count what the wallet side of gifts does.
@@ -56,10 +67,13 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 }
 
 // reconcileBatch is how many pending charges one page reads;
-// reconcilePages bounds the pages of one pass (the next pass goes on).
+// reconcilePassLimit is PassLimit's default. refundFailures is how many
+// refunds the wallet may fail in one page (with an error that says neither
+// stuck nor gone) before the page's other refunds wait for the next pass.
 const (
-	reconcileBatch = 500
-	reconcilePages = 40
+	reconcileBatch     = 500
+	reconcilePassLimit = 40 * reconcileBatch
+	refundFailures     = 3
 )
 
 // Run reconciles every interval until ctx ends.
@@ -78,10 +92,14 @@ func (r *Reconciler) Run(ctx context.Context, every time.Duration) {
 	}
 }
 
-// Once decides the pending charges older than After and returns how many it
-// decided. Charges it cannot decide now (a refund the balance no longer
-// covers) stay pending and are counted as stuck.
+// Once decides up to PassLimit pending charges older than After, from
+// where the last pass stopped, and returns how many it decided. Charges it
+// cannot decide now (a refund the balance no longer covers, or one the
+// wallet fails) stay pending, passed over, never in the way of the ones
+// after them; the first such failure is returned after the rest.
 func (r *Reconciler) Once(ctx context.Context) (int, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	clock := r.Clock
 	if clock == nil {
 		clock = time.Now
@@ -89,30 +107,52 @@ func (r *Reconciler) Once(ctx context.Context) (int, error) {
 	if r.Metrics == nil {
 		r.Metrics = NewMetrics(nil)
 	}
+	limit := r.PassLimit
+	if limit <= 0 {
+		limit = reconcilePassLimit
+	}
 	decided := 0
 	cutoff := clock().Add(-r.After)
-	var after Cursor
-	// Page through every pending charge older than the cutoff. A charge that
-	// cannot be decided now (stuck) is passed over, never in the way of the
-	// ones after it.
-	for range reconcilePages {
-		pending, err := r.Wallet.Pending(ctx, cutoff, after, reconcileBatch)
-		if err != nil || len(pending) == 0 {
-			return decided, err
+	after := r.next
+	lapped := after == Cursor{} // this pass reads from the oldest
+	var failed error
+	for read := 0; read < limit; {
+		asked := min(reconcileBatch, limit-read)
+		pending, err := r.Wallet.Pending(ctx, cutoff, after, asked)
+		if err != nil {
+			r.next = after
+			return decided, errors.Join(failed, err)
 		}
-		after = CursorOf(pending[len(pending)-1])
+		read += len(pending)
+		if len(pending) > 0 {
+			after = CursorOf(pending[len(pending)-1])
+		}
 		n, err := r.decide(ctx, pending)
 		decided += n
-		if err != nil || len(pending) < reconcileBatch {
-			return decided, err
+		if failed == nil {
+			failed = err
+		}
+		if len(pending) < asked {
+			if !lapped { // read to the end from where the last pass stopped: on from the oldest
+				after, lapped = Cursor{}, true
+				continue
+			}
+			r.next = Cursor{}
+			return decided, failed
 		}
 	}
-	return decided, nil
+	r.next = after
+	return decided, failed
 }
 
-// decide settles the page's charges whose gifts are in the log and refunds the others.
+// decide settles the page's charges whose gifts are in the log and refunds
+// the others. A refund the wallet fails is passed over, and after
+// refundFailures of them the page's other refunds wait for the next pass
+// (the wallet is likely down); the page's settles go ahead. It returns the
+// first failure.
 func (r *Reconciler) decide(ctx context.Context, pending []Receipt) (int, error) {
-	decided := 0
+	decided, failures := 0, 0
+	var failed error
 	byRoom := map[string][]Charge{}
 	for _, p := range pending {
 		roomID, _, ok := SplitChargeKey(p.Key)
@@ -126,13 +166,17 @@ func (r *Reconciler) decide(ctx context.Context, pending []Receipt) (int, error)
 	for roomID, charges := range byRoom {
 		found, err := r.Committed(ctx, roomID, charges)
 		if err != nil {
-			return decided, err
+			failed = cmp.Or(failed, err)
+			continue // the room's log could not be read: its charges wait
 		}
 		for _, c := range charges {
 			key := c.Key
 			_, id, _ := SplitChargeKey(key)
 			if found[id] {
 				settle = append(settle, key)
+				continue
+			}
+			if failures >= refundFailures {
 				continue
 			}
 			switch _, err := r.Wallet.Refund(ctx, key); {
@@ -144,18 +188,20 @@ func (r *Reconciler) decide(ctx context.Context, pending []Receipt) (int, error)
 				r.Metrics.Reconciled.WithLabelValues("stuck").Inc()
 				r.Log.Warn("pending charge cannot be refunded now", "key", key, "err", err)
 			default:
-				return decided, err
+				failures++
+				failed = cmp.Or(failed, fmt.Errorf("refund %s: %w", key, err))
+				r.Log.Warn("pending charge not refunded; the reconciler tries again later", "key", key, "err", err)
 			}
 		}
 	}
 	if len(settle) > 0 {
 		if err := r.Wallet.Settle(ctx, settle); err != nil {
-			return decided, err
+			return decided, cmp.Or(failed, err)
 		}
 		decided += len(settle)
 		r.Metrics.Reconciled.WithLabelValues("settled").Add(float64(len(settle)))
 	}
-	return decided, nil
+	return decided, failed
 }
 
 func isStuck(err error) bool {

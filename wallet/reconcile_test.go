@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -195,30 +196,8 @@ func TestChargeKeyRoundTrip(t *testing.T) {
 func TestStuckChargesDoNotBlockTheOnesAfterThem(t *testing.T) {
 	ctx := context.Background()
 	db, l := open(t)
-	if _, _, err := l.Credit(ctx, 10, 600, "c10"); err != nil {
-		t.Fatal(err)
-	}
 	old := time.Now().Add(-time.Hour)
-	var charges []wallet.Charge
-	for i := range 600 { // more than a page
-		charges = append(charges, wallet.Charge{Key: wallet.ChargeKey("r", fmt.Sprintf("lucky-%03d", i)), UserID: 10,
-			Amount: 1, Reward: 100, MultiplierBP: 1_000_000, At: old.Add(time.Duration(i) * time.Millisecond)})
-	}
-	if res, err := l.Charge(ctx, charges); err != nil || res[0].Err != nil {
-		t.Fatalf("charge: %v %v", err, res[0].Err)
-	}
-	// The winnings are spent on a gift that committed.
-	b, err := l.Balance(ctx, 10)
-	if err != nil {
-		t.Fatal(err)
-	}
-	spend := wallet.ChargeKey("r2", "spend")
-	if res, err := l.Charge(ctx, []wallet.Charge{{Key: spend, UserID: 10, Amount: b, At: time.Now()}}); err != nil || res[0].Err != nil {
-		t.Fatalf("spend: %v %v", err, res)
-	}
-	if err := l.Settle(ctx, []string{spend}); err != nil {
-		t.Fatal(err)
-	}
+	stuckCharges(t, l, 10, 600, old) // more than a page
 	if _, _, err := l.Credit(ctx, 20, 50, "c20"); err != nil {
 		t.Fatal(err)
 	}
@@ -235,5 +214,142 @@ func TestStuckChargesDoNotBlockTheOnesAfterThem(t *testing.T) {
 	}
 	if b, err := l.Balance(ctx, 20); err != nil || b != 50 {
 		t.Fatalf("balance of user 20: %d (%v), want 50", b, err)
+	}
+}
+
+// stuckCharges makes n pending charges of user, at old and the
+// milliseconds after, that cannot be refunded: lucky wins spent on a gift
+// that committed. It returns their keys, oldest first.
+func stuckCharges(t *testing.T, l wallet.Wallet, user int64, n int, old time.Time) []string {
+	t.Helper()
+	ctx := context.Background()
+	if _, _, err := l.Credit(ctx, user, int64(n), fmt.Sprintf("c%d", user)); err != nil {
+		t.Fatal(err)
+	}
+	var charges []wallet.Charge
+	var keys []string
+	for i := range n {
+		k := wallet.ChargeKey("r", fmt.Sprintf("lucky-%d-%03d", user, i))
+		keys = append(keys, k)
+		charges = append(charges, wallet.Charge{Key: k, UserID: user,
+			Amount: 1, Reward: 100, MultiplierBP: 1_000_000, At: old.Add(time.Duration(i) * time.Millisecond)})
+	}
+	if res, err := l.Charge(ctx, charges); err != nil || res[0].Err != nil {
+		t.Fatalf("charge: %v %v", err, res[0].Err)
+	}
+	b, err := l.Balance(ctx, user)
+	if err != nil {
+		t.Fatal(err)
+	}
+	spend := wallet.ChargeKey("r2", fmt.Sprintf("spend-%d", user))
+	if res, err := l.Charge(ctx, []wallet.Charge{{Key: spend, UserID: user, Amount: b, At: time.Now()}}); err != nil || res[0].Err != nil {
+		t.Fatalf("spend: %v %v", err, res)
+	}
+	if err := l.Settle(ctx, []string{spend}); err != nil {
+		t.Fatal(err)
+	}
+	return keys
+}
+
+// TestAPassGoesOnWhereTheLastStopped: more stuck charges than a pass reads
+// come first. Each pass goes on after the last, so the lost gift behind
+// them is refunded by the second; a pass that reads to the end goes on
+// from the oldest, where a charge that can be refunded now is.
+func TestAPassGoesOnWhereTheLastStopped(t *testing.T) {
+	ctx := context.Background()
+	db, l := open(t)
+	old := time.Now().Add(-time.Hour)
+	stuck := stuckCharges(t, l, 10, 3, old)
+	if _, _, err := l.Credit(ctx, 20, 50, "c20"); err != nil {
+		t.Fatal(err)
+	}
+	lost := wallet.ChargeKey("r3", "lost")
+	if res, err := l.Charge(ctx, []wallet.Charge{{Key: lost, UserID: 20, Amount: 50, At: old.Add(time.Minute)}}); err != nil || res[0].Err != nil {
+		t.Fatalf("charge: %v %v", err, res)
+	}
+	rec := &wallet.Reconciler{Wallet: l, Committed: logOf(db), After: time.Minute, Log: quiet, PassLimit: 2}
+	status := func(key string) wallet.Status {
+		t.Helper()
+		r, _, err := l.Receipt(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r.Status
+	}
+	if n, err := rec.Once(ctx); err != nil || n != 0 || status(lost) != wallet.StatusPending {
+		t.Fatalf("first pass: %d decided (%v), the lost gift %s; want two stuck charges read and nothing decided", n, err, status(lost))
+	}
+	if n, err := rec.Once(ctx); err != nil || n != 1 || status(lost) != wallet.StatusRefunded {
+		t.Fatalf("second pass: %d decided (%v), the lost gift %s; want it refunded", n, err, status(lost))
+	}
+	// The oldest stuck charge can be refunded now.
+	if _, _, err := l.Credit(ctx, 10, 100, "c10-again"); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := rec.Once(ctx); err != nil || n != 1 || status(stuck[0]) != wallet.StatusRefunded {
+		t.Fatalf("third pass: %d decided (%v), the oldest charge %s; want it refunded", n, err, status(stuck[0]))
+	}
+}
+
+// refusing is a wallet that fails the refunds of some keys with an error
+// of its own (neither stuck nor gone: a frozen account, say).
+type refusing struct {
+	wallet.Wallet
+	keys map[string]bool
+}
+
+func (f refusing) Refund(ctx context.Context, key string) (wallet.Receipt, error) {
+	if f.keys[key] {
+		return wallet.Receipt{}, errors.New("account frozen")
+	}
+	return f.Wallet.Refund(ctx, key)
+}
+
+// TestARefundTheWalletFailsIsPassedOver: the wallet fails the refund of
+// the oldest charge. The pass says so, and still refunds the lost gift
+// behind it and settles the committed one; past refundFailures failures
+// the page's other refunds wait, while its settles go ahead.
+func TestARefundTheWalletFailsIsPassedOver(t *testing.T) {
+	ctx := context.Background()
+	db, l := open(t)
+	if _, _, err := l.Credit(ctx, 10, 1000, "c10"); err != nil {
+		t.Fatal(err)
+	}
+	old := time.Now().Add(-time.Hour)
+	var charges []wallet.Charge
+	for i, id := range []string{"frozen-1", "lost", "committed", "frozen-2", "frozen-3", "waits"} {
+		charges = append(charges, wallet.Charge{Key: wallet.ChargeKey("r", id), UserID: 10, Amount: 10, At: old.Add(time.Duration(i) * time.Second)})
+	}
+	if res, err := l.Charge(ctx, charges); err != nil || res[0].Err != nil {
+		t.Fatalf("charge: %v %+v", err, res)
+	}
+	if err := db.SaveRoomMeta(ctx, store.RoomMeta{RoomID: "r", OwnerUserID: 1, SeatCount: 8, Status: "open"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.SaveCommand(ctx, store.CommandRecord{RoomID: "r", RoomVersion: 1, CommandID: "committed", CommandType: "SendGift",
+		Payload: []byte(`{}`), Replayable: true, CreatedAt: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	frozen := map[string]bool{}
+	for _, id := range []string{"frozen-1", "frozen-2", "frozen-3"} {
+		frozen[wallet.ChargeKey("r", id)] = true
+	}
+	rec := &wallet.Reconciler{Wallet: refusing{Wallet: l, keys: frozen}, Committed: logOf(db), After: time.Minute, Log: quiet}
+	if _, err := rec.Once(ctx); err == nil || !strings.Contains(err.Error(), "account frozen") {
+		t.Fatalf("the pass: %v, want the wallet's refusal", err)
+	}
+	for id, want := range map[string]wallet.Status{"frozen-1": wallet.StatusPending, "lost": wallet.StatusRefunded,
+		"committed": wallet.StatusSettled, "frozen-3": wallet.StatusPending, "waits": wallet.StatusPending} {
+		if r, _, err := l.Receipt(ctx, wallet.ChargeKey("r", id)); err != nil || r.Status != want {
+			t.Fatalf("%s: %s (%v), want %s", id, r.Status, err, want)
+		}
+	}
+	// The wallet answers again: the next pass refunds what waited.
+	rec.Wallet = l
+	if _, err := rec.Once(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if r, _, err := l.Receipt(ctx, wallet.ChargeKey("r", "waits")); err != nil || r.Status != wallet.StatusRefunded {
+		t.Fatalf("waits: %s (%v), want refunded", r.Status, err)
 	}
 }
