@@ -141,7 +141,7 @@ func ClientOptions(url string, ttl time.Duration) (*redis.Options, error) {
 type Metrics struct {
 	Held        func(n int)         // leases this node holds now
 	Acquired    func(result string) // ok, held, unavailable
-	RenewFailed func(kind string)   // not_ours, unreachable
+	RenewFailed func(kind string)   // not_ours, unreachable, expired
 	Degraded    func(n int)         // held leases Redis could not renew lately
 	Lost        func()              // leases another holder took
 }
@@ -160,8 +160,9 @@ elseif v == ARGV[1] then
 end
 return v`)
 	// extendScript extends the key if it holds the token (1), takes it again
-	// if it is gone (2: a restart lost it, or it expired unclaimed; the owner
-	// epoch fences whatever happened meanwhile), or reports another holder (0).
+	// if it is gone (2: a restart lost it, or it expired), or reports another
+	// holder (0). A key taken again by a renewal sent after the handle's
+	// validity ended is lost all the same (see settle).
 	extendScript = redis.NewScript(`
 local v = redis.call('GET', KEYS[1])
 if v == ARGV[1] then
@@ -473,13 +474,30 @@ func (l *Lease) settle(h *handle, sent time.Duration, res int64, err error) {
 		l.unreachable = false
 		l.log.Info("Redis reachable again", "held", len(l.held))
 	}
+	// A key that vanished after this handle's validity ended may have been
+	// another node's meanwhile: taken when it expired, the room claimed,
+	// changed and released. The owner epoch fences this node's commits,
+	// but not its reads, its refusals or its relay's publishes, which would
+	// go on from a state that may be behind: the lease is lost.
+	expired := held && res == retaken && int64(sent) >= h.validUntil.Load()
+	if expired {
+		l.dropLocked(h)
+		close(h.lost)
+	}
 	l.mu.Unlock()
-	if !held {
-		// Released while the renewal was under way: a retaken key would
-		// outlive the release, so delete it again.
+	if !held || expired {
+		// Released while the renewal was under way, or lost: a retaken key
+		// would outlive the handle, so delete it again.
 		ctx, cancel := context.WithTimeout(context.Background(), l.cfg.callTimeout())
 		defer cancel()
 		_ = releaseScript.Run(ctx, l.client, []string{h.key}, h.token).Err()
+		if expired {
+			l.count(l.metrics.RenewFailed, "expired")
+			if l.metrics.Lost != nil {
+				l.metrics.Lost()
+			}
+			l.log.Warn("room lease key vanished after the lease ran out; lost", "room_id", h.roomID)
+		}
 		return
 	}
 	if res == retaken {
