@@ -612,6 +612,10 @@ func (h *handle) Check(ctx context.Context) error {
 	return nil
 }
 
+// Fresh implements lease.Handle: the handle's validity, counted from its
+// last renewal's request, has not ended.
+func (h *handle) Fresh() bool { return h.l.now() < time.Duration(h.validUntil.Load()) }
+
 // newToken names the holder and is unique per acquisition:
 // "<node_id>|<addr>|<random>".
 func newToken(n Node) string { return n.ID + "|" + n.Addr + "|" + rand.Text() }

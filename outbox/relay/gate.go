@@ -32,4 +32,20 @@ type heldLease struct {
 }
 
 func (l heldLease) Lost() <-chan struct{} { return l.h.Lost() }
-func (l heldLease) Release()              { _ = l.h.Release(l.ctx) }
+
+// Check implements Held: a lease that is not fresh is renewed now, and the
+// relay goes on only if that made it fresh (an unreachable lease store does
+// not: the rows wait, pending, until it answers).
+func (l heldLease) Check(ctx context.Context) error {
+	if l.h.Fresh() {
+		return nil
+	}
+	if err := l.h.Check(ctx); err != nil {
+		return err
+	}
+	if !l.h.Fresh() {
+		return lease.ErrUnavailable
+	}
+	return nil
+}
+func (l heldLease) Release() { _ = l.h.Release(l.ctx) }

@@ -62,9 +62,15 @@ type Gate interface {
 }
 
 // Held is a room held through a Gate. A relay stops publishing the room as
-// soon as Lost is closed (a shared lease that could not be renewed).
+// soon as Lost is closed (a shared lease taken by another holder), or as
+// Check fails: no database fences a relay, so one that was paused or cut off
+// past its lease must not publish another row before it knows the lease is
+// still its own.
 type Held interface {
 	Lost() <-chan struct{}
+	// Check tells whether the relay may publish the room's next row: the
+	// gate is fresh, or was renewed now. Cheap while fresh.
+	Check(ctx context.Context) error
 	Release()
 }
 
@@ -804,10 +810,8 @@ func (r *Relay) releaseKept(now time.Time) {
 // went dead).
 func (r *Relay) publish(ctx context.Context, roomID string, held Held, rows []outbox.Record) (acked []string, ok bool) {
 	for i := 0; i < len(rows); {
-		select {
-		case <-held.Lost():
+		if !mayPublish(ctx, held) {
 			return acked, false // another relay may hold the room now: publish nothing more
-		default:
 		}
 		now := r.now()
 		if rows[i].NextAttemptAt.After(now) {
@@ -838,6 +842,17 @@ func (r *Relay) publish(ctx context.Context, roomID string, held Held, rows []ou
 	return acked, true
 }
 
+// mayPublish tells whether the room's next row may go out: its gate is
+// neither lost nor, as far as Check knows, past its lease.
+func mayPublish(ctx context.Context, held Held) bool {
+	select {
+	case <-held.Lost():
+		return false
+	default:
+		return held.Check(ctx) == nil
+	}
+}
+
 // send publishes rows from the first on and returns how many the broker
 // acknowledged and the error of the one after them. The due rows ahead
 // whose commands were not sampled go through the in-order publisher when
@@ -852,12 +867,7 @@ func (r *Relay) send(ctx context.Context, held Held, rows []outbox.Record, now t
 		rows = rows[:run]
 		return r.inOrder.PublishInOrder(ctx, rows, func(i int) bool {
 			r.lag(ctx, &rows[i])
-			select {
-			case <-held.Lost():
-				return false
-			default:
-				return true
-			}
+			return mayPublish(ctx, held)
 		})
 	}
 	pctx, span := startPublish(ctx, rows[0])

@@ -577,6 +577,14 @@ type hold struct{ lost chan struct{} }
 
 func (h hold) Lost() <-chan struct{} { return h.lost }
 func (h hold) Release()              {}
+func (h hold) Check(context.Context) error {
+	select {
+	case <-h.lost:
+		return lease.ErrLost
+	default:
+		return nil
+	}
+}
 
 func (g *losingGate) Acquire(context.Context, string) (relay.Held, bool) {
 	g.mu.Lock()
@@ -1036,4 +1044,72 @@ func TestASecondMarkRunsWhileOneWaitsOnTheDatabase(t *testing.T) {
 	}
 	poll.Until(t, 30*time.Second, "both rooms' rows marked", poll.Bool(func() bool { return pending(t, repo.DB) == 0 }))
 	consume(t, bus, 4)
+}
+
+// staleLease hands out handles that run stale as a lease cut off from its
+// store does: no longer fresh, and Check, which cannot renew them, reports
+// nothing wrong. fresh makes them fresh again (the store answers).
+type staleLease struct {
+	fresh  atomic.Bool
+	checks atomic.Int64 // Check calls while not fresh
+}
+
+type staleHandle struct{ l *staleLease }
+
+var neverLost = make(chan struct{})
+
+func (l *staleLease) Acquire(context.Context, string) (lease.Handle, error) {
+	return staleHandle{l}, nil
+}
+func (h staleHandle) Lost() <-chan struct{}         { return neverLost }
+func (h staleHandle) Release(context.Context) error { return nil }
+func (h staleHandle) Fresh() bool                   { return h.l.fresh.Load() }
+func (h staleHandle) Check(context.Context) error {
+	if !h.l.fresh.Load() {
+		h.l.checks.Add(1)
+	}
+	return nil
+}
+
+// staleAfter makes the lease stale once it has published three rows, and
+// counts the publishes made while it is.
+type staleAfter struct {
+	next  relay.Publisher
+	lease *staleLease
+	n     atomic.Int64
+	late  atomic.Int64
+}
+
+func (s *staleAfter) Publish(ctx context.Context, r outbox.Record) error {
+	if !s.lease.fresh.Load() {
+		s.late.Add(1)
+	}
+	if s.n.Add(1) == 3 {
+		s.lease.fresh.Store(false)
+	}
+	return s.next.Publish(ctx, r)
+}
+
+// TestRelayPublishesNothingWhileItsLeaseIsStale: a relay's lease runs out
+// while its store cannot be reached (no other holder is known, so it is not
+// lost). No database fences a relay, so it publishes nothing more until the
+// lease is fresh again, however often it tries; then every row goes out, in
+// order.
+func TestRelayPublishesNothingWhileItsLeaseIsStale(t *testing.T) {
+	repo := openRepo(t)
+	bus := openBus(t, natsbus.Config{})
+	seed(t, repo, []string{"stale"}, 10)
+	l := &staleLease{}
+	l.fresh.Store(true)
+	pub := &staleAfter{next: bus, lease: l}
+	cfg := fastConfig()
+	cfg.RoomBatch = 100
+	runRelay(t, relay.New(repo, pub, relay.LeaseGate{Lease: l}, cfg, relay.Metrics{}, quiet))
+	poll.Until(t, 30*time.Second, "the relay tried the stale room several times", poll.Bool(func() bool { return l.checks.Load() >= 5 }))
+	if n := pub.late.Load(); n != 0 {
+		t.Fatalf("%d publishes while the lease was stale", n)
+	}
+	l.fresh.Store(true)
+	poll.Until(t, 30*time.Second, "every row published", poll.Bool(func() bool { return pending(t, repo) == 0 }))
+	consume(t, bus, 20)
 }
