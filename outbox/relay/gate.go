@@ -32,6 +32,7 @@ type heldLease struct {
 }
 
 func (l heldLease) Lost() <-chan struct{} { return l.h.Lost() }
+func (l heldLease) Fresh() bool           { return l.h.Fresh() }
 
 // Check implements Held: a lease that is not fresh is renewed now, and the
 // relay goes on only if that made it fresh (an unreachable lease store does

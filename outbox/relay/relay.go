@@ -68,8 +68,11 @@ type Gate interface {
 // still its own.
 type Held interface {
 	Lost() <-chan struct{}
+	// Fresh reports, without blocking, whether the gate is known to be
+	// this relay's now.
+	Fresh() bool
 	// Check tells whether the relay may publish the room's next row: the
-	// gate is fresh, or was renewed now. Cheap while fresh.
+	// gate is fresh, or was renewed now (which may ask the lease store).
 	Check(ctx context.Context) error
 	Release()
 }
@@ -867,7 +870,14 @@ func (r *Relay) send(ctx context.Context, held Held, rows []outbox.Record, now t
 		rows = rows[:run]
 		return r.inOrder.PublishInOrder(ctx, rows, func(i int) bool {
 			r.lag(ctx, &rows[i])
-			return mayPublish(ctx, held)
+			// On the client's goroutine, which must not block: a gate
+			// that is not fresh ends the run, and the next one renews it.
+			select {
+			case <-held.Lost():
+				return false
+			default:
+				return held.Fresh()
+			}
 		})
 	}
 	pctx, span := startPublish(ctx, rows[0])

@@ -577,6 +577,7 @@ type hold struct{ lost chan struct{} }
 
 func (h hold) Lost() <-chan struct{} { return h.lost }
 func (h hold) Release()              {}
+func (h hold) Fresh() bool           { return true }
 func (h hold) Check(context.Context) error {
 	select {
 	case <-h.lost:
