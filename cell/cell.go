@@ -242,12 +242,26 @@ func replyAll(batch []*request, r response) {
 // room's lease is still this node's (free while the lease is fresh; a
 // renewal otherwise), so that an owner that was paused past its lease and
 // wakes up stops before it writes instead of relying on the database fence
-// alone.
+// alone. A lease still not fresh after that could not be renewed (its
+// store is unreachable), and another node may have taken the room: the
+// fence refuses this node's commits, but not its reads and refusals, so
+// the room's owner epoch is read first.
 func (c *Cell) handle(batch []*request) (stop string) {
 	if err := c.lease.Check(c.reg.ctx); err != nil {
 		c.log.Warn("room lease lost; stopping before the batch", "err", err)
 		replyAll(batch, response{err: room.Errorf(room.ErrFenced, "room %s: %v", c.roomID, err)})
 		return stopLease
+	}
+	if !c.lease.Fresh() && !c.fresh {
+		switch epoch, found, err := c.reg.store.RoomOwnerEpoch(c.reg.ctx, c.roomID); {
+		case err != nil:
+			replyAll(batch, response{err: room.Errorf(room.ErrUnavailable, "room %s: its lease could not be renewed nor its owner read: %v", c.roomID, err)})
+			return ""
+		case found && epoch != c.epoch:
+			c.log.Warn("room claimed by another node while its lease could not be renewed; stopping", "epoch", c.epoch, "stored_epoch", epoch)
+			replyAll(batch, response{err: room.Errorf(room.ErrFenced, "room %s: claimed by another node", c.roomID)})
+			return stopFenced
+		}
 	}
 	if c.provisional.Load() && !onlyCreates(batch) {
 		// Only a create may be decided before the room is known to be
@@ -824,10 +838,12 @@ func (v *view) at(now int64) *roomv1.RoomSnapshot {
 }
 
 // current returns the room's snapshot without the mailbox when the cell
-// built it at its committed head and its lease is fresh; nil otherwise.
-func (c *Cell) current(ctx context.Context) *roomv1.RoomSnapshot {
+// built it at its committed head and its lease is fresh; nil otherwise (the
+// read goes through the mailbox, where handle renews the lease or reads the
+// room's owner epoch).
+func (c *Cell) current() *roomv1.RoomSnapshot {
 	v := c.view.Load()
-	if v == nil || v.snap.GetRoomVersion() != c.head.Load() || c.lease.Check(ctx) != nil {
+	if v == nil || v.snap.GetRoomVersion() != c.head.Load() || !c.lease.Fresh() {
 		return nil
 	}
 	return v.at(c.reg.cfg.Clock().UnixMilli())

@@ -21,6 +21,8 @@ type Store interface {
 	StopRooms(ctx context.Context, stops []store.RoomStop) error
 	// GetRoomMeta reads a room's metadata; found is false when the room does not exist.
 	GetRoomMeta(ctx context.Context, roomID string) (store.RoomMeta, bool, error)
+	// RoomOwnerEpoch reads the room's owner epoch; found is false when the room does not exist.
+	RoomOwnerEpoch(ctx context.Context, roomID string) (epoch int64, found bool, err error)
 	// GetCommands reads the committed commands among commandIDs, keyed by command id.
 	GetCommands(ctx context.Context, roomID string, commandIDs []string) (map[string]store.CommandRecord, error)
 	// CommitBatches commits the batches in one transaction, each fenced on its own.

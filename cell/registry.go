@@ -268,7 +268,7 @@ func (r *Registry) Snapshot(ctx context.Context, roomID string) (*roomv1.RoomSna
 	c := r.cells[roomID]
 	r.mu.Unlock()
 	if c != nil {
-		if snap := c.current(ctx); snap != nil {
+		if snap := c.current(); snap != nil {
 			c.used.Store(r.uses.Add(1)) // a read is a use: max_rooms passivates the least recently used
 			return snap, nil
 		}

@@ -233,6 +233,9 @@ type Repository interface {
 	SaveRoomMeta(ctx context.Context, meta RoomMeta) error
 	// GetRoomMeta reads a room's metadata; found is false when the room does not exist.
 	GetRoomMeta(ctx context.Context, roomID string) (RoomMeta, bool, error)
+	// RoomOwnerEpoch reads the room's owner epoch, which each ClaimRoom
+	// raises; found is false when the room does not exist.
+	RoomOwnerEpoch(ctx context.Context, roomID string) (epoch int64, found bool, err error)
 	// GetCommand reads a committed command, for idempotent retries and command_id conflicts.
 	GetCommand(ctx context.Context, roomID string, commandID string) (CommandRecord, bool, error)
 	// SaveCommand appends one command outside any batch. It must be the room's

@@ -53,6 +53,19 @@ func (db *DB) GetRoomMeta(ctx context.Context, roomID string) (store.RoomMeta, b
 	return meta, true, nil
 }
 
+// RoomOwnerEpoch reads the room's owner epoch.
+func (db *DB) RoomOwnerEpoch(ctx context.Context, roomID string) (int64, bool, error) {
+	var epoch int64
+	err := db.stmts.ownerEpoch.QueryRowContext(ctx, roomID).Scan(&epoch)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, false, nil
+	}
+	if err != nil {
+		return 0, false, fmt.Errorf("room owner epoch room=%s: %w", roomID, db.d.MapErr(err))
+	}
+	return epoch, true, nil
+}
+
 // ClaimRoom increments the room's owner epoch, records nodeID as its owner
 // and returns the new epoch, the durable head and the metadata, all from one
 // transaction: the UPDATE locks the row (or, on SQLite, the transaction

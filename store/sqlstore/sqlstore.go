@@ -108,7 +108,7 @@ type statements struct {
 	lockOutbox, failOutbox                   *sql.Stmt
 
 	getMeta, getCommand, listCommands, getSnapshot *sql.Stmt
-	listCommandsPage, readHead                     *sql.Stmt
+	listCommandsPage, readHead, ownerEpoch         *sql.Stmt
 	listHeads, listRoomOutbox                      *sql.Stmt
 	listRooms                                      *sql.Stmt
 
@@ -211,6 +211,7 @@ func (db *DB) prepare(ctx context.Context) error {
 	s.listCommandsPage = prep(r, `SELECT `+commandColumns+` FROM room_command_log
 		WHERE room_id = ? AND room_version > ? ORDER BY room_version LIMIT ?`)
 	s.readHead = prep(r, `SELECT room_version FROM rooms WHERE room_id = ?`)
+	s.ownerEpoch = prep(r, `SELECT owner_epoch FROM rooms WHERE room_id = ?`)
 	s.getSnapshot = prep(r, `SELECT room_version, payload, created_at FROM room_snapshots WHERE room_id = ?`)
 	s.listHeads = prep(r, o.ListHeads)
 	s.listRoomOutbox = prep(r, o.ListRoomOutbox)

@@ -140,6 +140,15 @@ func testClaimRoom(t *testing.T, repo store.Repository) {
 	if _, err := repo.ClaimRoom(ctx, id, "node-a"); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("ClaimRoom(unknown): err %v, want ErrNotFound", err)
 	}
+	epochIs := func(want int64) {
+		t.Helper()
+		if got, found, err := repo.RoomOwnerEpoch(ctx, id); err != nil || !found || got != want {
+			t.Fatalf("RoomOwnerEpoch = %d, %v, %v; want %d", got, found, err, want)
+		}
+	}
+	if _, found, err := repo.RoomOwnerEpoch(ctx, id); err != nil || found {
+		t.Fatalf("RoomOwnerEpoch(unknown): found %v, err %v", found, err)
+	}
 
 	meta := testMeta(id)
 	mustSaveMeta(t, repo, meta)
@@ -147,6 +156,7 @@ func testClaimRoom(t *testing.T, repo store.Repository) {
 	if first.Epoch <= 0 || first.HeadVersion != 0 || first.Meta != meta {
 		t.Fatalf("first claim = %+v, want epoch > 0, head 0, meta %+v", first, meta)
 	}
+	epochIs(first.Epoch)
 	info := mustRoomInfo(t, repo, id)
 	if info.OwnerEpoch != first.Epoch || info.OwnerNode != "node-a" || info.HeadVersion != 0 {
 		t.Fatalf("room info after claim = %+v, want epoch %d node node-a head 0", info, first.Epoch)
@@ -157,6 +167,7 @@ func testClaimRoom(t *testing.T, repo store.Repository) {
 	if second.Epoch != first.Epoch+1 || second.HeadVersion != 3 || second.Meta != meta {
 		t.Fatalf("second claim = %+v, want epoch %d, head 3, meta %+v", second, first.Epoch+1, meta)
 	}
+	epochIs(second.Epoch)
 	info = mustRoomInfo(t, repo, id)
 	if info.OwnerEpoch != second.Epoch || info.OwnerNode != "node-b" || info.HeadVersion != 3 {
 		t.Fatalf("room info after second claim = %+v, want epoch %d node node-b head 3", info, second.Epoch)

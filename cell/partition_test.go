@@ -1,0 +1,105 @@
+package cell_test
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"hyapp/room-service/cell"
+	"hyapp/room-service/internal/poll"
+	"hyapp/room-service/internal/servicetest"
+	"hyapp/room-service/lease/redislease"
+	"hyapp/room-service/room"
+	"hyapp/room-service/store/mysql"
+	"hyapp/room-service/store/mysql/mysqltest"
+)
+
+// redisLease is a node's lease on the Redis at addr, renewed until the test ends.
+func redisLease(t *testing.T, addr, id string, keys redislease.Keys, ttl time.Duration) *redislease.Lease {
+	t.Helper()
+	opt, err := redislease.ClientOptions("redis://"+addr+"/0", ttl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := redis.NewClient(opt)
+	l, err := redislease.New(c, redislease.Config{Self: redislease.Node{ID: id, Addr: id + ":1"}, TTL: ttl, Keys: keys},
+		slog.New(slog.DiscardHandler), redislease.Metrics{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = l.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done; _ = c.Close() })
+	return l
+}
+
+// TestAnOwnerCutOffFromRedisDoesNotAnswerFromAStaleState: node a holds a
+// room and loses Redis, not the database. Its lease runs out and cannot be
+// renewed; node b takes the room and changes it. a's commits would be
+// fenced, and its reads and refusals are not answered from what it had
+// either: a read finds b's owner epoch and sends the caller on
+// (room_moved), a gives the room up, and a command for it is told to retry.
+func TestAnOwnerCutOffFromRedisDoesNotAnswerFromAStaleState(t *testing.T) {
+	addr := servicetest.RedisAddr(t)
+	dsn := mysqltest.DSN(t)
+	open := func() *mysql.DB {
+		db, err := mysql.Open(context.Background(), dsn, mysql.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = db.Close() })
+		return db
+	}
+	const ttl = 300 * time.Millisecond
+	keys := redislease.Keys{Prefix: "partition:" + t.Name() + time.Now().Format("150405.000000") + ":"}
+	proxy := mysqltest.NewProxy(t, addr)
+	la := redisLease(t, proxy.Addr(), "a", keys, ttl)
+	lb := redisLease(t, addr, "b", keys, ttl)
+	cfgA, cfgB := cell.DefaultConfig(), cell.DefaultConfig()
+	cfgA.NodeID, cfgB.NodeID = "a", "b"
+	cfgA.TimerScanEvery, cfgB.TimerScanEvery = -1, -1
+	regA := cell.New(cfgA, open(), la, &recordSink{}, nil, quiet)
+	regB := cell.New(cfgB, open(), lb, &recordSink{}, nil, quiet)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		for _, reg := range []*cell.Registry{regB, regA} {
+			if err := reg.Close(ctx); err != nil {
+				t.Errorf("close registry: %v", err)
+			}
+		}
+	})
+
+	const r = "partitioned"
+	createRoom(t, regA, r)
+	mustSubmit(t, regA, env(r, "join7", 7, &room.JoinRoom{}))
+
+	proxy.Cut()
+	// b takes the room once a's key has expired.
+	poll.Until(t, 10*time.Second, "b took the room", func() error {
+		_, err := regB.Submit(context.Background(), env(r, "join9", 9, &room.JoinRoom{}))
+		return err
+	})
+	head, err := regB.Snapshot(context.Background(), r)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	if snap, err := regA.Snapshot(context.Background(), r); !errors.Is(err, room.ErrFenced) {
+		t.Fatalf("a's read: version %d (b's head is %d), %v; want room_moved", snap.GetRoomVersion(), head.GetRoomVersion(), err)
+	}
+	// User 9 is in the room at b: a must not refuse their mic as
+	// not_in_room. It gave the room up, and cannot take it again without
+	// Redis: the caller is told to retry.
+	if _, err := regA.Submit(context.Background(), env(r, "mic9", 9, &room.TakeMic{SeatIndex: 1})); err == nil || room.AsError(err).Code != room.CodeUnavailable {
+		t.Fatalf("a's answer to a member of the room at b: %v; want unavailable, to retry", err)
+	}
+	if _, err := regB.Submit(context.Background(), env(r, "mic9", 9, &room.TakeMic{SeatIndex: 1})); err != nil {
+		t.Fatalf("b's TakeMic: %v", err)
+	}
+}
