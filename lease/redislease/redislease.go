@@ -159,18 +159,24 @@ elseif v == ARGV[1] then
   return 1
 end
 return v`)
-	// extendScript extends the key if it holds the token (1), takes it again
-	// if it is gone (2: a restart lost it, or it expired), or reports another
-	// holder (0). A key taken again by a renewal sent after the handle's
-	// validity ended is lost all the same (see settle).
+	// extendScript extends the key if it holds the token (1), or reports
+	// another holder (0). A key that is gone it takes again (2) only when
+	// ARGV[3] is "1": the renewal was sent while the handle was valid, so
+	// the key vanished with no other holder (a Redis restart). Otherwise
+	// (3) it leaves it gone: another node may have taken, used and released
+	// the room since the handle ran out. The script decides, not the reply,
+	// which a renewal may lose.
 	extendScript = redis.NewScript(`
 local v = redis.call('GET', KEYS[1])
 if v == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   return 1
 elseif not v then
-  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-  return 2
+  if ARGV[3] == '1' then
+    redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+    return 2
+  end
+  return 3
 end
 return 0`)
 	// releaseScript deletes the key only if it holds the token.
@@ -186,6 +192,7 @@ const (
 	notOurs  = 0
 	extended = 1
 	retaken  = 2
+	gone     = 3 // vanished after the handle ran out: lost
 )
 
 // renewBatch is the most keys renewed in one pipeline.
@@ -406,11 +413,16 @@ func (l *Lease) renewAll(ctx context.Context) {
 func (l *Lease) extend(ctx context.Context, hs []*handle) ([]int64, error) {
 	ctx, cancel := context.WithTimeout(ctx, l.cfg.callTimeout())
 	defer cancel()
+	now := int64(l.now())
 	for attempt := 0; ; attempt++ {
 		pipe := l.client.Pipeline()
 		cmds := make([]*redis.Cmd, len(hs))
 		for i, h := range hs {
-			cmds[i] = extendScript.EvalSha(ctx, pipe, []string{h.key}, h.token, l.cfg.TTL.Milliseconds())
+			retake := "0"
+			if now < h.validUntil.Load() {
+				retake = "1"
+			}
+			cmds[i] = extendScript.EvalSha(ctx, pipe, []string{h.key}, h.token, l.cfg.TTL.Milliseconds(), retake)
 		}
 		_, err := pipe.Exec(ctx)
 		if redis.HasErrorPrefix(err, "NOSCRIPT") && attempt == 0 {
@@ -450,18 +462,22 @@ func (l *Lease) settle(h *handle, sent time.Duration, res int64, err error) {
 		l.mu.Unlock()
 		l.count(l.metrics.RenewFailed, "unreachable")
 		return
-	case res == notOurs:
+	case res == notOurs || res == gone:
 		if held {
 			l.dropLocked(h)
 			close(h.lost)
 		}
 		l.mu.Unlock()
-		l.count(l.metrics.RenewFailed, "not_ours")
+		kind, why := "not_ours", "room lease taken by another holder"
+		if res == gone {
+			kind, why = "expired", "room lease key vanished after the lease ran out; lost"
+		}
+		l.count(l.metrics.RenewFailed, kind)
 		if held {
 			if l.metrics.Lost != nil {
 				l.metrics.Lost()
 			}
-			l.log.Warn("room lease taken by another holder", "room_id", h.roomID)
+			l.log.Warn(why, "room_id", h.roomID)
 		}
 		return
 	}
@@ -474,30 +490,13 @@ func (l *Lease) settle(h *handle, sent time.Duration, res int64, err error) {
 		l.unreachable = false
 		l.log.Info("Redis reachable again", "held", len(l.held))
 	}
-	// A key that vanished after this handle's validity ended may have been
-	// another node's meanwhile: taken when it expired, the room claimed,
-	// changed and released. The owner epoch fences this node's commits,
-	// but not its reads, its refusals or its relay's publishes, which would
-	// go on from a state that may be behind: the lease is lost.
-	expired := held && res == retaken && int64(sent) >= h.validUntil.Load()
-	if expired {
-		l.dropLocked(h)
-		close(h.lost)
-	}
 	l.mu.Unlock()
-	if !held || expired {
-		// Released while the renewal was under way, or lost: a retaken key
-		// would outlive the handle, so delete it again.
+	if !held {
+		// Released while the renewal was under way: a retaken key would
+		// outlive the release, so delete it again.
 		ctx, cancel := context.WithTimeout(context.Background(), l.cfg.callTimeout())
 		defer cancel()
 		_ = releaseScript.Run(ctx, l.client, []string{h.key}, h.token).Err()
-		if expired {
-			l.count(l.metrics.RenewFailed, "expired")
-			if l.metrics.Lost != nil {
-				l.metrics.Lost()
-			}
-			l.log.Warn("room lease key vanished after the lease ran out; lost", "room_id", h.roomID)
-		}
 		return
 	}
 	if res == retaken {

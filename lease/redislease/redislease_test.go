@@ -227,6 +227,48 @@ func TestAKeyThatVanishedAfterTheLeaseRanOutIsLost(t *testing.T) {
 	})
 }
 
+// loseReply lets Redis run a pipeline and, while armed, reports it failed,
+// as a reply lost to a timeout or a dropped connection would.
+type loseReply struct{ armed atomic.Bool }
+
+func (l *loseReply) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (l *loseReply) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (l *loseReply) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		if l.armed.Load() {
+			return errors.New("i/o timeout (reply lost)")
+		}
+		return err
+	}
+}
+
+// TestAVanishedKeyIsNotTakenAgainWhenTheReplyIsLost: the renewal of a
+// handle that ran out finds its key gone and loses its reply. Redis must
+// not have taken the key again meanwhile: the next renewal loses the lease.
+func TestAVanishedKeyIsNotTakenAgainWhenTheReplyIsLost(t *testing.T) {
+	addr := server(t)
+	keys := testKeys(t, addr)
+	a := newNode(t, addr, keys, "a", time.Second, false)
+	h := mustAcquire(t, a, "r")
+	h.validUntil.Store(int64(a.now())) // ran out now
+	if err := a.client.Del(context.Background(), keys.Lease("r")).Err(); err != nil {
+		t.Fatal(err)
+	}
+	hook := &loseReply{}
+	a.client.AddHook(hook)
+	hook.armed.Store(true)
+	a.renewAll(context.Background())
+	hook.armed.Store(false)
+	if got := holder(t, a, "r"); got != "" {
+		t.Fatalf("after the renewal whose reply was lost the key is %q's, want it gone", got)
+	}
+	a.renewAll(context.Background())
+	if !isClosed(h.Lost()) || h.Fresh() {
+		t.Fatal("the lease lives on after its key vanished")
+	}
+}
+
 func TestVanishedKeyTakenByAnotherNodeIsLost(t *testing.T) {
 	addr := server(t)
 	keys := testKeys(t, addr)
