@@ -533,6 +533,14 @@ func (r *Registry) Heartbeat(ctx context.Context, roomID string, users []int64) 
 		if err := c.lease.Check(ctx); err != nil {
 			return HeartbeatResult{}, room.Errorf(room.ErrFenced, "room %s: %v", roomID, err)
 		}
+		if !c.lease.Fresh() {
+			// The lease could not be renewed: another node may own the
+			// room. A read through the mailbox checks the room's owner
+			// epoch first (see handle) and stops the cell if it is not.
+			if _, err := r.call(ctx, roomID, nil); err != nil {
+				return HeartbeatResult{}, err
+			}
+		}
 		if res, ok := r.builtin.presence.heartbeat(roomID, users); ok {
 			return res, nil
 		}
