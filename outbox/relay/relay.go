@@ -670,6 +670,15 @@ func (r *Relay) chain(ctx context.Context, roomID string) (more bool) {
 		return false
 	}
 	defer r.keep(ctx, roomID, held)
+	if !mayPublish(ctx, held) {
+		// The gate is stale and could not be renewed (the lease store is
+		// unreachable): nothing may go out, so nothing is read. Another
+		// relay may publish the room meanwhile, and the room waits a poll
+		// interval, however often it commits.
+		r.forget(roomID)
+		r.backoff(roomID, r.now().Add(r.cfg.PollInterval))
+		return false
+	}
 	rows, fromTable, more, read := r.take(roomID, r.cfg.RoomBatch)
 	if fromTable {
 		// Read the rows under the gate: a relay that held the room before

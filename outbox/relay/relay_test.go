@@ -1072,6 +1072,20 @@ func (h staleHandle) Check(context.Context) error {
 	return nil
 }
 
+// staleReads counts the reads of a room's rows made while the lease is stale.
+type staleReads struct {
+	*sqlite.DB
+	lease *staleLease
+	stale atomic.Int64
+}
+
+func (s *staleReads) ListRoomOutbox(ctx context.Context, roomID string, limit int) ([]outbox.Record, error) {
+	if !s.lease.fresh.Load() {
+		s.stale.Add(1)
+	}
+	return s.DB.ListRoomOutbox(ctx, roomID, limit)
+}
+
 // staleAfter makes the lease stale once it has published three rows, and
 // counts the publishes made while it is.
 type staleAfter struct {
@@ -1093,15 +1107,15 @@ func (s *staleAfter) Publish(ctx context.Context, r outbox.Record) error {
 
 // TestRelayPublishesNothingWhileItsLeaseIsStale: a relay's lease runs out
 // while its store cannot be reached (no other holder is known, so it is not
-// lost). No database fences a relay, so it publishes nothing more until the
-// lease is fresh again, however often it tries; then every row goes out, in
-// order.
+// lost). No database fences a relay, so it publishes nothing more, and
+// reads none of the room's rows, until the lease is fresh again, however
+// often it tries; then every row goes out, in order.
 func TestRelayPublishesNothingWhileItsLeaseIsStale(t *testing.T) {
-	repo := openRepo(t)
-	bus := openBus(t, natsbus.Config{})
-	seed(t, repo, []string{"stale"}, 10)
 	l := &staleLease{}
 	l.fresh.Store(true)
+	repo := &staleReads{DB: openRepo(t), lease: l}
+	bus := openBus(t, natsbus.Config{})
+	seed(t, repo, []string{"stale"}, 10)
 	pub := &staleAfter{next: bus, lease: l}
 	cfg := fastConfig()
 	cfg.RoomBatch = 100
@@ -1109,6 +1123,9 @@ func TestRelayPublishesNothingWhileItsLeaseIsStale(t *testing.T) {
 	poll.Until(t, 30*time.Second, "the relay tried the stale room several times", poll.Bool(func() bool { return l.checks.Load() >= 5 }))
 	if n := pub.late.Load(); n != 0 {
 		t.Fatalf("%d publishes while the lease was stale", n)
+	}
+	if n := repo.stale.Load(); n != 0 {
+		t.Fatalf("%d reads of the room's rows while the lease was stale", n)
 	}
 	l.fresh.Store(true)
 	poll.Until(t, 30*time.Second, "every row published", poll.Bool(func() bool { return pending(t, repo) == 0 }))
