@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -113,8 +114,9 @@ func (r *Reconciler) Once(ctx context.Context) (int, error) {
 	}
 	decided := 0
 	cutoff := clock().Add(-r.After)
-	after := r.next
-	lapped := after == Cursor{} // this pass reads from the oldest
+	start := r.next
+	after := start
+	lapped := start == Cursor{} // this pass reads from the oldest
 	var failed error
 	for read := 0; read < limit; {
 		asked := min(reconcileBatch, limit-read)
@@ -122,6 +124,13 @@ func (r *Reconciler) Once(ctx context.Context) (int, error) {
 		if err != nil {
 			r.next = after
 			return decided, errors.Join(failed, err)
+		}
+		if lapped && start != (Cursor{}) {
+			// On from the oldest after reading to the end: this pass
+			// stops where it began.
+			if i := slices.IndexFunc(pending, start.before); i >= 0 {
+				pending = pending[:i]
+			}
 		}
 		read += len(pending)
 		if len(pending) > 0 {
@@ -143,6 +152,12 @@ func (r *Reconciler) Once(ctx context.Context) (int, error) {
 	}
 	r.next = after
 	return decided, failed
+}
+
+// before reports whether the position c comes before the receipt p in the
+// (At, Key) order of pending charges: a page read after c starts at p.
+func (c Cursor) before(p Receipt) bool {
+	return c.At.Before(p.At) || c.At.Equal(p.At) && c.Key < p.Key
 }
 
 // decide settles the page's charges whose gifts are in the log and refunds

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"hyapp/room-service/store"
 	"hyapp/room-service/store/sqlite"
 	"hyapp/room-service/wallet"
@@ -288,6 +290,15 @@ func TestAPassGoesOnWhereTheLastStopped(t *testing.T) {
 	}
 	if n, err := rec.Once(ctx); err != nil || n != 1 || status(stuck[0]) != wallet.StatusRefunded {
 		t.Fatalf("third pass: %d decided (%v), the oldest charge %s; want it refunded", n, err, status(stuck[0]))
+	}
+	// A pass that laps stops where it began: it reads each charge once.
+	m := wallet.NewMetrics(nil)
+	rec.Metrics, rec.PassLimit = m, 100
+	if _, err := rec.Once(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := testutil.ToFloat64(m.Reconciled.WithLabelValues("stuck")); got != 2 {
+		t.Fatalf("the lapping pass met %v stuck charges, want each of the two left once", got)
 	}
 }
 
