@@ -113,6 +113,15 @@ func mustAcquire(t *testing.T, l lease.Lease, roomID string) *handle {
 	return h.(*handle)
 }
 
+// vanish deletes the room's lease key behind its holder's back, as a Redis
+// restart or an expiry does.
+func vanish(t *testing.T, n node, keys Keys, roomID string) {
+	t.Helper()
+	if err := n.client.Del(context.Background(), keys.Lease(roomID)).Err(); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func isClosed(ch <-chan struct{}) bool {
 	select {
 	case <-ch:
@@ -173,9 +182,7 @@ func TestVanishedKeyIsTakenAgain(t *testing.T) {
 	keys := testKeys(t, addr)
 	a := newNode(t, addr, keys, "a", time.Second, false)
 	h := mustAcquire(t, a, "r1")
-	if err := a.client.Del(context.Background(), keys.Lease("r1")).Err(); err != nil {
-		t.Fatal(err)
-	}
+	vanish(t, a, keys, "r1")
 	a.renewAll(context.Background())
 	if got := holder(t, a, "r1"); got != "a" {
 		t.Fatalf("after a renewal the key's holder is %q, want a", got)
@@ -200,9 +207,7 @@ func TestAKeyThatVanishedAfterTheLeaseRanOutIsLost(t *testing.T) {
 		roomID := fmt.Sprintf("r%d", i)
 		h := mustAcquire(t, a, roomID)
 		h.validUntil.Store(int64(a.now())) // ran out now
-		if err := a.client.Del(context.Background(), keys.Lease(roomID)).Err(); err != nil {
-			t.Fatal(err)
-		}
+		vanish(t, a, keys, roomID)
 		if err := renew(h); err != nil && !errors.Is(err, lease.ErrLost) {
 			t.Fatalf("%s: %v", roomID, err)
 		}
@@ -252,9 +257,7 @@ func TestAVanishedKeyIsNotTakenAgainWhenTheReplyIsLost(t *testing.T) {
 	a := newNode(t, addr, keys, "a", time.Second, false)
 	h := mustAcquire(t, a, "r")
 	h.validUntil.Store(int64(a.now())) // ran out now
-	if err := a.client.Del(context.Background(), keys.Lease("r")).Err(); err != nil {
-		t.Fatal(err)
-	}
+	vanish(t, a, keys, "r")
 	hook := &loseReply{}
 	a.client.AddHook(hook)
 	hook.armed.Store(true)
@@ -275,9 +278,7 @@ func TestVanishedKeyTakenByAnotherNodeIsLost(t *testing.T) {
 	a := newNode(t, addr, keys, "a", time.Second, false) // renewed below, once b holds the key
 	b := newNode(t, addr, keys, "b", time.Second, true)
 	ha := mustAcquire(t, a, "r1")
-	if err := a.client.Del(context.Background(), keys.Lease("r1")).Err(); err != nil {
-		t.Fatal(err)
-	}
+	vanish(t, a, keys, "r1")
 	hb := mustAcquire(t, b, "r1")
 	a.renewAll(context.Background())
 	if !isClosed(ha.Lost()) {
@@ -357,9 +358,7 @@ func TestUnreachableRedisKeepsTheLeaseDegraded(t *testing.T) {
 	if err := direct.client.Set(context.Background(), keys.Lease("r2"), "direct|direct.test:9000|x", time.Minute).Err(); err != nil {
 		t.Fatal(err)
 	}
-	if err := direct.client.Del(context.Background(), keys.Lease("r1")).Err(); err != nil {
-		t.Fatal(err)
-	}
+	vanish(t, direct, keys, "r1")
 	poll.Until(t, 10*time.Second, "r1's validity over", poll.Bool(func() bool { return a.now() > time.Duration(h1.validUntil.Load()) }))
 	if isClosed(h1.Lost()) || isClosed(h2.Lost()) {
 		t.Fatal("a lease was lost while Redis was unreachable")

@@ -33,6 +33,7 @@ type heldLease struct {
 
 func (l heldLease) Lost() <-chan struct{} { return l.h.Lost() }
 func (l heldLease) Fresh() bool           { return l.h.Fresh() }
+func (l heldLease) Release()              { _ = l.h.Release(l.ctx) }
 
 // Check implements Held: a lease that is not fresh is renewed now, and the
 // relay goes on only if that made it fresh (an unreachable lease store does
@@ -49,4 +50,3 @@ func (l heldLease) Check(ctx context.Context) error {
 	}
 	return nil
 }
-func (l heldLease) Release() { _ = l.h.Release(l.ctx) }
