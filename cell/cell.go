@@ -359,10 +359,17 @@ func (c *Cell) attemptFromLog(batch []*request) ([]*pending, []room.Committed, e
 	if err := c.reload(); err != nil {
 		return nil, nil, &readError{"reload room", err}
 	}
-	ids := make([]string, 0, len(batch))
+	ids := make([]string, 0, len(batch)+1)
 	for _, r := range batch {
 		if r.env != nil {
 			ids = append(ids, r.env.CommandID)
+		}
+	}
+	for _, f := range c.reg.features.all {
+		if f.Lead != nil {
+			if env := f.Lead(c.state); env != nil {
+				ids = append(ids, env.CommandID) // see lead
+			}
 		}
 	}
 	stored, err := c.reg.store.GetCommands(c.reg.ctx, c.roomID, ids)
@@ -479,7 +486,7 @@ func (c *Cell) decideAll(batch []*request, stored map[string]store.CommandRecord
 			run = run[:0]
 		}
 		if len(run) == 0 {
-			cmds = c.lead(cmds, seen)
+			cmds = c.lead(cmds, seen, stored)
 		}
 		p := &pending{req: r}
 		cmds = append(cmds, p)
@@ -603,8 +610,12 @@ func (c *Cell) settle(p *pending, v Verdict, seen map[string]*pending) {
 // lead applies the commands the features lead with (a switch to the
 // configured economy rules), ahead of the command about to be decided: each
 // is logged and committed with the batch, so replay applies every command
-// as it was decided.
-func (c *Cell) lead(cmds []*pending, seen map[string]*pending) []*pending {
+// as it was decided. A lead whose id stored holds takes a unique one: a
+// row of that id is never the lead's own (a lead that committed is not led
+// again), but a client's command logged before the service kept the id's
+// prefix (room.ReservedCommandID), which would refuse every commit of the
+// lead.
+func (c *Cell) lead(cmds []*pending, seen map[string]*pending, stored map[string]store.CommandRecord) []*pending {
 	for _, f := range c.reg.features.all {
 		if f.Lead == nil {
 			continue
@@ -612,6 +623,10 @@ func (c *Cell) lead(cmds []*pending, seen map[string]*pending) []*pending {
 		env := f.Lead(c.state)
 		if env == nil {
 			continue
+		}
+		if _, taken := stored[env.CommandID]; taken {
+			c.log.Warn("a command the engine leads with finds its id taken in the log; it takes a unique one", "command_id", env.CommandID)
+			env.CommandID += "/" + uniqueSuffix()
 		}
 		p := &pending{req: &request{env: env, reply: make(chan response, 1)}}
 		c.decide(p, seen, nil)

@@ -50,7 +50,7 @@ const micRetry = time.Second
 // MicExpiryCommandID is the command id of the ExpireMicQueue submitted for
 // entries expiring at (unix ms): unique in the room, as every later entry
 // expires later.
-func MicExpiryCommandID(at int64) string { return "mic-expire/" + strconv.FormatInt(at, 10) }
+func MicExpiryCommandID(at int64) string { return room.MicExpiryIDPrefix + strconv.FormatInt(at, 10) }
 
 // micKey names one entry: a request or an invitation, and its user.
 type micKey struct {

@@ -80,8 +80,6 @@ const (
 	// member that cannot be expired (a busy room, storage down) is retried,
 	// not spun on.
 	presenceMinGap = time.Second
-	// presenceIDPrefix starts the command id of every ExpirePresence.
-	presenceIDPrefix = "presence/"
 )
 
 func newPresence(reg *Registry) *presence {
@@ -437,10 +435,13 @@ func (p *presence) submit(ctx context.Context, roomID string, cmd *room.ExpirePr
 
 // presenceCommandID is a fresh command id for an expiry: nothing retries
 // one (the next wakeup decides anew), so it only needs to be unique.
-func presenceCommandID() string {
+func presenceCommandID() string { return room.PresenceIDPrefix + uniqueSuffix() }
+
+// uniqueSuffix is 96 random bits in hex: an id part no other command has.
+func uniqueSuffix() string {
 	b := make([]byte, 12)
 	_, _ = rand.Read(b)
-	return presenceIDPrefix + hex.EncodeToString(b)
+	return hex.EncodeToString(b)
 }
 
 // prepare checks each expiry again on the room's goroutine, at its

@@ -253,6 +253,9 @@ func (r *Registry) Submit(ctx context.Context, env *room.Envelope) (Result, erro
 	if err := env.Validate(); err != nil {
 		return Result{}, err
 	}
+	if err := env.CheckOrigin(); err != nil {
+		return Result{}, err
+	}
 	if err := r.features.admit(ctx, env); err != nil {
 		return Result{}, err
 	}

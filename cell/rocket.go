@@ -96,7 +96,7 @@ func RocketTimerID(rocketID int64) string { return "rocket/" + strconv.FormatInt
 // RocketLaunchCommandID is the command id a rocket's launch is submitted
 // with: every wakeup of one rocket uses it, so the log dedupes them.
 func RocketLaunchCommandID(rocketID int64) string {
-	return "rocket-launch/" + strconv.FormatInt(rocketID, 10)
+	return room.RocketLaunchIDPrefix + strconv.FormatInt(rocketID, 10)
 }
 
 // contribute adds to b the timer changes of one applied command's events:
@@ -383,12 +383,18 @@ func (rk *rocketLaunches) wakeLaunches(ctx context.Context, roomID string, ls []
 func (rk *rocketLaunches) wakeLaunch(ctx context.Context, roomID string, l room.LaunchRocket) string {
 	ctx, cancel := context.WithTimeout(ctx, wakeTimeout)
 	defer cancel()
-	cmd := l
 	r := rk.reg
-	res, err := r.Submit(ctx, &room.Envelope{
-		RoomID: roomID, CommandID: RocketLaunchCommandID(l.RocketID),
-		Operator: room.SystemOperator, Platform: true, Command: &cmd,
-	})
+	submit := func(id string) (Result, error) {
+		cmd := l
+		return r.Submit(ctx, &room.Envelope{RoomID: roomID, CommandID: id, Operator: room.SystemOperator, Platform: true, Command: &cmd})
+	}
+	res, err := submit(RocketLaunchCommandID(l.RocketID))
+	if errors.Is(err, room.ErrCommandIDConflict) {
+		// Another command holds the launch's id, logged before the service
+		// kept its prefix (room.ReservedCommandID): launch under a unique
+		// one. The room itself refuses a second launch of the rocket.
+		res, err = submit(RocketLaunchCommandID(l.RocketID) + "/" + uniqueSuffix())
+	}
 	result := wakeResult(res, err)
 	r.metrics.RocketWakeups.WithLabelValues(result).Inc()
 	log := r.log.With("room_id", roomID, "rocket_id", l.RocketID, "result", result)

@@ -1,7 +1,7 @@
 package cell
 
 import (
-	"fmt"
+	"strconv"
 
 	"hyapp/room-service/room"
 )
@@ -32,4 +32,4 @@ func (rs rulesSwitch) lead(s *room.State) *room.Envelope {
 // RulesCommandID is the command id of the SetRules command applied at
 // version v: unique within the room, and never one a client sends with a
 // room_id-scoped retry in mind.
-func RulesCommandID(v int64) string { return fmt.Sprintf("rules/%d", v) }
+func RulesCommandID(v int64) string { return room.RulesIDPrefix + strconv.FormatInt(v, 10) }

@@ -321,6 +321,12 @@ func newTimerRegistry(t testing.TB, repo store.Repository, cfg cell.Config, l le
 func igniteRocket(t testing.TB, reg *cell.Registry, sink *recordSink, roomID string) room.LaunchRocket {
 	t.Helper()
 	createRoom(t, reg, roomID)
+	return igniteRocketIn(t, reg, sink, roomID)
+}
+
+// igniteRocketIn is igniteRocket in a room that exists.
+func igniteRocketIn(t testing.TB, reg *cell.Registry, sink *recordSink, roomID string) room.LaunchRocket {
+	t.Helper()
 	mustSubmit(t, reg, env(roomID, "join-10", 10, &room.JoinRoom{}))
 	mustSubmit(t, reg, env(roomID, "join-11", 11, &room.JoinRoom{}))
 	mustSubmit(t, reg, env(roomID, "gift-1", 10, &room.SendGift{

@@ -18,9 +18,10 @@ const (
 	MaxGiftReceivers = 20 // at most one per seat
 	MaxGiftCount     = 9999
 	MaxComboIDLen    = MaxIDLen
-	// SystemOperator is the operator of commands the service issues itself
-	// (LaunchRocket). It is not a user id any client may act as: the API
-	// never submits internal commands.
+	// SystemOperator is the operator of the commands the service issues
+	// itself (Internal). It is not a user id any client may act as: the API
+	// never submits internal commands, and a new command of any other kind
+	// that names it is refused (CheckOrigin).
 	SystemOperator int64 = 1<<63 - 1
 	// BasisPoints is a multiplier of 1x.
 	BasisPoints = 10_000

@@ -92,6 +92,12 @@ var (
 	ErrBadTarget         = sentinel(CodeInvalid, "bad_target", "target_user_id is required and may not be the operator")
 	ErrUnknownCommand    = sentinel(CodeInvalid, "unknown_command", "unknown command type")
 	ErrCommandIDConflict = sentinel(CodeConflict, "command_id_conflict", "command_id was already used for a different request")
+	// ErrReservedCommandID: the command_id starts with a prefix the service
+	// keeps for the commands it issues itself (see CheckOrigin).
+	ErrReservedCommandID = sentinel(CodeInvalid, "reserved_command_id", "command_id starts with a prefix the service keeps for its own commands")
+	// ErrReservedOperator: operator_user_id is SystemOperator, the operator
+	// of the commands the service issues itself.
+	ErrReservedOperator = sentinel(CodeInvalid, "reserved_operator", "operator_user_id is the service's own and no user's")
 	// ErrIdempotencyKeyConflict: an idempotency_key (CreditCoins) was used
 	// before with another user or amount; nothing changed.
 	ErrIdempotencyKeyConflict = sentinel(CodeConflict, "idempotency_key_conflict", "idempotency_key was already used for a different request")
