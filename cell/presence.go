@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"slices"
 	"sync"
 	"time"
 
@@ -227,13 +228,14 @@ func (p *presence) committed(batch []room.Committed) {
 	rp.scheduleTouchedLocked(p.now(), append(touched, joined...))
 	rp.mu.Unlock()
 	if len(joined)+len(gone) > 0 {
+		// Each user's index follows where the batch left them: one who
+		// left and joined again within it is a member.
 		p.mu.Lock()
-		for _, u := range joined {
-			p.indexLocked(u, rp, true)
+		rp.mu.Lock()
+		for _, u := range slices.Concat(joined, gone) {
+			p.indexLocked(u, rp, rp.members[u] != nil)
 		}
-		for _, u := range gone {
-			p.indexLocked(u, rp, false)
-		}
+		rp.mu.Unlock()
 		p.mu.Unlock()
 	}
 }
@@ -392,11 +394,11 @@ func (rp *roomPresence) wake(ctx context.Context) (submitted, committed int) {
 // most room.MaxPresenceExpiries users.
 func (rp *roomPresence) dueCommandsLocked(now int64) []*room.ExpirePresence {
 	var out []*room.ExpirePresence
-	cur := &room.ExpirePresence{}
+	cur := room.NewExpirePresence()
 	add := func() {
 		if len(cur.Leave)+len(cur.Unseat) == room.MaxPresenceExpiries {
 			out = append(out, cur)
-			cur = &room.ExpirePresence{}
+			cur = room.NewExpirePresence()
 		}
 	}
 	for u, m := range rp.members {

@@ -422,3 +422,70 @@ func TestThePresenceTimerIsNeverLate(t *testing.T) {
 		never(fmt.Sprint("step ", step))
 	}
 }
+
+// A member who times out of the room takes their mic request with them
+// (presence_timeout 30 s, shorter than a request's minute): the admin's
+// approval that comes after finds nobody to seat.
+func TestAMemberWhoTimesOutTakesTheirMicRequest(t *testing.T) {
+	repo, clock := openRepo(t), &testClock{}
+	reg := newTimerRegistry(t, repo, cell.Config{TimerScanEvery: -1, Clock: clock.Now, PresenceTimeout: 30 * time.Second},
+		lease.NewLocal(), &recordSink{}, nil)
+	mustSubmit(t, reg, env("appr", "create", 1, &room.CreateRoom{OwnerUserID: 1, HostUserID: 2, SeatCount: 10, Title: "t", MicApproval: true}))
+	join(t, reg, "appr", 10)
+	mustSubmit(t, reg, env("appr", "req", 10, &room.RequestMic{SeatIndex: room.AnySeat}))
+	clock.jump(31 * time.Second)
+	wake(t, reg, "appr", 1, 1)
+	if got := memberIDs(t, reg, "appr"); len(got) != 0 {
+		t.Fatalf("members %v, want 10 gone", got)
+	}
+	snap, err := reg.Snapshot(context.Background(), "appr")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(snap.GetMicRequests()); n != 0 {
+		t.Fatalf("%d mic requests left after their user timed out", n)
+	}
+	if _, err := reg.Submit(context.Background(), env("appr", "approve", 1, &room.ApproveMicRequest{TargetUserID: 10})); err == nil {
+		t.Fatalf("an approval seated 10, who timed out of the room, on seat %d", seatOf(t, reg, "appr", 10))
+	}
+}
+
+// A member who leaves and joins again within one committed batch is a
+// member to Tencent IM's state callbacks: UserOffline reaches the room.
+func TestALeaveAndRejoinInOneBatchKeepsTheMemberKnown(t *testing.T) {
+	repo, clock := openRepo(t), &testClock{}
+	setup := newRegistry(t, repo, cell.Config{}, nil)
+	createRoom(t, setup, "idx")
+	join(t, setup, "idx", 10)
+	if err := setup.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	blocked := &blockingRepo{Repository: repo, entered: make(chan struct{}), release: make(chan struct{})}
+	reg := newTimerRegistry(t, blocked, cell.Config{TimerScanEvery: -1, Clock: clock.Now}, lease.NewLocal(), &recordSink{}, nil)
+	release := sync.OnceFunc(func() { close(blocked.release) })
+	defer release()
+	var wg sync.WaitGroup
+	submit := func(e *room.Envelope) {
+		wg.Go(func() {
+			if _, err := reg.Submit(context.Background(), e); err != nil {
+				t.Errorf("%s: %v", e.CommandID, err)
+			}
+		})
+	}
+	// The first join's commit holds the room while the leave and the
+	// rejoin queue behind it: the two go in one batch.
+	submit(env("idx", "first", 20, &room.JoinRoom{}))
+	<-blocked.entered
+	submit(env("idx", "leave", 10, &room.LeaveRoom{}))
+	poll.Until(t, 5*time.Second, "the leave queued", poll.Bool(func() bool { return cell.Queued(reg, "idx") == 1 }))
+	submit(env("idx", "rejoin", 10, &room.JoinRoom{}))
+	poll.Until(t, 5*time.Second, "the rejoin queued", poll.Bool(func() bool { return cell.Queued(reg, "idx") == 2 }))
+	release()
+	wg.Wait()
+	if got := memberIDs(t, reg, "idx"); len(got) != 2 {
+		t.Fatalf("members %v, want 10 and 20", got)
+	}
+	if n := reg.UserOffline(10, clock.Now().UnixMilli()); n != 1 {
+		t.Fatalf("UserOffline(10) reached %d rooms; 10 is a member of the loaded room idx", n)
+	}
+}

@@ -47,7 +47,16 @@ const (
 type ExpirePresence struct {
 	Leave  []int64      `json:"leave,omitempty"`
 	Unseat []SeatExpiry `json:"unseat,omitempty"`
+	// EndsMicEntries ends each Leave user's mic request and invitation, as
+	// LeaveRoom does. NewExpirePresence sets it: it is false only in rows
+	// logged before it was, which replay applies as they were applied (a
+	// left user's entry stayed until it expired).
+	EndsMicEntries bool `json:"ends_mic_entries,omitempty"`
 }
+
+// NewExpirePresence returns an empty ExpirePresence as the service issues
+// one now.
+func NewExpirePresence() *ExpirePresence { return &ExpirePresence{EndsMicEntries: true} }
 
 // SeatExpiry is a seated member to take off the seat they were found
 // offline on; one who sits elsewhere by then keeps that seat.
@@ -98,6 +107,9 @@ func (c *ExpirePresence) apply(s *State, env *Envelope) ([]Event, error) {
 			continue
 		}
 		events = s.presenceVacate(u, MicPresenceTimeout, env, events)
+		if c.EndsMicEntries {
+			events = s.dropMicEntries(u, MicQueueRemoved, env, events)
+		}
 		delete(s.Members, u)
 		events = append(events, Event{Type: EventRoomUserLeft, Data: &RoomUserLeftEvent{
 			UserID: u, Reason: LeftPresenceTimeout, OnlineCount: len(s.Members),

@@ -144,3 +144,31 @@ func TestExpirePresenceReplays(t *testing.T) {
 	}
 	requireStateEqual(t, live, replayed)
 }
+
+// A member who leaves by the presence timeout leaves no mic request or
+// invitation behind, as LeaveRoom does not: no admin can seat them once they
+// are gone. A row logged before the command said so (EndsMicEntries false)
+// replays as it was applied.
+func TestAPresenceTimeoutEndsTheLeftMembersMicEntries(t *testing.T) {
+	s := states(withCarolRequest, withCarolInvite)()
+	if _, err := Apply(s, presenceEnv(tNow, &ExpirePresence{Leave: []int64{uCarol}, EndsMicEntries: true})); err != nil {
+		t.Fatal(err)
+	}
+	if s.IsMember(uCarol) || s.MicRequests[uCarol] != nil || s.MicInvites[uCarol] != nil {
+		t.Fatalf("carol left by the presence timeout: member %v, request %v, invitation %v", s.IsMember(uCarol), s.MicRequests[uCarol], s.MicInvites[uCarol])
+	}
+	if _, err := Apply(s, envAt(uAdmin, tNow+1, &ApproveMicRequest{TargetUserID: uCarol})); err == nil {
+		t.Fatalf("an approval seated carol, who is no member, on seat %d", s.SeatOf(uCarol))
+	}
+	if !NewExpirePresence().EndsMicEntries {
+		t.Fatal("the service's expiries do not end mic entries")
+	}
+
+	old := states(withCarolRequest, withCarolInvite)()
+	if _, err := Apply(old, presenceEnv(tNow, &ExpirePresence{Leave: []int64{uCarol}})); err != nil {
+		t.Fatal(err)
+	}
+	if old.MicRequests[uCarol] == nil || old.MicInvites[uCarol] == nil {
+		t.Fatal("a row logged before EndsMicEntries does not replay as it was applied")
+	}
+}
