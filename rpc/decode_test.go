@@ -1,6 +1,8 @@
 package rpc_test
 
 import (
+	"bytes"
+	"compress/gzip"
 	"context"
 	"encoding/base64"
 	"encoding/json"
@@ -162,6 +164,45 @@ func TestRefusalsBeforeTheHandlerCarryAReason(t *testing.T) {
 	empty := []byte{}
 	_, err := grpc.CallUnary(context.Background(), connect.NewRequest(&empty))
 	wantErr(t, err, connect.CodeUnimplemented, "unknown_procedure")
+}
+
+// TestUninflatableGzipIsRefusedWithAReason: a body that claims gzip but
+// does not inflate does not decode: malformed_request, like bad JSON, and
+// nothing changes.
+func TestUninflatableGzipIsRefusedWithAReason(t *testing.T) {
+	s := start(t)
+	seed(t, s)
+	var full bytes.Buffer
+	w := gzip.NewWriter(&full)
+	_, _ = w.Write([]byte(`{"room_id": "r1", "command_id": "cz", "operator_user_id": 5}`))
+	_ = w.Close()
+	before := s.world(t, "r1")
+	for _, tc := range []struct {
+		name string
+		body []byte
+	}{
+		{"not gzip", []byte("definitely not gzip")},
+		{"truncated gzip", full.Bytes()[:20]},
+		{"a gzip header alone", full.Bytes()[:10]},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := http.Header{"Content-Type": {"application/json"}, "Content-Encoding": {"gzip"}}
+			h.Set(rpc.Authorization(token))
+			status, code, reason := s.post(t, roomv1connect.RoomServiceJoinRoomProcedure, bytes.NewReader(tc.body), h)
+			if status != http.StatusBadRequest || code != "invalid_argument" || reason != "malformed_request" {
+				t.Fatalf("got HTTP %d, code %q, reason %q; want 400, invalid_argument, malformed_request", status, code, reason)
+			}
+			if after := s.world(t, "r1"); after != before {
+				t.Fatalf("a refused request changed the service:\nbefore:\n%s\nafter:\n%s", before, after)
+			}
+		})
+	}
+	// The whole body inflates and is served.
+	h := http.Header{"Content-Type": {"application/json"}, "Content-Encoding": {"gzip"}}
+	h.Set(rpc.Authorization(token))
+	if status, code, reason := s.post(t, roomv1connect.RoomServiceJoinRoomProcedure, bytes.NewReader(full.Bytes()), h); status != http.StatusOK {
+		t.Fatalf("the whole gzip body: HTTP %d, %q %q", status, code, reason)
+	}
 }
 
 // TestUndecodableProtobufIsRefusedWithAReason sends bodies built on the

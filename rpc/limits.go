@@ -2,6 +2,7 @@ package rpc
 
 import (
 	"context"
+	"errors"
 	"io"
 	"net/http"
 	"time"
@@ -92,31 +93,54 @@ func cappedGzip(max int64) connect.HandlerOption {
 	)
 }
 
-// gzipCapped is a gzip decompressor that yields at most max bytes.
+// gzipCapped is a gzip decompressor that yields at most max bytes. A body
+// that does not inflate is malformed_request, as one that does not decode
+// is: its error comes from Read, which connect passes on as it is, where
+// one from Reset would reach the client without a reason.
 type gzipCapped struct {
 	gz   gzip.Reader
 	r    cappedReader
 	used bool
+	err  error // why the body does not inflate
 	max  int64
 }
 
 func (g *gzipCapped) Read(p []byte) (int, error) {
-	if !g.used {
+	switch {
+	case g.err != nil:
+		return 0, g.err
+	case !g.used:
 		return 0, io.ErrUnexpectedEOF
 	}
-	return g.r.Read(p)
+	n, err := g.r.Read(p)
+	var ce *connect.Error
+	if err != nil && err != io.EOF && !errors.As(err, &ce) {
+		err = malformedGzip(err)
+	}
+	return n, err
 }
 
 func (g *gzipCapped) Reset(r io.Reader) error {
+	g.err = nil
 	if err := g.gz.Reset(r); err != nil {
-		return err
+		g.used, g.err = false, malformedGzip(err)
+		return nil
 	}
 	g.used = true
 	g.r = cappedReader{r: &g.gz, left: g.max, max: g.max}
 	return nil
 }
 
-func (g *gzipCapped) Close() error { return g.gz.Close() }
+func malformedGzip(err error) error {
+	return toConnect(context.Background(), nil, room.Errorf(room.ErrMalformedRequest, "the gzip body does not inflate: %v", err))
+}
+
+func (g *gzipCapped) Close() error {
+	if !g.used {
+		return nil // a reader whose Reset failed has nothing to close
+	}
+	return g.gz.Close()
+}
 
 // ServerLimits bound what a connection and a request may hold. Zero values
 // take the defaults.
