@@ -453,6 +453,11 @@ func (c Config) Validate() error {
 	}
 	if c.PresenceTimeout < minPresenceTimeout || c.PresenceTimeout > maxPresence {
 		p = append(p, fmt.Errorf("presence_timeout %v is outside %v..%v", c.PresenceTimeout, minPresenceTimeout, maxPresence))
+	} else if c.IdleTimeout > 0 && c.PresenceTimeout >= c.IdleTimeout {
+		// Presence runs in a loaded room only: a room unloaded for idleness
+		// with members nobody sees would keep them, and list them online,
+		// until something loads it again.
+		p = append(p, fmt.Errorf("presence_timeout %v must be shorter than idle_timeout %v: a member nobody sees leaves a loaded room before it unloads", c.PresenceTimeout, c.IdleTimeout))
 	}
 	if c.MicOfflineGrace < time.Second || c.MicOfflineGrace > maxPresence {
 		p = append(p, fmt.Errorf("mic_offline_grace %v is outside 1s..%v", c.MicOfflineGrace, maxPresence))

@@ -66,7 +66,7 @@ func TestPrecedence(t *testing.T) {
 	file := writeFile(t, `
 snapshot_every: 11
 log_level: debug
-idle_timeout: 1m
+idle_timeout: 5m
 platform_operators: [7, 8]
 mailbox_size: 33
 `)
@@ -93,14 +93,14 @@ mailbox_size: 33
 			name: "file by -config",
 			args: []string{"-config", file},
 			want: func(c *config.Config) {
-				c.SnapshotEvery, c.LogLevel, c.IdleTimeout, c.PlatformUsers, c.MailboxSize = 11, "debug", time.Minute, []int64{7, 8}, 33
+				c.SnapshotEvery, c.LogLevel, c.IdleTimeout, c.PlatformUsers, c.MailboxSize = 11, "debug", 5*time.Minute, []int64{7, 8}, 33
 			},
 		},
 		{
 			name: "file by ROOM_CONFIG",
 			env:  map[string]string{"ROOM_CONFIG": file},
 			want: func(c *config.Config) {
-				c.SnapshotEvery, c.LogLevel, c.IdleTimeout, c.PlatformUsers, c.MailboxSize = 11, "debug", time.Minute, []int64{7, 8}, 33
+				c.SnapshotEvery, c.LogLevel, c.IdleTimeout, c.PlatformUsers, c.MailboxSize = 11, "debug", 5*time.Minute, []int64{7, 8}, 33
 			},
 		},
 		{
@@ -108,7 +108,7 @@ mailbox_size: 33
 			args: []string{"-log-level", "warn"},
 			env:  map[string]string{"ROOM_CONFIG": file, "ROOM_SNAPSHOT_EVERY": "12", "ROOM_LOG_LEVEL": "error"},
 			want: func(c *config.Config) {
-				c.SnapshotEvery, c.LogLevel, c.IdleTimeout, c.PlatformUsers, c.MailboxSize = 12, "warn", time.Minute, []int64{7, 8}, 33
+				c.SnapshotEvery, c.LogLevel, c.IdleTimeout, c.PlatformUsers, c.MailboxSize = 12, "warn", 5*time.Minute, []int64{7, 8}, 33
 			},
 		},
 		{
@@ -116,7 +116,7 @@ mailbox_size: 33
 			args: []string{"-config", file},
 			env:  map[string]string{"ROOM_CONFIG": filepath.Join(t.TempDir(), "missing.yaml")},
 			want: func(c *config.Config) {
-				c.SnapshotEvery, c.LogLevel, c.IdleTimeout, c.PlatformUsers, c.MailboxSize = 11, "debug", time.Minute, []int64{7, 8}, 33
+				c.SnapshotEvery, c.LogLevel, c.IdleTimeout, c.PlatformUsers, c.MailboxSize = 11, "debug", 5*time.Minute, []int64{7, 8}, 33
 			},
 		},
 	}
@@ -518,5 +518,17 @@ func TestBatchLinger(t *testing.T) {
 	for _, v := range []string{"-1ms", "50us", "51ms"} {
 		_, err := config.Load(nil, env(map[string]string{"ROOM_BATCH_LINGER": v}))
 		mustMention(t, err, "batch_linger")
+	}
+}
+
+// A member nobody sees must leave a loaded room before the room unloads for
+// idleness: presence runs in loaded rooms only.
+func TestPresenceTimeoutIsShorterThanTheIdleTimeout(t *testing.T) {
+	c := config.Default()
+	c.PresenceTimeout, c.IdleTimeout = 15*time.Minute, 10*time.Minute
+	mustMention(t, c.Validate(), "presence_timeout", "idle_timeout")
+	c.PresenceTimeout = 9 * time.Minute
+	if err := c.Validate(); err != nil {
+		t.Fatalf("presence_timeout 9m, idle_timeout 10m: %v", err)
 	}
 }
