@@ -2,8 +2,10 @@ package daemon
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -11,10 +13,14 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"github.com/redis/go-redis/v9"
 
 	roomv1 "hyapp/room-service/gen/room/v1"
 	"hyapp/room-service/internal/poll"
+	"hyapp/room-service/internal/servicetest"
+	"hyapp/room-service/lease/redislease"
 	"hyapp/room-service/rpc"
+	"hyapp/room-service/store/mysql/mysqltest"
 )
 
 // TestTIMCallbackIsServedWithItsToken: with tim_callback_token set, the API
@@ -127,4 +133,109 @@ func TestTIMCallbackReachesEveryNode(t *testing.T) {
 		res, err := other.client.GetRoomSnapshot(ctx, connect.NewRequest(&roomv1.GetRoomSnapshotRequest{RoomId: "cb"}))
 		return err == nil && res.Msg.GetSnapshot().GetSeats()[2].GetUserId() == 0
 	}))
+}
+
+// TestTIMCallbackReachesEveryNodePastOneThatDoesNotAnswer: a member of the
+// fleet that accepts connections and never answers (a frozen node) does
+// not keep a state change from the other nodes: the node the Disconnect
+// reached passes it on to b, which holds the member's room, and the seat
+// goes after the grace.
+func TestTIMCallbackReachesEveryNodePastOneThatDoesNotAnswer(t *testing.T) {
+	servicetest.Need(t, "Redis", "127.0.0.1:6379")
+	servicetest.Need(t, "NATS", "127.0.0.1:4222")
+	const cbToken = "tencent-console-callback-token"
+	dsn := mysqltest.DSN(t)
+	id := rand.Text()[:8]
+	redisURL := "redis://127.0.0.1:6379/4"
+	keys := redislease.Keys{Prefix: "tim-hung-" + id + ":"}
+	stream := ownStream(t, "th"+strings.ToLower(id))
+	flags := func(node string) []string {
+		addr := freeAddr(t)
+		return append([]string{"-listen", addr, "-mysql-dsn", dsn, "-nats-url", fleetNATS,
+			"-redis-url", redisURL, "-redis-key-prefix", keys.Prefix, "-node-id", node + "-" + id, "-advertise-addr", addr, "-lease-ttl", "1s",
+			"-tim-callback-token", cbToken, "-mic-offline-grace", "1s", "-presence-timeout", "1h"}, stream...)
+	}
+	a, _ := runMain(t, t.TempDir(), flags("a")...)
+	_, clientB := runMain(t, t.TempDir(), flags("b")...)
+
+	ctx := context.Background()
+	opt, err := redis.ParseURL(redisURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc := redis.NewClient(opt)
+	defer rc.Close()
+	// A member whose id sorts before a's and b's, at an address that
+	// accepts connections and answers nothing.
+	frozen := keys.Node("0-" + id)
+	if err := rc.HSet(ctx, frozen, "addr", silentListener(t), "rooms", 0, "draining", "false", "heartbeat_ms", time.Now().UnixMilli()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := rc.PExpire(ctx, frozen, 30*time.Second).Err(); err != nil {
+		t.Fatal(err)
+	}
+
+	roomID := "cb-" + id
+	if _, err := clientB.CreateRoom(ctx, connect.NewRequest(&roomv1.CreateRoomRequest{RoomId: roomID, CommandId: "c", OperatorUserId: 1, OwnerUserId: 1, SeatCount: 8})); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := clientB.JoinRoom(ctx, connect.NewRequest(&roomv1.JoinRoomRequest{RoomId: roomID, CommandId: "j", OperatorUserId: 10})); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := clientB.TakeMic(ctx, connect.NewRequest(&roomv1.TakeMicRequest{RoomId: roomID, CommandId: "t", OperatorUserId: 10, SeatIndex: 2})); err != nil {
+		t.Fatal(err)
+	}
+	if a.registry.Loaded() != 0 {
+		t.Fatal("the node the callback goes to holds the room")
+	}
+	rt := strconv.FormatInt(time.Now().Unix(), 10)
+	url := fmt.Sprintf("http://%s%s?CallbackCommand=State.StateChange&contenttype=json&RequestTime=%s&Sign=%s",
+		a.Addr, rpc.TIMCallbackPath, rt, rpc.TIMSign(cbToken, rt))
+	body := fmt.Sprintf(`{"CallbackCommand":"State.StateChange","EventTime":%d,"Info":{"Action":"Disconnect","To_Account":"10"}}`, time.Now().UnixMilli())
+	res, err := http.Post(url, "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = res.Body.Close()
+	if res.StatusCode != http.StatusOK {
+		t.Fatalf("callback: %d", res.StatusCode)
+	}
+	poll.Until(t, 10*time.Second, "the disconnected member's seat on b to go", poll.Bool(func() bool {
+		res, err := clientB.GetRoomSnapshot(ctx, connect.NewRequest(&roomv1.GetRoomSnapshotRequest{RoomId: roomID}))
+		return err == nil && res.Msg.GetSnapshot().GetSeats()[2].GetUserId() == 0
+	}))
+}
+
+// silentListener returns the address of a listener that accepts
+// connections and never reads or answers, as a frozen node's port does
+// (SIGSTOP: the kernel still accepts). Its connections close when the test
+// ends.
+func silentListener(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		var conns []net.Conn
+		defer func() {
+			for _, c := range conns {
+				_ = c.Close()
+			}
+		}()
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			conns = append(conns, conn)
+		}
+	}()
+	t.Cleanup(func() {
+		_ = ln.Close()
+		<-done
+	})
+	return ln.Addr().String()
 }

@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"sync"
 	"time"
 
 	"golang.org/x/net/netutil"
@@ -253,41 +254,59 @@ func (m *Main) mountTIMCallback(mux *http.ServeMux) {
 	m.Log.Info("Tencent IM callbacks served", "path", rpc.TIMCallbackPath)
 }
 
-// timFanoutTimeout bounds passing one callback on to the other nodes.
+// timFanoutTimeout bounds passing one callback on to one other node, and
+// reading the membership before.
 const timFanoutTimeout = 2 * time.Second
 
 // timFanout passes a callback on to every other node of the membership, in
 // the background and best effort: a node that misses it still notices the
-// member's silence (presence_timeout).
+// member's silence (presence_timeout). The nodes are sent it at once, each
+// within timFanoutTimeout of its own, so a node that does not answer (frozen,
+// or cut off) delays no other. A node that is draining and held no lease at
+// its last heartbeat is left out: it takes no room again, so it holds no
+// member's room.
 func (m *Main) timFanout(log *slog.Logger) func(string, []byte) {
 	client := &http.Client{Timeout: timFanoutTimeout}
 	return func(rawQuery string, body []byte) {
 		go func() {
 			ctx, cancel := context.WithTimeout(context.Background(), timFanoutTimeout)
-			defer cancel()
 			members, err := m.members.Members(ctx)
+			cancel()
 			if err != nil {
 				log.Warn("pass a callback on: read the membership", "err", err)
 				return
 			}
+			var sends sync.WaitGroup
 			for _, mb := range members {
-				if mb.NodeID == m.Config.NodeID || mb.Addr == "" {
+				if mb.NodeID == m.Config.NodeID || mb.Addr == "" || mb.Draining && mb.Rooms == 0 {
 					continue
 				}
-				req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+mb.Addr+rpc.TIMCallbackPath+"?"+rawQuery, bytes.NewReader(body))
-				if err != nil {
-					continue
-				}
-				req.Header.Set("Content-Type", "application/json")
-				req.Header.Set(rpc.TIMForwardedHeader, m.Config.NodeID)
-				res, err := client.Do(req)
-				if err != nil {
-					log.Warn("pass a callback on", "node_id", mb.NodeID, "err", err)
-					continue
-				}
-				_, _ = io.Copy(io.Discard, res.Body)
-				_ = res.Body.Close()
+				sends.Go(func() {
+					if err := m.passOn(client, mb.Addr, rawQuery, body); err != nil {
+						log.Warn("pass a callback on", "node_id", mb.NodeID, "err", err)
+					}
+				})
 			}
+			sends.Wait()
 		}()
 	}
+}
+
+// passOn sends a callback to the node at addr, marked as passed on by this
+// node so that it goes no further, within timFanoutTimeout.
+func (m *Main) passOn(client *http.Client, addr, rawQuery string, body []byte) error {
+	ctx, cancel := context.WithTimeout(context.Background(), timFanoutTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+addr+rpc.TIMCallbackPath+"?"+rawQuery, bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set(rpc.TIMForwardedHeader, m.Config.NodeID)
+	res, err := client.Do(req)
+	if err != nil {
+		return err
+	}
+	_, _ = io.Copy(io.Discard, res.Body)
+	return res.Body.Close()
 }
