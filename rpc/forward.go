@@ -3,6 +3,7 @@ package rpc
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
@@ -58,6 +59,18 @@ type Routing struct {
 	// already. The call's deadline bounds every wait.
 	Backoff    time.Duration
 	MaxBackoff time.Duration
+	// HopTimeout bounds one hop to a room's owner, within the call's
+	// deadline (0: the call's deadline alone). A hop that outlives it is
+	// given up: a route that may be sent again (a room command, which
+	// carries its command_id, or a read) is tried again on the owner found
+	// then, another answers unavailable with its outcome unknown. Without
+	// it, a call with no deadline forwarded to an owner that stopped
+	// answering (frozen, or cut off by a partition that drops packets)
+	// would wait for that owner as long as its connection lasts, after its
+	// room had moved on. Set it above the longest an owner that is alive
+	// takes to answer, and above the lease TTL, so that the owner found
+	// then is not the one that stopped.
+	HopTimeout time.Duration
 	// Metrics observes forwarding; nil funcs observe nothing.
 	Metrics RoutingMetrics
 }
@@ -85,15 +98,29 @@ const (
 // without TLS, so all calls to one node share a connection. Close its idle
 // connections (CloseIdleConnections) at shutdown. A connection idle for
 // hopIdle is closed, so one to a node that left does not stay open until
-// that node's server gives up on it.
-func NewHopClient() *http.Client {
+// that node's server gives up on it. A connection on which nothing arrived
+// for silence is pinged, and closed when the ping is not answered within
+// silence, failing the hops on it: TCP alone would keep a connection to a
+// node that stopped answering for many minutes. The daemon passes the lease
+// TTL, the time after which such a node's rooms move on; silence <= 0
+// takes hopSilence.
+func NewHopClient(silence time.Duration) *http.Client {
+	if silence <= 0 {
+		silence = hopSilence
+	}
 	p := new(http.Protocols)
 	p.SetUnencryptedHTTP2(true)
-	return &http.Client{Transport: &http.Transport{Protocols: p, IdleConnTimeout: hopIdle}}
+	return &http.Client{Transport: &http.Transport{Protocols: p, IdleConnTimeout: hopIdle,
+		HTTP2: &http.HTTP2Config{SendPingTimeout: silence, PingTimeout: silence}}}
 }
 
 // hopIdle is how long a hop connection may stay idle.
 const hopIdle = 90 * time.Second
+
+// hopSilence is how long a hop connection may hear nothing before it is
+// pinged, and wait for the ping's answer, when no lease TTL is given: the
+// default lease TTL.
+const hopSilence = 5 * time.Second
 
 // router sends each call that names a room to the node that owns it, and
 // each call that names a node (Drain) to that node.
@@ -105,12 +132,13 @@ type router struct {
 	tries   int
 	backoff time.Duration
 	ceiling time.Duration // the longest backoff
+	hopMax  time.Duration // bounds one hop to a room's owner; 0: none
 	metrics RoutingMetrics
 	log     *slog.Logger
 }
 
 func newRouter(owners Owners, fleet Fleet, node string, r Routing, log *slog.Logger) *router {
-	rt := &router{owners: owners, fleet: fleet, node: node, client: r.Client, tries: r.Attempts, backoff: r.Backoff, ceiling: r.MaxBackoff, metrics: r.Metrics, log: log}
+	rt := &router{owners: owners, fleet: fleet, node: node, client: r.Client, tries: r.Attempts, backoff: r.Backoff, ceiling: r.MaxBackoff, hopMax: r.HopTimeout, metrics: r.Metrics, log: log}
 	if rt.client == nil {
 		rt.client = http.DefaultClient
 	}
@@ -138,9 +166,10 @@ type roomed interface{ GetRoomId() string }
 // intercept serves a call here or on its room's owner (see Owners). A
 // call forwarded to this node (ForwardedBy) is served here. A call that
 // meets a moving room (room_moved, room_leased_elsewhere, shutting_down),
-// here or on the owner, or whose hop fails, is tried again on the owner
-// found then, with the same request and so the same command_id, within
-// the call's deadline and Routing.Attempts.
+// here or on the owner, or whose hop fails or outlives Routing.HopTimeout,
+// is tried again on the owner found then (a hop whose outcome is unknown
+// only when its route allows it), with the same request and so the same
+// command_id, within the call's deadline and Routing.Attempts.
 func (rt *router) intercept(next connect.UnaryFunc) connect.UnaryFunc {
 	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
 		if req.Header().Get(ForwardedBy) != "" {
@@ -246,7 +275,7 @@ func (rt *router) attempt(ctx context.Context, req connect.AnyRequest, next conn
 		res, err = next(ctx, req)
 		return res, moving(err) && ctx.Err() == nil, err
 	}
-	res, err = rt.hop(ctx, rte, addr, req, header)
+	res, err = rt.boundedHop(ctx, rte, addr, req, header)
 	switch {
 	case err == nil || connect.IsWireError(err) && !moving(err):
 		rt.metrics.Forward(ForwardOK)
@@ -265,6 +294,24 @@ func (rt *router) attempt(ctx context.Context, req connect.AnyRequest, next conn
 		rt.metrics.Forward(ForwardFailed)
 		return nil, false, toConnect(ctx, rt.log, room.Errorf(room.ErrUnavailable, "room %s: the hop to its owner failed after it was sent: %v", roomID, err))
 	}
+}
+
+// boundedHop sends one hop to a room's owner within hopMax. When the
+// hop's own bound ran out, not the call's, its error is no answer of the
+// owner's: an owner that answered deadline_exceeded did so only because the
+// hop's deadline went with the call, so the call is not refused by it, and
+// attempt treats the hop as one that failed after it was sent.
+func (rt *router) boundedHop(ctx context.Context, rte route, addr string, req connect.AnyRequest, header map[string]string) (connect.AnyResponse, error) {
+	if rt.hopMax <= 0 {
+		return rt.hop(ctx, rte, addr, req, header)
+	}
+	hctx, cancel := context.WithTimeout(ctx, rt.hopMax)
+	defer cancel()
+	res, err := rt.hop(hctx, rte, addr, req, header)
+	if err != nil && hctx.Err() != nil && ctx.Err() == nil {
+		return nil, fmt.Errorf("owner at %s: no answer within %v (%v)", addr, rt.hopMax, err)
+	}
+	return res, err
 }
 
 // moving reports whether err says the room is changing owner, so the call

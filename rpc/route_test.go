@@ -21,6 +21,7 @@ import (
 	"hyapp/room-service/gen/room/v1/roomv1connect"
 	"hyapp/room-service/gift"
 	"hyapp/room-service/lease"
+	"hyapp/room-service/room"
 	"hyapp/room-service/rpc"
 	"hyapp/room-service/store/mysql"
 	"hyapp/room-service/store/mysql/mysqltest"
@@ -37,6 +38,8 @@ type fleet struct {
 	holders map[string]string // room id -> id of the node holding its lease
 	addrs   map[string]string // node id -> API address
 	hops    []*http.Client    // every node's hop client
+
+	hopTimeout time.Duration // the Routing.HopTimeout of the nodes started from now on
 }
 
 // closeIdle closes the idle hop connections of every node, so a server
@@ -165,12 +168,12 @@ func (f *fleet) start(t *testing.T, id string, owners rpc.Owners, wrap ...func(*
 	if err != nil {
 		t.Fatal(err)
 	}
-	hopClient := rpc.NewHopClient()
+	hopClient := rpc.NewHopClient(0)
 	hops := new(atomic.Int64)
 	rooms := rpc.NewRoomHandler(reg, db, catalogue, noRobots{}, nil, quiet)
 	mux := rpc.NewMux(rooms, rpc.NewOperatorHandler(db, nil, quiet), rpc.NewWalletHandler(ledger, quiet), rpc.Options{
 		Token: token, Owners: owners, NodeID: id,
-		Routing: rpc.Routing{Client: hopClient, Attempts: 5, Backoff: 5 * time.Millisecond, Metrics: rpc.RoutingMetrics{
+		Routing: rpc.Routing{Client: hopClient, Attempts: 5, Backoff: 5 * time.Millisecond, HopTimeout: f.hopTimeout, Metrics: rpc.RoutingMetrics{
 			Hop: func(context.Context, time.Duration) { hops.Add(1) },
 		}},
 	}, quiet)
@@ -454,5 +457,54 @@ func TestACommandWhoseAnswerIsLostInAMoveAppliesOnce(t *testing.T) {
 	snap := must(t, b.rooms.GetRoomSnapshot, &roomv1.GetRoomSnapshotRequest{RoomId: "r1"})
 	if snap.GetRoomVersion() != 3 || snap.GetSnapshot().GetSeats()[1].GetUserId() != 2 {
 		t.Fatalf("snapshot: version %d, seats %v", snap.GetRoomVersion(), snap.GetSnapshot().GetSeats())
+	}
+}
+
+// TestAHopToAnOwnerThatDoesNotAnswerIsGivenUpAtItsBound: an owner whose
+// connection is alive (it answers HTTP/2 pings) but that never answers the
+// call is given up on after the hop's bound, though the caller set no
+// deadline: a room command, which carries its command_id, goes again to the
+// owner found then (here the node itself, which claims the room); a call
+// that may not be sent twice answers unavailable and is not sent again.
+func TestAHopToAnOwnerThatDoesNotAnswerIsGivenUpAtItsBound(t *testing.T) {
+	f := newFleet(t)
+	f.hopTimeout = 200 * time.Millisecond
+	var stalled atomic.Int64
+	p := new(http.Protocols)
+	p.SetUnencryptedHTTP2(true)
+	stuck := &http.Server{Protocols: p, Handler: http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) {
+		stalled.Add(1)
+		<-r.Context().Done() // the hop's cancellation, when its caller gives up
+	})}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- stuck.Serve(ln) }()
+	t.Cleanup(func() {
+		_ = stuck.Close()
+		<-served
+	})
+	// b's first look-up of each room names the stuck owner, every later
+	// one finds nobody holding it.
+	var looked sync.Map
+	b := f.start(t, "b", ownersFunc(func(_ context.Context, roomID string) (string, bool, error) {
+		if _, again := looked.LoadOrStore(roomID, true); again {
+			return "", false, nil
+		}
+		return ln.Addr().String(), true, nil
+	}))
+
+	must(t, b.rooms.CreateRoom, &roomv1.CreateRoomRequest{RoomId: "r1", CommandId: "create", OperatorUserId: 1, OwnerUserId: 1, SeatCount: 8})
+	if f.holder("r1") != "b" || stalled.Load() != 1 {
+		t.Fatalf("holder %q, calls to the stuck owner %d; want b, 1", f.holder("r1"), stalled.Load())
+	}
+
+	looked.Delete("r1")
+	_, err = b.rooms.PublishRobotDisplay(context.Background(), connect.NewRequest(&roomv1.PublishRobotDisplayRequest{RoomId: "r1", EventType: "RoomUserJoined", PayloadJson: "{}"}))
+	wantErr(t, err, connect.CodeUnavailable, room.ErrUnavailable.Reason)
+	if stalled.Load() != 2 {
+		t.Fatalf("calls to the stuck owner %d; want 2: the robot display event was not sent again", stalled.Load())
 	}
 }

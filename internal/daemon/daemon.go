@@ -220,19 +220,28 @@ func (m *Main) openLeases(ctx context.Context, nodeID string) (lease.Lease, erro
 		return nil, err
 	}
 	m.owners = fleetOwners{leases: leases, members: m.members, self: nodeID, draining: &m.draining}
-	m.hops = rpc.NewHopClient()
+	m.hops = rpc.NewHopClient(cfg.LeaseTTL)
 	m.Log.Info("fleet mode", "node_id", nodeID, "advertise_addr", cfg.AdvertiseAddr, "lease_ttl", cfg.LeaseTTL)
 	return leases, nil
 }
 
 // routing is how calls reach other nodes: over the hop client in fleet
-// mode; a single node forwards nothing.
+// mode; a single node forwards nothing. A hop is given up after hopTimeout.
 func (m *Main) routing() rpc.Routing {
 	r := rpc.Routing{Metrics: m.metrics.routing}
 	if m.hops != nil {
-		r.Client = m.hops
+		r.Client, r.HopTimeout = m.hops, hopTimeout(m.Config)
 	}
 	return r
+}
+
+// hopTimeout bounds one hop to a room's owner: three lease TTLs, by which
+// an owner that stopped answering has lost its rooms' leases and another
+// node can take them, but no less than an owner that is alive may take to
+// answer a call (a commit and a wallet charge), so that a slow owner is not
+// given up on while it works.
+func hopTimeout(cfg config.Config) time.Duration {
+	return max(3*cfg.LeaseTTL, cfg.CommitTimeout+cfg.WalletTimeout)
 }
 
 // ledger is the embedded COIN ledger: the wallet port over the service database.

@@ -635,3 +635,65 @@ func TestFleetSurvivesARedisOutage(t *testing.T) {
 	t.Logf("%d calls acknowledged; the gateway sent %d again to another node", len(r.acks), f.resent.Load())
 	f.checkLog(rooms, r.acks)
 }
+
+// TestACallForwardedToAFrozenOwnerIsServedOnceItsRoomMoves: a call with no
+// deadline, forwarded to an owner that stopped answering (its port accepts
+// connections, nothing answers: frozen, or cut off by a partition that
+// drops packets), does not wait for that owner for ever: the hop is given up
+// and the call goes again to the owner found then, here the node itself
+// once the frozen owner's lease ran out.
+func TestACallForwardedToAFrozenOwnerIsServedOnceItsRoomMoves(t *testing.T) {
+	servicetest.Need(t, "Redis", "127.0.0.1:6379")
+	servicetest.Need(t, "NATS", "127.0.0.1:4222")
+	dsn := mysqltest.DSN(t)
+	id := rand.Text()[:8]
+	redisURL := "redis://127.0.0.1:6379/7"
+	keys := redislease.Keys{Prefix: "frozen-" + id + ":"}
+	stream := ownStream(t, "fz"+strings.ToLower(id))
+	addr := freeAddr(t)
+	a, clientA := runMain(t, t.TempDir(), append([]string{"-listen", addr, "-mysql-dsn", dsn, "-nats-url", fleetNATS,
+		"-redis-url", redisURL, "-redis-key-prefix", keys.Prefix, "-node-id", "a-" + id, "-advertise-addr", addr, "-lease-ttl", "1s"}, stream...)...)
+	frozen := silentListener(t)
+
+	ctx := context.Background()
+	roomID := "frozen-" + id
+	if _, err := clientA.CreateRoom(ctx, connect.NewRequest(&roomv1.CreateRoomRequest{RoomId: roomID, CommandId: "c", OperatorUserId: 1, OwnerUserId: 1, SeatCount: 8})); err != nil {
+		t.Fatal(err)
+	}
+	opt, err := redis.ParseURL(redisURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc := redis.NewClient(opt)
+	defer rc.Close()
+	// The room's lease now names the frozen node, for one TTL: a loses the
+	// room at its next renewal.
+	if err := rc.Set(ctx, keys.Lease(roomID), "frozen-"+id+"|"+frozen+"|x", time.Second).Err(); err != nil {
+		t.Fatal(err)
+	}
+	type answer struct {
+		version int64
+		err     error
+	}
+	done := make(chan answer, 1)
+	go func() {
+		res, err := clientA.JoinRoom(ctx, connect.NewRequest(&roomv1.JoinRoomRequest{RoomId: roomID, CommandId: "j", OperatorUserId: 5}))
+		if err != nil {
+			done <- answer{err: err}
+			return
+		}
+		done <- answer{version: res.Msg.GetRoomVersion()}
+	}()
+	var got answer
+	poll.Until(t, 30*time.Second, "the call forwarded to the frozen owner to be answered", poll.Bool(func() bool {
+		select {
+		case got = <-done:
+			return true
+		default:
+			return false
+		}
+	}))
+	if got.err != nil || got.version != 2 || a.registry.Loaded() != 1 {
+		t.Fatalf("join: version %d, %v, a holds %d rooms; want 2, served by a", got.version, got.err, a.registry.Loaded())
+	}
+}

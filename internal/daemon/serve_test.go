@@ -28,7 +28,7 @@ func TestShutdownServerCutsWhatOutlivesItsContext(t *testing.T) {
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 
-	client := rpc.NewHopClient() // HTTP/2: the connection-level shutdown path
+	client := rpc.NewHopClient(0) // HTTP/2: the connection-level shutdown path
 	defer client.CloseIdleConnections()
 	answered := make(chan error, 1)
 	go func() {
