@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"slices"
 	"time"
 
 	"connectrpc.com/connect"
@@ -25,8 +26,13 @@ type Owners interface {
 	// for a room nobody holds, so the call is not claimed by a node that
 	// is leaving. An error (the lease service is down) makes this node
 	// serve the call: a room it holds keeps working, and the database's
-	// owner epoch fences any other. Safe for concurrent use.
-	Owner(ctx context.Context, roomID string) (addr string, ok bool, err error)
+	// owner epoch fences any other. unreachable lists the addresses this
+	// call's hops could not connect to so far: a node chosen for a room
+	// nobody holds should be another, so that a member that does not
+	// serve (still starting, or crashed while its record lives on) is
+	// passed over; the holder of the room's lease is named all the same,
+	// since only it serves the room. Safe for concurrent use.
+	Owner(ctx context.Context, roomID string, unreachable []string) (addr string, ok bool, err error)
 }
 
 // ForwardedBy is the loop-guard header of a forwarded call: it names the
@@ -235,11 +241,12 @@ func (rt *router) header(req connect.AnyRequest) map[string]string {
 func (rt *router) serve(ctx context.Context, req connect.AnyRequest, next connect.UnaryFunc, rte route, roomID string) (connect.AnyResponse, error) {
 	header := rt.header(req)
 	wait := time.Duration(0) // the first retry goes at once
+	var unreachable []string // owners found whose hops could not connect
 	var err error
 	for try := 1; ; try++ {
 		var res connect.AnyResponse
 		var again bool
-		res, again, err = rt.attempt(ctx, req, next, rte, roomID, header, try == rt.tries)
+		res, again, err = rt.attempt(ctx, req, next, rte, roomID, header, &unreachable, try == rt.tries)
 		if !again {
 			return res, err
 		}
@@ -264,9 +271,10 @@ func (rt *router) serve(ctx context.Context, req connect.AnyRequest, next connec
 }
 
 // attempt serves the call once, here or on the owner, and says whether to
-// try again; last says no try follows.
-func (rt *router) attempt(ctx context.Context, req connect.AnyRequest, next connect.UnaryFunc, rte route, roomID string, header map[string]string, last bool) (res connect.AnyResponse, again bool, err error) {
-	addr, remote, oerr := rt.owners.Owner(ctx, roomID)
+// try again; last says no try follows. An owner the hop could not connect
+// to is added to unreachable, for the next attempt's look-up.
+func (rt *router) attempt(ctx context.Context, req connect.AnyRequest, next connect.UnaryFunc, rte route, roomID string, header map[string]string, unreachable *[]string, last bool) (res connect.AnyResponse, again bool, err error) {
+	addr, remote, oerr := rt.owners.Owner(ctx, roomID, *unreachable)
 	if oerr != nil {
 		// Debug: while the lease service is down, every call would log it.
 		rt.log.DebugContext(ctx, "room owner unknown; serving here", "room_id", roomID, "err", oerr)
@@ -284,6 +292,9 @@ func (rt *router) attempt(ctx context.Context, req connect.AnyRequest, next conn
 		rt.metrics.Forward(ForwardFailed)
 		return nil, false, toConnect(ctx, rt.log, room.Errorf(room.ErrUnavailable, "room %s: %v; the command may still commit, retry with the same command_id", roomID, ctx.Err()))
 	case connect.IsWireError(err) || rte.idempotent || unsent(err):
+		if unsent(err) && !slices.Contains(*unreachable, addr) {
+			*unreachable = append(*unreachable, addr)
+		}
 		if last {
 			rt.metrics.Forward(ForwardFailed)
 		} else {

@@ -118,7 +118,7 @@ func (h heldBy) Release(ctx context.Context) error {
 
 // Owner implements rpc.Owners from the lease table, as the daemon's
 // adapter does from the fleet's lease service.
-func (l nodeLease) Owner(_ context.Context, roomID string) (string, bool, error) {
+func (l nodeLease) Owner(_ context.Context, roomID string, _ []string) (string, bool, error) {
 	l.f.mu.Lock()
 	defer l.f.mu.Unlock()
 	holder, ok := l.f.holders[roomID]
@@ -131,7 +131,7 @@ func (l nodeLease) Owner(_ context.Context, roomID string) (string, bool, error)
 // ownersFunc adapts a func to rpc.Owners.
 type ownersFunc func(ctx context.Context, roomID string) (string, bool, error)
 
-func (f ownersFunc) Owner(ctx context.Context, roomID string) (string, bool, error) {
+func (f ownersFunc) Owner(ctx context.Context, roomID string, _ []string) (string, bool, error) {
 	return f(ctx, roomID)
 }
 
@@ -350,7 +350,7 @@ func TestACallMeetingAMoveIsServedByTheNewOwnerOnce(t *testing.T) {
 			// b's look-up of r1 finds a, and a leaves before b's hop arrives.
 			bLease := nodeLease{f: f, node: "b"}
 			b := f.start(t, "b", ownersFunc(func(ctx context.Context, roomID string) (string, bool, error) {
-				addr, ok, err := bLease.Owner(ctx, roomID)
+				addr, ok, err := bLease.Owner(ctx, roomID, nil)
 				if ok && !moved.Swap(true) {
 					tc.stop(t, a)
 				}

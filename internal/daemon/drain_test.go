@@ -235,3 +235,59 @@ func TestDrainOfASingleNodeIsRefused(t *testing.T) {
 		t.Fatal("the refused drain unloaded the room")
 	}
 }
+
+// TestADrainingNodeSendsARoomPastAMemberThatDoesNotServe: a member whose
+// address refuses connections (a node still starting, which registers
+// before it listens, or one that crashed while its record lives on) wins
+// the rendezvous for a room nobody holds; the draining node's call goes to
+// the next best live node instead, which claims the room.
+func TestADrainingNodeSendsARoomPastAMemberThatDoesNotServe(t *testing.T) {
+	servicetest.Need(t, "Redis", "127.0.0.1:6379")
+	servicetest.Need(t, "NATS", "127.0.0.1:4222")
+	dsn := mysqltest.DSN(t)
+	id := rand.Text()[:8]
+	const redisURL = "redis://127.0.0.1:6379/9"
+	keys := redislease.Keys{Prefix: "drain-past-" + id + ":"}
+	stream := ownStream(t, "dp"+strings.ToLower(id))
+	flags := func(node string) []string {
+		addr := freeAddr(t)
+		return append([]string{"-listen", addr, "-mysql-dsn", dsn, "-nats-url", fleetNATS,
+			"-redis-url", redisURL, "-redis-key-prefix", keys.Prefix, "-node-id", node + "-" + id, "-advertise-addr", addr, "-lease-ttl", "1s"}, stream...)
+	}
+	a, clientA := runMain(t, t.TempDir(), flags("a")...)
+	b, _ := runMain(t, t.TempDir(), flags("b")...)
+
+	ctx := context.Background()
+	opt, err := redis.ParseURL(redisURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc := redis.NewClient(opt)
+	defer rc.Close()
+	silent := keys.Node("c-" + id)
+	if err := rc.HSet(ctx, silent, "addr", freeAddr(t), "rooms", 0, "draining", "false", "heartbeat_ms", time.Now().UnixMilli()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := rc.PExpire(ctx, silent, 30*time.Second).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.drain(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// A room that c, of the nodes not draining, takes by rendezvous.
+	var roomID string
+	for i := 0; ; i++ {
+		roomID = fmt.Sprintf("past-%s-%d", id, i)
+		if rendezvous("c-"+id, roomID) > rendezvous("b-"+id, roomID) {
+			break
+		}
+	}
+	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if _, err := clientA.CreateRoom(cctx, connect.NewRequest(&roomv1.CreateRoomRequest{RoomId: roomID, CommandId: "c1", OperatorUserId: 1, OwnerUserId: 1, SeatCount: 8})); err != nil {
+		t.Fatalf("create through the draining node: %v (reason %q)", err, rpc.Reason(err))
+	}
+	if a.registry.Loaded() != 0 || b.registry.Loaded() != 1 {
+		t.Fatalf("rooms loaded: a %d, b %d; want the room on b", a.registry.Loaded(), b.registry.Loaded())
+	}
+}

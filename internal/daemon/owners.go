@@ -17,7 +17,12 @@ import (
 // node holding the room's lease. A room nobody holds is claimed by the node
 // the call reached, unless that node is leaving: then the call goes to a
 // live node that is not draining, chosen by rendezvous hashing on the room
-// id, so that every leaving node sends a room to the same successor.
+// id, so that every leaving node sends a room to the same successor. A
+// member the call could not connect to is passed over for the next best:
+// its record is written before it listens, and outlives a crash by up to
+// three lease TTLs, so a member is not known to serve until a hop reaches
+// it. With every member passed over, the call is left to this node, as
+// when no other member is live.
 type fleetOwners struct {
 	leases   *redislease.Lease
 	members  *redislease.Membership
@@ -28,7 +33,7 @@ type fleetOwners struct {
 var _ rpc.Owners = fleetOwners{}
 
 // Owner implements rpc.Owners.
-func (o fleetOwners) Owner(ctx context.Context, roomID string) (string, bool, error) {
+func (o fleetOwners) Owner(ctx context.Context, roomID string, unreachable []string) (string, bool, error) {
 	own, found, err := o.leases.Owner(ctx, roomID)
 	switch {
 	case err != nil:
@@ -46,7 +51,7 @@ func (o fleetOwners) Owner(ctx context.Context, roomID string) (string, bool, er
 	}
 	best, bestScore := "", uint64(0)
 	for _, m := range members {
-		if m.NodeID == o.self || m.Draining || m.Addr == "" {
+		if m.NodeID == o.self || m.Draining || m.Addr == "" || slices.Contains(unreachable, m.Addr) {
 			continue
 		}
 		if s := rendezvous(m.NodeID, roomID); best == "" || s > bestScore {
