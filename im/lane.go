@@ -66,6 +66,9 @@ type Message struct {
 	attempts int      // failed sends so far
 	closed   bool     // released after its room's RoomClosed
 	regional bool     // to a region's broadcast group
+	// roomClosed, set as the message is sent, reports whether the lane
+	// knows its room closed by now.
+	roomClosed func() bool
 }
 
 // ErrDropped is returned by a Sender when Tencent accepted the call but
@@ -1320,6 +1323,10 @@ func (l *Lane) worker(ctx context.Context, high, rest <-chan Message) {
 		if l.sendPace.Wait(ctx) != nil {
 			return // the lane is closing
 		}
+		// The room may close while the message waits for this worker or
+		// for Tencent's answer; a sender that would make a missing group
+		// again asks then.
+		m.roomClosed = l.closedFunc(m.RoomID)
 		sctx, cancel := context.WithTimeout(ctx, l.cfg.SendTimeout)
 		sctx, span := startSend(sctx, m)
 		err := l.send.Send(sctx, m)
@@ -1343,6 +1350,17 @@ func (l *Lane) worker(ctx context.Context, high, rest <-chan Message) {
 			l.failed(m, "send_failed")
 			l.log.DebugContext(sctx, "im send failed", "group", m.GroupID, "type", m.Type, "err", err)
 		}
+	}
+}
+
+// closedFunc reports, when called, whether the lane knows the room of key
+// closed.
+func (l *Lane) closedFunc(key string) func() bool {
+	return func() bool {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		q := l.rooms[key]
+		return q != nil && q.closed
 	}
 }
 

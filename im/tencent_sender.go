@@ -97,8 +97,11 @@ type GroupCreator interface {
 // dissolved group, a local endpoint restarted without its state): a send
 // that finds its group missing creates the group (an AVChatRoom named after
 // the room until group control renames it on the next title change) and
-// sends once more, with the same Random. A RoomClosed message never
-// recreates: its group is dissolved on purpose.
+// sends once more, with the same Random. No message of a closed room
+// recreates its group, whether it carries the RoomClosed or only comes
+// after it (a coalesced value due later, a message that waited for its
+// worker or for Tencent's answer as the room closed): the group is
+// dissolved on purpose, and one made again would outlive the room.
 type RecreatingSender struct {
 	Sender Sender
 	Groups GroupCreator
@@ -114,7 +117,7 @@ var closedMark = []byte(`"type":"RoomClosed"`)
 // Send implements Sender.
 func (s RecreatingSender) Send(ctx context.Context, m Message) error {
 	err := s.Sender.Send(ctx, m)
-	if !errors.Is(err, ErrGroupNotFound) || bytes.Contains(m.Data, closedMark) {
+	if !errors.Is(err, ErrGroupNotFound) || m.closed || m.roomClosed != nil && m.roomClosed() || bytes.Contains(m.Data, closedMark) {
 		return err
 	}
 	if cerr := s.Groups.CreateGroup(ctx, m.GroupID, m.RoomID); cerr != nil {
