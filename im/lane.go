@@ -20,7 +20,9 @@
 // like any other. A frequency error (60007, 60011, 10023) slows the whole
 // lane down and the same message goes again, same Random, so Tencent drops
 // a duplicate. A High message whose send fails otherwise is sent again
-// until it goes through; it ends otherwise only when its room has closed.
+// until it goes through; it ends otherwise only when its room has closed or
+// when Tencent refuses it for good (a *PermanentError), which no resend
+// could change.
 // Every event carries its room_version and its seq within that version;
 // every message of a room carries lost_through, the newest version of an
 // event the lane lost, so clients know when to repair from GetRoomSnapshot
@@ -164,8 +166,9 @@ type Metrics struct {
 	Sent    func(p room.Priority)
 	Latency func(ctx context.Context, p room.Priority, d time.Duration)
 	// Shed counts events dropped, by priority and reason (queue_full,
-	// too_large, send_queue_full, send_failed, dropped_by_im, and for High
-	// only room_closed: a failed send after the room's RoomClosed).
+	// too_large, send_queue_full, send_failed, dropped_by_im, the reason of
+	// a send the IM service refused for good, such as tencent_80001, and for
+	// High only room_closed: a failed send after the room's RoomClosed).
 	Shed func(p room.Priority, reason string)
 	// Merged counts events that went without a message of their own: in a
 	// Batch, or folded into a count. Coalesced counts values replaced by a
@@ -1274,6 +1277,20 @@ func (l *Lane) failed(m Message, reason string) {
 	}
 }
 
+// refused takes back a message the IM service refused for good (a
+// *PermanentError: an invalid parameter, content it will not carry, a
+// message too large): sent again it would be refused again, so it is lost
+// whatever its priority, counted with the refusal's reason, and the room's
+// next message tells its lost_through.
+func (l *Lane) refused(m Message, reason string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	q := l.queueLocked(m.RoomID, m.GroupID, m.regional)
+	l.ready[m.RoomID], l.roster.fresh[m.RoomID] = true, true
+	q.closed = q.closed || m.closed // the queue may have been forgotten since
+	l.lostLocked(q, m.Priority, reason, m.version)
+}
+
 // slowLocked answers a frequency error: the lane pauses, and its pace
 // falls.
 func (l *Lane) slowLocked(now time.Time) {
@@ -1305,9 +1322,11 @@ func retryBackoff(attempts int) time.Duration {
 	return min(100*time.Millisecond<<min(attempts-1, 6), 5*time.Second)
 }
 
-// worker sends messages. A failed send goes back to the lane (failed).
+// worker sends messages. A failed send goes back to the lane (failed), one
+// the IM service refuses for good is lost (refused).
 func (l *Lane) worker(ctx context.Context, high, rest <-chan Message) {
 	defer l.wg.Done()
+	var perm *PermanentError
 	for {
 		var m Message
 		select { // High first
@@ -1346,6 +1365,9 @@ func (l *Lane) worker(ctx context.Context, high, rest <-chan Message) {
 			l.failed(m, "rate_limited")
 		case errors.Is(err, ErrDropped):
 			l.failed(m, "dropped_by_im")
+		case errors.As(err, &perm):
+			l.refused(m, perm.Reason)
+			l.log.WarnContext(sctx, "im send refused for good", "group", m.GroupID, "type", m.Type, "reason", perm.Reason, "err", err)
 		default:
 			l.failed(m, "send_failed")
 			l.log.DebugContext(sctx, "im send failed", "group", m.GroupID, "type", m.Type, "err", err)

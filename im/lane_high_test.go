@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -238,6 +239,51 @@ func TestHighOfAClosedRoomEnds(t *testing.T) {
 		if m.RoomID == "r1" {
 			t.Fatalf("after its RoomClosed the closed room was sent %s", m.Data)
 		}
+	}
+}
+
+// TestHighRefusedForGoodIsShedNotSentAgain: a High message Tencent refuses
+// for good (content security: TencentSender returns an *im.PermanentError)
+// is tried once and counted shed with the refusal's reason, and the room's
+// next messages tell clients of the loss.
+func TestHighRefusedForGoodIsShedNotSentAgain(t *testing.T) {
+	refused := func(m im.Message) bool { return strings.Contains(string(m.Data), `"room_version":1,`) }
+	f := &flaky{fail: func(_ int, m im.Message) error {
+		if refused(m) {
+			return &im.PermanentError{Reason: "tencent_80001", Err: errors.New("tencent im send_group_msg: error 80001 (invalid request): content security")}
+		}
+		return nil
+	}}
+	var c shedCounts
+	lane := im.New(im.Config{}, f, c.metrics(), quiet)
+	defer lane.Close()
+	lane.Publish(committed("r1", 1, room.EventRoomRocketIgnited, &room.RoomRocketIgnitedEvent{RocketID: 1}))
+	poll.Until(t, 10*time.Second, "the refused message counted shed", poll.Bool(func() bool { return c.get("High/tencent_80001") == 1 }))
+	lane.Publish(committed("r1", 2, room.EventRoomRocketIgnited, &room.RoomRocketIgnitedEvent{RocketID: 2}))
+	poll.Until(t, 10*time.Second, "the next ignition", poll.Bool(func() bool {
+		return delivered(t, &f.recorder)[eventKey{string(room.EventRoomRocketIgnited), 2, 0}] == 1
+	}))
+	for _, s := range f.all() {
+		var m struct {
+			LostThrough int64 `json:"lost_through"`
+		}
+		if err := json.Unmarshal(s.msg.Data, &m); err != nil {
+			t.Fatal(err)
+		}
+		if m.LostThrough != 1 {
+			t.Fatalf("a message after the refused one without its lost_through: %s", s.msg.Data)
+		}
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	tries := 0
+	for _, m := range f.attempts {
+		if refused(m) {
+			tries++
+		}
+	}
+	if tries != 1 {
+		t.Fatalf("the refused message was tried %d times; shed %v", tries, c.shed)
 	}
 }
 
