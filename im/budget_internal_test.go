@@ -38,6 +38,37 @@ func TestPacingBoundsEverySecond(t *testing.T) {
 	}
 }
 
+// TestGroupBudgetBoundsEverySecond: a room releasing every message its
+// group's limiter allows, at every millisecond, puts at most its budget
+// into any one-second window (Tencent counts 40 a second per group, and
+// im_group_budget may be 40), and a busy room still gets most of its
+// budget.
+func TestGroupBudgetBoundsEverySecond(t *testing.T) {
+	for _, budget := range []float64{1, 2, 5, 20, 33, 40} {
+		lim := groupLimiter(budget)
+		start := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+		var grants []time.Time
+		for ms := range 5000 {
+			now := start.Add(time.Duration(ms) * time.Millisecond)
+			for lim.AllowN(now, 1) {
+				grants = append(grants, now)
+			}
+		}
+		for i := range grants {
+			j := i
+			for j < len(grants) && grants[j].Sub(grants[i]) < time.Second {
+				j++
+			}
+			if j-i > int(budget) {
+				t.Fatalf("budget %v: %d messages within one second", budget, j-i)
+			}
+		}
+		if got := float64(len(grants)) / 5; budget >= 20 && got < budget*0.85 {
+			t.Fatalf("budget %v: %.1f messages/s released", budget, got)
+		}
+	}
+}
+
 // TestTurnOrderKeptLongerWhenLong: a crowded lane's turn order is made
 // again every rosterEvery while short, less often as it grows (so making
 // it costs about the same per second), and never kept past rosterMax.

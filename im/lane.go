@@ -499,13 +499,25 @@ func (l *Lane) queueLocked(key, group string, regional bool) *roomQueue {
 	q := l.rooms[key]
 	if q == nil {
 		q = &roomQueue{
-			key: key, group: group, regional: regional, limiter: rate.NewLimiter(rate.Limit(l.cfg.Budget), max(1, int(l.cfg.Budget/4))),
+			key: key, group: group, regional: regional, limiter: groupLimiter(l.cfg.Budget),
 			coalesced: make(map[string]*item), lastFlush: make(map[string]time.Time), folded: make(map[string]int),
 			combos: make(map[comboKey]*combo),
 		}
 		l.rooms[key] = q
 	}
 	return q
+}
+
+// groupLimiter shapes one group to budget messages per second. A group's
+// limiter lets its burst go at once and then its rate, so a second can hold
+// burst+rate messages: that sum is the budget (a budget of 40 would
+// otherwise put more than Tencent's 40/s into a second). The burst is a
+// tenth of the budget, enough for a quiet room's few quick events to go
+// without waiting; a budget under 2 leaves no rate beside a burst of one,
+// so it is spread to half a message a second.
+func groupLimiter(budget float64) *rate.Limiter {
+	burst := max(1, int(budget/10))
+	return rate.NewLimiter(rate.Limit(max(budget-float64(burst), budget/2)), burst)
 }
 
 func (l *Lane) enqueueLocked(key string, q *roomQueue, it *item, coalesce bool) {
