@@ -23,8 +23,10 @@ var (
 	_ Sender   = RecreatingSender{}
 )
 
-// Send implements Sender: one TIMCustomElem, Desc = the type, the lane's
-// Random kept across the client's retries.
+// Send implements Sender: one TIMCustomElem, Desc = the type, with the
+// lane's Random. The client makes one call (send_group_msg is Paced where
+// the daemon wires it, so each call is one the lane's budget granted); the
+// lane sends a failed message again itself, with the same Random.
 func (s TencentSender) Send(ctx context.Context, m Message) error {
 	_, err := s.Client.SendGroupMsg(ctx, tencent.Msg{
 		GroupID: m.GroupID, Random: m.Random, Priority: string(m.Priority), Desc: m.Type, Data: m.Data,

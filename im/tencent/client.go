@@ -4,8 +4,10 @@
 // Every call is POST {Endpoint}/v4/{service}/{command}?sdkappid=&identifier=&usersig=&random=&contenttype=json
 // with a JSON body, signed with an admin UserSig (TLSSigAPIv2) that is cached and renewed when half its
 // validity has passed. Each command has its own client-side call budget. Transport errors, 10002 and
-// rate-limit answers are retried with exponential backoff and jitter; the request body is encoded once,
-// so a message's Random is the same on every attempt and Tencent discards repeats as duplicates.
+// rate-limit answers are retried with exponential backoff and jitter, except for the commands the caller
+// paces (Config.Paced), whose every call its own budget grants: those return the first failure, for the
+// caller to send again through its budget. The request body is encoded once, so a message's Random is the
+// same on every attempt and Tencent discards repeats as duplicates.
 package tencent
 
 import (
@@ -109,7 +111,9 @@ func (c *Client) call(ctx context.Context, service, command string, req, out any
 		if err == nil {
 			return nil
 		}
-		if !again || retry >= c.cfg.Retries || paced && errors.Is(err, ErrRateLimited) {
+		// A paced command's caller took one call of its budget for this
+		// attempt; a retry here would be a call it never granted.
+		if !again || retry >= c.cfg.Retries || paced {
 			return err
 		}
 		d := c.backoff(retry)

@@ -49,12 +49,14 @@ type Config struct {
 	// CallsPerSecond is the client-side budget per REST command (DefaultCallsPerSecond).
 	CallsPerSecond int
 	// Paced lists the commands whose calls the caller paces itself, such as send_group_msg, whose budget
-	// the IM lane schedules across rooms and nodes: the client keeps no budget for them and returns their
-	// rate-limit answers (ErrRateLimited) at once instead of retrying, so the caller's pacing sees them.
+	// the IM lane schedules across rooms and nodes: the client keeps no budget for them and makes each call
+	// once, returning a transient failure or a rate-limit answer at once instead of retrying, so every call
+	// Tencent sees is one the caller's budget granted, and the caller's pacing sees the refusals.
 	Paced []string
 	// SigTTL is the validity of the admin UserSig (DefaultSigTTL, at least one minute).
 	SigTTL time.Duration
-	// Retries is how many times a transport error, 10002 or a rate-limit code is retried (DefaultRetries).
+	// Retries is how many times a transport error, 10002 or a rate-limit code is retried (DefaultRetries);
+	// a Paced command is not retried.
 	Retries int
 }
 

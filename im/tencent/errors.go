@@ -16,7 +16,7 @@ var (
 	ErrSignature = errors.New("signature or credentials rejected")
 	// ErrRateLimited means a call budget was exceeded: Tencent's per-API or per-app frequency limit, the
 	// per-group send limit (10023), or the client's own budget could not be had before ctx ended.
-	// Tencent's answers are retried with backoff before this is returned.
+	// Tencent's answers are retried with backoff before this is returned, except for a Paced command.
 	ErrRateLimited = errors.New("rate limited")
 	// ErrGroupNotFound means the group does not exist, was dissolved, or its ID is invalid.
 	ErrGroupNotFound = errors.New("group not found")
@@ -25,8 +25,8 @@ var (
 	// ErrTooLarge means the message is over Tencent's size limit (80002).
 	ErrTooLarge = errors.New("message too large")
 	// ErrTransient means the outcome is unknown or the service failed internally (transport error,
-	// timeout, HTTP 5xx, 10002). It was retried before being returned; a later retry may succeed, and
-	// for SendGroupMsg it must reuse the same Msg.Random.
+	// timeout, HTTP 5xx, 10002). It was retried before being returned, unless its command is Paced; a
+	// later retry may succeed, and for SendGroupMsg it must reuse the same Msg.Random.
 	ErrTransient = errors.New("transient failure")
 	// ErrDropped means Tencent answered success for SendGroupMsg but reported MsgDropReason: the message
 	// was dropped by the group's frequency control (40 messages/s per group) and is neither delivered nor

@@ -387,6 +387,43 @@ func TestRateLimitedRetriedThenReturned(t *testing.T) {
 	}
 }
 
+// TestPacedCommandIsNotRetried: a command the caller paces (send_group_msg
+// in the daemon) is called once whatever its failure, 10002, an HTTP 502 or a
+// frequency code, since each call of it is one its caller's budget granted;
+// the caller's resend with the same Random is stored once.
+func TestPacedCommandIsNotRetried(t *testing.T) {
+	e := newEnv(t, nil)
+	c := e.client(t, func(c *Config) { c.Paced = []string{"send_group_msg"} })
+	ctx := context.Background()
+	if err := c.CreateGroup(ctx, "room-1", "Room 1"); err != nil {
+		t.Fatal(err)
+	}
+	msg := Msg{GroupID: "room-1", Random: 7, Priority: PriorityHigh, Data: []byte(`{"n":1}`)}
+	for i, f := range []struct {
+		faults timlocal.Faults
+		want   error
+	}{
+		{timlocal.Faults{FailNext: 1, FailAfterApply: true}, ErrTransient},
+		{timlocal.Faults{BadGatewayNext: 1}, ErrTransient},
+		{timlocal.Faults{RateLimit: true}, ErrRateLimited},
+	} {
+		e.srv.SetFaults(f.faults)
+		if _, err := c.SendGroupMsg(ctx, msg); !errors.Is(err, f.want) {
+			t.Fatalf("%+v: err = %v, want %v", f.faults, err, f.want)
+		}
+		if n := e.srv.Calls("send_group_msg"); n != uint64(i+1) {
+			t.Fatalf("%+v: %d calls for %d sends", f.faults, n, i+1)
+		}
+	}
+	e.srv.SetFaults(timlocal.Faults{})
+	if _, err := c.SendGroupMsg(ctx, msg); err != nil {
+		t.Fatal(err)
+	}
+	if msgs := e.srv.Messages("room-1"); len(msgs) != 1 {
+		t.Fatalf("%d messages stored, want the one sent again with its Random", len(msgs))
+	}
+}
+
 func TestHangTimesOut(t *testing.T) {
 	e := newEnv(t, nil)
 	c := e.client(t, func(c *Config) { c.Timeout, c.Retries = 250*time.Millisecond, 1 })
