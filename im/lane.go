@@ -254,6 +254,12 @@ type roomQueue struct {
 	lostAt      time.Time
 	// closed: the room's RoomClosed was queued; its group is going away.
 	closed bool
+	// sending: a message of the room is with a worker and has not come
+	// back. The room releases nothing more until it has: its budget is
+	// spent as messages are released, and a slow call would otherwise hold
+	// its later messages queued behind it on the worker, to go back to back
+	// when it returns, over the group's budget (and Tencent's 40/s).
+	sending bool
 }
 
 // maxCombos bounds the gift combos a room folds until its next message;
@@ -877,6 +883,7 @@ func (l *Lane) releaseLocked(now time.Time, n int) {
 		if m.Priority == room.PriorityHigh {
 			select {
 			case l.high[w] <- m:
+				q.sending = true
 			default:
 				q.retry = append([]Message{m}, q.retry...)
 				l.roster.fresh[c.key] = true
@@ -885,6 +892,7 @@ func (l *Lane) releaseLocked(now time.Time, n int) {
 		}
 		select {
 		case l.rest[w] <- m:
+			q.sending = true
 		default:
 			l.lostLocked(q, m.Priority, "send_queue_full", m.version)
 		}
@@ -1002,7 +1010,7 @@ func queued(q *roomQueue) bool {
 func (l *Lane) tidyLocked(now time.Time) {
 	for key := range l.ready {
 		q := l.rooms[key]
-		if queued(q) {
+		if queued(q) || q.sending {
 			continue
 		}
 		recent := q.limiter.TokensAt(now) < float64(q.limiter.Burst())
@@ -1027,9 +1035,12 @@ func (l *Lane) dueTypeLocked(q *roomQueue, now time.Time) string {
 	return ""
 }
 
-// eligibleLocked reports whether a room has something to send now and its
-// group's budget allows a message.
+// eligibleLocked reports whether a room has something to send now, has no
+// message with a worker, and its group's budget allows a message.
 func (l *Lane) eligibleLocked(q *roomQueue, now time.Time) bool {
+	if q.sending {
+		return false
+	}
 	pending := len(q.retry) > 0 && !now.Before(q.retryAt) || len(q.high)+len(q.normal)+len(q.low)+len(q.folded)+len(q.combos) > 0 ||
 		l.dueTypeLocked(q, now) != "" || noticeDueLocked(q, now)
 	return pending && q.limiter.TokensAt(now) >= 1
@@ -1259,9 +1270,8 @@ func higher(a, b room.Priority) room.Priority {
 func (l *Lane) failed(m Message, reason string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	q := l.queueLocked(m.RoomID, m.GroupID, m.regional)
+	q := l.backLocked(m)
 	l.ready[m.RoomID], l.roster.fresh[m.RoomID] = true, true
-	q.closed = q.closed || m.closed // the queue may have been forgotten since
 	m.attempts++
 	switch {
 	case reason == "rate_limited":
@@ -1297,10 +1307,29 @@ func (l *Lane) failed(m Message, reason string) {
 func (l *Lane) refused(m Message, reason string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	q := l.queueLocked(m.RoomID, m.GroupID, m.regional)
+	q := l.backLocked(m)
 	l.ready[m.RoomID], l.roster.fresh[m.RoomID] = true, true
-	q.closed = q.closed || m.closed // the queue may have been forgotten since
 	l.lostLocked(q, m.Priority, reason, m.version)
+}
+
+// sent takes back a message that went through: its room may release its
+// next one.
+func (l *Lane) sent(m Message) {
+	l.mu.Lock()
+	if q := l.rooms[m.RoomID]; q != nil {
+		q.sending = false
+	}
+	l.mu.Unlock()
+	l.signal()
+}
+
+// backLocked returns the queue of a message that failed, which may release
+// again.
+func (l *Lane) backLocked(m Message) *roomQueue {
+	q := l.queueLocked(m.RoomID, m.GroupID, m.regional)
+	q.sending = false
+	q.closed = q.closed || m.closed // the queue may have been forgotten since
+	return q
 }
 
 // slowLocked answers a frequency error: the lane pauses, and its pace
@@ -1365,6 +1394,7 @@ func (l *Lane) worker(ctx context.Context, high, rest <-chan Message) {
 		cancel()
 		switch {
 		case err == nil:
+			l.sent(m)
 			if l.metrics.Sent != nil {
 				l.metrics.Sent(m.Priority)
 			}

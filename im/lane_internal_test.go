@@ -143,3 +143,45 @@ func (l *Lane) inQueue(key string) int {
 	}
 	return len(q.retry) + len(q.high) + len(q.normal) + len(q.low) + len(q.coalesced)
 }
+
+// TestARoomReleasesNothingWhileItsMessageIsOut: while a room's message is
+// with a worker (a slow call), the room's next events wait in its queue
+// rather than behind the call on the worker, so they go together, in one
+// message, once it comes back, not back to back over the group's budget.
+func TestARoomReleasesNothingWhileItsMessageIsOut(t *testing.T) {
+	svc := newGroupService()
+	svc.hold = "busy"
+	l := New(Config{Budget: 20, Workers: 2}, svc, Metrics{}, slog.New(slog.DiscardHandler))
+	defer l.Close()
+	other := "other"
+	for i := 0; shard(other, 2) == shard("busy", 2); i++ {
+		other = fmt.Sprintf("other%d", i)
+	}
+	l.Publish(event("busy", 1, room.EventRoomRocketIgnited, &room.RoomRocketIgnitedEvent{RocketID: 1}))
+	poll.Until(t, 10*time.Second, "the slow call", poll.Bool(func() bool { return l.inQueue("busy") == 0 }))
+	for v := int64(2); v <= 6; v++ {
+		l.Publish(event("busy", v, room.EventRoomRocketIgnited, &room.RoomRocketIgnitedEvent{RocketID: v}))
+	}
+	// Another room's messages, each sent before the next is published, let
+	// the budget of the slow room's group refill several times over.
+	for v := int64(1); v <= 8; v++ {
+		l.Publish(event(other, v, room.EventRoomRocketIgnited, &room.RoomRocketIgnitedEvent{RocketID: v}))
+		poll.Until(t, 10*time.Second, "the other room's message", poll.Bool(func() bool { return svc.tried(other, room.EventRoomRocketIgnited, v) }))
+	}
+	if n := l.inQueue("busy"); n != 5 {
+		t.Fatalf("%d of the slow room's 5 later events wait in its queue while its call is out", n)
+	}
+	close(svc.gate)
+	poll.Until(t, 10*time.Second, "the slow room's last event", poll.Bool(func() bool { return svc.tried("busy", room.EventRoomRocketIgnited, 6) }))
+	svc.mu.Lock()
+	defer svc.mu.Unlock()
+	sends := 0
+	for _, m := range svc.attempts {
+		if m.GroupID == "busy" {
+			sends++
+		}
+	}
+	if sends != 2 {
+		t.Fatalf("the slow room's 6 events went in %d messages, want its first and one for the rest", sends)
+	}
+}
