@@ -63,11 +63,12 @@ type Message struct {
 	// sender.
 	Queued, Released time.Time
 
-	version  int64    // the newest room_version the message carries
-	traces   []string // traceparents of its traced events, the oldest first (see trace.go)
-	attempts int      // failed sends so far
-	closed   bool     // released after its room's RoomClosed
-	regional bool     // to a region's broadcast group
+	version  int64     // the newest room_version the message carries
+	traces   []string  // traceparents of its traced events, the oldest first (see trace.go)
+	attempts int       // failed sends so far
+	due      time.Time // not sent again before, after a failed send
+	closed   bool      // released after its room's RoomClosed
+	regional bool      // to a region's broadcast group
 	// roomClosed, set as the message is sent, reports whether the lane
 	// knows its room closed by now.
 	roomClosed func() bool
@@ -232,9 +233,11 @@ type roomQueue struct {
 	regional bool
 	limiter  *rate.Limiter
 	// retry holds messages to send again exactly as they were (same Data,
-	// same Random), not before retryAt.
+	// same Random), each not before its due time. While it holds a High
+	// message the room releases no new High events: they wait in high,
+	// where a newer state supersedes an older one, so an outage leaves one
+	// message to send again, backing off, not one for every event.
 	retry     []Message
-	retryAt   time.Time
 	high      []*item
 	normal    []*item
 	low       []*item
@@ -1041,7 +1044,7 @@ func (l *Lane) eligibleLocked(q *roomQueue, now time.Time) bool {
 	if q.sending {
 		return false
 	}
-	pending := len(q.retry) > 0 && !now.Before(q.retryAt) || len(q.high)+len(q.normal)+len(q.low)+len(q.folded)+len(q.combos) > 0 ||
+	pending := retryDue(q, now) || len(q.high) > 0 && !highHeld(q) || len(q.normal)+len(q.low)+len(q.folded)+len(q.combos) > 0 ||
 		l.dueTypeLocked(q, now) != "" || noticeDueLocked(q, now)
 	return pending && q.limiter.TokensAt(now) >= 1
 }
@@ -1055,11 +1058,15 @@ func (l *Lane) waitingLocked(q *roomQueue, now time.Time) (high bool, since time
 			since = t
 		}
 	}
-	if len(q.retry) > 0 && !now.Before(q.retryAt) {
+	if retryDue(q, now) {
 		older(q.retry[0].Queued)
 		high = q.retry[0].Priority == room.PriorityHigh
 	}
-	for _, list := range [][]*item{q.high, q.normal, q.low} {
+	held := highHeld(q)
+	if len(q.high) > 0 && !held {
+		older(q.high[0].queued)
+	}
+	for _, list := range [][]*item{q.normal, q.low} {
 		if len(list) > 0 {
 			older(list[0].queued)
 		}
@@ -1075,7 +1082,23 @@ func (l *Lane) waitingLocked(q *roomQueue, now time.Time) (high bool, since time
 	if noticeDueLocked(q, now) {
 		older(q.lostAt)
 	}
-	return high || len(q.high) > 0, since
+	return high || len(q.high) > 0 && !held, since
+}
+
+// retryDue reports whether the room's first message to send again is due.
+func retryDue(q *roomQueue, now time.Time) bool {
+	return len(q.retry) > 0 && !now.Before(q.retry[0].due)
+}
+
+// highHeld reports whether the room holds its new High events back: a High
+// message of it waits to be sent again.
+func highHeld(q *roomQueue) bool {
+	for _, m := range q.retry {
+		if m.Priority == room.PriorityHigh {
+			return true
+		}
+	}
+	return false
 }
 
 // batchOverhead is room for a Batch's own fields around its events
@@ -1089,10 +1112,11 @@ const (
 
 // nextLocked takes the room's next message: a message to send again as it
 // was, or else everything pending that fits in MaxBytes, in one message:
-// High events first (oldest first), then due coalesced values, then Normal,
-// then Low, with the counts of folded display events.
+// High events first (oldest first, unless a High message waits to be sent
+// again), then due coalesced values, then Normal, then Low, with the counts
+// of folded display events.
 func (l *Lane) nextLocked(q *roomQueue, now time.Time) (Message, bool) {
-	if len(q.retry) > 0 && !now.Before(q.retryAt) {
+	if retryDue(q, now) {
 		m := q.retry[0]
 		q.retry = q.retry[1:]
 		return m, true
@@ -1116,7 +1140,9 @@ func (l *Lane) nextLocked(q *roomQueue, now time.Time) (Message, bool) {
 		}
 		return list
 	}
-	q.high = take(q.high)
+	if !highHeld(q) {
+		q.high = take(q.high)
+	}
 	types := slices.Sorted(maps.Keys(q.coalesced))
 	for _, typ := range types {
 		it := q.coalesced[typ]
@@ -1275,8 +1301,8 @@ func (l *Lane) failed(m Message, reason string) {
 	m.attempts++
 	switch {
 	case reason == "rate_limited":
+		m.due = time.Time{}
 		q.retry = append([]Message{m}, q.retry...)
-		q.retryAt = time.Time{}
 		l.slowLocked(time.Now())
 		if l.metrics.RateLimited != nil {
 			l.metrics.RateLimited()
@@ -1292,8 +1318,8 @@ func (l *Lane) failed(m Message, reason string) {
 	if reason == "dropped_by_im" {
 		m.Random = rand.Uint32()
 	}
+	m.due = time.Now().Add(retryBackoff(m.attempts))
 	q.retry = append(q.retry, m)
-	q.retryAt = time.Now().Add(retryBackoff(m.attempts))
 	if l.metrics.Retried != nil {
 		l.metrics.Retried()
 	}

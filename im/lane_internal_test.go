@@ -3,6 +3,8 @@ package im
 import (
 	"bytes"
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -183,5 +185,157 @@ func TestARoomReleasesNothingWhileItsMessageIsOut(t *testing.T) {
 	}
 	if sends != 2 {
 		t.Fatalf("the slow room's 6 events went in %d messages, want its first and one for the rest", sends)
+	}
+}
+
+// outage is an IM service whose sends to the group down fail until it is
+// back up; it records the attempts and the messages that went through.
+type outage struct {
+	mu        sync.Mutex
+	up        bool
+	attempts  []Message
+	delivered []Message
+}
+
+func (o *outage) Send(_ context.Context, m Message) error {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.attempts = append(o.attempts, m)
+	if m.GroupID == "down" && !o.up {
+		return errors.New("503 service unavailable")
+	}
+	o.delivered = append(o.delivered, m)
+	return nil
+}
+
+// carried reports whether a delivered message of the group carries the
+// event of type typ at version.
+func (o *outage) carried(group string, typ room.EventType, version int64) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	want := fmt.Sprintf(`"room_version":%d,`, version)
+	for _, m := range o.delivered {
+		if m.GroupID == group && eventIn(m.Data, typ, want) {
+			return true
+		}
+	}
+	return false
+}
+
+// eventIn reports whether a message's data carries an event of type typ
+// whose envelope has the field want.
+func eventIn(data []byte, typ room.EventType, want string) bool {
+	var env struct {
+		Type   string            `json:"type"`
+		Events []json.RawMessage `json:"events"`
+	}
+	if json.Unmarshal(data, &env) != nil {
+		return false
+	}
+	if env.Type != "Batch" {
+		return env.Type == string(typ) && bytes.Contains(data, []byte(want))
+	}
+	for _, e := range env.Events {
+		if eventIn(e, typ, want) {
+			return true
+		}
+	}
+	return false
+}
+
+// micRowEvent is the batch of one mic change with the room's mic row.
+func micRowEvent(roomID string, version, user int64) []room.Committed {
+	seats := make([]room.Seat, 10)
+	seats[1].UserID = user
+	return []room.Committed{{RoomID: roomID, RoomVersion: version, At: time.Now().UnixMilli(), Seats: seats,
+		Events: []room.Event{{Type: room.EventRoomMicChanged, Data: &room.RoomMicChangedEvent{Action: room.MicTake, UserID: user, SeatIndex: 1}}}}}
+}
+
+// TestAnOutageKeepsOneHighMessageToSendAgain: while a room's High message
+// waits to be sent again, its new High events wait in its queue (a newer
+// mic row superseding the older) instead of each becoming a message that
+// fails and waits too: through an outage the room sends only that one
+// message again, and once the service is back, the newest mic row and
+// every ignition arrive, and no mic row newer than the first but older
+// than the newest.
+func TestAnOutageKeepsOneHighMessageToSendAgain(t *testing.T) {
+	svc := &outage{}
+	l := New(Config{Budget: 20, Workers: 2}, svc, Metrics{}, slog.New(slog.DiscardHandler))
+	defer l.Close()
+	other := "other"
+	for i := 0; shard(other, 2) == shard("down", 2); i++ {
+		other = fmt.Sprintf("other%d", i)
+	}
+	l.Publish(micRowEvent("down", 1, 101))
+	poll.Until(t, 10*time.Second, "the first failure", poll.Bool(func() bool { return l.retryLen("down") == 1 }))
+	const n = 30
+	for v := int64(2); v <= n; v++ {
+		if v%10 == 0 {
+			l.Publish(event("down", v, room.EventRoomRocketIgnited, &room.RoomRocketIgnitedEvent{RocketID: v}))
+		} else {
+			l.Publish(micRowEvent("down", v, 100+v))
+		}
+		// The other room's messages, each sent before the next event,
+		// give the failing room's budget time to refill.
+		l.Publish(event(other, v, room.EventRoomRocketIgnited, &room.RoomRocketIgnitedEvent{RocketID: v}))
+		poll.Until(t, 10*time.Second, "the other room's message", poll.Bool(func() bool { return svc.carried(other, room.EventRoomRocketIgnited, v) }))
+	}
+	svc.mu.Lock()
+	var first *Message
+	for i, m := range svc.attempts {
+		if m.GroupID != "down" {
+			continue
+		}
+		if first == nil {
+			first = &svc.attempts[i]
+		} else if m.Random != first.Random || !bytes.Equal(m.Data, first.Data) {
+			svc.mu.Unlock()
+			t.Fatalf("through the outage the room sent %s beside the message it was sending again", m.Data)
+		}
+	}
+	svc.up = true
+	svc.mu.Unlock()
+	if got := l.retryLen("down"); got != 1 {
+		t.Fatalf("%d messages wait to be sent again, want 1", got)
+	}
+	poll.Until(t, 30*time.Second, "the newest mic row and every ignition", poll.Bool(func() bool {
+		for v := int64(10); v <= n; v += 10 {
+			if !svc.carried("down", room.EventRoomRocketIgnited, v) {
+				return false
+			}
+		}
+		return svc.carried("down", room.EventRoomMicChanged, n-1)
+	}))
+	for v := int64(2); v < n-1; v++ {
+		if svc.carried("down", room.EventRoomMicChanged, v) {
+			t.Fatalf("mic row %d, superseded during the outage, was sent after it", v)
+		}
+	}
+}
+
+func (l *Lane) retryLen(key string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if q := l.rooms[key]; q != nil {
+		return len(q.retry)
+	}
+	return 0
+}
+
+// TestAFrequencyRefusalLeavesAHighMessagesBackoff: a message refused for
+// frequency goes again first, at once, but a High message waiting to be
+// sent again keeps its own backoff: a new failure does not shorten it.
+func TestAFrequencyRefusalLeavesAHighMessagesBackoff(t *testing.T) {
+	l := New(Config{}, &outage{}, Metrics{}, slog.New(slog.DiscardHandler))
+	defer l.Close()
+	start := time.Now()
+	l.failed(Message{RoomID: "down", GroupID: "down", Priority: room.PriorityHigh, attempts: 6}, "send_failed")
+	l.failed(Message{RoomID: "down", GroupID: "down", Priority: room.PriorityNormal}, "rate_limited")
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, m := range l.rooms["down"].retry {
+		if m.Priority == room.PriorityHigh && m.due.Before(start.Add(retryBackoff(7))) {
+			t.Fatalf("the High message is due %v after its failure, its backoff is %v", m.due.Sub(start), retryBackoff(7))
+		}
 	}
 }
