@@ -1335,6 +1335,13 @@ func (l *Lane) refused(m Message, reason string) {
 	defer l.mu.Unlock()
 	q := l.backLocked(m)
 	l.ready[m.RoomID], l.roster.fresh[m.RoomID] = true, true
+	if m.version == 0 {
+		// No event of the room's log in it (only lost_through, folded
+		// counts or robot events): its loss is nothing to tell, and a
+		// notice of it, refused again, would be told again without end.
+		l.shed(m.Priority, reason)
+		return
+	}
 	l.lostLocked(q, m.Priority, reason, m.version)
 }
 

@@ -287,6 +287,38 @@ func TestHighRefusedForGoodIsShedNotSentAgain(t *testing.T) {
 	}
 }
 
+// TestALossNoticeRefusedForGoodIsNotSentAgain: when Tencent refuses every
+// message of a room for good, the refused event's loss is told once: the
+// notice, refused too, is not told again while other rooms go on sending.
+func TestALossNoticeRefusedForGoodIsNotSentAgain(t *testing.T) {
+	f := &flaky{fail: func(_ int, m im.Message) error {
+		if m.RoomID == "r1" {
+			return &im.PermanentError{Reason: "tencent_10004", Err: errors.New("tencent im send_group_msg: error 10004 (invalid request): bad parameter")}
+		}
+		return nil
+	}}
+	var c shedCounts
+	lane := im.New(im.Config{}, f, c.metrics(), quiet)
+	defer lane.Close()
+	lane.Publish(committed("r1", 1, room.EventRoomRocketIgnited, &room.RoomRocketIgnitedEvent{RocketID: 1}))
+	poll.Until(t, 10*time.Second, "the refused notice", poll.Bool(func() bool { return c.get("Low/tencent_10004") == 1 }))
+	for v := int64(1); v <= 5; v++ {
+		lane.Publish(committed("r2", v, room.EventRoomRocketIgnited, &room.RoomRocketIgnitedEvent{RocketID: v}))
+		poll.Until(t, 10*time.Second, "the other room's message", poll.Bool(func() bool { return len(f.all()) == int(v) }))
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	tries := 0
+	for _, m := range f.attempts {
+		if m.RoomID == "r1" {
+			tries++
+		}
+	}
+	if tries != 2 {
+		t.Fatalf("%d sends for the refused event and its notice, want 2; shed %v", tries, c.shed)
+	}
+}
+
 // TestLostEventsRaiseLostThrough: when the lane sheds events of a room
 // (queue full), its later messages carry lost_through, the newest version
 // it lost, and every event carries its seq.
