@@ -29,8 +29,11 @@ type Store interface {
 	CommitBatches(ctx context.Context, batches []store.Batch) (results []error, err error)
 	// ListDueTimers returns up to limit timers due at before, of every room, oldest first.
 	ListDueTimers(ctx context.Context, before time.Time, limit int) ([]store.Timer, error)
-	// DeleteTimers deletes the room's timers named by timerIDs, outside any batch.
-	DeleteTimers(ctx context.Context, roomID string, timerIDs []string) error
+	// DeleteTimers deletes the room's timers named by timerIDs (those due by
+	// dueBy, when it is not zero), outside any batch.
+	DeleteTimers(ctx context.Context, roomID string, timerIDs []string, dueBy time.Time) error
+	// PutTimers sets timers outside any batch.
+	PutTimers(ctx context.Context, timers []store.Timer) error
 }
 
 // Log is what recovery reads: a room's stored snapshot and its command log.

@@ -95,6 +95,7 @@ func (p *presence) feature() Feature {
 	return Feature{
 		Runs: []room.CommandType{room.CmdExpirePresence}, Prepare: p.prepare,
 		Loaded: p.loaded, Committed: p.committed, Stopped: p.stopped,
+		Contribute: p.contribute, TimerKind: TimerKindPresence, Fire: p.fire, // sweep.go
 	}
 }
 
@@ -153,6 +154,9 @@ func (p *presence) loaded(s *room.State) {
 	rp.dueAt = 0
 	rp.scheduleLocked(now)
 	rp.mu.Unlock()
+	if len(s.Members) > 0 {
+		p.setSweep(s.RoomID)
+	}
 }
 
 func seatedOf(seats []room.Seat) map[int64]int32 {

@@ -489,3 +489,49 @@ func TestALeaveAndRejoinInOneBatchKeepsTheMemberKnown(t *testing.T) {
 		t.Fatalf("UserOffline(10) reached %d rooms; 10 is a member of the loaded room idx", n)
 	}
 }
+
+// TestMembersOfARoomNoNodeServesLeaveInTime: a room that stopped being
+// loaded with members in it (here a restart) is loaded again by the timer
+// scanner once its presence sweep comes due, though nobody calls for it,
+// and its members nobody sees leave a presence timeout later; its sweep
+// timer goes with its last member.
+func TestMembersOfARoomNoNodeServesLeaveInTime(t *testing.T) {
+	stores(t, testMembersOfARoomNoNodeServesLeaveInTime)
+}
+
+func testMembersOfARoomNoNodeServesLeaveInTime(t *testing.T, open func(testing.TB) store.Repository) {
+	repo, clock, ctx := open(t), &testClock{}, context.Background()
+	before := presenceRegistry(t, repo, clock, nil)
+	createRoom(t, before, "ghost")
+	join(t, before, "ghost", 10, 11)
+	if n := len(sweepTimers(t, repo, "ghost")); n != 1 {
+		t.Fatalf("%d presence sweep timers of a room with members, want 1", n)
+	}
+	if err := before.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	cfg := cell.Config{TimerScanEvery: 10 * time.Millisecond, Clock: clock.Now}
+	after := newTimerRegistry(t, repo, cfg, lease.NewLocal(), &recordSink{}, nil)
+	clock.jump(2*90*time.Second + time.Second) // the sweep is due: two presence timeouts
+	poll.Until(t, 10*time.Second, "the room loaded by its sweep", poll.Bool(func() bool { return after.Loaded() == 1 }))
+	// Loaded, the room's sweep lies ahead again.
+	poll.Until(t, 10*time.Second, "the sweep moved on", poll.Bool(func() bool {
+		ts := sweepTimers(t, repo, "ghost")
+		return len(ts) == 1 && ts[0].FireAt.After(clock.Now())
+	}))
+	clock.jump(90*time.Second + time.Second)
+	wake(t, after, "ghost", 1, 1)
+	if got := memberIDs(t, after, "ghost"); len(got) != 0 {
+		t.Fatalf("members %v nobody saw are still in the room", got)
+	}
+	if n := len(sweepTimers(t, repo, "ghost")); n != 0 {
+		t.Fatalf("%d presence sweep timers left in a room without members", n)
+	}
+}
+
+// sweepTimers lists the room's presence sweep timers, due or not.
+func sweepTimers(t testing.TB, repo store.Repository, roomID string) []store.Timer {
+	t.Helper()
+	return timerRows(t, repo, roomID, cell.TimerKindPresence)
+}

@@ -404,7 +404,7 @@ func (rk *rocketLaunches) wakeLaunch(ctx context.Context, roomID string, l room.
 	case wakeStale, wakeNotPending:
 		// Nothing will ever launch it: delete the row so that the scanner
 		// stops finding it. Should this fail, the next wakeup deletes it.
-		if err := r.store.DeleteTimers(ctx, roomID, []string{RocketTimerID(l.RocketID)}); err != nil {
+		if err := r.store.DeleteTimers(ctx, roomID, []string{RocketTimerID(l.RocketID)}, time.Time{}); err != nil {
 			log.Warn("delete a launch timer that can no longer launch", "err", err)
 		}
 	case wakeError:
@@ -489,7 +489,7 @@ func (rk *rocketLaunches) fire(ctx context.Context, roomID string, due []store.T
 		for i, l := range ls {
 			ids[i] = RocketTimerID(l.RocketID)
 		}
-		if err := r.store.DeleteTimers(ctx, roomID, ids); err != nil {
+		if err := r.store.DeleteTimers(ctx, roomID, ids, time.Time{}); err != nil {
 			log.Warn("delete launch timers that can no longer launch", "err", err)
 		}
 	case wakeError:

@@ -379,8 +379,14 @@ func assertLaunchCommands(t testing.TB, repo store.Repository, roomID string, n 
 	}
 }
 
-// dueTimers lists the room's timer rows, due or not.
+// dueTimers lists the room's launch timer rows, due or not.
 func dueTimers(t testing.TB, repo store.Repository, roomID string) []store.Timer {
+	t.Helper()
+	return timerRows(t, repo, roomID, cell.TimerKindRocketLaunch)
+}
+
+// timerRows lists the room's timer rows of kind, due or not.
+func timerRows(t testing.TB, repo store.Repository, roomID, kind string) []store.Timer {
 	t.Helper()
 	all, err := repo.ListDueTimers(context.Background(), time.Now().Add(1000*time.Hour), 10_000)
 	if err != nil {
@@ -388,7 +394,7 @@ func dueTimers(t testing.TB, repo store.Repository, roomID string) []store.Timer
 	}
 	var out []store.Timer
 	for _, tm := range all {
-		if tm.RoomID == roomID {
+		if tm.RoomID == roomID && tm.Kind == kind {
 			out = append(out, tm)
 		}
 	}
@@ -398,7 +404,7 @@ func dueTimers(t testing.TB, repo store.Repository, roomID string) []store.Timer
 func assertNoTimer(t testing.TB, repo store.Repository, roomID string) {
 	t.Helper()
 	if got := dueTimers(t, repo, roomID); len(got) != 0 {
-		t.Fatalf("room %s still has timer rows %+v", roomID, got)
+		t.Fatalf("room %s still has launch timer rows %+v", roomID, got)
 	}
 }
 
@@ -517,11 +523,11 @@ func (r *cutRepo) ClaimRoom(ctx context.Context, roomID, nodeID string) (store.C
 	return r.Repository.ClaimRoom(ctx, roomID, nodeID)
 }
 
-func (r *cutRepo) DeleteTimers(ctx context.Context, roomID string, ids []string) error {
+func (r *cutRepo) DeleteTimers(ctx context.Context, roomID string, ids []string, dueBy time.Time) error {
 	if r.cut.Load() {
 		return errCut
 	}
-	return r.Repository.DeleteTimers(ctx, roomID, ids)
+	return r.Repository.DeleteTimers(ctx, roomID, ids, dueBy)
 }
 
 // heldLease says another node holds one room.

@@ -331,9 +331,15 @@ type Repository interface {
 	// and by DeleteTimers.
 	ListDueTimers(ctx context.Context, before time.Time, limit int) ([]Timer, error)
 	// DeleteTimers deletes the room's timers named by timerIDs, outside any
-	// batch; ids the room does not hold are ignored. It checks no owner epoch:
-	// callers delete only timers that can no longer do anything.
-	DeleteTimers(ctx context.Context, roomID string, timerIDs []string) error
+	// batch; ids the room does not hold are ignored. A non-zero dueBy
+	// deletes only those due by then: one set again since it was found due
+	// (a later FireAt) stays. It checks no owner epoch: callers delete only
+	// timers that can no longer do anything.
+	DeleteTimers(ctx context.Context, roomID string, timerIDs []string, dueBy time.Time) error
+	// PutTimers sets timers outside any batch, each replacing the one of
+	// its room and id. It checks no owner epoch: callers set only timers
+	// whose firing early, late or once too often does no harm.
+	PutTimers(ctx context.Context, timers []Timer) error
 	// RequeueDeadOutbox makes dead rows pending again (attempts 0, due now), all of them or only
 	// those of eventType when it is not empty, and returns how many. A row keeps its last error
 	// until its next failure. Rows are requeued in chunks that commit on their own.

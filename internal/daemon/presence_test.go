@@ -96,7 +96,7 @@ func TestTIMCallbackIsServedWithItsToken(t *testing.T) {
 func TestTIMCallbackReachesEveryNode(t *testing.T) {
 	const cbToken = "tencent-console-callback-token"
 	f := newFleetOn(t, 2, "redis://127.0.0.1:6379/4", "ROOM_TIM_CALLBACK_TOKEN="+cbToken,
-		"ROOM_MIC_OFFLINE_GRACE=1s", "ROOM_PRESENCE_TIMEOUT=1h")
+		"ROOM_MIC_OFFLINE_GRACE=1s", "ROOM_PRESENCE_TIMEOUT=1h", "ROOM_IDLE_TIMEOUT=2h")
 	owner, other := f.nodes[0], f.nodes[1]
 	ctx := context.Background()
 	if _, err := owner.client.CreateRoom(ctx, connect.NewRequest(&roomv1.CreateRoomRequest{RoomId: "cb", CommandId: "c", OperatorUserId: 1, OwnerUserId: 1, SeatCount: 8})); err != nil {
@@ -153,7 +153,7 @@ func TestTIMCallbackReachesEveryNodePastOneThatDoesNotAnswer(t *testing.T) {
 		addr := freeAddr(t)
 		return append([]string{"-listen", addr, "-mysql-dsn", dsn, "-nats-url", fleetNATS,
 			"-redis-url", redisURL, "-redis-key-prefix", keys.Prefix, "-node-id", node + "-" + id, "-advertise-addr", addr, "-lease-ttl", "1s",
-			"-tim-callback-token", cbToken, "-mic-offline-grace", "1s", "-presence-timeout", "1h"}, stream...)
+			"-tim-callback-token", cbToken, "-mic-offline-grace", "1s", "-presence-timeout", "1h", "-idle-timeout", "2h"}, stream...)
 	}
 	a, _ := runMain(t, t.TempDir(), flags("a")...)
 	_, clientB := runMain(t, t.TempDir(), flags("b")...)

@@ -42,17 +42,24 @@ func (db *DB) writeTimersAndSettles(ctx context.Context, tx *sql.Tx, insert stri
 	}
 	deletes, sets := mergeTimers(batches)
 	for _, d := range deletes {
-		if err := db.deleteTimers(ctx, tx, d.RoomID, d.TimerIDs); err != nil {
+		if err := db.deleteTimers(ctx, tx, d.RoomID, d.TimerIDs, 0); err != nil {
 			return err
 		}
 	}
-	upsert := db.d.Upsert("room_id, timer_id", "kind", "fire_at_ms", "payload", "created_at")
-	for chunk := range slices.Chunk(sets, maxTimerRows) {
-		args := make([]any, 0, 6*len(chunk))
-		for _, t := range chunk {
-			args = timerArgs(args, t, now)
+	return db.upsertTimers(ctx, tx, sets, now)
+}
+
+// deleteTimers deletes the room's timers among ids inside tx, those due by
+// dueBy (unix ms) when it is above zero; ids the room does not hold are
+// ignored.
+func (db *DB) deleteTimers(ctx context.Context, tx *sql.Tx, roomID string, ids []string, dueBy int64) error {
+	for chunk := range slices.Chunk(ids, maxIn) {
+		q := `DELETE FROM room_timers WHERE room_id = ? AND timer_id IN ` + In(len(chunk))
+		args := AppendStrings([]any{roomID}, chunk)
+		if dueBy > 0 {
+			q += ` AND fire_at_ms <= ?`
+			args = append(args, dueBy)
 		}
-		q := `INSERT INTO room_timers (` + timerColumns + `) VALUES ` + Values(`(?, ?, ?, ?, ?, ?)`, len(chunk)) + upsert
 		if _, err := tx.ExecContext(ctx, q, args...); err != nil {
 			return db.d.MapErr(err)
 		}
@@ -60,12 +67,17 @@ func (db *DB) writeTimersAndSettles(ctx context.Context, tx *sql.Tx, insert stri
 	return nil
 }
 
-// deleteTimers deletes the room's timers among ids inside tx; ids the room
-// does not hold are ignored.
-func (db *DB) deleteTimers(ctx context.Context, tx *sql.Tx, roomID string, ids []string) error {
-	for chunk := range slices.Chunk(ids, maxIn) {
-		q := `DELETE FROM room_timers WHERE room_id = ? AND timer_id IN ` + In(len(chunk))
-		if _, err := tx.ExecContext(ctx, q, AppendStrings([]any{roomID}, chunk)...); err != nil {
+// upsertTimers sets timers inside tx, each replacing the row of its room
+// and id.
+func (db *DB) upsertTimers(ctx context.Context, tx *sql.Tx, timers []*store.Timer, now int64) error {
+	upsert := db.d.Upsert("room_id, timer_id", "kind", "fire_at_ms", "payload", "created_at")
+	for chunk := range slices.Chunk(timers, maxTimerRows) {
+		args := make([]any, 0, 6*len(chunk))
+		for _, t := range chunk {
+			args = timerArgs(args, t, now)
+		}
+		q := `INSERT INTO room_timers (` + timerColumns + `) VALUES ` + Values(`(?, ?, ?, ?, ?, ?)`, len(chunk)) + upsert
+		if _, err := tx.ExecContext(ctx, q, args...); err != nil {
 			return db.d.MapErr(err)
 		}
 	}
@@ -89,13 +101,34 @@ func (db *DB) ListDueTimers(ctx context.Context, before time.Time, limit int) ([
 }
 
 // DeleteTimers deletes the room's timers named by timerIDs in one
-// transaction; ids the room does not hold are ignored.
-func (db *DB) DeleteTimers(ctx context.Context, roomID string, timerIDs []string) error {
+// transaction, those due by dueBy when it is not zero; ids the room does
+// not hold are ignored.
+func (db *DB) DeleteTimers(ctx context.Context, roomID string, timerIDs []string, dueBy time.Time) error {
 	if len(timerIDs) == 0 {
 		return nil
 	}
-	if err := db.Tx(ctx, func(tx *sql.Tx) error { return db.deleteTimers(ctx, tx, roomID, timerIDs) }); err != nil {
+	by := int64(0)
+	if !dueBy.IsZero() {
+		by = max(dueBy.UnixMilli(), 1)
+	}
+	if err := db.Tx(ctx, func(tx *sql.Tx) error { return db.deleteTimers(ctx, tx, roomID, timerIDs, by) }); err != nil {
 		return fmt.Errorf("delete timers room=%s: %w", roomID, err)
+	}
+	return nil
+}
+
+// PutTimers sets timers in one transaction, each replacing the row of its
+// room and id.
+func (db *DB) PutTimers(ctx context.Context, timers []store.Timer) error {
+	if len(timers) == 0 {
+		return nil
+	}
+	ptrs := make([]*store.Timer, len(timers))
+	for i := range timers {
+		ptrs[i] = &timers[i]
+	}
+	if err := db.Tx(ctx, func(tx *sql.Tx) error { return db.upsertTimers(ctx, tx, ptrs, time.Now().UnixMilli()) }); err != nil {
+		return fmt.Errorf("put %d timers: %w", len(timers), err)
 	}
 	return nil
 }

@@ -84,6 +84,7 @@ func Run(t *testing.T, newRepo func(t *testing.T) store.Repository) {
 		{"TimersFencedOrRefused", testTimersFencedOrRefused},
 		{"TimersDoneInTheSameCommit", testTimersDoneInTheSameCommit},
 		{"DeleteTimers", testDeleteTimers},
+		{"PutTimers", testPutTimers},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -1932,21 +1933,58 @@ func testDeleteTimers(t *testing.T, repo store.Repository) {
 	bb.Timers = []store.Timer{timer(b, "x", at)}
 	mustCommitOK(t, repo, ba, bb)
 
-	if err := repo.DeleteTimers(ctx, a, nil); err != nil {
+	if err := repo.DeleteTimers(ctx, a, nil, time.Time{}); err != nil {
 		t.Fatalf("DeleteTimers(no ids): %v", err)
 	}
-	if err := repo.DeleteTimers(ctx, a, []string{"x", "missing", "z"}); err != nil {
+	if err := repo.DeleteTimers(ctx, a, []string{"x", "missing", "z"}, time.Time{}); err != nil {
 		t.Fatalf("DeleteTimers: %v", err)
 	}
 	assertTimers(t, mustDueTimers(t, repo, a, now()), ba.Timers[1])
 	assertTimers(t, mustDueTimers(t, repo, b, now()), bb.Timers[0])
-	if err := repo.DeleteTimers(ctx, a, []string{"x"}); err != nil {
+	if err := repo.DeleteTimers(ctx, a, []string{"x"}, time.Time{}); err != nil {
 		t.Fatalf("DeleteTimers(already deleted): %v", err)
 	}
-	if err := repo.DeleteTimers(ctx, newRoomID(t), []string{"x"}); err != nil {
+	if err := repo.DeleteTimers(ctx, newRoomID(t), []string{"x"}, time.Time{}); err != nil {
 		t.Fatalf("DeleteTimers(unknown room): %v", err)
 	}
 	assertTimers(t, mustDueTimers(t, repo, a, now()), ba.Timers[1])
+
+	// Due by a time: a timer set again for later since stays.
+	if err := repo.DeleteTimers(ctx, a, []string{"y"}, at.Add(-time.Second)); err != nil {
+		t.Fatalf("DeleteTimers(due before it): %v", err)
+	}
+	assertTimers(t, mustDueTimers(t, repo, a, now()), ba.Timers[1])
+	if err := repo.DeleteTimers(ctx, a, []string{"y"}, at); err != nil {
+		t.Fatalf("DeleteTimers(due by it): %v", err)
+	}
+	assertTimers(t, mustDueTimers(t, repo, a, now()))
+}
+
+func testPutTimers(t *testing.T, repo store.Repository) {
+	ctx := t.Context()
+	at := now().Add(-time.Hour)
+	a, claimA := newClaimedRoom(t, repo)
+	b := newRoomID(t) // no row needed: a timer names its room only
+	set := newBatch(a, claimA.Epoch, 0, 1)
+	set.Timers = []store.Timer{timer(a, "x", at)}
+	mustCommitOK(t, repo, set)
+
+	if err := repo.PutTimers(ctx, nil); err != nil {
+		t.Fatalf("PutTimers(none): %v", err)
+	}
+	later := timer(a, "x", at.Add(time.Minute))
+	later.Payload = []byte(`{"again":true}`)
+	put := []store.Timer{later, timer(a, "y", at.Add(2*time.Minute)), timer(b, "x", at)}
+	if err := repo.PutTimers(ctx, put); err != nil {
+		t.Fatalf("PutTimers: %v", err)
+	}
+	assertTimers(t, mustDueTimers(t, repo, a, now()), put[0], put[1])
+	assertTimers(t, mustDueTimers(t, repo, b, now()), put[2])
+	// The old time no longer deletes the timer set again.
+	if err := repo.DeleteTimers(ctx, a, []string{"x"}, at); err != nil {
+		t.Fatalf("DeleteTimers: %v", err)
+	}
+	assertTimers(t, mustDueTimers(t, repo, a, now()), put[0], put[1])
 }
 
 // newRoomID returns a room id no other test uses: lower case (so byte order
