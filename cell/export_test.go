@@ -100,3 +100,10 @@ func SubmitUnchecked(r *Registry, env *room.Envelope) (Result, error) {
 	resp, err := r.call(context.Background(), env.RoomID, env)
 	return resp.result, err
 }
+
+// SweepEvery is how far ahead a room's presence sweep timer lies.
+func SweepEvery(r *Registry) time.Duration { return r.builtin.presence.sweepEvery() }
+
+// ScanTimers runs one scan of the due timers now, as RunTimers does each
+// interval, and returns once every room it fired is done.
+func ScanTimers(r *Registry) { r.scanTimers(context.Background()) }

@@ -27,8 +27,8 @@ type Store interface {
 	GetCommands(ctx context.Context, roomID string, commandIDs []string) (map[string]store.CommandRecord, error)
 	// CommitBatches commits the batches in one transaction, each fenced on its own.
 	CommitBatches(ctx context.Context, batches []store.Batch) (results []error, err error)
-	// ListDueTimers returns up to limit timers due at before, of every room, oldest first.
-	ListDueTimers(ctx context.Context, before time.Time, limit int) ([]store.Timer, error)
+	// ListDueTimers returns up to limit timers of kind due at before, of every room, oldest first.
+	ListDueTimers(ctx context.Context, kind string, before time.Time, limit int) ([]store.Timer, error)
 	// DeleteTimers deletes the room's timers named by timerIDs (those due by
 	// dueBy, when it is not zero), outside any batch.
 	DeleteTimers(ctx context.Context, roomID string, timerIDs []string, dueBy time.Time) error

@@ -408,6 +408,10 @@ func (rp *roomPresence) dueCommandsLocked(now int64) []*room.ExpirePresence {
 	for u, m := range rp.members {
 		seat, seated := rp.seated[u]
 		switch {
+		case u <= 0 || u == room.SystemOperator:
+			// Not a user (a log from before room.Envelope.CheckOrigin may
+			// hold one as a member): the domain refuses an expiry that
+			// names it, which would keep everyone listed with it in.
 		case rp.leaveAt(m) <= now:
 			cur.Leave = append(cur.Leave, u)
 			add()

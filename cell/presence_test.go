@@ -513,7 +513,7 @@ func testMembersOfARoomNoNodeServesLeaveInTime(t *testing.T, open func(testing.T
 
 	cfg := cell.Config{TimerScanEvery: 10 * time.Millisecond, Clock: clock.Now}
 	after := newTimerRegistry(t, repo, cfg, lease.NewLocal(), &recordSink{}, nil)
-	clock.jump(2*90*time.Second + time.Second) // the sweep is due: two presence timeouts
+	clock.jump(cell.SweepEvery(after) + time.Second) // the sweep is due
 	poll.Until(t, 10*time.Second, "the room loaded by its sweep", poll.Bool(func() bool { return after.Loaded() == 1 }))
 	// Loaded, the room's sweep lies ahead again.
 	poll.Until(t, 10*time.Second, "the sweep moved on", poll.Bool(func() bool {

@@ -615,6 +615,14 @@ func (r *Registry) cellExited(c *Cell) {
 	close(c.done)
 }
 
+// fullFor reports whether loading roomID here would first evict another
+// room: the room is not loaded and max_rooms are.
+func (r *Registry) fullFor(roomID string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.cells[roomID] == nil && r.cfg.MaxRooms > 0 && len(r.cells)+len(r.loading) >= r.cfg.MaxRooms
+}
+
 // Loaded returns the number of loaded cells.
 func (r *Registry) Loaded() int {
 	r.mu.Lock()

@@ -2,6 +2,8 @@ package cell
 
 import (
 	"context"
+	"maps"
+	"slices"
 	"sync"
 	"time"
 
@@ -49,14 +51,21 @@ func (r *Registry) RunTimers(ctx context.Context, every time.Duration) {
 }
 
 // scanTimers hands the timers due now to the features that fire them, one
-// room at a time per feature, timerScanWorkers at once.
+// room at a time per feature, timerScanWorkers at once. Each kind this node
+// fires is read on its own, up to timerScanLimit rows: rows of one kind
+// that stay due (of a kind from a newer node, which this node leaves to
+// those) hold back no other kind.
 func (r *Registry) scanTimers(ctx context.Context) {
-	due, err := r.store.ListDueTimers(ctx, r.cfg.Clock(), timerScanLimit)
-	if err != nil {
-		if ctx.Err() == nil {
-			r.log.Warn("scan due timers", "err", err)
+	var due []store.Timer
+	for _, kind := range slices.Sorted(maps.Keys(r.features.timers)) {
+		rows, err := r.store.ListDueTimers(ctx, kind, r.cfg.Clock(), timerScanLimit)
+		if err != nil {
+			if ctx.Err() == nil {
+				r.log.Warn("scan due timers", "kind", kind, "err", err)
+			}
+			return
 		}
-		return
+		due = append(due, rows...)
 	}
 	type target struct {
 		f      *Feature
@@ -66,11 +75,6 @@ func (r *Registry) scanTimers(ctx context.Context) {
 	byTarget := make(map[target][]store.Timer)
 	for _, t := range due {
 		f := r.features.timers[t.Kind]
-		if f == nil {
-			// A kind this node does not know, from a newer node: left to those.
-			r.log.Debug("due timer of an unknown kind", "room_id", t.RoomID, "timer_id", t.TimerID, "kind", t.Kind)
-			continue
-		}
 		k := target{f, t.RoomID}
 		if _, seen := byTarget[k]; !seen {
 			order = append(order, k)

@@ -18,21 +18,23 @@ import (
 // never gets. Every room with members therefore has one durable timer row
 // (TimerKindPresence) that brings it back to a node:
 //
-//   - the batch that takes the room from no member to one sets it, due
-//     sweepRounds presence timeouts later, and the batch whose last member
+//   - the batch that takes the room from no member to one sets it, due a
+//     sweep period later (sweepEvery), and the batch whose last member
 //     leaves, or that closes the room, deletes it, in the commit that
 //     changes the members;
-//   - when it comes due, the timer scanner of the node that serves the room
-//     moves it on as long as the room has members, and deletes it once it
-//     has none; a room no node serves is loaded where the scanner found it,
-//     its members seen at the load, so those nobody sees leave a timeout
-//     later and the room unloads empty;
+//   - when it comes due, the timer scanner of a node that serves the room,
+//     or finds another node serving it, moves it on as long as the room
+//     has members, and deletes it once it has none; a room no node serves
+//     is loaded where the scanner found it (unless that node is full: a
+//     sweep never evicts a room), its members seen at the load, so those
+//     nobody sees leave a timeout later and the room unloads empty;
 //   - a room loaded with members sets it too, for rooms whose members came
 //     before the sweep did.
 //
 // The row is moved and deleted outside batches, unfenced: a row set when
 // the room is empty costs one load and is then deleted, and a deletion
-// only takes a row still due when it was found, never one a join set again.
+// only takes a row still due when it was found, never one a join set again,
+// and only where the room is loaded and its members known.
 
 // TimerKindPresence is the kind of a room's presence sweep timer.
 const TimerKindPresence = "presence_sweep"
@@ -40,17 +42,22 @@ const TimerKindPresence = "presence_sweep"
 // presenceTimerID is the id of a room's one presence sweep timer.
 const presenceTimerID = "presence"
 
-// sweepRounds is how many presence timeouts a sweep timer lies ahead: in
-// a room loaded without a break its members leave, one by one, before it
-// comes due, and a room that lost its node is loaded again within that.
-const sweepRounds = 2
+// sweepEvery is how far ahead a sweep timer lies: two presence timeouts,
+// within which the members of a room loaded without a break leave one by
+// one before it comes due, and at least minSweepEvery, so that the rows the
+// fleet's scanners move stay few: a hundred thousand rooms with members
+// move 170 rows a second.
+func (p *presence) sweepEvery() time.Duration {
+	return max(2*time.Duration(p.timeout)*time.Millisecond, minSweepEvery)
+}
 
-// sweepTimer is the room's sweep timer, due sweepRounds presence timeouts
-// after now.
+const minSweepEvery = 10 * time.Minute
+
+// sweepTimer is the room's sweep timer, due a sweep period after now.
 func (p *presence) sweepTimer(roomID string, now time.Time) store.Timer {
 	return store.Timer{
 		RoomID: roomID, TimerID: presenceTimerID, Kind: TimerKindPresence,
-		FireAt: now.Add(sweepRounds * time.Duration(p.timeout) * time.Millisecond), CreatedAt: now,
+		FireAt: now.Add(p.sweepEvery()), CreatedAt: now,
 	}
 }
 
@@ -81,8 +88,11 @@ func dropSweep(ts []store.Timer) []store.Timer {
 }
 
 // fire takes a room's due sweep timer: it loads the room here unless
-// another node serves it, then moves the timer on while the room has
-// members and deletes it once it has none.
+// another node serves it or this node is full, then moves the timer on
+// while the room has members and deletes it once it has none. A room
+// another node serves has its timer moved on here all the same, so that a
+// serving node that does not (a build before the sweep) leaves no row due
+// for the scanners to read again.
 func (p *presence) fire(ctx context.Context, roomID string, due []store.Timer) {
 	r := p.reg
 	ctx, cancel := context.WithTimeout(ctx, wakeTimeout)
@@ -94,23 +104,37 @@ func (p *presence) fire(ctx context.Context, roomID string, due []store.Timer) {
 		}
 	}
 	log := r.log.With("room_id", roomID)
-	if _, err := r.cell(ctx, roomID, false); err != nil {
-		switch {
-		case errors.Is(err, lease.ErrHeld):
-			// Another node serves the room: its scanner moves the timer.
-		case room.AsError(err).Code == room.CodeNotFound:
-			p.deleteSweep(ctx, roomID, found)
-		default:
-			log.Warn("load a room for its members' presence; the scanner retries", "err", err)
-		}
+	if r.fullFor(roomID) {
+		log.Debug("a room's presence sweep is due and this node is full; left to another")
 		return
 	}
-	if p.members(roomID) == 0 {
+	c, err := r.cell(ctx, roomID, false)
+	switch {
+	case errors.Is(err, lease.ErrHeld):
+		p.moveSweep(ctx, roomID)
+		return
+	case err != nil && room.AsError(err).Code == room.CodeNotFound:
 		p.deleteSweep(ctx, roomID, found)
 		return
+	case err != nil:
+		log.Warn("load a room for its members' presence; the scanner retries", "err", err)
+		return
 	}
-	if err := r.store.PutTimers(ctx, []store.Timer{p.sweepTimer(roomID, r.cfg.Clock())}); err != nil {
-		log.Warn("move a room's presence sweep on; the scanner retries", "err", err)
+	c.used.Store(r.uses.Add(1)) // loaded for its members: not the first room max_rooms evicts
+	switch n, loaded := p.members(roomID); {
+	case !loaded:
+		// The cell is stopping: its members are not known here any more.
+	case n == 0:
+		p.deleteSweep(ctx, roomID, found)
+	default:
+		p.moveSweep(ctx, roomID)
+	}
+}
+
+// moveSweep sets the room's sweep timer a sweep period from now.
+func (p *presence) moveSweep(ctx context.Context, roomID string) {
+	if err := p.reg.store.PutTimers(ctx, []store.Timer{p.sweepTimer(roomID, p.reg.cfg.Clock())}); err != nil {
+		p.reg.log.Warn("move a room's presence sweep on; the scanner retries", "room_id", roomID, "err", err)
 	}
 }
 
@@ -130,13 +154,23 @@ func (p *presence) deleteSweep(ctx context.Context, roomID string, dueBy time.Ti
 	}
 }
 
-// members is the number of members of a room loaded here (0 when it is not).
-func (p *presence) members(roomID string) int {
+// members is the number of members of a room loaded here, the service's
+// own operator aside (a log from before room.Envelope.CheckOrigin may make
+// it one, and no expiry takes it); loaded is false when the room's members
+// are not known here (it is not loaded, or its cell is stopping).
+func (p *presence) members(roomID string) (n int, loaded bool) {
 	rp := p.room(roomID)
 	if rp == nil {
-		return 0
+		return 0, false
 	}
 	rp.mu.Lock()
 	defer rp.mu.Unlock()
-	return len(rp.members)
+	if rp.stopped {
+		return 0, false
+	}
+	n = len(rp.members)
+	if rp.members[room.SystemOperator] != nil {
+		n--
+	}
+	return n, true
 }

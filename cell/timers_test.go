@@ -388,13 +388,13 @@ func dueTimers(t testing.TB, repo store.Repository, roomID string) []store.Timer
 // timerRows lists the room's timer rows of kind, due or not.
 func timerRows(t testing.TB, repo store.Repository, roomID, kind string) []store.Timer {
 	t.Helper()
-	all, err := repo.ListDueTimers(context.Background(), time.Now().Add(1000*time.Hour), 10_000)
+	all, err := repo.ListDueTimers(context.Background(), kind, time.Now().Add(1000*time.Hour), 10_000)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var out []store.Timer
 	for _, tm := range all {
-		if tm.RoomID == roomID && tm.Kind == kind {
+		if tm.RoomID == roomID {
 			out = append(out, tm)
 		}
 	}

@@ -329,7 +329,9 @@ type Repository interface {
 	// oldest FireAt first, of every room. A limit of zero or less lists nothing.
 	// Timers are set and deleted with batches (Batch.Timers, Batch.DoneTimers)
 	// and by DeleteTimers.
-	ListDueTimers(ctx context.Context, before time.Time, limit int) ([]Timer, error)
+	// Kind, when not empty, lists that kind alone, so that a kind whose rows
+	// stay due holds back no other.
+	ListDueTimers(ctx context.Context, kind string, before time.Time, limit int) ([]Timer, error)
 	// DeleteTimers deletes the room's timers named by timerIDs, outside any
 	// batch; ids the room does not hold are ignored. A non-zero dueBy
 	// deletes only those due by then: one set again since it was found due

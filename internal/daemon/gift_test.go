@@ -534,7 +534,7 @@ func TestRocketLaunchesOnceAfterCrash(t *testing.T) {
 			t.Fatalf("the rocket launched before the kill (countdown too short for this machine): %s", r.CommandID)
 		}
 	}
-	timers, err := db.ListDueTimers(ctx, time.UnixMilli(launch.GetLaunchAtMs()), 100)
+	timers, err := db.ListDueTimers(ctx, cell.TimerKindRocketLaunch, time.UnixMilli(launch.GetLaunchAtMs()), 100)
 	if err != nil || len(timers) != 1 || timers[0].TimerID != cell.RocketTimerID(launch.GetRocketId()) {
 		t.Fatalf("before the restart: timers %+v, err %v; want the launch of rocket %d", timers, err, launch.GetRocketId())
 	}
@@ -568,7 +568,7 @@ func TestRocketLaunchesOnceAfterCrash(t *testing.T) {
 	if r.entry.GetCreatedAtMs() < launch.GetLaunchAtMs() || r.env.At < launch.GetLaunchAtMs() {
 		t.Fatalf("launch committed at %d (command time %d), before its launch time %d", r.entry.GetCreatedAtMs(), r.env.At, launch.GetLaunchAtMs())
 	}
-	due, err := m.repo.ListDueTimers(ctx, time.Now().Add(24*time.Hour), 100)
+	due, err := m.repo.ListDueTimers(ctx, "", time.Now().Add(24*time.Hour), 100)
 	if err != nil {
 		t.Fatal(err)
 	}

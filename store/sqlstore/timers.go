@@ -84,15 +84,18 @@ func (db *DB) upsertTimers(ctx context.Context, tx *sql.Tx, timers []*store.Time
 	return nil
 }
 
-// ListDueTimers returns up to limit timers due at or before before, in
-// (fire time, room id, timer id) order, read from the fire time index. A
-// limit of zero or less lists nothing.
-func (db *DB) ListDueTimers(ctx context.Context, before time.Time, limit int) ([]store.Timer, error) {
+// ListDueTimers returns up to limit timers of kind (every kind when it is
+// empty) due at or before before, in (fire time, room id, timer id) order,
+// read from the fire time index. A limit of zero or less lists nothing.
+func (db *DB) ListDueTimers(ctx context.Context, kind string, before time.Time, limit int) ([]store.Timer, error) {
 	if limit <= 0 {
 		return nil, nil
 	}
-	rows, err := db.read.QueryContext(ctx, `SELECT `+timerColumns+` FROM room_timers
-		WHERE fire_at_ms <= ? ORDER BY fire_at_ms, room_id, timer_id LIMIT ?`, before.UnixMilli(), limit)
+	q, args := `SELECT `+timerColumns+` FROM room_timers WHERE fire_at_ms <= ?`, []any{before.UnixMilli()}
+	if kind != "" {
+		q, args = q+` AND kind = ?`, append(args, kind)
+	}
+	rows, err := db.read.QueryContext(ctx, q+` ORDER BY fire_at_ms, room_id, timer_id LIMIT ?`, append(args, limit)...)
 	out, err := ScanAll(rows, err, scanTimers)
 	if err != nil {
 		return nil, fmt.Errorf("list due timers before=%d: %w", before.UnixMilli(), db.d.MapErr(err))

@@ -1791,11 +1791,34 @@ func testTimersDue(t *testing.T, repo store.Repository) {
 	}
 	assertTimers(t, mustDueTimers(t, repo, id, at.Add(time.Hour)), early)
 	assertTimers(t, mustDueTimers(t, repo, id, at.Add(3*time.Hour)), early, late)
-	if got, err := repo.ListDueTimers(t.Context(), at.Add(3*time.Hour), 0); err != nil || len(got) != 0 {
+	if got, err := repo.ListDueTimers(t.Context(), "", at.Add(3*time.Hour), 0); err != nil || len(got) != 0 {
 		t.Fatalf("ListDueTimers(limit 0) = %d timers, %v; want none", len(got), err)
 	}
-	if got, err := repo.ListDueTimers(t.Context(), at.Add(3*time.Hour), 1); err != nil || len(got) != 1 {
+	if got, err := repo.ListDueTimers(t.Context(), "", at.Add(3*time.Hour), 1); err != nil || len(got) != 1 {
 		t.Fatalf("ListDueTimers(limit 1) = %d timers, %v; want one", len(got), err)
+	}
+	// By kind: the rows of one kind, whatever the others.
+	other := timer(id, "other", at.Add(time.Hour))
+	other.Kind = "other_kind"
+	mustCommitOK(t, repo, store.Batch{RoomID: id, OwnerEpoch: claim.Epoch, BaseVersion: 1, Timers: []store.Timer{other}})
+	for kind, want := range map[string][]store.Timer{"test_kind": {early, late}, "other_kind": {other}, "no_such_kind": nil} {
+		got, err := repo.ListDueTimers(t.Context(), kind, at.Add(3*time.Hour), pendingLimit)
+		if err != nil {
+			t.Fatalf("ListDueTimers(%s): %v", kind, err)
+		}
+		var mine []store.Timer
+		for _, tm := range got {
+			if tm.Kind != kind {
+				t.Fatalf("ListDueTimers(%s) listed a timer of kind %s", kind, tm.Kind)
+			}
+			if tm.RoomID == id {
+				mine = append(mine, tm)
+			}
+		}
+		assertTimers(t, mine, want...)
+	}
+	if err := repo.DeleteTimers(t.Context(), id, []string{"other"}, time.Time{}); err != nil {
+		t.Fatal(err)
 	}
 
 	// Set again, a timer moves; a zero CreatedAt is the commit's time.
@@ -2273,7 +2296,7 @@ func timer(roomID, timerID string, fireAt time.Time) store.Timer {
 // listing is in fire time order and returns the room's.
 func mustDueTimers(t *testing.T, repo store.Repository, id string, before time.Time) []store.Timer {
 	t.Helper()
-	all, err := repo.ListDueTimers(t.Context(), before, pendingLimit)
+	all, err := repo.ListDueTimers(t.Context(), "", before, pendingLimit)
 	if err != nil {
 		t.Fatalf("ListDueTimers: %v", err)
 	}
