@@ -257,12 +257,15 @@ type roomQueue struct {
 	lostAt      time.Time
 	// closed: the room's RoomClosed was queued; its group is going away.
 	closed bool
-	// sending: a message of the room is with a worker and has not come
-	// back. The room releases nothing more until it has: its budget is
-	// spent as messages are released, and a slow call would otherwise hold
-	// its later messages queued behind it on the worker, to go back to back
-	// when it returns, over the group's budget (and Tencent's 40/s).
-	sending bool
+	// out holds, by lane (High, and the rest), whether a message of the
+	// room is with a worker and has not come back. A room has at most one
+	// message out on each: its budget is spent as messages are released,
+	// and a slow call would otherwise hold its later messages queued
+	// behind it on the worker, to go back to back when it returns, over the
+	// group's budget (and Tencent's 40/s). One on each, not one in all, so
+	// that a High event never waits for a Normal message of its room queued
+	// behind other rooms' on the slower lane.
+	out [2]bool
 }
 
 // maxCombos bounds the gift combos a room folds until its next message;
@@ -886,7 +889,7 @@ func (l *Lane) releaseLocked(now time.Time, n int) {
 		if m.Priority == room.PriorityHigh {
 			select {
 			case l.high[w] <- m:
-				q.sending = true
+				q.out[outHigh] = true
 			default:
 				q.retry = append([]Message{m}, q.retry...)
 				l.roster.fresh[c.key] = true
@@ -895,7 +898,7 @@ func (l *Lane) releaseLocked(now time.Time, n int) {
 		}
 		select {
 		case l.rest[w] <- m:
-			q.sending = true
+			q.out[outRest] = true
 		default:
 			l.lostLocked(q, m.Priority, "send_queue_full", m.version)
 		}
@@ -1013,7 +1016,7 @@ func queued(q *roomQueue) bool {
 func (l *Lane) tidyLocked(now time.Time) {
 	for key := range l.ready {
 		q := l.rooms[key]
-		if queued(q) || q.sending {
+		if queued(q) || q.out[outHigh] || q.out[outRest] {
 			continue
 		}
 		recent := q.limiter.TokensAt(now) < float64(q.limiter.Burst())
@@ -1038,15 +1041,41 @@ func (l *Lane) dueTypeLocked(q *roomQueue, now time.Time) string {
 	return ""
 }
 
-// eligibleLocked reports whether a room has something to send now, has no
-// message with a worker, and its group's budget allows a message.
-func (l *Lane) eligibleLocked(q *roomQueue, now time.Time) bool {
-	if q.sending {
-		return false
+// The two lanes a room may have a message out on (roomQueue.out).
+const (
+	outHigh = iota
+	outRest
+)
+
+// outOf is the lane a message goes out on.
+func outOf(p room.Priority) int {
+	if p == room.PriorityHigh {
+		return outHigh
 	}
-	pending := retryDue(q, now) || len(q.high) > 0 && !highHeld(q) || len(q.normal)+len(q.low)+len(q.folded)+len(q.combos) > 0 ||
-		l.dueTypeLocked(q, now) != "" || noticeDueLocked(q, now)
-	return pending && q.limiter.TokensAt(now) >= 1
+	return outRest
+}
+
+// eligibleLocked reports whether a room has something to send now on a
+// lane where it has no message out, and its group's budget allows a
+// message.
+func (l *Lane) eligibleLocked(q *roomQueue, now time.Time) bool {
+	high, rest := l.pendingLocked(q, now)
+	return (high && !q.out[outHigh] || rest && !q.out[outRest]) && q.limiter.TokensAt(now) >= 1
+}
+
+// pendingLocked reports whether the room has something to send now that
+// goes out on the High lane, and on the other.
+func (l *Lane) pendingLocked(q *roomQueue, now time.Time) (high, rest bool) {
+	if retryDue(q, now) {
+		if q.retry[0].Priority == room.PriorityHigh {
+			high = true
+		} else {
+			rest = true
+		}
+	}
+	high = high || len(q.high) > 0 && !highHeld(q)
+	rest = rest || len(q.normal)+len(q.low)+len(q.folded)+len(q.combos) > 0 || l.dueTypeLocked(q, now) != "" || noticeDueLocked(q, now)
+	return high, rest
 }
 
 // waitingLocked reports whether the room has High to send now and since
@@ -1115,11 +1144,20 @@ const (
 // High events first (oldest first, unless a High message waits to be sent
 // again), then due coalesced values, then Normal, then Low, with the counts
 // of folded display events.
+//
+// A room with a message out on one lane (roomQueue.out) sends only what
+// goes on the other: with a Normal or Low message out, only its High
+// events; with a High message out, everything but them.
 func (l *Lane) nextLocked(q *roomQueue, now time.Time) (Message, bool) {
+	highOnly, restOnly := q.out[outRest], q.out[outHigh]
+	if highOnly && restOnly {
+		return Message{}, false
+	}
 	if retryDue(q, now) {
-		m := q.retry[0]
-		q.retry = q.retry[1:]
-		return m, true
+		if m := q.retry[0]; !(highOnly && m.Priority != room.PriorityHigh) && !(restOnly && m.Priority == room.PriorityHigh) {
+			q.retry = q.retry[1:]
+			return m, true
+		}
 	}
 	var items []*item
 	size := batchOverhead
@@ -1140,8 +1178,14 @@ func (l *Lane) nextLocked(q *roomQueue, now time.Time) (Message, bool) {
 		}
 		return list
 	}
-	if !highHeld(q) {
+	if !highHeld(q) && !restOnly {
 		q.high = take(q.high)
+	}
+	if highOnly {
+		if len(items) == 0 {
+			return Message{}, false
+		}
+		return l.encodeLocked(q, items, nil), true
 	}
 	types := slices.Sorted(maps.Keys(q.coalesced))
 	for _, typ := range types {
@@ -1350,7 +1394,7 @@ func (l *Lane) refused(m Message, reason string) {
 func (l *Lane) sent(m Message) {
 	l.mu.Lock()
 	if q := l.rooms[m.RoomID]; q != nil {
-		q.sending = false
+		q.out[outOf(m.Priority)] = false
 	}
 	l.mu.Unlock()
 	l.signal()
@@ -1360,7 +1404,7 @@ func (l *Lane) sent(m Message) {
 // again.
 func (l *Lane) backLocked(m Message) *roomQueue {
 	q := l.queueLocked(m.RoomID, m.GroupID, m.regional)
-	q.sending = false
+	q.out[outOf(m.Priority)] = false
 	q.closed = q.closed || m.closed // the queue may have been forgotten since
 	return q
 }

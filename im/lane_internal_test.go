@@ -56,6 +56,11 @@ func (s *groupService) CreateGroup(_ context.Context, groupID, _ string) error {
 	return nil
 }
 
+func (s *groupService) DestroyGroup(_ context.Context, groupID string) error {
+	s.destroy(groupID)
+	return nil
+}
+
 // destroy takes a group away, as group control does on RoomClosed.
 func (s *groupService) destroy(group string) {
 	s.mu.Lock()
@@ -337,5 +342,89 @@ func TestAFrequencyRefusalLeavesAHighMessagesBackoff(t *testing.T) {
 		if m.Priority == room.PriorityHigh && m.due.Before(start.Add(retryBackoff(7))) {
 			t.Fatalf("the High message is due %v after its failure, its backoff is %v", m.due.Sub(start), retryBackoff(7))
 		}
+	}
+}
+
+// slowCreator is a groupService whose CreateGroup waits for gate, after
+// telling entered it began.
+type slowCreator struct {
+	*groupService
+	entered chan struct{}
+	gate    chan struct{}
+}
+
+func (c slowCreator) CreateGroup(ctx context.Context, groupID, name string) error {
+	close(c.entered)
+	<-c.gate
+	return c.groupService.CreateGroup(ctx, groupID, name)
+}
+
+// TestARoomThatClosesWhileItsGroupIsMadeAgainKeepsNoGroup: a send finds
+// its group missing (group control, behind the lane, has not made it yet)
+// and makes it; the room closes meanwhile and group control makes and
+// dissolves the group before that create lands. The lane dissolves the
+// group it made again.
+func TestARoomThatClosesWhileItsGroupIsMadeAgainKeepsNoGroup(t *testing.T) {
+	svc := newGroupService()
+	svc.destroy("r1")
+	cr := slowCreator{groupService: svc, entered: make(chan struct{}), gate: make(chan struct{})}
+	l := New(Config{Budget: 20}, RecreatingSender{Sender: svc, Groups: cr}, Metrics{}, slog.New(slog.DiscardHandler))
+	defer l.Close()
+	l.Publish(event("r1", 1, room.EventRoomRocketIgnited, &room.RoomRocketIgnitedEvent{RocketID: 1}))
+	select {
+	case <-cr.entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the send did not make the group again")
+	}
+	l.Publish(event("r1", 2, room.EventRoomClosed, &room.RoomClosedEvent{}))
+	svc.destroy("r1") // group control: made, then dissolved
+	poll.Until(t, 10*time.Second, "the lane to know the room closed", poll.Bool(func() bool { return l.closedFunc("r1")() }))
+	close(cr.gate)
+	poll.Until(t, 10*time.Second, "the RoomClosed send", poll.Bool(func() bool { return svc.tried("r1", room.EventRoomClosed, 2) }))
+	svc.mu.Lock()
+	defer svc.mu.Unlock()
+	if !svc.gone["r1"] {
+		t.Fatalf("the closed room's group exists again after group control dissolved it (%d creates by the lane)", svc.created)
+	}
+}
+
+// outOn reports whether the room has a message out on the lane.
+func (l *Lane) outOn(key string, lane int) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	q := l.rooms[key]
+	return q != nil && q.out[lane]
+}
+
+// TestAHighEventDoesNotWaitForItsRoomsNormalMessage: a room whose Normal
+// message waits for its worker (busy with another group's slow call) still
+// releases its next High event, which the worker takes first; the room
+// still has one message out on each lane at most.
+func TestAHighEventDoesNotWaitForItsRoomsNormalMessage(t *testing.T) {
+	svc := newGroupService()
+	svc.hold = "other"
+	l := New(Config{Budget: 20, Workers: 1}, svc, Metrics{}, slog.New(slog.DiscardHandler))
+	defer l.Close()
+	l.Publish(event("other", 1, room.EventRoomRocketIgnited, &room.RoomRocketIgnitedEvent{RocketID: 1}))
+	poll.Until(t, 10*time.Second, "the other group's send under way", poll.Bool(func() bool { return l.outOn("other", outHigh) }))
+	l.Publish(event("r1", 1, room.EventRoomUserJoined, &room.RoomUserJoinedEvent{UserID: 5, OnlineCount: 1}))
+	poll.Until(t, 10*time.Second, "r1's Normal message out", poll.Bool(func() bool { return l.outOn("r1", outRest) }))
+	l.Publish(event("r1", 2, room.EventRoomRocketIgnited, &room.RoomRocketIgnitedEvent{RocketID: 2}))
+	poll.Until(t, 10*time.Second, "r1's High message out", poll.Bool(func() bool { return l.outOn("r1", outHigh) }))
+	l.Publish(event("r1", 3, room.EventRoomRocketIgnited, &room.RoomRocketIgnitedEvent{RocketID: 3}))
+	close(svc.gate)
+	poll.Until(t, 10*time.Second, "every r1 event sent", poll.Bool(func() bool {
+		return svc.tried("r1", room.EventRoomUserJoined, 1) && svc.tried("r1", room.EventRoomRocketIgnited, 3)
+	}))
+	svc.mu.Lock()
+	defer svc.mu.Unlock()
+	var order []string
+	for _, m := range svc.attempts {
+		if m.GroupID == "r1" {
+			order = append(order, fmt.Sprintf("%s@%d", m.Priority, m.version))
+		}
+	}
+	if len(order) != 3 || order[0] != "High@2" || order[1] != "Normal@1" || order[2] != "High@3" {
+		t.Fatalf("r1's messages went %v; want its first High before the Normal that waited, then the next High", order)
 	}
 }

@@ -90,9 +90,11 @@ func tencentError(err error) error {
 	return err
 }
 
-// GroupCreator creates a room's group; an existing group is success.
+// GroupCreator creates a room's group (an existing group is success), and
+// dissolves one (a missing group is success).
 type GroupCreator interface {
 	CreateGroup(ctx context.Context, groupID, name string) error
+	DestroyGroup(ctx context.Context, groupID string) error
 }
 
 // RecreatingSender is the lane's Sender when groups can go missing (a
@@ -124,6 +126,15 @@ func (s RecreatingSender) Send(ctx context.Context, m Message) error {
 	}
 	if cerr := s.Groups.CreateGroup(ctx, m.GroupID, m.RoomID); cerr != nil {
 		return fmt.Errorf("send room=%s: recreate group: %w (send: %w)", m.RoomID, cerr, err)
+	}
+	if m.roomClosed != nil && m.roomClosed() {
+		// The room closed while the group was made (group control may have
+		// made and dissolved it meanwhile, before this create landed):
+		// dissolve it again and send nothing.
+		if derr := s.Groups.DestroyGroup(ctx, m.GroupID); derr != nil {
+			return fmt.Errorf("send room=%s: dissolve the group made again as the room closed: %w (send: %w)", m.RoomID, derr, err)
+		}
+		return err
 	}
 	if s.Recreated != nil {
 		s.Recreated()
