@@ -309,21 +309,32 @@ func (rt *router) attempt(ctx context.Context, req connect.AnyRequest, next conn
 
 // boundedHop sends one hop to a room's owner within hopMax. When the
 // hop's own bound ran out, not the call's, its error is no answer of the
-// owner's: an owner that answered deadline_exceeded did so only because the
+// owner's: an owner that answered at that bound (deadline_exceeded, or
+// unavailable from a cell that stopped waiting) did so only because the
 // hop's deadline went with the call, so the call is not refused by it, and
-// attempt treats the hop as one that failed after it was sent.
+// attempt treats the hop as one that failed after it was sent. The owner
+// gets that deadline in whole milliseconds, rounded down, so its answer
+// can come just before the hop's own context ends: an error within
+// hopSlack of the bound counts as the bound's.
 func (rt *router) boundedHop(ctx context.Context, rte route, addr string, req connect.AnyRequest, header map[string]string) (connect.AnyResponse, error) {
 	if rt.hopMax <= 0 {
 		return rt.hop(ctx, rte, addr, req, header)
 	}
 	hctx, cancel := context.WithTimeout(ctx, rt.hopMax)
 	defer cancel()
+	bound, _ := hctx.Deadline()
+	caller, callerBound := ctx.Deadline()
 	res, err := rt.hop(hctx, rte, addr, req, header)
-	if err != nil && hctx.Err() != nil && ctx.Err() == nil {
+	own := !callerBound || bound.Before(caller) // the bound is the hop's, not the call's
+	if err != nil && ctx.Err() == nil && own && (hctx.Err() != nil || time.Until(bound) < hopSlack) {
 		return nil, fmt.Errorf("owner at %s: no answer within %v (%v)", addr, rt.hopMax, err)
 	}
 	return res, err
 }
+
+// hopSlack is how close to a hop's bound an owner's error counts as the
+// bound's (see boundedHop).
+const hopSlack = 20 * time.Millisecond
 
 // moving reports whether err says the room is changing owner, so the call
 // may succeed on the owner found next.

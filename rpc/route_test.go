@@ -508,3 +508,59 @@ func TestAHopToAnOwnerThatDoesNotAnswerIsGivenUpAtItsBound(t *testing.T) {
 		t.Fatalf("calls to the stuck owner %d; want 2: the robot display event was not sent again", stalled.Load())
 	}
 }
+
+// slowOwner answers CreateRoom only when its call's context ends, as a cell
+// that stops waiting does: unavailable, the command may still commit.
+type slowOwner struct {
+	roomv1connect.UnimplementedRoomServiceHandler
+	calls atomic.Int64
+}
+
+func (s *slowOwner) CreateRoom(ctx context.Context, _ *connect.Request[roomv1.CreateRoomRequest]) (*connect.Response[roomv1.CreateRoomResponse], error) {
+	s.calls.Add(1)
+	<-ctx.Done()
+	return nil, connect.NewError(connect.CodeUnavailable, fmt.Errorf("%v; the command may still commit, retry with the same command_id", ctx.Err()))
+}
+
+// TestAnOwnersAnswerAtTheHopBoundIsNotTakenAsItsAnswer: an owner that is
+// alive but slower than the hop's bound answers at the deadline the hop
+// gave it, just before the hop's own context ends; a call without a
+// deadline of its own is then sent to the owner found next, not answered
+// with the owner's unavailable.
+func TestAnOwnersAnswerAtTheHopBoundIsNotTakenAsItsAnswer(t *testing.T) {
+	f := newFleet(t)
+	f.hopTimeout = 100 * time.Millisecond
+	owner := &slowOwner{}
+	_, h := roomv1connect.NewRoomServiceHandler(owner)
+	p := new(http.Protocols)
+	p.SetUnencryptedHTTP2(true)
+	srv := &http.Server{Protocols: p, Handler: h}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	t.Cleanup(func() {
+		_ = srv.Close()
+		<-served
+	})
+	var looked sync.Map // the first look-up of a room names the slow owner; later ones, nobody
+	b := f.start(t, "b", ownersFunc(func(_ context.Context, roomID string) (string, bool, error) {
+		if _, again := looked.LoadOrStore(roomID, true); again {
+			return "", false, nil
+		}
+		return ln.Addr().String(), true, nil
+	}))
+	const n = 10
+	for i := range n {
+		id := fmt.Sprintf("h%d", i)
+		must(t, b.rooms.CreateRoom, &roomv1.CreateRoomRequest{RoomId: id, CommandId: "create-" + id, OperatorUserId: 1, OwnerUserId: 1, SeatCount: 8})
+		if f.holder(id) != "b" {
+			t.Fatalf("room %s held by %q after the slow owner's hop; want b", id, f.holder(id))
+		}
+	}
+	if got := owner.calls.Load(); got != n {
+		t.Fatalf("%d hops to the slow owner, want %d", got, n)
+	}
+}
