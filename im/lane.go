@@ -257,15 +257,15 @@ type roomQueue struct {
 	lostAt      time.Time
 	// closed: the room's RoomClosed was queued; its group is going away.
 	closed bool
-	// out holds, by lane (High, and the rest), whether a message of the
-	// room is with a worker and has not come back. A room has at most one
-	// message out on each: its budget is spent as messages are released,
-	// and a slow call would otherwise hold its later messages queued
-	// behind it on the worker, to go back to back when it returns, over the
-	// group's budget (and Tencent's 40/s). One on each, not one in all, so
-	// that a High event never waits for a Normal message of its room queued
-	// behind other rooms' on the slower lane.
-	out [2]bool
+	// out counts, by lane (High, and the rest), the room's messages with a
+	// worker that have not come back. A room has at most maxOut out on
+	// each: its budget is spent as messages are released, and a slow call
+	// would otherwise hold its later messages queued behind it on the
+	// worker, to go back to back when it returns, over the group's budget
+	// (and Tencent's 40/s). Counted by lane, so that a High event never
+	// waits for Normal messages of its room queued behind other rooms' on
+	// the slower lane.
+	out [2]int
 }
 
 // maxCombos bounds the gift combos a room folds until its next message;
@@ -889,7 +889,7 @@ func (l *Lane) releaseLocked(now time.Time, n int) {
 		if m.Priority == room.PriorityHigh {
 			select {
 			case l.high[w] <- m:
-				q.out[outHigh] = true
+				q.out[outHigh]++
 			default:
 				q.retry = append([]Message{m}, q.retry...)
 				l.roster.fresh[c.key] = true
@@ -898,7 +898,7 @@ func (l *Lane) releaseLocked(now time.Time, n int) {
 		}
 		select {
 		case l.rest[w] <- m:
-			q.out[outRest] = true
+			q.out[outRest]++
 		default:
 			l.lostLocked(q, m.Priority, "send_queue_full", m.version)
 		}
@@ -1016,7 +1016,7 @@ func queued(q *roomQueue) bool {
 func (l *Lane) tidyLocked(now time.Time) {
 	for key := range l.ready {
 		q := l.rooms[key]
-		if queued(q) || q.out[outHigh] || q.out[outRest] {
+		if queued(q) || q.out[outHigh]+q.out[outRest] > 0 {
 			continue
 		}
 		recent := q.limiter.TokensAt(now) < float64(q.limiter.Burst())
@@ -1041,11 +1041,25 @@ func (l *Lane) dueTypeLocked(q *roomQueue, now time.Time) string {
 	return ""
 }
 
-// The two lanes a room may have a message out on (roomQueue.out).
+// The two lanes a room may have messages out on (roomQueue.out).
 const (
 	outHigh = iota
 	outRest
 )
+
+// maxOut is how many messages a room may have out on one lane. More than
+// one, so that a room's next message need not wait for the last to come
+// back: a busy room's High events would wait for two trips through the
+// workers; few, so that a slow call holds few of them to go back to back
+// (with the group's budget of 20 a second, at most 24 in one).
+const maxOut = 4
+
+// back counts a message out no more.
+func (q *roomQueue) back(m Message) {
+	if l := outOf(m.Priority); q.out[l] > 0 {
+		q.out[l]--
+	}
+}
 
 // outOf is the lane a message goes out on.
 func outOf(p room.Priority) int {
@@ -1060,7 +1074,7 @@ func outOf(p room.Priority) int {
 // message.
 func (l *Lane) eligibleLocked(q *roomQueue, now time.Time) bool {
 	high, rest := l.pendingLocked(q, now)
-	return (high && !q.out[outHigh] || rest && !q.out[outRest]) && q.limiter.TokensAt(now) >= 1
+	return (high && q.out[outHigh] < maxOut || rest && q.out[outRest] < maxOut) && q.limiter.TokensAt(now) >= 1
 }
 
 // pendingLocked reports whether the room has something to send now that
@@ -1149,7 +1163,7 @@ const (
 // goes on the other: with a Normal or Low message out, only its High
 // events; with a High message out, everything but them.
 func (l *Lane) nextLocked(q *roomQueue, now time.Time) (Message, bool) {
-	highOnly, restOnly := q.out[outRest], q.out[outHigh]
+	highOnly, restOnly := q.out[outRest] >= maxOut, q.out[outHigh] >= maxOut
 	if highOnly && restOnly {
 		return Message{}, false
 	}
@@ -1394,7 +1408,7 @@ func (l *Lane) refused(m Message, reason string) {
 func (l *Lane) sent(m Message) {
 	l.mu.Lock()
 	if q := l.rooms[m.RoomID]; q != nil {
-		q.out[outOf(m.Priority)] = false
+		q.back(m)
 	}
 	l.mu.Unlock()
 	l.signal()
@@ -1404,7 +1418,7 @@ func (l *Lane) sent(m Message) {
 // again.
 func (l *Lane) backLocked(m Message) *roomQueue {
 	q := l.queueLocked(m.RoomID, m.GroupID, m.regional)
-	q.out[outOf(m.Priority)] = false
+	q.back(m)
 	q.closed = q.closed || m.closed // the queue may have been forgotten since
 	return q
 }
