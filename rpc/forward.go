@@ -27,11 +27,12 @@ type Owners interface {
 	// is leaving. An error (the lease service is down) makes this node
 	// serve the call: a room it holds keeps working, and the database's
 	// owner epoch fences any other. unreachable lists the addresses this
-	// call's hops could not connect to so far: a node chosen for a room
-	// nobody holds should be another, so that a member that does not
-	// serve (still starting, or crashed while its record lives on) is
-	// passed over; the holder of the room's lease is named all the same,
-	// since only it serves the room. Safe for concurrent use.
+	// call's hops could not connect to, or that did not answer within the
+	// hop's bound, so far: a node chosen for a room nobody holds should be
+	// another, so that a member that does not serve (still starting,
+	// crashed while its record lives on, frozen) is passed over; the
+	// holder of the room's lease is named all the same, since only it
+	// serves the room. Safe for concurrent use.
 	Owner(ctx context.Context, roomID string, unreachable []string) (addr string, ok bool, err error)
 }
 
@@ -292,7 +293,7 @@ func (rt *router) attempt(ctx context.Context, req connect.AnyRequest, next conn
 		rt.metrics.Forward(ForwardFailed)
 		return nil, false, toConnect(ctx, rt.log, room.Errorf(room.ErrUnavailable, "room %s: %v; the command may still commit, retry with the same command_id", roomID, ctx.Err()))
 	case connect.IsWireError(err) || rte.idempotent || unsent(err):
-		if unsent(err) && !slices.Contains(*unreachable, addr) {
+		if (unsent(err) || errors.Is(err, errHopBound)) && !slices.Contains(*unreachable, addr) {
 			*unreachable = append(*unreachable, addr)
 		}
 		if last {
@@ -327,10 +328,16 @@ func (rt *router) boundedHop(ctx context.Context, rte route, addr string, req co
 	res, err := rt.hop(hctx, rte, addr, req, header)
 	own := !callerBound || bound.Before(caller) // the bound is the hop's, not the call's
 	if err != nil && ctx.Err() == nil && own && (hctx.Err() != nil || time.Until(bound) < hopSlack) {
-		return nil, fmt.Errorf("owner at %s: no answer within %v (%v)", addr, rt.hopMax, err)
+		return nil, fmt.Errorf("owner at %s: %w within %v (%v)", addr, errHopBound, rt.hopMax, err)
 	}
 	return res, err
 }
+
+// errHopBound is a hop's own bound running out. Its node is passed over
+// when the next attempt chooses a node for a room nobody holds, as one that
+// refused the connection is: a member that accepts calls and answers none
+// (frozen) would otherwise be chosen again on every attempt.
+var errHopBound = errors.New("no answer")
 
 // hopSlack is how close to a hop's bound an owner's error counts as the
 // bound's (see boundedHop).

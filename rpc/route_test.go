@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"runtime/pprof"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -563,4 +564,51 @@ func TestAnOwnersAnswerAtTheHopBoundIsNotTakenAsItsAnswer(t *testing.T) {
 	if got := owner.calls.Load(); got != n {
 		t.Fatalf("%d hops to the slow owner, want %d", got, n)
 	}
+}
+
+// TestAMemberThatAnswersNothingIsPassedOver: a room nobody holds, chosen
+// for a member that accepts calls and answers none (frozen), goes to the
+// next best once the hop's bound ran out, not to the same member on every
+// attempt.
+func TestAMemberThatAnswersNothingIsPassedOver(t *testing.T) {
+	f := newFleet(t)
+	f.hopTimeout = 100 * time.Millisecond
+	var stalled atomic.Int64
+	p := new(http.Protocols)
+	p.SetUnencryptedHTTP2(true)
+	frozen := &http.Server{Protocols: p, Handler: http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) {
+		stalled.Add(1)
+		<-r.Context().Done()
+	})}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- frozen.Serve(ln) }()
+	t.Cleanup(func() {
+		_ = frozen.Close()
+		<-served
+	})
+	addr := ln.Addr().String()
+	// The rendezvous choice for the room is the frozen member until it is
+	// passed over; then it is this node.
+	b := f.start(t, "b", passOver(func(unreachable []string) (string, bool) {
+		if slices.Contains(unreachable, addr) {
+			return "", false
+		}
+		return addr, true
+	}))
+	must(t, b.rooms.CreateRoom, &roomv1.CreateRoomRequest{RoomId: "r1", CommandId: "create", OperatorUserId: 1, OwnerUserId: 1, SeatCount: 8})
+	if f.holder("r1") != "b" || stalled.Load() != 1 {
+		t.Fatalf("holder %q, calls to the frozen member %d; want b, 1", f.holder("r1"), stalled.Load())
+	}
+}
+
+// passOver is an Owners that chooses by the addresses passed over so far.
+type passOver func(unreachable []string) (string, bool)
+
+func (p passOver) Owner(_ context.Context, _ string, unreachable []string) (string, bool, error) {
+	addr, ok := p(unreachable)
+	return addr, ok, nil
 }

@@ -18,10 +18,10 @@ import (
 // the call reached, unless that node is leaving: then the call goes to a
 // live node that is not draining, chosen by rendezvous hashing on the room
 // id, so that every leaving node sends a room to the same successor. A
-// member the call could not connect to is passed over for the next best:
-// its record is written before it listens, and outlives a crash by up to
-// three lease TTLs, so a member is not known to serve until a hop reaches
-// it. With every member passed over, the call is left to this node, as
+// member the call could not connect to, or that did not answer within the
+// hop's bound, is passed over for the next best: its record is written
+// before it listens, and outlives a crash by up to three lease TTLs, so a
+// member is not known to serve until a hop reaches it. With every member passed over, the call is left to this node, as
 // when no other member is live.
 type fleetOwners struct {
 	leases   *redislease.Lease
