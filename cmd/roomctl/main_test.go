@@ -169,6 +169,21 @@ func TestRoomctl(t *testing.T) {
 		if got := mustRun(t, "verify", "r2", "-grpc"); got != want {
 			t.Fatalf("verify r2 = %q, want %q", got, want)
 		}
+		// A chat mute that ended stays in the state until the room's next
+		// command; the live answer leaves it out. Replay still agrees.
+		mustRun(t, "call", "MuteUser", `{"room_id":"r2","command_id":"c3","operator_user_id":9,"target_user_id":10,"duration_seconds":1}`)
+		poll.Until(t, 10*time.Second, "the mute to end", func() error {
+			var snap roomv1.RoomSnapshot
+			decode(t, mustRun(t, "snapshot", "r2"), &snap)
+			if n := len(snap.GetChatMutes()); n != 0 {
+				return fmt.Errorf("%d chat mutes", n)
+			}
+			return nil
+		})
+		want = "ok: room r2 version 3: replay of 0 commands after snapshot 3 equals the live state\n"
+		if got := mustRun(t, "verify", "r2"); got != want {
+			t.Fatalf("verify r2 after its mute ended = %q, want %q", got, want)
+		}
 	})
 
 	t.Run("outbox status", func(t *testing.T) {

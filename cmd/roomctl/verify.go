@@ -70,7 +70,12 @@ func verify(ctx context.Context, c *client, roomID string, out io.Writer) error 
 		if live.GetRoomVersion() > state.Version && attempt < verifyAttempts {
 			continue
 		}
-		equal, err := sameEncoding(state, live)
+		// The live answer leaves out the mutes and bans that had ended when
+		// it was made; the state keeps them until its next command. Both
+		// sides are compared without those ended by now.
+		now := time.Now().UnixMilli()
+		replayedNow, live := asQueried(state, now), snapshot.WithoutEnded(live, now)
+		equal, err := sameEncoding(replayedNow, live)
 		if err != nil {
 			return err
 		}
@@ -84,7 +89,7 @@ func verify(ctx context.Context, c *client, roomID string, out io.Writer) error 
 		if live.GetRoomVersion() > state.Version {
 			fmt.Fprintf(out, "  the room kept committing; gave up after %d attempts\n", attempt)
 		}
-		diffs := diff(asQueried(state), live)
+		diffs := diff(replayedNow, live)
 		if len(diffs) == 0 {
 			diffs = []string{"no known field differs: the live snapshot carries fields this roomctl does not know"}
 		}
@@ -134,10 +139,10 @@ func baseState(ctx context.Context, c *client, roomID string) (*room.State, int6
 // deterministic is how the service encodes snapshots (snapshot.Encode).
 var deterministic = proto.MarshalOptions{Deterministic: true}
 
-// sameEncoding reports whether the replayed state and the live snapshot
-// encode to the same bytes.
-func sameEncoding(s *room.State, live *roomv1.RoomSnapshot) (bool, error) {
-	want, err := deterministic.Marshal(asQueried(s))
+// sameEncoding reports whether the replayed and the live snapshot encode to
+// the same bytes.
+func sameEncoding(replayed, live *roomv1.RoomSnapshot) (bool, error) {
+	want, err := deterministic.Marshal(replayed)
 	if err != nil {
 		return false, err
 	}
@@ -148,12 +153,12 @@ func sameEncoding(s *room.State, live *roomv1.RoomSnapshot) (bool, error) {
 	return bytes.Equal(want, got), nil
 }
 
-// asQueried is the replayed state as GetRoomSnapshot answers it: the
-// most members a query returns, and the economy without the day's full
-// contribution list (the visible rank and the heat it adds up to are
-// compared instead).
-func asQueried(s *room.State) *roomv1.RoomSnapshot {
-	return snapshot.WithMemberLimit(snapshot.ToProto(s), rpc.MaxMemberLimit)
+// asQueried is the replayed state as GetRoomSnapshot answers it at now
+// (unix ms): the most members a query returns, without the mutes and bans
+// ended by then, and the economy without the day's full contribution list
+// (the visible rank and the heat it adds up to are compared instead).
+func asQueried(s *room.State, now int64) *roomv1.RoomSnapshot {
+	return snapshot.WithoutEnded(snapshot.WithMemberLimit(snapshot.ToProto(s), rpc.MaxMemberLimit), now)
 }
 
 // diff names the fields of RoomSnapshot that differ between the replayed
