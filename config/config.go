@@ -258,7 +258,7 @@ const (
 // Rules builds the rooms' economy rules; Validate reports their problems.
 func (c Config) Rules() (*room.Rules, error) {
 	var p []error
-	loc, err := time.LoadLocation(c.BusinessTZ)
+	loc, err := room.LoadZone(c.BusinessTZ)
 	if err != nil || c.BusinessTZ == "" || c.BusinessTZ == "Local" {
 		p = append(p, fmt.Errorf("business_timezone %q is not an IANA time zone such as Asia/Riyadh", c.BusinessTZ))
 	}

@@ -9,7 +9,6 @@ import (
 	"slices"
 	"sync"
 	"time"
-	_ "time/tzdata" // zone rules travel with the binary: a room's business day never depends on the host
 )
 
 // Rules are the economy settings a room applies gifts with: the business
@@ -158,7 +157,7 @@ func (s RulesSpec) Rules() (*Rules, error) {
 	if len(s.RocketLevels) > MaxRocketLevels {
 		return nil, Errorf(ErrInvalidArgument, "%d rocket levels, at most %d", len(s.RocketLevels), MaxRocketLevels)
 	}
-	loc, err := loadZone(s.TimeZone)
+	loc, err := LoadZone(s.TimeZone)
 	if err != nil {
 		return nil, Errorf(ErrInvalidArgument, "time zone %q: %v", s.TimeZone, err)
 	}
@@ -190,14 +189,18 @@ func (r *Rules) Digest() string {
 // the rest of the load.
 var zones sync.Map // name -> *time.Location
 
-func loadZone(name string) (*time.Location, error) {
+// LoadZone returns the IANA time zone name from the zone database built
+// into the service (zone.go), never the host's: a room's business day, and
+// so what its commands reset, must not depend on the node that applies or
+// replays them.
+func LoadZone(name string) (*time.Location, error) {
 	if name == "" || name == "Local" {
 		return nil, errors.New("not an IANA zone name")
 	}
 	if loc, ok := zones.Load(name); ok {
 		return loc.(*time.Location), nil
 	}
-	loc, err := time.LoadLocation(name)
+	loc, err := zoneFromBuiltIn(name)
 	if err != nil {
 		return nil, err
 	}

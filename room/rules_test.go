@@ -108,7 +108,7 @@ func TestSetRulesRankSize(t *testing.T) {
 // the digest names content, not the value holding it.
 func TestSetRulesEncoding(t *testing.T) {
 	riyadh := DefaultRules()
-	loc, err := loadZone("Asia/Riyadh")
+	loc, err := LoadZone("Asia/Riyadh")
 	if err != nil {
 		t.Fatal(err)
 	}
