@@ -21,7 +21,7 @@ func Apply(s *State, env *Envelope) ([]Event, error) {
 	}
 	var rollback *dayRollback
 	var reset []Event
-	if day := s.rules().Day(env.At); day > s.Economy.Day {
+	if day := s.rules().Day(env.At) + s.Economy.DayShift; day > s.Economy.Day {
 		rollback, reset = s.startDay(day)
 	}
 	events, err := env.Command.apply(s, env)

@@ -69,9 +69,15 @@ func LuckyReward(cost, multiplierBP int64) (reward int64, ok bool) {
 
 // Economy is what gifts build up in a room during one business day.
 type Economy struct {
-	// Day is the business day (Rules.Day) the counters belong to.
-	Day  int64
-	Heat int64
+	// Day is the business day the counters belong to: Rules.Day, plus
+	// DayShift.
+	Day int64
+	// DayShift is added to Rules.Day to number the business day. A rules
+	// switch sets it so that the day under way keeps its number under the
+	// new rules: day numbers then never go back, and the next reset comes
+	// at the new rules' next day start (see SetRules.KeepsDay).
+	DayShift int64
+	Heat     int64
 	// Contrib maps each sender of the day to the gift value they sent.
 	Contrib map[int64]int64
 	// Top is derived from Contrib: its first RankSize entries, value
@@ -293,7 +299,7 @@ func (s *State) startDay(day int64) (*dayRollback, []Event) {
 		charmed = charmed || s.Seats[i].Charm != 0
 		s.Seats[i].Charm = 0
 	}
-	s.Economy = Economy{Day: day, Contrib: make(map[int64]int64), Rocket: Rocket{
+	s.Economy = Economy{Day: day, DayShift: old.DayShift, Contrib: make(map[int64]int64), Rocket: Rocket{
 		Ignitions: old.Rocket.Ignitions, Contributors: make(map[int64]int64),
 	}}
 	var events []Event

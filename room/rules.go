@@ -258,10 +258,18 @@ func (s *State) RocketThreshold() int64 { return s.rules().threshold(s.Economy.R
 // outcome it had, and ignited rockets keep their launch time and level.
 type SetRules struct {
 	Rules RulesSpec `json:"rules"`
+	// KeepsDay keeps the business day under way through the switch: its
+	// number under the new rules is made the one the room records
+	// (Economy.DayShift), so the next reset comes at the new rules' next
+	// day start. Without it (rows logged before it) a switch that moved the
+	// day start later numbered the day under way lower than the recorded
+	// one, and the reset waited until the new numbers passed it, up to
+	// about two days. NewSetRules sets it.
+	KeepsDay bool `json:"keeps_day,omitempty"`
 }
 
 // NewSetRules returns the command that switches a room to r.
-func NewSetRules(r *Rules) *SetRules { return &SetRules{Rules: r.Spec()} }
+func NewSetRules(r *Rules) *SetRules { return &SetRules{Rules: r.Spec(), KeepsDay: true} }
 
 // Type names the command.
 func (*SetRules) Type() CommandType { return CmdSetRules }
@@ -289,6 +297,9 @@ func (c *SetRules) apply(s *State, env *Envelope) ([]Event, error) {
 	}
 	top, level, threshold := s.Economy.Top, s.Economy.Rocket.Level, s.RocketThreshold()
 	s.SetRules(rules)
+	if c.KeepsDay {
+		s.Economy.DayShift = s.Economy.Day - rules.Day(env.At)
+	}
 	var ignitions []Event
 	if rk := &s.Economy.Rocket; s.RocketThreshold() > 0 && rk.Fuel >= s.RocketThreshold() {
 		prior := RankOf(rk.Contributors)

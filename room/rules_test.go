@@ -133,3 +133,41 @@ func TestSetRulesEncoding(t *testing.T) {
 		t.Fatal("a nil zone and UTC differ")
 	}
 }
+
+// TestARulesSwitchKeepsTheDayUnderWay: a switch that moves the day start
+// later (here to 23:00, at 22:13) keeps the day under way, which ends at
+// the new rules' next day start, not about two days later; day numbers go
+// on. A switch logged before KeepsDay replays as it applied then.
+func TestARulesSwitchKeepsTheDayUnderWay(t *testing.T) {
+	later := DefaultRules()
+	later.DayStart = 23 * time.Hour
+	at := tNextDay + 30*60*1000 // 00:30 the next day: past 23:00 today
+
+	s := fixture() // heat 10_047 on testDay
+	day := s.Economy.Day
+	if _, err := Apply(s, sysEnv(NewSetRules(later))); err != nil { // at 22:13
+		t.Fatal(err)
+	}
+	if s.Economy.Day != day || s.Economy.Heat == 0 {
+		t.Fatalf("the switch itself moved the day to %d (heat %d); want the day under way, %d, kept", s.Economy.Day, s.Economy.Heat, day)
+	}
+	if _, err := Apply(s, envAt(uOwner, at, gift(1, 1, uAlice))); err != nil {
+		t.Fatal(err)
+	}
+	if s.Economy.Heat != 1 || s.Economy.Day != day+1 {
+		t.Fatalf("after the new rules' day start: heat %d on day %d; want 1 on day %d", s.Economy.Heat, s.Economy.Day, day+1)
+	}
+
+	old := fixture()
+	cmd := NewSetRules(later)
+	cmd.KeepsDay = false
+	if _, err := Apply(old, sysEnv(cmd)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Apply(old, envAt(uOwner, at, gift(1, 1, uAlice))); err != nil {
+		t.Fatal(err)
+	}
+	if old.Economy.Heat == 1 {
+		t.Fatal("a switch logged before KeepsDay no longer replays as it applied")
+	}
+}

@@ -216,7 +216,7 @@ func economyToProto(s *room.State) *roomv1.RoomEconomy {
 		}
 	}
 	return &roomv1.RoomEconomy{
-		BusinessDay: e.Day, Heat: e.Heat, Rank: rankToProto(e.Top), Contributions: contributions,
+		BusinessDay: e.Day, DayShift: e.DayShift, Heat: e.Heat, Rank: rankToProto(e.Top), Contributions: contributions,
 		Rocket: &roomv1.RoomRocket{
 			Level: rk.Level, Fuel: rk.Fuel, Threshold: s.RocketThreshold(), Ignitions: rk.Ignitions,
 			Contributors: rankToProto(room.RankOf(rk.Contributors)), Launches: launches,
@@ -310,7 +310,7 @@ func economyFromProto(s *room.State, p *roomv1.RoomEconomy, roomID string) error
 		})
 	}
 	s.Economy = room.Economy{
-		Day: p.GetBusinessDay(), Heat: p.GetHeat(), Contrib: contrib,
+		Day: p.GetBusinessDay(), DayShift: p.GetDayShift(), Heat: p.GetHeat(), Contrib: contrib,
 		Rocket: room.Rocket{
 			Level: rp.GetLevel(), Fuel: rp.GetFuel(), Ignitions: rp.GetIgnitions(),
 			Contributors: contributors, Launches: launches,
@@ -438,7 +438,7 @@ func WithMemberLimit(p *roomv1.RoomSnapshot, limit int) *roomv1.RoomSnapshot {
 		return p
 	}
 	if e != nil {
-		e = &roomv1.RoomEconomy{BusinessDay: e.BusinessDay, Heat: e.Heat, Rank: e.Rank, Rocket: e.Rocket, Rules: e.Rules}
+		e = &roomv1.RoomEconomy{BusinessDay: e.BusinessDay, DayShift: e.DayShift, Heat: e.Heat, Rank: e.Rank, Rocket: e.Rocket, Rules: e.Rules}
 	}
 	return &roomv1.RoomSnapshot{
 		RoomId: p.RoomId, RoomVersion: p.RoomVersion, Status: p.Status, OwnerUserId: p.OwnerUserId,

@@ -5338,7 +5338,8 @@ func (x *MicQueueEntry) GetExpiresAtMs() int64 {
 // resets when the first command of a new business day applies.
 type RoomEconomy struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Days since 1970-01-01 of the business calendar.
+	// The business day's number: days since 1970-01-01 of the business
+	// calendar, plus day_shift.
 	BusinessDay int64 `protobuf:"varint,1,opt,name=business_day,json=businessDay,proto3" json:"business_day,omitempty"`
 	// Gift value received today.
 	Heat int64 `protobuf:"varint,2,opt,name=heat,proto3" json:"heat,omitempty"`
@@ -5352,7 +5353,11 @@ type RoomEconomy struct {
 	// change reaches it through a logged SetRules command, never by
 	// reinterpreting commands already applied. Absent in snapshots stored
 	// before rules were recorded: such rooms ran under the built-in defaults.
-	Rules         *EconomyRules `protobuf:"bytes,6,opt,name=rules,proto3" json:"rules,omitempty"`
+	Rules *EconomyRules `protobuf:"bytes,6,opt,name=rules,proto3" json:"rules,omitempty"`
+	// Added to the business calendar's day to number the business day: a
+	// rules switch sets it so that the day under way keeps its number, and
+	// numbers never go back. 0 until a room's rules are switched.
+	DayShift      int64 `protobuf:"varint,7,opt,name=day_shift,json=dayShift,proto3" json:"day_shift,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -5427,6 +5432,13 @@ func (x *RoomEconomy) GetRules() *EconomyRules {
 		return x.Rules
 	}
 	return nil
+}
+
+func (x *RoomEconomy) GetDayShift() int64 {
+	if x != nil {
+		return x.DayShift
+	}
+	return 0
 }
 
 // EconomyRules are a room's business calendar, rank size and rocket levels.
@@ -7881,14 +7893,15 @@ const file_room_v1_room_proto_rawDesc = "" +
 	"\n" +
 	"by_user_id\x18\x03 \x01(\x03R\bbyUserId\x12\x13\n" +
 	"\x05at_ms\x18\x04 \x01(\x03R\x04atMs\x12\"\n" +
-	"\rexpires_at_ms\x18\x05 \x01(\x03R\vexpiresAtMs\"\x80\x02\n" +
+	"\rexpires_at_ms\x18\x05 \x01(\x03R\vexpiresAtMs\"\x9d\x02\n" +
 	"\vRoomEconomy\x12!\n" +
 	"\fbusiness_day\x18\x01 \x01(\x03R\vbusinessDay\x12\x12\n" +
 	"\x04heat\x18\x02 \x01(\x03R\x04heat\x12&\n" +
 	"\x04rank\x18\x03 \x03(\v2\x12.room.v1.RankEntryR\x04rank\x128\n" +
 	"\rcontributions\x18\x04 \x03(\v2\x12.room.v1.RankEntryR\rcontributions\x12+\n" +
 	"\x06rocket\x18\x05 \x01(\v2\x13.room.v1.RoomRocketR\x06rocket\x12+\n" +
-	"\x05rules\x18\x06 \x01(\v2\x15.room.v1.EconomyRulesR\x05rules\"\xc1\x01\n" +
+	"\x05rules\x18\x06 \x01(\v2\x15.room.v1.EconomyRulesR\x05rules\x12\x1b\n" +
+	"\tday_shift\x18\a \x01(\x03R\bdayShift\"\xc1\x01\n" +
 	"\fEconomyRules\x12\x1b\n" +
 	"\ttime_zone\x18\x01 \x01(\tR\btimeZone\x12 \n" +
 	"\fday_start_ms\x18\x02 \x01(\x03R\n" +
