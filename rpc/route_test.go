@@ -510,19 +510,6 @@ func TestAHopToAnOwnerThatDoesNotAnswerIsGivenUpAtItsBound(t *testing.T) {
 	}
 }
 
-// slowOwner answers CreateRoom only when its call's context ends, as a cell
-// that stops waiting does: unavailable, the command may still commit.
-type slowOwner struct {
-	roomv1connect.UnimplementedRoomServiceHandler
-	calls atomic.Int64
-}
-
-func (s *slowOwner) CreateRoom(ctx context.Context, _ *connect.Request[roomv1.CreateRoomRequest]) (*connect.Response[roomv1.CreateRoomResponse], error) {
-	s.calls.Add(1)
-	<-ctx.Done()
-	return nil, connect.NewError(connect.CodeUnavailable, fmt.Errorf("%v; the command may still commit, retry with the same command_id", ctx.Err()))
-}
-
 // TestAnOwnersAnswerAtTheHopBoundIsNotTakenAsItsAnswer: an owner that is
 // alive but slower than the hop's bound answers at the deadline the hop
 // gave it, just before the hop's own context ends; a call without a
@@ -531,8 +518,16 @@ func (s *slowOwner) CreateRoom(ctx context.Context, _ *connect.Request[roomv1.Cr
 func TestAnOwnersAnswerAtTheHopBoundIsNotTakenAsItsAnswer(t *testing.T) {
 	f := newFleet(t)
 	f.hopTimeout = 100 * time.Millisecond
-	owner := &slowOwner{}
-	_, h := roomv1connect.NewRoomServiceHandler(owner)
+	// The owner answers CreateRoom only when its call's context ends, as a
+	// cell that stops waiting does: unavailable, the command may still
+	// commit.
+	var calls atomic.Int64
+	h := connect.NewUnaryHandler(roomv1connect.RoomServiceCreateRoomProcedure,
+		func(ctx context.Context, _ *connect.Request[roomv1.CreateRoomRequest]) (*connect.Response[roomv1.CreateRoomResponse], error) {
+			calls.Add(1)
+			<-ctx.Done()
+			return nil, connect.NewError(connect.CodeUnavailable, fmt.Errorf("%v; the command may still commit, retry with the same command_id", ctx.Err()))
+		})
 	p := new(http.Protocols)
 	p.SetUnencryptedHTTP2(true)
 	srv := &http.Server{Protocols: p, Handler: h}
@@ -561,7 +556,7 @@ func TestAnOwnersAnswerAtTheHopBoundIsNotTakenAsItsAnswer(t *testing.T) {
 			t.Fatalf("room %s held by %q after the slow owner's hop; want b", id, f.holder(id))
 		}
 	}
-	if got := owner.calls.Load(); got != n {
+	if got := calls.Load(); got != n {
 		t.Fatalf("%d hops to the slow owner, want %d", got, n)
 	}
 }

@@ -244,33 +244,15 @@ func TestDrainOfASingleNodeIsRefused(t *testing.T) {
 func TestADrainingNodeSendsARoomPastAMemberThatDoesNotServe(t *testing.T) {
 	servicetest.Need(t, "Redis", "127.0.0.1:6379")
 	servicetest.Need(t, "NATS", "127.0.0.1:4222")
-	dsn := mysqltest.DSN(t)
 	id := rand.Text()[:8]
 	const redisURL = "redis://127.0.0.1:6379/9"
 	keys := redislease.Keys{Prefix: "drain-past-" + id + ":"}
-	stream := ownStream(t, "dp"+strings.ToLower(id))
-	flags := func(node string) []string {
-		addr := freeAddr(t)
-		return append([]string{"-listen", addr, "-mysql-dsn", dsn, "-nats-url", fleetNATS,
-			"-redis-url", redisURL, "-redis-key-prefix", keys.Prefix, "-node-id", node + "-" + id, "-advertise-addr", addr, "-lease-ttl", "1s"}, stream...)
-	}
+	flags := fleetFlags(t, redisURL, keys, ownStream(t, "dp"+strings.ToLower(id)), id)
 	a, clientA := runMain(t, t.TempDir(), flags("a")...)
 	b, _ := runMain(t, t.TempDir(), flags("b")...)
 
 	ctx := context.Background()
-	opt, err := redis.ParseURL(redisURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rc := redis.NewClient(opt)
-	defer rc.Close()
-	silent := keys.Node("c-" + id)
-	if err := rc.HSet(ctx, silent, "addr", freeAddr(t), "rooms", 0, "draining", "false", "heartbeat_ms", time.Now().UnixMilli()).Err(); err != nil {
-		t.Fatal(err)
-	}
-	if err := rc.PExpire(ctx, silent, 30*time.Second).Err(); err != nil {
-		t.Fatal(err)
-	}
+	fakeMember(t, redisOf(t, redisURL), keys, "c-"+id, freeAddr(t)) // an address nothing listens on
 	if _, err := a.drain(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"os/exec"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -127,6 +128,46 @@ func freeAddr(t *testing.T) string {
 	addr := ln.Addr().String()
 	_ = ln.Close()
 	return addr
+}
+
+// fleetFlags returns the flags of fleet node <node>-<id>: MariaDB, the
+// shared NATS with the test's stream flags, Redis at redisURL under keys'
+// prefix, a lease TTL of a second, its own listener (advertised), and
+// extra.
+func fleetFlags(t *testing.T, redisURL string, keys redislease.Keys, stream []string, id string, extra ...string) func(node string) []string {
+	dsn := mysqltest.DSN(t)
+	return func(node string) []string {
+		addr := freeAddr(t)
+		return slices.Concat([]string{"-listen", addr, "-mysql-dsn", dsn, "-nats-url", fleetNATS,
+			"-redis-url", redisURL, "-redis-key-prefix", keys.Prefix, "-node-id", node + "-" + id, "-advertise-addr", addr, "-lease-ttl", "1s"},
+			stream, extra)
+	}
+}
+
+// redisOf is a client of redisURL, closed when the test ends.
+func redisOf(t *testing.T, redisURL string) *redis.Client {
+	t.Helper()
+	opt, err := redis.ParseURL(redisURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc := redis.NewClient(opt)
+	t.Cleanup(func() { _ = rc.Close() })
+	return rc
+}
+
+// fakeMember writes a membership record of node at addr, not draining and
+// holding no room, as a live node's heartbeat does; it lasts 30 s.
+func fakeMember(t *testing.T, rc *redis.Client, keys redislease.Keys, node, addr string) {
+	t.Helper()
+	ctx := t.Context()
+	key := keys.Node(node)
+	if err := rc.HSet(ctx, key, "addr", addr, "rooms", 0, "draining", "false", "heartbeat_ms", time.Now().UnixMilli()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := rc.PExpire(ctx, key, 30*time.Second).Err(); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // ownStream names a JetStream stream and subject prefix of the test's own
@@ -645,14 +686,10 @@ func TestFleetSurvivesARedisOutage(t *testing.T) {
 func TestACallForwardedToAFrozenOwnerIsServedOnceItsRoomMoves(t *testing.T) {
 	servicetest.Need(t, "Redis", "127.0.0.1:6379")
 	servicetest.Need(t, "NATS", "127.0.0.1:4222")
-	dsn := mysqltest.DSN(t)
 	id := rand.Text()[:8]
 	redisURL := "redis://127.0.0.1:6379/7"
 	keys := redislease.Keys{Prefix: "frozen-" + id + ":"}
-	stream := ownStream(t, "fz"+strings.ToLower(id))
-	addr := freeAddr(t)
-	a, clientA := runMain(t, t.TempDir(), append([]string{"-listen", addr, "-mysql-dsn", dsn, "-nats-url", fleetNATS,
-		"-redis-url", redisURL, "-redis-key-prefix", keys.Prefix, "-node-id", "a-" + id, "-advertise-addr", addr, "-lease-ttl", "1s"}, stream...)...)
+	a, clientA := runMain(t, t.TempDir(), fleetFlags(t, redisURL, keys, ownStream(t, "fz"+strings.ToLower(id)), id)("a")...)
 	frozen := silentListener(t)
 
 	ctx := context.Background()
@@ -660,12 +697,7 @@ func TestACallForwardedToAFrozenOwnerIsServedOnceItsRoomMoves(t *testing.T) {
 	if _, err := clientA.CreateRoom(ctx, connect.NewRequest(&roomv1.CreateRoomRequest{RoomId: roomID, CommandId: "c", OperatorUserId: 1, OwnerUserId: 1, SeatCount: 8})); err != nil {
 		t.Fatal(err)
 	}
-	opt, err := redis.ParseURL(redisURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rc := redis.NewClient(opt)
-	defer rc.Close()
+	rc := redisOf(t, redisURL)
 	// The room's lease now names the frozen node, for one TTL: a loses the
 	// room at its next renewal.
 	if err := rc.Set(ctx, keys.Lease(roomID), "frozen-"+id+"|"+frozen+"|x", time.Second).Err(); err != nil {

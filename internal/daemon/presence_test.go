@@ -13,14 +13,12 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
-	"github.com/redis/go-redis/v9"
 
 	roomv1 "hyapp/room-service/gen/room/v1"
 	"hyapp/room-service/internal/poll"
 	"hyapp/room-service/internal/servicetest"
 	"hyapp/room-service/lease/redislease"
 	"hyapp/room-service/rpc"
-	"hyapp/room-service/store/mysql/mysqltest"
 )
 
 // TestTIMCallbackIsServedWithItsToken: with tim_callback_token set, the API
@@ -49,20 +47,7 @@ func TestTIMCallbackIsServedWithItsToken(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	callback := func(addr, tok string) (int, string) {
-		rt := strconv.FormatInt(time.Now().Unix(), 10)
-		url := fmt.Sprintf("http://%s%s?SdkAppid=1400000000&CallbackCommand=State.StateChange&contenttype=json&RequestTime=%s&Sign=%s",
-			addr, rpc.TIMCallbackPath, rt, rpc.TIMSign(tok, rt))
-		body := fmt.Sprintf(`{"CallbackCommand":"State.StateChange","EventTime":%d,"Info":{"Action":"Disconnect","To_Account":"10","Reason":"TimeOut"}}`, time.Now().UnixMilli())
-		res, err := http.Post(url, "application/json", strings.NewReader(body))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer res.Body.Close()
-		var ans struct{ ActionStatus, ErrorInfo string }
-		_ = json.NewDecoder(res.Body).Decode(&ans)
-		return res.StatusCode, ans.ActionStatus + " " + ans.ErrorInfo
-	}
+	callback := func(addr, tok string) (int, string) { return disconnect(t, addr, tok, 10) }
 	if code, ans := callback(m.Addr, "not-the-token"); code != http.StatusUnauthorized || ans != "FAIL bad_signature" {
 		t.Fatalf("callback signed with another token: %d %q", code, ans)
 	}
@@ -117,17 +102,8 @@ func TestTIMCallbackReachesEveryNode(t *testing.T) {
 			t.Fatalf("the node the callback goes to holds %v", n.GetRoomIds())
 		}
 	}
-	rt := strconv.FormatInt(time.Now().Unix(), 10)
-	url := fmt.Sprintf("http://%s%s?CallbackCommand=State.StateChange&contenttype=json&RequestTime=%s&Sign=%s",
-		other.addr, rpc.TIMCallbackPath, rt, rpc.TIMSign(cbToken, rt))
-	body := fmt.Sprintf(`{"CallbackCommand":"State.StateChange","EventTime":%d,"Info":{"Action":"Disconnect","To_Account":"10"}}`, time.Now().UnixMilli())
-	res, err := http.Post(url, "application/json", strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	_ = res.Body.Close()
-	if res.StatusCode != http.StatusOK {
-		t.Fatalf("callback to the other node: %d", res.StatusCode)
+	if code, ans := disconnect(t, other.addr, cbToken, 10); code != http.StatusOK {
+		t.Fatalf("callback to the other node: %d %q", code, ans)
 	}
 	poll.Until(t, 30*time.Second, "the disconnected member's seat to go", poll.Bool(func() bool {
 		res, err := other.client.GetRoomSnapshot(ctx, connect.NewRequest(&roomv1.GetRoomSnapshotRequest{RoomId: "cb"}))
@@ -144,36 +120,19 @@ func TestTIMCallbackReachesEveryNodePastOneThatDoesNotAnswer(t *testing.T) {
 	servicetest.Need(t, "Redis", "127.0.0.1:6379")
 	servicetest.Need(t, "NATS", "127.0.0.1:4222")
 	const cbToken = "tencent-console-callback-token"
-	dsn := mysqltest.DSN(t)
 	id := rand.Text()[:8]
 	redisURL := "redis://127.0.0.1:6379/4"
 	keys := redislease.Keys{Prefix: "tim-hung-" + id + ":"}
 	stream := ownStream(t, "th"+strings.ToLower(id))
-	flags := func(node string) []string {
-		addr := freeAddr(t)
-		return append([]string{"-listen", addr, "-mysql-dsn", dsn, "-nats-url", fleetNATS,
-			"-redis-url", redisURL, "-redis-key-prefix", keys.Prefix, "-node-id", node + "-" + id, "-advertise-addr", addr, "-lease-ttl", "1s",
-			"-tim-callback-token", cbToken, "-mic-offline-grace", "1s", "-presence-timeout", "1h", "-idle-timeout", "2h"}, stream...)
-	}
+	flags := fleetFlags(t, redisURL, keys, stream, id,
+		"-tim-callback-token", cbToken, "-mic-offline-grace", "1s", "-presence-timeout", "1h", "-idle-timeout", "2h")
 	a, _ := runMain(t, t.TempDir(), flags("a")...)
 	_, clientB := runMain(t, t.TempDir(), flags("b")...)
 
 	ctx := context.Background()
-	opt, err := redis.ParseURL(redisURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rc := redis.NewClient(opt)
-	defer rc.Close()
 	// A member whose id sorts before a's and b's, at an address that
 	// accepts connections and answers nothing.
-	frozen := keys.Node("0-" + id)
-	if err := rc.HSet(ctx, frozen, "addr", silentListener(t), "rooms", 0, "draining", "false", "heartbeat_ms", time.Now().UnixMilli()).Err(); err != nil {
-		t.Fatal(err)
-	}
-	if err := rc.PExpire(ctx, frozen, 30*time.Second).Err(); err != nil {
-		t.Fatal(err)
-	}
+	fakeMember(t, redisOf(t, redisURL), keys, "0-"+id, silentListener(t))
 
 	roomID := "cb-" + id
 	if _, err := clientB.CreateRoom(ctx, connect.NewRequest(&roomv1.CreateRoomRequest{RoomId: roomID, CommandId: "c", OperatorUserId: 1, OwnerUserId: 1, SeatCount: 8})); err != nil {
@@ -188,17 +147,8 @@ func TestTIMCallbackReachesEveryNodePastOneThatDoesNotAnswer(t *testing.T) {
 	if a.registry.Loaded() != 0 {
 		t.Fatal("the node the callback goes to holds the room")
 	}
-	rt := strconv.FormatInt(time.Now().Unix(), 10)
-	url := fmt.Sprintf("http://%s%s?CallbackCommand=State.StateChange&contenttype=json&RequestTime=%s&Sign=%s",
-		a.Addr, rpc.TIMCallbackPath, rt, rpc.TIMSign(cbToken, rt))
-	body := fmt.Sprintf(`{"CallbackCommand":"State.StateChange","EventTime":%d,"Info":{"Action":"Disconnect","To_Account":"10"}}`, time.Now().UnixMilli())
-	res, err := http.Post(url, "application/json", strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	_ = res.Body.Close()
-	if res.StatusCode != http.StatusOK {
-		t.Fatalf("callback: %d", res.StatusCode)
+	if code, ans := disconnect(t, a.Addr, cbToken, 10); code != http.StatusOK {
+		t.Fatalf("callback: %d %q", code, ans)
 	}
 	poll.Until(t, 10*time.Second, "the disconnected member's seat on b to go", poll.Bool(func() bool {
 		res, err := clientB.GetRoomSnapshot(ctx, connect.NewRequest(&roomv1.GetRoomSnapshotRequest{RoomId: roomID}))
@@ -238,4 +188,23 @@ func silentListener(t *testing.T) string {
 		<-done
 	})
 	return ln.Addr().String()
+}
+
+// disconnect sends node addr Tencent's state callback that user
+// disconnected, signed with token, and returns the HTTP status and the
+// answer's ActionStatus and ErrorInfo.
+func disconnect(t *testing.T, addr, token string, user int64) (int, string) {
+	t.Helper()
+	rt := strconv.FormatInt(time.Now().Unix(), 10)
+	url := fmt.Sprintf("http://%s%s?SdkAppid=1400000000&CallbackCommand=State.StateChange&contenttype=json&RequestTime=%s&Sign=%s",
+		addr, rpc.TIMCallbackPath, rt, rpc.TIMSign(token, rt))
+	body := fmt.Sprintf(`{"CallbackCommand":"State.StateChange","EventTime":%d,"Info":{"Action":"Disconnect","To_Account":"%d","Reason":"TimeOut"}}`, time.Now().UnixMilli(), user)
+	res, err := http.Post(url, "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	var ans struct{ ActionStatus, ErrorInfo string }
+	_ = json.NewDecoder(res.Body).Decode(&ans)
+	return res.StatusCode, ans.ActionStatus + " " + ans.ErrorInfo
 }
