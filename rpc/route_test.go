@@ -471,22 +471,7 @@ func TestAHopToAnOwnerThatDoesNotAnswerIsGivenUpAtItsBound(t *testing.T) {
 	f := newFleet(t)
 	f.hopTimeout = 200 * time.Millisecond
 	var stalled atomic.Int64
-	p := new(http.Protocols)
-	p.SetUnencryptedHTTP2(true)
-	stuck := &http.Server{Protocols: p, Handler: http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) {
-		stalled.Add(1)
-		<-r.Context().Done() // the hop's cancellation, when its caller gives up
-	})}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	served := make(chan error, 1)
-	go func() { served <- stuck.Serve(ln) }()
-	t.Cleanup(func() {
-		_ = stuck.Close()
-		<-served
-	})
+	stuck := h2cServer(t, stalling(&stalled))
 	// b's first look-up of each room names the stuck owner, every later
 	// one finds nobody holding it.
 	var looked sync.Map
@@ -494,7 +479,7 @@ func TestAHopToAnOwnerThatDoesNotAnswerIsGivenUpAtItsBound(t *testing.T) {
 		if _, again := looked.LoadOrStore(roomID, true); again {
 			return "", false, nil
 		}
-		return ln.Addr().String(), true, nil
+		return stuck, true, nil
 	}))
 
 	must(t, b.rooms.CreateRoom, &roomv1.CreateRoomRequest{RoomId: "r1", CommandId: "create", OperatorUserId: 1, OwnerUserId: 1, SeatCount: 8})
@@ -503,7 +488,7 @@ func TestAHopToAnOwnerThatDoesNotAnswerIsGivenUpAtItsBound(t *testing.T) {
 	}
 
 	looked.Delete("r1")
-	_, err = b.rooms.PublishRobotDisplay(context.Background(), connect.NewRequest(&roomv1.PublishRobotDisplayRequest{RoomId: "r1", EventType: "RoomUserJoined", PayloadJson: "{}"}))
+	_, err := b.rooms.PublishRobotDisplay(context.Background(), connect.NewRequest(&roomv1.PublishRobotDisplayRequest{RoomId: "r1", EventType: "RoomUserJoined", PayloadJson: "{}"}))
 	wantErr(t, err, connect.CodeUnavailable, room.ErrUnavailable.Reason)
 	if stalled.Load() != 2 {
 		t.Fatalf("calls to the stuck owner %d; want 2: the robot display event was not sent again", stalled.Load())
@@ -528,25 +513,13 @@ func TestAnOwnersAnswerAtTheHopBoundIsNotTakenAsItsAnswer(t *testing.T) {
 			<-ctx.Done()
 			return nil, connect.NewError(connect.CodeUnavailable, fmt.Errorf("%v; the command may still commit, retry with the same command_id", ctx.Err()))
 		})
-	p := new(http.Protocols)
-	p.SetUnencryptedHTTP2(true)
-	srv := &http.Server{Protocols: p, Handler: h}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
-	t.Cleanup(func() {
-		_ = srv.Close()
-		<-served
-	})
+	slow := h2cServer(t, h)
 	var looked sync.Map // the first look-up of a room names the slow owner; later ones, nobody
 	b := f.start(t, "b", ownersFunc(func(_ context.Context, roomID string) (string, bool, error) {
 		if _, again := looked.LoadOrStore(roomID, true); again {
 			return "", false, nil
 		}
-		return ln.Addr().String(), true, nil
+		return slow, true, nil
 	}))
 	const n = 10
 	for i := range n {
@@ -569,23 +542,7 @@ func TestAMemberThatAnswersNothingIsPassedOver(t *testing.T) {
 	f := newFleet(t)
 	f.hopTimeout = 100 * time.Millisecond
 	var stalled atomic.Int64
-	p := new(http.Protocols)
-	p.SetUnencryptedHTTP2(true)
-	frozen := &http.Server{Protocols: p, Handler: http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) {
-		stalled.Add(1)
-		<-r.Context().Done()
-	})}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	served := make(chan error, 1)
-	go func() { served <- frozen.Serve(ln) }()
-	t.Cleanup(func() {
-		_ = frozen.Close()
-		<-served
-	})
-	addr := ln.Addr().String()
+	addr := h2cServer(t, stalling(&stalled))
 	// The rendezvous choice for the room is the frozen member until it is
 	// passed over; then it is this node.
 	b := f.start(t, "b", passOver(func(unreachable []string) (string, bool) {
@@ -606,4 +563,33 @@ type passOver func(unreachable []string) (string, bool)
 func (p passOver) Owner(_ context.Context, _ string, unreachable []string) (string, bool, error) {
 	addr, ok := p(unreachable)
 	return addr, ok, nil
+}
+
+// h2cServer serves h over HTTP/2 without TLS on a loopback port until the
+// test ends, and returns its address.
+func h2cServer(t *testing.T, h http.Handler) string {
+	t.Helper()
+	p := new(http.Protocols)
+	p.SetUnencryptedHTTP2(true)
+	srv := &http.Server{Protocols: p, Handler: h}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	t.Cleanup(func() {
+		_ = srv.Close()
+		<-served
+	})
+	return ln.Addr().String()
+}
+
+// stalling is a handler that counts its calls and answers none: it returns
+// when the call is cancelled, as a frozen node's calls end.
+func stalling(calls *atomic.Int64) http.Handler {
+	return http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) {
+		calls.Add(1)
+		<-r.Context().Done()
+	})
 }
