@@ -133,19 +133,15 @@ func (p *presence) fire(ctx context.Context, roomID string, due []store.Timer) {
 
 // moveSweep sets the room's sweep timer a sweep period from now.
 func (p *presence) moveSweep(ctx context.Context, roomID string) {
-	if err := p.reg.store.PutTimers(ctx, []store.Timer{p.sweepTimer(roomID, p.reg.cfg.Clock())}); err != nil {
-		p.reg.log.Warn("move a room's presence sweep on; the scanner retries", "room_id", roomID, "err", err)
+	if err := p.reg.store.PutTimers(ctx, []store.Timer{p.sweepTimer(roomID, p.reg.cfg.Clock())}); err != nil && ctx.Err() == nil {
+		p.reg.log.Warn("set a room's presence sweep; the scanner or the next load retries", "room_id", roomID, "err", err)
 	}
 }
 
-// setSweep sets the room's sweep timer, on a goroutine of its own: for a
-// room loaded with members, whose members may have come before the sweep.
+// setSweep is moveSweep on a goroutine of its own: for a room loaded with
+// members, whose members may have come before the sweep.
 func (p *presence) setSweep(roomID string) {
-	p.reg.wakes.spawn(func(ctx context.Context) {
-		if err := p.reg.store.PutTimers(ctx, []store.Timer{p.sweepTimer(roomID, p.reg.cfg.Clock())}); err != nil && ctx.Err() == nil {
-			p.reg.log.Warn("set a loaded room's presence sweep", "room_id", roomID, "err", err)
-		}
-	})
+	p.reg.wakes.spawn(func(ctx context.Context) { p.moveSweep(ctx, roomID) })
 }
 
 func (p *presence) deleteSweep(ctx context.Context, roomID string, dueBy time.Time) {

@@ -242,7 +242,7 @@ func (rt *router) header(req connect.AnyRequest) map[string]string {
 func (rt *router) serve(ctx context.Context, req connect.AnyRequest, next connect.UnaryFunc, rte route, roomID string) (connect.AnyResponse, error) {
 	header := rt.header(req)
 	wait := time.Duration(0) // the first retry goes at once
-	var unreachable []string // owners found whose hops could not connect
+	var unreachable []string // owners found whose hops could not connect or answered nothing within the bound
 	var err error
 	for try := 1; ; try++ {
 		var res connect.AnyResponse
