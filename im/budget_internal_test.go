@@ -1,6 +1,9 @@
 package im
 
 import (
+	"context"
+	"errors"
+	"log/slog"
 	"testing"
 	"time"
 )
@@ -89,5 +92,45 @@ func TestTurnOrderKeptLongerWhenLong(t *testing.T) {
 	}
 	if keepFor(1000*rosterRooms) != rosterMax {
 		t.Fatalf("a very long order is kept %v, want %v", keepFor(1000*rosterRooms), rosterMax)
+	}
+}
+
+// unreachable is a shared budget that cannot be asked.
+type unreachable struct{}
+
+func (unreachable) Take(context.Context, int) (int, error) {
+	return 0, errors.New("budget store unreachable")
+}
+
+// TestAFleetThatLosesTheSharedBudgetKeepsToTheAppBudget: while the shared
+// budget cannot be asked, each of a fleet's n nodes spends 1/n of the app
+// budget alone (a quarter while the fleet's size is not known), so the
+// fleet together keeps to the app budget and, with the size known, spends
+// nearly all of it.
+func TestAFleetThatLosesTheSharedBudgetKeepsToTheAppBudget(t *testing.T) {
+	const app = 200
+	for _, nodes := range []int{0, 1, 2, 4, 10, 40} {
+		cfg := Config{AppBudget: app, Calls: unreachable{}}
+		if nodes > 0 {
+			cfg.Nodes = func() int { return nodes }
+		}
+		l := New(cfg, &outage{}, Metrics{}, slog.New(slog.DiscardHandler))
+		start := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+		granted := 0
+		for ms := range 10_000 { // the dispatcher only: no room is pending
+			granted += l.takeShared(context.Background(), start.Add(time.Duration(ms)*time.Millisecond), 1000)
+		}
+		l.Close()
+		fleet := nodes
+		if nodes == 0 { // not known: a quarter each
+			fleet = unknownNodes
+		}
+		perSecond := float64(granted) / 10 * float64(fleet)
+		if perSecond > app {
+			t.Fatalf("%d nodes: the fleet spends %.1f calls/s alone, over the app budget %d", nodes, perSecond, app)
+		}
+		if perSecond < app*BudgetShare*0.95 {
+			t.Fatalf("%d nodes: the fleet spends %.1f calls/s alone, well under the app budget %d", nodes, perSecond, app)
+		}
 	}
 }

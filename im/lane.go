@@ -107,8 +107,13 @@ type Config struct {
 	AppBudget float64
 	// Calls shares the app budget with the other nodes (im/redisbudget);
 	// nil: this process has it to itself. While Calls cannot be asked, the
-	// lane spends a quarter of the app budget on its own.
+	// lane spends its node's share of the app budget on its own: 1/Nodes()
+	// of it, or a quarter while Nodes is nil or knows no count.
 	Calls Budget
+	// Nodes is how many nodes share Calls, as last counted while it could
+	// be asked (0: not known). With it, a fleet that loses the shared
+	// budget altogether still keeps to the app budget.
+	Nodes func() int
 	// QueueLimit bounds the Normal and Low events queued per room (default
 	// 200). Over it, the oldest display event (join, leave, gift, robot)
 	// folds into a count, and any other is lost (lost_through tells
@@ -212,8 +217,10 @@ type Lane struct {
 	roster roster
 	tidied time.Time
 
-	// Dispatcher only: the local spending while Calls is unreachable.
+	// Dispatcher only: the local spending while Calls is unreachable, at
+	// interval (the app budget's spacing) times the nodes sharing it.
 	fallback   gcra
+	interval   time.Duration
 	callsDown  bool
 	candidates []candidate
 
@@ -317,8 +324,8 @@ func New(cfg Config, s Sender, m Metrics, log *slog.Logger) *Lane {
 		cfg: cfg, send: s, metrics: m, log: log, stop: cancel,
 		rooms: make(map[string]*roomQueue), ready: make(map[string]bool), roster: roster{fresh: make(map[string]bool)},
 		wake: make(chan struct{}, 1), high: make([]chan Message, cfg.Workers), rest: make([]chan Message, cfg.Workers),
-		pace: gcra{interval: interval, tolerance: tolerance}, slow: 1,
-		fallback: gcra{interval: interval * fallbackDivisor, tolerance: tolerance},
+		pace: gcra{interval: interval, tolerance: tolerance}, slow: 1, interval: interval,
+		fallback: gcra{interval: interval * unknownNodes, tolerance: tolerance},
 		sendPace: rate.NewLimiter(rate.Every(interval), max(1, int(tolerance/interval))),
 	}
 	for i := range l.high {
@@ -331,10 +338,9 @@ func New(cfg Config, s Sender, m Metrics, log *slog.Logger) *Lane {
 	return l
 }
 
-// fallbackDivisor: while the shared budget cannot be asked, a lane spends
-// 1/fallbackDivisor of the app budget on its own; a fleet of more nodes
-// than that may then meet frequency errors, which slow every lane down.
-const fallbackDivisor = 4
+// unknownNodes is the fleet's size a lane assumes while the shared budget
+// cannot be asked and Config.Nodes knows no count.
+const unknownNodes = 4
 
 // Close stops the lane; queued messages are dropped (the lane is best effort).
 func (l *Lane) Close() {
@@ -815,11 +821,24 @@ func (l *Lane) takeShared(ctx context.Context, now time.Time, n int) int {
 	}
 	if !l.callsDown {
 		l.callsDown = true
-		l.log.Warn("im app budget cannot be shared; spending a quarter of it alone", "err", err)
+		nodes := l.nodes()
+		l.fallback.interval = l.interval * time.Duration(nodes)
+		l.log.Warn("im app budget cannot be shared; spending this node's share of it alone", "nodes", nodes, "err", err)
 	}
 	got = min(n, l.fallback.available(now))
 	l.fallback.take(now, got)
 	return got
+}
+
+// nodes is how many nodes the lane takes to share the app budget while
+// Calls cannot be asked.
+func (l *Lane) nodes() int {
+	if l.cfg.Nodes != nil {
+		if n := l.cfg.Nodes(); n > 0 {
+			return n
+		}
+	}
+	return unknownNodes
 }
 
 // candidate is a room that can send now, with its place in the turn order.

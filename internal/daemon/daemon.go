@@ -321,6 +321,7 @@ func (m *Main) openIM(localAddr string) (*im.Lane, http.Handler, error) {
 		if lc.Calls, err = redisbudget.New(m.redis, redisbudget.Key(tc.SDKAppID, "send_group_msg"), interval, tolerance); err != nil {
 			return nil, nil, err
 		}
+		lc.Nodes = m.members.Nodes
 	}
 	return im.New(lc, sender, m.metrics.lane, m.Log.With("component", "im-lane")), local, nil
 }

@@ -26,14 +26,16 @@ type Member struct {
 
 // Membership registers this node in Redis: a hash at Keys.Node(id) with
 // addr, rooms, draining and heartbeat_ms, expiring 3×TTL after the last
-// heartbeat, so a dead node vanishes by itself. Run keeps it fresh; the
-// other methods read the fleet. Safe for concurrent use.
+// heartbeat, so a dead node vanishes by itself. Each heartbeat also counts
+// the fleet (Nodes) on Keys.Fleet. Run keeps it fresh; the other methods
+// read the fleet. Safe for concurrent use.
 type Membership struct {
 	client   *redis.Client
 	cfg      Config
 	lease    Holder
 	log      *slog.Logger
 	draining atomic.Bool
+	nodes    atomic.Int64 // the fleet's size at the last heartbeat that counted it
 	// writing orders the heartbeats: one that read the draining flag
 	// before SetDraining changed it is written before SetDraining's.
 	writing sync.Mutex
@@ -74,7 +76,12 @@ func (m *Membership) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.cfg.callTimeout())
 			defer cancel()
-			if err := m.client.Del(dctx, m.cfg.Keys.Node(m.cfg.Self.ID)).Err(); err != nil {
+			_, err := m.client.Pipelined(dctx, func(p redis.Pipeliner) error {
+				p.Del(dctx, m.cfg.Keys.Node(m.cfg.Self.ID))
+				p.ZRem(dctx, m.cfg.Keys.Fleet(), m.cfg.Self.ID)
+				return nil
+			})
+			if err != nil {
 				m.log.Warn("leave the fleet", "node_id", m.cfg.Self.ID, "err", err)
 			}
 			return nil
@@ -91,9 +98,43 @@ func (m *Membership) SetDraining(ctx context.Context, draining bool) error {
 	return m.write(ctx)
 }
 
-// beat writes one heartbeat; a failure is logged once per outage.
+// countScript scores node ARGV[1] with Redis's clock (milliseconds) in the
+// sorted set KEYS[1], drops the nodes not scored within ARGV[2]
+// milliseconds, and returns how many are left. Redis's clock, not the
+// nodes', so their skew does not matter.
+var countScript = redis.NewScript(`
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local live = tonumber(ARGV[2])
+redis.call('ZADD', KEYS[1], now, ARGV[1])
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - live)
+redis.call('PEXPIRE', KEYS[1], live)
+return redis.call('ZCARD', KEYS[1])`)
+
+// Nodes is how many nodes the fleet had at this node's last heartbeat that
+// could count them (this one included; a node counts until 3×TTL after its
+// last heartbeat, or until it leaves), or 0 before the first.
+func (m *Membership) Nodes() int { return int(m.nodes.Load()) }
+
+// count counts the fleet with this node in it (see countScript).
+func (m *Membership) count(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, m.cfg.callTimeout())
+	defer cancel()
+	n, err := countScript.Run(ctx, m.client, []string{m.cfg.Keys.Fleet()}, m.cfg.Self.ID, (3 * m.cfg.TTL).Milliseconds()).Int64()
+	if err != nil {
+		return fmt.Errorf("count the fleet: %w", err)
+	}
+	m.nodes.Store(n)
+	return nil
+}
+
+// beat writes one heartbeat and counts the fleet; a failure is logged once
+// per outage.
 func (m *Membership) beat(ctx context.Context) {
 	err := m.write(ctx)
+	if err == nil {
+		err = m.count(ctx)
+	}
 	if ctx.Err() != nil {
 		return
 	}

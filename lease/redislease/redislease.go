@@ -75,6 +75,10 @@ func (k Keys) Lease(roomID string) string { return k.Prefix + "room:{" + roomID 
 // Node is the key of a node's membership record.
 func (k Keys) Node(nodeID string) string { return k.Prefix + "node:" + nodeID }
 
+// Fleet is the key of the sorted set that counts the live nodes: each
+// heartbeat scores its node with Redis's clock.
+func (k Keys) Fleet() string { return k.Prefix + "fleet" }
+
 // nodePattern matches every node key (a SCAN pattern).
 func (k Keys) nodePattern() string { return globEscape(k.Prefix) + "node:*" }
 

@@ -580,6 +580,12 @@ func TestMembership(t *testing.T) {
 		}
 		return nil
 	})
+	poll.Until(t, 10*time.Second, "both nodes count the fleet", func() error {
+		if a, b := ma.Nodes(), mb.Nodes(); a != 2 || b != 2 {
+			return fmt.Errorf("a counts %d nodes, b %d", a, b)
+		}
+		return nil
+	})
 	if err := ma.SetDraining(ctx, true); err != nil {
 		t.Fatal(err)
 	}
@@ -596,9 +602,21 @@ func TestMembership(t *testing.T) {
 		}
 		return nil
 	})
+	poll.Until(t, 10*ttl, "a counts b out after its TTL", func() error {
+		if n := ma.Nodes(); n != 1 {
+			return fmt.Errorf("a counts %d nodes", n)
+		}
+		return nil
+	})
+	if n := mb.Nodes(); n != 2 { // cut off, b keeps its last count
+		t.Fatalf("b, cut off, counts %d nodes", n)
+	}
 	stopA() // a leaves cleanly: its record goes at once
 	if alive, err := ma.Alive(ctx, "a"); alive || err != nil {
 		t.Fatalf("a still alive after stopping: %v %v", alive, err)
+	}
+	if n, err := client(t, addr, ttl).Exists(ctx, keys.Fleet()).Result(); err != nil || n != 0 {
+		t.Fatalf("the fleet's count outlives its last node: %d %v", n, err)
 	}
 	if got, err := Members(ctx, client(t, addr, ttl), keys); err != nil || len(got) != 0 {
 		t.Fatalf("members after both left: %+v %v", got, err)
