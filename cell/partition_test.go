@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"sync"
 	"testing"
 	"time"
 
@@ -108,4 +109,61 @@ func TestAnOwnerCutOffFromRedisDoesNotAnswerFromAStaleState(t *testing.T) {
 	if _, err := regB.Submit(context.Background(), env(r, "mic9", 9, &room.TakeMic{SeatIndex: 1})); err != nil {
 		t.Fatalf("b's TakeMic: %v", err)
 	}
+}
+
+// TestABusyCellThatLostItsLeaseDoesNotAnswerReads: a room's cell is in a
+// commit when its lease's renewal finds another node holding the key (a
+// Redis failover lost it and that node took the room). A read that does
+// not wait in the mailbox must not be answered from the cell's state: the
+// room is known to be another node's.
+func TestABusyCellThatLostItsLeaseDoesNotAnswerReads(t *testing.T) {
+	addr := servicetest.RedisAddr(t)
+	const ttl = 3 * time.Second
+	keys := redislease.Keys{Prefix: "leaselost:" + t.Name() + time.Now().Format("150405.000000") + ":"}
+	repo := openRepo(t)
+	setup := newRegistry(t, repo, cell.Config{}, nil)
+	const r = "busy"
+	createRoom(t, setup, r)
+	if err := setup.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+
+	blocked := &blockingRepo{Repository: repo, entered: make(chan struct{}), release: make(chan struct{})}
+	release := sync.OnceFunc(func() { close(blocked.release) })
+	defer release() // a failed test must not leave the commit held
+	la := redisLease(t, addr, "a", keys, ttl)
+	cfg := cell.DefaultConfig()
+	cfg.NodeID, cfg.TimerScanEvery = "a", -1
+	reg := cell.New(cfg, blocked, la, &recordSink{}, nil, quiet)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := reg.Close(ctx); err != nil {
+			t.Errorf("close registry: %v", err)
+		}
+	})
+	if _, err := reg.Snapshot(context.Background(), r); err != nil { // loads the room and builds its view
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_, _ = reg.Submit(context.Background(), env(r, "bg", 1, &room.ChangeBackground{BackgroundURL: "x"}))
+	}()
+	<-blocked.entered // the cell is now in its commit
+
+	c := redis.NewClient(&redis.Options{Addr: addr})
+	defer c.Close()
+	if err := c.Set(context.Background(), keys.Lease(r), "b|b:1|x", time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	poll.Until(t, 10*time.Second, "a's renewal finding b's key", poll.Bool(func() bool { return la.Held() == 0 }))
+
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	if snap, err := reg.Snapshot(ctx, r); err == nil {
+		t.Errorf("a read of a room whose lease is lost answered version %d from the cell's state", snap.GetRoomVersion())
+	}
+	release()
+	<-done
 }

@@ -535,6 +535,7 @@ func (l *Lease) drop(h *handle) bool {
 
 func (l *Lease) dropLocked(h *handle) {
 	delete(l.held, h)
+	h.dropped.Store(true)
 	if h.degraded {
 		h.degraded = false
 		l.degraded--
@@ -569,6 +570,7 @@ type handle struct {
 	key, token string
 	lost       chan struct{} // closed once, by settle, under Lease.mu
 	validUntil atomic.Int64  // on Lease.now's clock
+	dropped    atomic.Bool   // released or lost: never fresh again
 	degraded   bool
 }
 
@@ -615,9 +617,13 @@ func (h *handle) Check(ctx context.Context) error {
 	return nil
 }
 
-// Fresh implements lease.Handle: the handle's validity, counted from its
-// last renewal's request, has not ended.
-func (h *handle) Fresh() bool { return h.l.now() < time.Duration(h.validUntil.Load()) }
+// Fresh implements lease.Handle: the handle is neither released nor lost,
+// and its validity, counted from its last renewal's request, has not ended.
+// A lost handle's validity may not have ended: another node took its key
+// (a Redis failover lost it), and the room is known to be that node's.
+func (h *handle) Fresh() bool {
+	return !h.dropped.Load() && h.l.now() < time.Duration(h.validUntil.Load())
+}
 
 // newToken names the holder and is unique per acquisition:
 // "<node_id>|<addr>|<random>".

@@ -622,3 +622,31 @@ func TestMembership(t *testing.T) {
 		t.Fatalf("members after both left: %+v %v", got, err)
 	}
 }
+
+// TestALostOrReleasedHandleIsNotFresh: a handle whose key another node
+// took (as after a Redis failover that lost it), or that was released, is
+// known not to be its holder's: Fresh is false at once, not once the
+// validity of its last renewal ends.
+func TestALostOrReleasedHandleIsNotFresh(t *testing.T) {
+	addr := server(t)
+	keys := testKeys(t, addr)
+	a := newNode(t, addr, keys, "a", 10*time.Second, false)
+	lost := mustAcquire(t, a, "lost")
+	if err := a.client.Set(context.Background(), keys.Lease("lost"), "b|b.test:9000|x", time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	a.renewAll(context.Background())
+	if !isClosed(lost.Lost()) {
+		t.Fatal("the lease not lost by the renewal after the key was taken")
+	}
+	if lost.Fresh() {
+		t.Error("a lost handle is fresh")
+	}
+	released := mustAcquire(t, a, "released")
+	if err := released.Release(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if released.Fresh() {
+		t.Error("a released handle is fresh")
+	}
+}
