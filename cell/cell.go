@@ -938,7 +938,7 @@ func (c *Cell) finish(reason string) {
 			c.log.Warn("final snapshot and release", "err", err)
 		}
 	}
-	if err := c.lease.Release(c.reg.ctx); err != nil {
+	if err := c.lease.Release(c.reg.releaseCtx()); err != nil {
 		c.log.Warn("release lease", "err", err)
 	}
 	c.log.Debug("room cell stopped", "reason", reason, "room_version", c.state.Version)

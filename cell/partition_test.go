@@ -15,6 +15,7 @@ import (
 	"hyapp/room-service/internal/servicetest"
 	"hyapp/room-service/lease/redislease"
 	"hyapp/room-service/room"
+	"hyapp/room-service/store"
 	"hyapp/room-service/store/mysql"
 	"hyapp/room-service/store/mysql/mysqltest"
 )
@@ -166,4 +167,40 @@ func TestABusyCellThatLostItsLeaseDoesNotAnswerReads(t *testing.T) {
 	}
 	release()
 	<-done
+}
+
+// stuckStops holds every StopRooms call until its context ends, as a
+// database too slow for a node's shutdown.
+type stuckStops struct{ store.Repository }
+
+func (s stuckStops) StopRooms(ctx context.Context, _ []store.RoomStop) error {
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+// TestADrainPastItsDeadlineStillReleasesTheLeases: the final snapshots of a
+// drain outlast its deadline and are abandoned. The rooms' leases are
+// released all the same, so their next owners take them at once instead of
+// a lease TTL later.
+func TestADrainPastItsDeadlineStillReleasesTheLeases(t *testing.T) {
+	addr := servicetest.RedisAddr(t)
+	keys := redislease.Keys{Prefix: "drain:" + t.Name() + time.Now().Format("150405.000000") + ":"}
+	la := redisLease(t, addr, "a", keys, 3*time.Second)
+	cfg := cell.DefaultConfig()
+	cfg.NodeID, cfg.TimerScanEvery = "a", -1
+	reg := cell.New(cfg, stuckStops{openRepo(t)}, la, &recordSink{}, nil, quiet)
+	const r = "handed-off"
+	createRoom(t, reg, r)
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	if _, err := reg.Drain(ctx); err == nil {
+		t.Fatal("the drain met its deadline: the test needs it to run out")
+	}
+	owner, found, err := la.Owner(context.Background(), r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if found {
+		t.Fatalf("after the drain the room's lease is held by %q, want it released", owner.NodeID)
+	}
 }

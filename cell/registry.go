@@ -431,7 +431,7 @@ func (r *Registry) cell(ctx context.Context, roomID string, create bool) (*Cell,
 		r.mu.Unlock()
 		if release != nil {
 			r.features.stopped(roomID)
-			_ = release.Release(r.ctx)
+			_ = release.Release(r.releaseCtx())
 		}
 		if err != nil {
 			return nil, err
@@ -469,7 +469,7 @@ func (r *Registry) load(ctx context.Context, roomID string, create bool) (*Cell,
 	}
 	c, err := r.recoverCell(roomID, h, create)
 	if err != nil {
-		_ = h.Release(r.ctx)
+		_ = h.Release(r.releaseCtx())
 		result := "error"
 		switch {
 		case errors.Is(err, store.ErrNotFound):
@@ -551,6 +551,12 @@ func (r *Registry) newCell(roomID string, epoch int64, h lease.Handle) *Cell {
 		log: r.log.With("room_id", roomID),
 	}
 }
+
+// releaseCtx is the context of a lease's release: the registry's without
+// its end. A drain that runs out of time abandons the storage calls still
+// running (it cancels r.ctx), not the releases: a lease left held makes the
+// room's next owner wait a lease TTL. The lease bounds its own call.
+func (r *Registry) releaseCtx() context.Context { return context.WithoutCancel(r.ctx) }
 
 // Kinds of room_claims_total.
 const (
