@@ -123,8 +123,11 @@ func (c Config) check() error {
 func (c Config) callTimeout() time.Duration { return c.TTL / 3 }
 
 // validity is how long a lease may be trusted after the request that set or
-// extended it was sent: the TTL less 1% for a faster Redis clock and 10ms.
-func (c Config) validity() time.Duration { return c.TTL - c.TTL/100 - 10*time.Millisecond }
+// extended it was sent: the TTL less the clock margin.
+func (c Config) validity() time.Duration { return c.TTL - c.margin() }
+
+// margin is 1% of the TTL, for clocks running at different rates, and 10ms.
+func (c Config) margin() time.Duration { return c.TTL/100 + 10*time.Millisecond }
 
 // ClientOptions parses a redis:// or rediss:// URL into client options whose
 // timeouts suit a lease of ttl: a call is bounded by its context and by one
@@ -152,37 +155,45 @@ type Metrics struct {
 
 var (
 	// acquireScript takes a free key, or keeps one that already holds the
-	// token (a SET whose reply was lost). It returns 1, or the holder's token.
+	// token (a SET whose reply was lost). It returns {1, Redis's time in
+	// unix ms}, or the holder's token.
 	acquireScript = redis.NewScript(`
 local v = redis.call('GET', KEYS[1])
+local t = redis.call('TIME')
+local now = t[1] * 1000 + math.floor(t[2] / 1000)
 if not v then
   redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-  return 1
+  return {1, now}
 elseif v == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  return 1
+  return {1, now}
 end
 return v`)
 	// extendScript extends the key if it holds the token (1), or reports
-	// another holder (0). A key that is gone it takes again (2) only when
-	// ARGV[3] is "1": the renewal was sent while the handle was valid, so
-	// the key vanished with no other holder (a Redis restart). Otherwise
-	// (3) it leaves it gone: another node may have taken, used and released
-	// the room since the handle ran out. The script decides, not the reply,
-	// which a renewal may lose.
+	// another holder (0). A key that is gone it takes again (2) only
+	// before ARGV[3], a time on Redis's clock (unix ms; 0: never) by which
+	// the key cannot have expired: it vanished with no other holder (a
+	// Redis restart). Otherwise (3) it leaves it gone: the key may have
+	// expired, and another node taken, used and released the room since.
+	// Redis's clock decides, not the renewal's sender: a renewal sent while
+	// the handle was valid may reach Redis after the key expired. The
+	// script decides, not the reply, which a renewal may lose. Each outcome
+	// comes with Redis's time (unix ms).
 	extendScript = redis.NewScript(`
 local v = redis.call('GET', KEYS[1])
+local t = redis.call('TIME')
+local now = t[1] * 1000 + math.floor(t[2] / 1000)
 if v == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  return 1
+  return {1, now}
 elseif not v then
-  if ARGV[3] == '1' then
+  if now < tonumber(ARGV[3]) then
     redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-    return 2
+    return {2, now}
   end
-  return 3
+  return {3, now}
 end
-return 0`)
+return {0, now}`)
 	// releaseScript deletes the key only if it holds the token.
 	releaseScript = redis.NewScript(`
 if redis.call('GET', KEYS[1]) == ARGV[1] then
@@ -324,8 +335,14 @@ func (l *Lease) Acquire(ctx context.Context, roomID string) (lease.Handle, error
 				o, _ := parseToken(holder)
 				return nil, room.Errorf(lease.ErrHeld, "room %s is held by node %s (%s)", roomID, o.NodeID, o.Addr)
 			}
+			r, err := parseReply(res)
+			if err != nil {
+				l.count(l.metrics.Acquired, "unavailable")
+				return nil, room.Errorf(lease.ErrUnavailable, "acquire lease room=%s: %v", roomID, err)
+			}
 			h := &handle{l: l, roomID: roomID, key: key, token: token, lost: make(chan struct{})}
 			h.validUntil.Store(int64(sent + l.cfg.validity()))
+			h.expires.Store(r.at + l.cfg.TTL.Milliseconds())
 			l.add(h)
 			l.count(l.metrics.Acquired, "ok")
 			return h, nil
@@ -402,7 +419,7 @@ func (l *Lease) renewAll(ctx context.Context) {
 		l.answered(err)
 		if err != nil {
 			for _, h := range hs[lo:] {
-				l.settle(h, sent, 0, err)
+				l.settle(h, sent, reply{}, err)
 			}
 			return
 		}
@@ -412,21 +429,41 @@ func (l *Lease) renewAll(ctx context.Context) {
 	}
 }
 
+// reply is the outcome of a script and Redis's time (unix ms) when it ran.
+type reply struct {
+	res int64
+	at  int64
+}
+
+// parseReply reads a script's {outcome, time} reply.
+func parseReply(v any) (reply, error) {
+	if out, ok := v.([]any); ok && len(out) == 2 {
+		res, ok1 := out[0].(int64)
+		at, ok2 := out[1].(int64)
+		if ok1 && ok2 {
+			return reply{res: res, at: at}, nil
+		}
+	}
+	return reply{}, fmt.Errorf("unexpected reply %v", v)
+}
+
 // extend runs extendScript for each handle in one pipeline, loading the
-// script first if Redis lost it (a restart).
-func (l *Lease) extend(ctx context.Context, hs []*handle) ([]int64, error) {
+// script first if Redis lost it (a restart). A handle whose validity has
+// not ended lets the script take its vanished key again until the key's
+// expiry it last heard of, less the clock margin, on Redis's clock.
+func (l *Lease) extend(ctx context.Context, hs []*handle) ([]reply, error) {
 	ctx, cancel := context.WithTimeout(ctx, l.cfg.callTimeout())
 	defer cancel()
-	now := int64(l.now())
 	for attempt := 0; ; attempt++ {
+		now := int64(l.now())
 		pipe := l.client.Pipeline()
 		cmds := make([]*redis.Cmd, len(hs))
 		for i, h := range hs {
-			retake := "0"
+			retakeBefore := int64(0)
 			if now < h.validUntil.Load() {
-				retake = "1"
+				retakeBefore = h.expires.Load() - l.cfg.margin().Milliseconds()
 			}
-			cmds[i] = extendScript.EvalSha(ctx, pipe, []string{h.key}, h.token, l.cfg.TTL.Milliseconds(), retake)
+			cmds[i] = extendScript.EvalSha(ctx, pipe, []string{h.key}, h.token, l.cfg.TTL.Milliseconds(), retakeBefore)
 		}
 		_, err := pipe.Exec(ctx)
 		if redis.HasErrorPrefix(err, "NOSCRIPT") && attempt == 0 {
@@ -438,9 +475,9 @@ func (l *Lease) extend(ctx context.Context, hs []*handle) ([]int64, error) {
 		if err != nil {
 			return nil, err
 		}
-		out := make([]int64, len(hs))
+		out := make([]reply, len(hs))
 		for i, c := range cmds {
-			if out[i], err = c.Int64(); err != nil {
+			if out[i], err = parseReply(c.Val()); err != nil {
 				return nil, err
 			}
 		}
@@ -449,7 +486,8 @@ func (l *Lease) extend(ctx context.Context, hs []*handle) ([]int64, error) {
 }
 
 // settle applies one renewal outcome to h: err means Redis was unreachable.
-func (l *Lease) settle(h *handle, sent time.Duration, res int64, err error) {
+func (l *Lease) settle(h *handle, sent time.Duration, r reply, err error) {
+	res := r.res
 	l.mu.Lock()
 	_, held := l.held[h]
 	switch {
@@ -506,10 +544,15 @@ func (l *Lease) settle(h *handle, sent time.Duration, res int64, err error) {
 	if res == retaken {
 		l.log.Info("room lease key had vanished; taken again", "room_id", h.roomID)
 	}
-	until := int64(sent + l.cfg.validity())
+	raise(&h.expires, r.at+l.cfg.TTL.Milliseconds())
+	raise(&h.validUntil, int64(sent+l.cfg.validity()))
+}
+
+// raise sets v to x unless it holds more already.
+func raise(v *atomic.Int64, x int64) {
 	for {
-		cur := h.validUntil.Load()
-		if until <= cur || h.validUntil.CompareAndSwap(cur, until) {
+		cur := v.Load()
+		if x <= cur || v.CompareAndSwap(cur, x) {
 			return
 		}
 	}
@@ -570,8 +613,11 @@ type handle struct {
 	key, token string
 	lost       chan struct{} // closed once, by settle, under Lease.mu
 	validUntil atomic.Int64  // on Lease.now's clock
-	dropped    atomic.Bool   // released or lost: never fresh again
-	degraded   bool
+	// expires is when the key expires (unix ms on Redis's clock) after the
+	// latest SET or extension this handle heard of.
+	expires  atomic.Int64
+	dropped  atomic.Bool // released or lost: never fresh again
+	degraded bool
 }
 
 func (h *handle) Lost() <-chan struct{} { return h.lost }
@@ -606,7 +652,7 @@ func (h *handle) Check(ctx context.Context) error {
 	if ctx.Err() != nil {
 		return nil // the caller gave up; its commit is fenced if it goes on
 	}
-	var r int64
+	var r reply
 	if err == nil {
 		r = res[0]
 	}

@@ -650,3 +650,58 @@ func TestALostOrReleasedHandleIsNotFresh(t *testing.T) {
 		t.Error("a released handle is fresh")
 	}
 }
+
+// holdUp runs its hook's function, while set, before a pipeline goes to
+// Redis: a renewal held up in the network.
+type holdUp struct{ before atomic.Pointer[func()] }
+
+func (h *holdUp) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (h *holdUp) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (h *holdUp) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if f := h.before.Swap(nil); f != nil {
+			(*f)()
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// TestARenewalThatReachesRedisAfterTheKeyExpiredDoesNotTakeItAgain: a
+// handle is renewed just before its validity ends (its renewals failed
+// for most of a TTL), and the renewal reaches Redis late: the key expired
+// meanwhile, and another node took the room and gave it back. The renewal
+// must not take the key again: the handle is lost, as a renewal sent after
+// the validity ended is.
+func TestARenewalThatReachesRedisAfterTheKeyExpiredDoesNotTakeItAgain(t *testing.T) {
+	addr := server(t)
+	keys := testKeys(t, addr)
+	a := newNode(t, addr, keys, "a", time.Second, false) // no renewal loop: its renewals fail
+	b := newNode(t, addr, keys, "b", time.Second, false)
+	h := mustAcquire(t, a, "r")
+	hook := &holdUp{}
+	a.client.AddHook(hook)
+	meanwhile := func() {
+		poll.Until(t, 10*time.Second, "the key expired", func() error {
+			n, err := b.client.Exists(context.Background(), keys.Lease("r")).Result()
+			if err == nil && n != 0 {
+				err = errors.New("the key is there")
+			}
+			return err
+		})
+		hb := mustAcquire(t, b, "r")
+		if err := hb.Release(context.Background()); err != nil {
+			t.Error(err)
+		}
+	}
+	hook.before.Store(&meanwhile)
+	poll.Until(t, 10*time.Second, "a's validity about to end", poll.Bool(func() bool {
+		return a.now() > time.Duration(h.validUntil.Load())-30*time.Millisecond
+	}))
+	a.renewAll(context.Background())
+	if got := holder(t, a, "r"); got != "" {
+		t.Errorf("the key is %q's after the late renewal, want it free", got)
+	}
+	if !isClosed(h.Lost()) || h.Fresh() {
+		t.Error("the lease lives on after another node held the room")
+	}
+}
