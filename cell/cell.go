@@ -511,10 +511,11 @@ func (c *Cell) decide(p *pending, seen map[string]*pending, stored map[string]st
 	c.apply(p, seen)
 }
 
-// stamp sets a command's time: this node's clock, never going back within
-// a room.
+// stamp sets a command's time, this node's clock never going back within a
+// room, and the revision of the rules it is decided under.
 func (c *Cell) stamp(env *room.Envelope) {
 	env.At = max(c.reg.cfg.Clock().UnixMilli(), c.state.LastAt)
+	env.Rev = room.Rev
 }
 
 // apply applies a command to the state, or records its refusal.

@@ -174,7 +174,8 @@ func testALateRetryIsAnsweredWithoutAReload(t *testing.T, open func(testing.TB) 
 	checkLog(t, repo, "late", first.RoomVersion+20)
 }
 
-// checkLog asserts the room's log is gap-free from 1 to head with unique ids.
+// checkLog asserts the room's log is gap-free from 1 to head with unique
+// ids, each row decided under this build's rules revision.
 func checkLog(t *testing.T, repo store.Repository, roomID string, head int64) {
 	t.Helper()
 	recs, err := repo.ListCommandsAfter(context.Background(), roomID, 0)
@@ -190,6 +191,10 @@ func checkLog(t *testing.T, repo store.Repository, roomID string, head int64) {
 			t.Fatalf("log of %s: command %s twice", roomID, r.CommandID)
 		}
 		ids[r.CommandID] = true
+		env, err := room.DecodeCommand(roomID, r.CommandID, room.CommandType(r.CommandType), r.Payload)
+		if err != nil || env.Rev != room.Rev {
+			t.Fatalf("log of %s: row %d decodes to %+v, %v; want rules revision %d", roomID, r.RoomVersion, env, err, room.Rev)
+		}
 	}
 	if int64(len(recs)) != head {
 		t.Fatalf("log of %s has %d rows, want %d", roomID, len(recs), head)

@@ -399,7 +399,7 @@ func (c *UnbanUser) apply(s *State, env *Envelope) ([]Event, error) {
 	if !banned && !muted {
 		return nil, ErrNotBanned
 	}
-	if muted { // as MuteUser lifting it
+	if muted || env.Rev >= revOwnerUnmutedAndBannedRank { // as MuteUser lifting it; a ban too from that revision
 		if err := s.requireOver(env, c.TargetUserID); err != nil {
 			return nil, err
 		}

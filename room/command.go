@@ -80,9 +80,29 @@ type Envelope struct {
 	// Platform marks a platform operator (staff), who may act as the owner.
 	Platform bool
 	// At is the command's time, unix ms, fixed when the command is accepted.
-	At      int64
+	At int64
+	// Rev is the revision of the rules the command was decided under, fixed
+	// with At (Rev); 0 in rows logged before revisions. Apply applies a
+	// command under its revision's rules, so a row replays as it applied.
+	Rev     int
 	Command Command
 }
+
+// Rev is the revision of the rules this build decides commands under. A
+// change of what a command does (not a new command or field, which earlier
+// rows cannot hold) takes a new revision, and Apply keeps the earlier rules
+// for commands of earlier revisions. Revisions:
+//
+//	1: a transfer ends the new owner's chat mute (the owner cannot be
+//	   muted, and nobody may lift an owner's mute); a banned admin keeps
+//	   their rank as a target, so only the owner or platform staff make
+//	   their ban longer, mute them or lift what was put on them.
+const Rev = 1
+
+// Revisions of the rules; see Rev.
+const (
+	revOwnerUnmutedAndBannedRank = 1
+)
 
 // Validate checks the envelope and the command without any state.
 func (env *Envelope) Validate() error {
@@ -488,13 +508,15 @@ func deref(p *string) string {
 }
 
 // Encoding. The command log stores each command as JSON:
-// {"op":operator,"platform":bool,"at":unix_ms,"body":{command fields}}, and
-// a command the service decided an outcome for adds "gift":{outcome}.
+// {"op":operator,"platform":bool,"at":unix_ms,"rev":revision,"body":{command
+// fields}}, and a command the service decided an outcome for adds
+// "gift":{outcome}.
 
 type wire struct {
 	Op       int64           `json:"op"`
 	Platform bool            `json:"platform,omitempty"`
 	At       int64           `json:"at"`
+	Rev      int             `json:"rev,omitempty"`
 	Body     json.RawMessage `json:"body"`
 	Gift     *GiftOutcome    `json:"gift,omitempty"`
 }
@@ -549,7 +571,7 @@ func EncodeCommand(env *Envelope) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("encode %s: %w", env.Command.Type(), err)
 	}
-	w := wire{Op: env.Operator, Platform: env.Platform, At: env.At, Body: body}
+	w := wire{Op: env.Operator, Platform: env.Platform, At: env.At, Rev: env.Rev, Body: body}
 	if oc, ok := env.Command.(outcomeCarrier); ok {
 		w.Gift = oc.loggedOutcome()
 	}
@@ -580,7 +602,10 @@ func DecodeCommand(roomID, commandID string, typ CommandType, payload []byte) (*
 		}
 		*oc.loggedOutcome() = *w.Gift
 	}
-	return &Envelope{RoomID: roomID, CommandID: commandID, Operator: w.Op, Platform: w.Platform, At: w.At, Command: cmd}, nil
+	if w.Rev < 0 || w.Rev > Rev {
+		return nil, Errorf(ErrInvalidArgument, "decode %s: rules revision %d is not one of this build (0-%d)", typ, w.Rev, Rev)
+	}
+	return &Envelope{RoomID: roomID, CommandID: commandID, Operator: w.Op, Platform: w.Platform, At: w.At, Rev: w.Rev, Command: cmd}, nil
 }
 
 func strictUnmarshal(data []byte, v any) error {
@@ -596,8 +621,9 @@ func strictUnmarshal(data []byte, v any) error {
 }
 
 // SameRequest reports whether a stored command log payload was made from the
-// same request as env: same type, operator and fields. The command time is
-// not part of the request, so a retry made later still matches.
+// same request as env: same type, operator and fields. The command time and
+// its rules' revision are not part of the request, so a retry made later, or
+// by a later build, still matches.
 func SameRequest(storedType CommandType, storedPayload []byte, env *Envelope) bool {
 	if storedType != env.Command.Type() {
 		return false

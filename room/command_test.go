@@ -1,6 +1,7 @@
 package room
 
 import (
+	"fmt"
 	"reflect"
 	"strings"
 	"testing"
@@ -46,8 +47,8 @@ func TestEncodeDecodeRoundTrip(t *testing.T) {
 	seen := map[CommandType]bool{}
 	for _, cmd := range roundTripCommands() {
 		seen[cmd.Type()] = true
-		for _, platform := range []bool{false, true} {
-			in := &Envelope{RoomID: testRoomID, CommandID: "c-42", Operator: uAdmin, Platform: platform, At: tNow, Command: cmd}
+		for i, platform := range []bool{false, true} {
+			in := &Envelope{RoomID: testRoomID, CommandID: "c-42", Operator: uAdmin, Platform: platform, At: tNow, Rev: i * Rev, Command: cmd}
 			payload, err := EncodeCommand(in)
 			if err != nil {
 				t.Fatalf("encode %s: %v", cmd.Type(), err)
@@ -115,6 +116,8 @@ func TestDecodeCommandRejects(t *testing.T) {
 		{"trailing garbage", CmdTakeMic, valid + `x`, ErrInvalidArgument},
 		{"trailing brace", CmdTakeMic, valid + `}`, ErrInvalidArgument},
 		{"trailing bracket", CmdTakeMic, valid + `]`, ErrInvalidArgument},
+		{"a rules revision of a later build", CmdTakeMic, fmt.Sprintf(`{"op":5,"at":1,"rev":%d,"body":{}}`, Rev+1), ErrInvalidArgument},
+		{"a negative rules revision", CmdTakeMic, `{"op":5,"at":1,"rev":-1,"body":{}}`, ErrInvalidArgument},
 		{"gift outcome on a command without one", CmdTakeMic, `{"op":5,"at":1,"body":{"seat_index":3},"gift":{"price":1}}`, ErrInvalidArgument},
 		{"unknown gift outcome field", CmdSendGift, `{"op":5,"at":1,"body":{"gift_id":"g"},"gift":{"price":1,"colour":"red"}}`, ErrInvalidArgument},
 		{"gift outcome not an object", CmdSendGift, `{"op":5,"at":1,"body":{"gift_id":"g"},"gift":[1]}`, ErrInvalidArgument},
@@ -160,6 +163,7 @@ func TestSameRequest(t *testing.T) {
 	}{
 		{"identical", retry(func(*Envelope) {}), true},
 		{"same request later", retry(func(e *Envelope) { e.At = tNow + 3_600_000 }), true},
+		{"same request by a later build", retry(func(e *Envelope) { e.Rev = Rev }), true},
 		{"same request on another command id", retry(func(e *Envelope) { e.CommandID = "c-2" }), true},
 		{"another operator", retry(func(e *Envelope) { e.Operator = uHost }), false},
 		{"with the platform flag", retry(func(e *Envelope) { e.Platform = true }), false},

@@ -134,7 +134,7 @@ func creatingFixture() *State {
 }
 
 func envAt(op, at int64, cmd Command) *Envelope {
-	return &Envelope{RoomID: testRoomID, CommandID: "cmd-1", Operator: op, At: at, Command: cmd}
+	return &Envelope{RoomID: testRoomID, CommandID: "cmd-1", Operator: op, At: at, Rev: Rev, Command: cmd}
 }
 
 func env(op int64, cmd Command) *Envelope { return envAt(op, tNow, cmd) }

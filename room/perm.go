@@ -36,8 +36,9 @@ func (s *State) RoleOf(user int64, platform bool, at int64) Role {
 //   - owner or platform: close the room, set admins, update the profile;
 //   - admin or above: lock and mute seats, kick from mic, kick, chat-mute,
 //     unban, change the background, switch chat;
-//   - acting on another user needs a strictly higher role than theirs, and
-//     nobody may kick, mute, mic-kick or demote the owner.
+//   - acting on another user needs a strictly higher role than theirs (a
+//     ban takes away what a user may do, not who may act on them: see
+//     targetRole), and nobody may kick, mute, mic-kick or demote the owner.
 func (s *State) require(env *Envelope, min Role) error {
 	if s.RoleOf(env.Operator, env.Platform, env.At) < min {
 		return ErrPermission
@@ -50,8 +51,28 @@ func (s *State) requireOver(env *Envelope, target int64) error {
 	if target == s.OwnerUserID {
 		return ErrTargetProtected
 	}
-	if s.RoleOf(env.Operator, env.Platform, env.At) <= s.RoleOf(target, false, env.At) {
+	if s.RoleOf(env.Operator, env.Platform, env.At) <= s.targetRole(env, target) {
 		return ErrPermission
 	}
 	return nil
+}
+
+// targetRole is target's role as the one acted on: as RoleOf, except that a
+// banned admin or member keeps their rank, so a banned admin is still an
+// admin to the other admins, and only the owner or platform staff make
+// their ban longer, mute them or lift what was put on them. Commands of
+// revisions before revOwnerUnmutedAndBannedRank ranked a banned target a
+// visitor.
+func (s *State) targetRole(env *Envelope, target int64) Role {
+	switch {
+	case env.Rev < revOwnerUnmutedAndBannedRank:
+		return s.RoleOf(target, false, env.At)
+	case target == s.OwnerUserID:
+		return RoleOwner
+	case s.IsAdmin(target):
+		return RoleAdmin
+	case s.IsMember(target):
+		return RoleMember
+	}
+	return RoleVisitor
 }

@@ -6,7 +6,8 @@ package room
 // The new owner must be in the room: ownership goes to someone present to
 // take it, never to an arbitrary id. The old owner stays in the room and
 // in the admin set, so they keep moderating until the new owner demotes
-// them with SetAdmin. The host is shown in the snapshot and carries no
+// them with SetAdmin. A chat mute of the new owner ends with the transfer
+// (from revision 1): nobody may mute the owner, or lift an owner's mute. The host is shown in the snapshot and carries no
 // rights of its own: moderation comes from the admin set, which SetHost
 // leaves as it is.
 
@@ -72,6 +73,12 @@ func (c *TransferOwnership) apply(s *State, env *Envelope) ([]Event, error) {
 	if !wasAdmin {
 		events = append(events, Event{Type: EventRoomAdminChanged, Data: &RoomAdminChangedEvent{
 			UserID: to, Admin: true, OperatorUserID: env.Operator,
+		}})
+	}
+	if env.Rev >= revOwnerUnmutedAndBannedRank && s.MutedAt(to, env.At) { // nobody may lift an owner's mute
+		s.lift(s.Mutes, s.MuteReasons, to)
+		events = append(events, Event{Type: EventRoomUserMuted, Data: &RoomUserMutedEvent{
+			UserID: to, OperatorUserID: env.Operator,
 		}})
 	}
 	return events, nil

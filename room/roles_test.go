@@ -1,6 +1,10 @@
 package room
 
-import "testing"
+import (
+	"reflect"
+	"slices"
+	"testing"
+)
 
 func TestTransferOwnership(t *testing.T) {
 	owned := func(to, op int64) Event {
@@ -88,5 +92,72 @@ func TestPermanentMuteAndReasons(t *testing.T) {
 	apply(t, s, envAt(uAlice, tNow+MaxDurationSecs*1000, &JoinRoom{}), nil)
 	if !s.MutedAt(uAlice, tNow+MaxDurationSecs*1000) || s.MutedAt(uBob, tNow+1000) || s.MuteReasons[uBob] != "" {
 		t.Fatalf("after the timed mute ended: %s", dumpState(s))
+	}
+}
+
+// rev0 is env as a row logged before rules revisions has it.
+func rev0(e *Envelope) *Envelope { e.Rev = 0; return e }
+
+// The owner cannot be chat-muted: nobody may mute them, or lift a mute of
+// theirs, so a member muted when the room passes to them would stay muted
+// as its owner (in the IM group too) until the mute ends, for good when it
+// is permanent. The transfer ends it and shows that it did. A row logged
+// before revision 1 replays as it applied.
+func TestANewOwnerIsNotChatMuted(t *testing.T) {
+	mutedCarol := states(func(s *State) { s.Mutes[uCarol] = permanent; s.MuteReasons[uCarol] = "spam" })
+	s := mutedCarol()
+	events, err := Apply(s, env(uOwner, &TransferOwnership{NewOwnerUserID: uCarol}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.MutedAt(uCarol, tNow+1) || s.MuteReasons[uCarol] != "" {
+		t.Fatalf("owner %d is chat-muted until %d (reason %q)", uCarol, s.Mutes[uCarol], s.MuteReasons[uCarol])
+	}
+	lifted := ev(EventRoomUserMuted, &RoomUserMutedEvent{UserID: uCarol, OperatorUserID: uOwner})
+	if !slices.ContainsFunc(events, func(e Event) bool { return reflect.DeepEqual(e, lifted) }) {
+		t.Fatalf("the lifted mute is not shown (the IM group keeps it):\n%s", dumpEvents(events))
+	}
+	// An owner who was not muted gets no RoomUserMuted.
+	events, err = Apply(fixture(), env(uOwner, &TransferOwnership{NewOwnerUserID: uAlice}))
+	if err != nil || slices.ContainsFunc(events, func(e Event) bool { return e.Type == EventRoomUserMuted }) {
+		t.Fatalf("transfer to alice: %v\n%s", err, dumpEvents(events))
+	}
+
+	old := mutedCarol()
+	apply(t, old, rev0(env(uOwner, &TransferOwnership{NewOwnerUserID: uCarol})), nil)
+	if !old.MutedAt(uCarol, tNow+1) {
+		t.Fatal("a row logged before revision 1 does not replay as it applied")
+	}
+}
+
+// A banned admin is still an admin to the other admins: while the owner's
+// ban runs, a peer may neither make it longer (a kick never shortens a ban)
+// nor chat-mute them past it, nor lift what the owner decided. The owner
+// and platform staff still may. Rows logged before revision 1 replay as
+// they applied.
+func TestABannedAdminKeepsTheirRank(t *testing.T) {
+	s := fixture()
+	apply(t, s, env(uOwner, &KickUser{TargetUserID: uAdmin2, DurationSeconds: 60, Reason: "cool down"}), nil)
+	apply(t, s, envAt(uAdmin, tNow+1, &KickUser{TargetUserID: uAdmin2}), ErrPermission)
+	apply(t, s, envAt(uAdmin, tNow+2, &MuteUser{TargetUserID: uAdmin2, Permanent: true}), ErrPermission)
+	apply(t, s, envAt(uAdmin, tNow+3, &UnbanUser{TargetUserID: uAdmin2}), ErrPermission)
+	apply(t, s, envAt(uOwner, tNow+4, &MuteUser{TargetUserID: uAdmin2, DurationSeconds: 600}), nil)
+	apply(t, s, envAt(uAdmin, tNow+5, &UnbanUser{TargetUserID: uAdmin2}), ErrPermission)
+	apply(t, s, envAt(uAdmin, tNow+6, &MuteUser{TargetUserID: uAdmin2}), ErrPermission)
+	apply(t, s, envAt(uOwner, tNow+7, &KickUser{TargetUserID: uAdmin2, DurationSeconds: 3600}), nil)
+	pe := platformEnv(&UnbanUser{TargetUserID: uAdmin2})
+	pe.At = tNow + 8
+	apply(t, s, pe, nil)
+	// Banned members and visitors rank as before.
+	apply(t, s, envAt(uAdmin, tNow+9, &UnbanUser{TargetUserID: uBanned}), nil)
+	apply(t, s, envAt(uAdmin, tNow+10, &KickUser{TargetUserID: uBannedAlways, DurationSeconds: 60}), nil)
+	apply(t, s, envAt(uAdmin, tNow+11, &MuteUser{TargetUserID: uVisitor, DurationSeconds: 60}), nil)
+
+	old := fixture()
+	apply(t, old, rev0(env(uOwner, &KickUser{TargetUserID: uAdmin2, DurationSeconds: 60})), nil)
+	apply(t, old, rev0(envAt(uAdmin, tNow+1, &MuteUser{TargetUserID: uAdmin2, Permanent: true})), nil)
+	apply(t, old, rev0(envAt(uAdmin, tNow+2, &KickUser{TargetUserID: uAdmin2})), nil)
+	if !old.BannedAt(uAdmin2, tNow+MaxDurationSecs*1000) || !old.MutedAt(uAdmin2, tNow+3) {
+		t.Fatal("rows logged before revision 1 do not replay as they applied")
 	}
 }
