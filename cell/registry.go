@@ -202,7 +202,7 @@ type Registry struct {
 	ctx       context.Context // for storage calls that must finish regardless of callers
 	cancel    context.CancelFunc
 	stopping  chan struct{}
-	wg        sync.WaitGroup // cells and the timer scanner
+	wg        sync.WaitGroup // cells, loads and the timer scanner
 	wakes     *wakers        // wakeups of the features' in-memory timers
 
 	uses atomic.Int64 // a clock of calls: each cell keeps the tick of its last one (LRU)
@@ -406,38 +406,47 @@ func (r *Registry) cell(ctx context.Context, roomID string, create bool) (*Cell,
 		}
 		l := &load{done: make(chan struct{})}
 		r.loading[roomID] = l
+		r.wg.Add(1) // Close waits for the load: it takes the room's lease
 		r.mu.Unlock()
-
-		c, err := r.load(ctx, roomID, create)
-		r.mu.Lock()
-		delete(r.loading, roomID)
-		var release lease.Handle // released after the lock: a lease call may be a network call
-		if err == nil {
-			if r.closed {
-				err = room.ErrShutdown
-				release = c.lease
-			} else {
-				r.cells[roomID] = c
-				r.metrics.LoadedCells.Inc()
-				r.wg.Add(1)
-				go func() {
-					defer r.wg.Done()
-					c.run()
-				}()
-			}
-		}
-		l.err = err
-		close(l.done)
-		r.mu.Unlock()
-		if release != nil {
-			r.features.stopped(roomID)
-			_ = release.Release(r.releaseCtx())
-		}
-		if err != nil {
-			return nil, err
-		}
-		return c, nil
+		return r.start(ctx, roomID, create, l)
 	}
+}
+
+// start loads the room of l and runs its cell, unless the registry closed
+// meanwhile: then it releases the room at once. It is counted in r.wg, so
+// Close waits for it to end before it abandons storage calls, and a room
+// whose load began before Close is not left leased.
+func (r *Registry) start(ctx context.Context, roomID string, create bool, l *load) (*Cell, error) {
+	defer r.wg.Done()
+	c, err := r.load(ctx, roomID, create)
+	r.mu.Lock()
+	delete(r.loading, roomID)
+	var release lease.Handle // released after the lock: a lease call may be a network call
+	if err == nil {
+		if r.closed {
+			err = room.ErrShutdown
+			release = c.lease
+		} else {
+			r.cells[roomID] = c
+			r.metrics.LoadedCells.Inc()
+			r.wg.Add(1)
+			go func() {
+				defer r.wg.Done()
+				c.run()
+			}()
+		}
+	}
+	l.err = err
+	close(l.done)
+	r.mu.Unlock()
+	if release != nil {
+		r.features.stopped(roomID)
+		_ = release.Release(r.releaseCtx())
+	}
+	if err != nil {
+		return nil, err
+	}
+	return c, nil
 }
 
 // leastRecentlyUsedLocked returns the loaded cell called least recently
