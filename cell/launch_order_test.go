@@ -3,6 +3,7 @@ package cell_test
 import (
 	"context"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -115,4 +116,30 @@ func assertLaunchOrder(t testing.TB, repo store.Repository, roomID string, rocke
 	if !slices.Equal(got, want) {
 		t.Fatalf("room %s launched\n%v\nwant\n%v", roomID, got, want)
 	}
+}
+
+// TestALaunchThatFailedStillLaunchesFirst ignites rockets 1 and 2 with one
+// gift, due 200 ms and 700 ms later. The first wakeup of rocket 1 fails
+// (the room is briefly unavailable) and rocket 1 is held back a second
+// before it is submitted again; rocket 2 falls due meanwhile. It waits for
+// rocket 1: the launches commit in launch order.
+func TestALaunchThatFailedStillLaunchesFirst(t *testing.T) {
+	repo := openRepo(t)
+	cfg := levelsConfig(nil, 200*time.Millisecond, 700*time.Millisecond)
+	var failed atomic.Bool
+	cfg.Features = []cell.Feature{{Admit: func(_ context.Context, env *room.Envelope) error {
+		if l, ok := env.Command.(*room.LaunchRocket); ok && l.RocketID == 1 && failed.CompareAndSwap(false, true) {
+			return room.Errorf(room.ErrUnavailable, "room %s is restarting; retry", env.RoomID)
+		}
+		return nil
+	}}}
+	sink := &recordSink{}
+	reg := newTimerRegistry(t, repo, cfg, lease.NewLocal(), sink, nil)
+	igniteRockets(t, reg, sink, "held", 2)
+
+	poll.Until(t, 10*time.Second, "two launches", poll.Bool(func() bool { return len(launches(sink, "held")) == 2 }))
+	if !failed.Load() {
+		t.Fatal("rocket 1's first wakeup did not fail")
+	}
+	assertLaunchOrder(t, repo, "held", 1, 2)
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"sync"
@@ -264,19 +265,21 @@ func (lt *launchTimers) stop() {
 	lt.schedule()
 }
 
-// schedule sets the timer for the earliest due time; the running wakeup
-// schedules when it ends. lt.mu is held.
+// schedule sets the timer for the due time of the launch first in launch
+// order (see takeDue); the running wakeup schedules when it ends. lt.mu is
+// held.
 func (lt *launchTimers) schedule() {
 	if lt.running && !lt.stopped {
 		return
 	}
-	next, found := int64(0), false
+	var next waitingLaunch
+	found := false
 	for _, w := range lt.pending {
-		if !found || w.dueAt() < next {
-			next, found = w.dueAt(), true
+		if !found || compareLaunches(w.launch, next.launch) < 0 {
+			next, found = w, true
 		}
 	}
-	d := time.Duration(max(next-lt.now(), 0)) * time.Millisecond
+	d := time.Duration(max(next.dueAt()-lt.now(), 0)) * time.Millisecond
 	switch {
 	case !found || lt.stopped:
 		if lt.timer != nil {
@@ -323,19 +326,24 @@ func (lt *launchTimers) launchDue(ctx context.Context) {
 	}
 }
 
-// takeDue removes the due launches and returns them in launch order; when
-// none is due it ends the run and schedules the timer.
+// takeDue removes the due launches and returns them in launch order,
+// up to the first launch held back (one that failed or was early, due
+// again a little later): a launch after it in launch order waits for it,
+// even when its own time has come. When none is due it ends the run and
+// schedules the timer.
 func (lt *launchTimers) takeDue() []room.LaunchRocket {
 	lt.mu.Lock()
 	defer lt.mu.Unlock()
 	now := lt.now()
 	var due []room.LaunchRocket
 	if !lt.stopped {
-		for id, w := range lt.pending {
-			if w.dueAt() <= now {
-				due = append(due, w.launch)
-				delete(lt.pending, id)
+		waiting := slices.SortedFunc(maps.Values(lt.pending), func(a, b waitingLaunch) int { return compareLaunches(a.launch, b.launch) })
+		for _, w := range waiting {
+			if w.dueAt() > now {
+				break
 			}
+			due = append(due, w.launch)
+			delete(lt.pending, w.launch.RocketID)
 		}
 	}
 	if len(due) == 0 {
@@ -343,7 +351,6 @@ func (lt *launchTimers) takeDue() []room.LaunchRocket {
 		lt.schedule()
 		return nil
 	}
-	slices.SortFunc(due, compareLaunches)
 	if lt.inFlight == nil {
 		lt.inFlight = make(map[int64]bool)
 	}
