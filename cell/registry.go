@@ -645,9 +645,10 @@ func (r *Registry) Loaded() int {
 	return len(r.cells)
 }
 
-// Close stops intake, lets every cell answer what it has queued and store a
-// final snapshot, releases the leases and stops the group committer. It
-// returns when all of that is done or ctx ends.
+// Close stops intake, waits for the rooms still loading, lets every cell
+// answer what it has queued and store a final snapshot, releases the
+// leases and stops the group committer. It returns when all of that is
+// done or ctx ends.
 func (r *Registry) Close(ctx context.Context) error {
 	_, err := r.Drain(ctx)
 	return err
