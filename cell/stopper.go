@@ -74,8 +74,7 @@ func (s *stopper) work(ctx context.Context) {
 			for i, r := range reqs {
 				if err != nil && len(stops) > 1 && ctx.Err() == nil {
 					// Each room on its own, so one that cannot be
-					// written (a snapshot past the database's packet
-					// limit) does not turn the others' clean stops
+					// written does not turn the others' clean stops
 					// into failovers.
 					r.done <- s.store.StopRooms(ctx, stops[i:i+1])
 					continue

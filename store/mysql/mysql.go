@@ -208,8 +208,13 @@ func Open(ctx context.Context, dsn string, opts Options) (*DB, error) {
 	sqlDB.SetConnMaxIdleTime(opts.ConnMaxIdleTime)
 
 	db := &DB{db: sqlDB}
-	if db.DB, err = sqlstore.New(ctx, sqlstore.Config{
-		Dialect: dialect, Write: sqlDB, Read: sqlDB,
+	d := dialect
+	// A statement past the server's packet limit fails and drops its
+	// connection: the SQL layer leaves out a snapshot that would need one.
+	if err = sqlDB.QueryRowContext(ctx, `SELECT @@max_allowed_packet`).Scan(&d.MaxPacketBytes); err != nil {
+		err = mapErr(err)
+	} else if db.DB, err = sqlstore.New(ctx, sqlstore.Config{
+		Dialect: d, Write: sqlDB, Read: sqlDB,
 	}); err == nil {
 		err = db.preparePrune(ctx)
 	}

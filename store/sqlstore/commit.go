@@ -48,7 +48,8 @@ const maxStaleRetries = 4
 //     its commands and pending outbox rows (stamped with the batch's owner
 //     epoch), settles its gift charges, deletes its done timers, sets its
 //     timers and stores its snapshot unless one of the same or a higher
-//     version is stored.
+//     version is stored, or the snapshot is too large for the database to
+//     take in one statement (Dialect.MaxPacketBytes).
 //
 // Later batches of a room see its earlier ones, so consecutive batches of
 // one room commit together. The fast path fences every batch (see fence)
@@ -69,10 +70,21 @@ func (db *DB) CommitBatches(ctx context.Context, batches []store.Batch) ([]error
 	}
 	checked := make([]error, len(batches))
 	order := make([]int, 0, len(batches))
+	cloned := false
 	for i := range batches {
 		if err := validateBatch(&batches[i]); err != nil {
 			checked[i] = fmt.Errorf("commit batch room=%s base=%d: %w", batches[i].RoomID, batches[i].BaseVersion, err)
 			continue
+		}
+		if !db.d.snapshotFits(batches[i].Snapshot) {
+			// Sent, it would fail the transaction of every batch here,
+			// and again at each of its room's commits: the batch commits
+			// without it, and its room recovers from the snapshot before
+			// and a longer replay.
+			if !cloned {
+				batches, cloned = slices.Clone(batches), true
+			}
+			batches[i].Snapshot = nil
 		}
 		order = append(order, i)
 	}

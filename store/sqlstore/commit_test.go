@@ -1,6 +1,7 @@
 package sqlstore_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -363,5 +364,59 @@ func TestAStaleChargeIsNotPinnedOnAFencedBatch(t *testing.T) {
 				t.Fatalf("the batch the ledger was given: %v, want its stale charge refused", results[1])
 			}
 		})
+	}
+}
+
+// TestASnapshotPastThePacketLimitSpoilsNoOtherBatch: MySQL takes no
+// statement larger than max_allowed_packet (the connection is dropped), so
+// a room whose snapshot outgrew it (100,000 members with 200-byte avatar
+// URLs make 23 MiB; MariaDB's default is 16 MiB) cannot store it. The
+// commit leaves that snapshot out: the other rooms' batches and the big
+// room's own commands commit, and a snapshot that fits is stored as before.
+// The rooms' stops leave it out too, so the big room is still released.
+func TestASnapshotPastThePacketLimitSpoilsNoOtherBatch(t *testing.T) {
+	ctx := t.Context()
+	db := databases["mysql"](t)
+	var limit int
+	if err := db.Writer().QueryRowContext(ctx, `SELECT @@max_allowed_packet`).Scan(&limit); err != nil {
+		t.Fatal(err)
+	}
+	epochs := claimed(t, db, "big", "small")
+	big := batch("big", epochs["big"], 0, 1, "x")
+	big.Snapshot = &store.SnapshotRecord{RoomID: "big", RoomVersion: 1, Payload: bytes.Repeat([]byte("m"), limit)}
+	results, err := db.CommitBatches(ctx, []store.Batch{big, batch("small", epochs["small"], 0, 1, "x")})
+	if err != nil || results[0] != nil || results[1] != nil {
+		t.Fatalf("a commit beside a snapshot past the packet limit: %v, %v; want both batches committed", results, err)
+	}
+	for _, id := range []string{"big", "small"} {
+		if cmds, err := db.ListCommandsAfter(ctx, id, 0); err != nil || len(cmds) != 1 {
+			t.Fatalf("room %s: %d commands, %v; want 1", id, len(cmds), err)
+		}
+	}
+	if _, found, err := db.GetLatestSnapshot(ctx, "big"); err != nil || found {
+		t.Fatalf("the big room's snapshot: found %v, %v; want none stored", found, err)
+	}
+
+	fits := batch("big", epochs["big"], 1, 1, "y")
+	fits.Snapshot = &store.SnapshotRecord{RoomID: "big", RoomVersion: 2, Payload: bytes.Repeat([]byte("m"), limit/2)}
+	if results, err := db.CommitBatches(ctx, []store.Batch{fits}); err != nil || results[0] != nil {
+		t.Fatalf("a snapshot of half the packet limit: %v, %v", results, err)
+	}
+	if s, found, err := db.GetLatestSnapshot(ctx, "big"); err != nil || !found || s.RoomVersion != 2 || len(s.Payload) != limit/2 {
+		t.Fatalf("the big room's snapshot: version %d of %d bytes, found %v, %v; want version 2 stored whole", s.RoomVersion, len(s.Payload), found, err)
+	}
+
+	stops := []store.RoomStop{
+		{RoomID: "big", Epoch: epochs["big"], Release: true,
+			Snapshot: &store.SnapshotRecord{RoomID: "big", RoomVersion: 3, Payload: bytes.Repeat([]byte("m"), limit)}},
+		{RoomID: "small", Epoch: epochs["small"], Release: true},
+	}
+	if err := db.StopRooms(ctx, stops); err != nil {
+		t.Fatalf("stops beside a snapshot past the packet limit: %v", err)
+	}
+	for _, id := range []string{"big", "small"} {
+		if c, err := db.ClaimRoom(ctx, id, "node-b"); err != nil || c.PreviousNode != "" {
+			t.Fatalf("room %s after its stop: %+v, %v; want it released", id, c, err)
+		}
 	}
 }

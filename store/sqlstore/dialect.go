@@ -4,6 +4,7 @@ import (
 	"strings"
 
 	"hyapp/room-service/outbox"
+	"hyapp/room-service/store"
 )
 
 // Dialect is what the SQL layer needs to know of a database: the few
@@ -53,6 +54,12 @@ type Dialect struct {
 	// MaxBulkBytes caps the bytes of one multi-row INSERT (0: no cap), to
 	// stay below MySQL's max_allowed_packet.
 	MaxBulkBytes int
+	// MaxPacketBytes is the most bytes one statement may carry (MySQL's
+	// max_allowed_packet, read when the adapter opens; 0: no limit). A
+	// longer statement fails and drops its connection, so a snapshot that
+	// does not fit in a statement of its own cannot be stored: a commit
+	// and a stop leave it out (see snapshotFits).
+	MaxPacketBytes int
 	// BulkFenceMinRooms is the number of rooms from which a commit fences
 	// all its rooms with two statements (a locking read and one UPDATE)
 	// instead of one conditional UPDATE per batch (0: never). Each
@@ -93,6 +100,31 @@ func (d *Dialect) pendingStatus() string {
 		return outbox.StatusPending + strings.Repeat(" ", len(outbox.StatusPublished)-len(outbox.StatusPending))
 	}
 	return outbox.StatusPending
+}
+
+// packetSlack is what a statement that stores one snapshot holds besides
+// its payload: the statement's text and the row's other values.
+const packetSlack = 64 << 10
+
+// snapshotFits reports whether s can be stored: its payload as the driver
+// sends it in a statement's text (each byte it escapes doubled), with
+// packetSlack, fits in MaxPacketBytes. A room of 100,000 members with
+// 200-byte avatar URLs makes 23 MiB, past MariaDB's default 16 MiB.
+func (d *Dialect) snapshotFits(s *store.SnapshotRecord) bool {
+	if d.MaxPacketBytes == 0 || s == nil {
+		return true
+	}
+	n := len(s.Payload) + len(s.RoomID) + packetSlack
+	if n > d.MaxPacketBytes {
+		return false
+	}
+	for _, c := range s.Payload {
+		switch c {
+		case 0, '\n', '\r', 0x1a, '\'', '"', '\\':
+			n++
+		}
+	}
+	return n <= d.MaxPacketBytes
 }
 
 // InsertOrRollback returns the start of an INSERT whose failure (a

@@ -97,14 +97,15 @@ func (db *DB) ClaimRoom(ctx context.Context, roomID string, nodeID string) (stor
 }
 
 // StopRooms implements store.Repository: one statement stores every
-// snapshot, never backwards, as a commit stores them, and one statement per
-// maxBulkRows rooms releases them, so the stops of many rooms take a few
-// round trips on MySQL.
+// snapshot, never backwards, as a commit stores them (one too large for a
+// statement is left out, and its room is still released), and one
+// statement per maxBulkRows rooms releases them, so the stops of many
+// rooms take a few round trips on MySQL.
 func (db *DB) StopRooms(ctx context.Context, stops []store.RoomStop) error {
 	var snaps []*store.SnapshotRecord
 	var released []any // room id and epoch of each release
 	for i := range stops {
-		if s := stops[i].Snapshot; s != nil {
+		if s := stops[i].Snapshot; s != nil && db.d.snapshotFits(s) {
 			snaps = append(snaps, s)
 		}
 		if stops[i].Release {
