@@ -439,20 +439,31 @@ func publishErr(r outbox.Record, err error) error {
 
 // transient reports whether a publish failed because of the broker or the
 // connection rather than the message: the relay then backs off as a whole
-// and does not count an attempt against the row.
+// and does not count an attempt against the row. A full reconnect buffer
+// is the outage's (the copies of retried rows fill it while the broker is
+// away), and so is a refusal the broker answers for its own state: a
+// server error (5xx: out of storage, no leader, the stream offline) or
+// the account's JetStream limits reached. Counted against the rows, either
+// would send every room's rows dead one after another while it lasts.
 func transient(err error) bool {
 	for _, t := range []error{
 		context.DeadlineExceeded, context.Canceled, nats.ErrTimeout, nats.ErrNoResponders,
 		nats.ErrConnectionClosed, nats.ErrConnectionReconnecting, nats.ErrConnectionDraining,
-		nats.ErrDisconnected, nats.ErrNoServers, nats.ErrInvalidConnection, jetstream.ErrNoStreamResponse,
-		jetstream.ErrAsyncPublishTimeout, jetstream.ErrTooManyStalledMsgs, jetstream.ErrJetStreamPublisherClosed,
+		nats.ErrDisconnected, nats.ErrNoServers, nats.ErrInvalidConnection, nats.ErrReconnectBufExceeded,
+		jetstream.ErrNoStreamResponse, jetstream.ErrAsyncPublishTimeout, jetstream.ErrTooManyStalledMsgs,
+		jetstream.ErrJetStreamPublisherClosed,
 	} {
 		if errors.Is(err, t) {
 			return true
 		}
 	}
-	return false
+	var api *jetstream.APIError
+	return errors.As(err, &api) && (api.Code >= 500 || api.ErrorCode == errCodeAccountResources)
 }
+
+// errCodeAccountResources is JetStream's "resource limits exceeded for
+// account": the account's storage is full, whatever the message.
+const errCodeAccountResources jetstream.ErrorCode = 10002
 
 // Subject is the subject a record of eventType in roomID is published on:
 // <prefix>.<eventType>.<RoomToken(roomID)>. Consumers filter by type with
