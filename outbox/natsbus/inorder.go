@@ -38,6 +38,15 @@ import (
 // error returned is that row's own. Shorter sequences of many rooms share
 // fast batches while enough of them run at once (see gatherer).
 func (b *Bus) PublishInOrder(ctx context.Context, rows []outbox.Record, each func(i int) bool) (int, error) {
+	n, err := b.publishInOrder(ctx, rows, each)
+	if err != nil {
+		b.remake(ctx, err)
+	}
+	return n, err
+}
+
+// publishInOrder is PublishInOrder but for the stream's remaking.
+func (b *Bus) publishInOrder(ctx context.Context, rows []outbox.Record, each func(i int) bool) (int, error) {
 	if len(rows) == 0 {
 		return 0, nil
 	}

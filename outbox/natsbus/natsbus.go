@@ -230,6 +230,9 @@ type Bus struct {
 	streamMu sync.Mutex
 	streamH  jetstream.Stream // LastOfRoom's, once looked up
 
+	remakeMu sync.Mutex // held by the one remake under way
+	remadeAt time.Time  // when remake last looked for the stream
+
 	closeOnce sync.Once
 	closeErr  error
 }
@@ -358,17 +361,52 @@ func (b *Bus) Publish(ctx context.Context, r outbox.Record) error {
 	if err != nil {
 		return fmt.Errorf("publish: %w", err)
 	}
-	ctx, cancel := context.WithTimeout(ctx, b.cfg.PublishTimeout)
+	pctx, cancel := context.WithTimeout(ctx, b.cfg.PublishTimeout)
 	defer cancel()
-	if sc := trace.SpanContextFromContext(ctx); sc.IsSampled() {
+	if sc := trace.SpanContextFromContext(pctx); sc.IsSampled() {
 		msg.Header[HeaderTraceParent] = []string{obs.FormatTraceParent(sc)} // the publish's own span
 	}
 	// ExpectStream makes the broker refuse the message if the subject were
 	// ever captured by another stream, instead of acking it there.
-	if _, err := b.js.PublishMsg(ctx, msg, jetstream.WithExpectStream(b.cfg.Stream)); err != nil {
+	if _, err := b.js.PublishMsg(pctx, msg, jetstream.WithExpectStream(b.cfg.Stream)); err != nil {
+		b.remake(ctx, err)
 		return publishErr(r, err)
 	}
 	return nil
+}
+
+// remakeEvery bounds how often publishes that found no stream look for it.
+const remakeEvery = time.Second
+
+// remake makes the stream again, as Open made it, when a publish failed
+// for want of a stream to take it: an operator deleted it, or a broker
+// lost its store. Without it every row would wait, pending, until the
+// process restarts. It looks at most once a remakeEvery, one caller at a
+// time, and leaves alone a stream that is there (no responder for a moment,
+// as while a cluster elects the stream's leader): the publish is retried
+// by the relay either way (the error is transient).
+func (b *Bus) remake(ctx context.Context, err error) {
+	if !errors.Is(err, jetstream.ErrNoStreamResponse) && !errors.Is(err, nats.ErrNoResponders) {
+		return
+	}
+	if !b.remakeMu.TryLock() {
+		return // another caller looks
+	}
+	defer b.remakeMu.Unlock()
+	if time.Since(b.remadeAt) < remakeEvery {
+		return
+	}
+	b.remadeAt = time.Now()
+	ctx, cancel := context.WithTimeout(ctx, b.cfg.PublishTimeout)
+	defer cancel()
+	if _, err := b.js.Stream(ctx, b.cfg.Stream); !errors.Is(err, jetstream.ErrStreamNotFound) {
+		return
+	}
+	if err := b.createStream(ctx); err != nil {
+		b.log.Error("the stream is missing and could not be made again", "err", err)
+		return
+	}
+	b.log.Warn("the stream was missing: made again; the events it held are gone")
 }
 
 // LastOfRoom returns the event id of the last message the stream holds for
