@@ -166,6 +166,11 @@ func (m *Main) openStore(ctx context.Context) (store.Repository, cell.Config, er
 		db, err := mysql.Open(ctx, cfg.MySQLDSN, opts)
 		if err == nil {
 			db.SetCommitObserver(m.metrics.commits)
+			db.SetSnapshotLeftOut(func(s *store.SnapshotRecord, limit int) {
+				m.metrics.snapshotsLeftOut.Inc()
+				m.Log.Warn("room snapshot larger than the database's max_allowed_packet: left out; the room recovers from an earlier snapshot and a longer replay",
+					"room_id", s.RoomID, "room_version", s.RoomVersion, "bytes", len(s.Payload), "max_allowed_packet", limit)
+			})
 			return db, cell.Config{CommitWorkers: 4, CommitMaxRooms: 256}, nil
 		}
 		if !errors.Is(err, store.ErrUnavailable) || ctx.Err() != nil {

@@ -36,6 +36,8 @@ type metrics struct {
 	commits func(path string, declined bool)
 	// handoffs counts rooms this node handed off when it drained.
 	handoffs prometheus.Counter
+	// snapshotsLeftOut counts snapshots too large for MySQL's packet limit.
+	snapshotsLeftOut prometheus.Counter
 	// laneRecreated counts IM groups the lane created again (control's
 	// count is control.Recreated, the same metric under another label).
 	laneRecreated func()
@@ -51,19 +53,22 @@ func newMetrics() *metrics {
 	reg.MustRegister(recreated)
 	handoffs := prometheus.NewCounter(prometheus.CounterOpts{Name: "room_handoffs_total", Help: "Rooms this node handed off when it drained (a final snapshot stored, the lease released)."})
 	reg.MustRegister(handoffs)
+	leftOut := prometheus.NewCounter(prometheus.CounterOpts{Name: "room_snapshots_left_out_total", Help: "Room snapshots a commit or a stop left out because they exceed MySQL's max_allowed_packet: the room recovers from an earlier snapshot and a longer replay (raise max_allowed_packet)."})
+	reg.MustRegister(leftOut)
 	return &metrics{
-		handoffs:      handoffs,
-		registry:      reg,
-		cell:          cell.NewMetrics(reg),
-		wallet:        wallet.NewMetrics(reg),
-		relay:         newRelayMetrics(reg),
-		lane:          newLaneMetrics(reg),
-		control:       newControlMetrics(reg, recreated),
-		routing:       newRoutingMetrics(reg),
-		laneRecreated: recreated.WithLabelValues("lane").Inc,
-		lease:         newLeaseMetrics(reg),
-		sqlite:        newSQLiteMetrics(reg),
-		commits:       newCommitPathMetrics(reg),
+		handoffs:         handoffs,
+		snapshotsLeftOut: leftOut,
+		registry:         reg,
+		cell:             cell.NewMetrics(reg),
+		wallet:           wallet.NewMetrics(reg),
+		relay:            newRelayMetrics(reg),
+		lane:             newLaneMetrics(reg),
+		control:          newControlMetrics(reg, recreated),
+		routing:          newRoutingMetrics(reg),
+		laneRecreated:    recreated.WithLabelValues("lane").Inc,
+		lease:            newLeaseMetrics(reg),
+		sqlite:           newSQLiteMetrics(reg),
+		commits:          newCommitPathMetrics(reg),
 	}
 }
 

@@ -76,7 +76,7 @@ func (db *DB) CommitBatches(ctx context.Context, batches []store.Batch) ([]error
 			checked[i] = fmt.Errorf("commit batch room=%s base=%d: %w", batches[i].RoomID, batches[i].BaseVersion, err)
 			continue
 		}
-		if !db.d.snapshotFits(batches[i].Snapshot) {
+		if !db.snapshotFits(batches[i].Snapshot) {
 			// Sent, it would fail the transaction of every batch here,
 			// and again at each of its room's commits: the batch commits
 			// without it, and its room recovers from the snapshot before

@@ -381,6 +381,13 @@ func TestASnapshotPastThePacketLimitSpoilsNoOtherBatch(t *testing.T) {
 	if err := db.Writer().QueryRowContext(ctx, `SELECT @@max_allowed_packet`).Scan(&limit); err != nil {
 		t.Fatal(err)
 	}
+	var leftOut []int64 // the versions the observer heard of
+	db.SetSnapshotLeftOut(func(s *store.SnapshotRecord, max int) {
+		if s.RoomID != "big" || max != limit {
+			t.Errorf("left out: room %s at a limit of %d", s.RoomID, max)
+		}
+		leftOut = append(leftOut, s.RoomVersion)
+	})
 	epochs := claimed(t, db, "big", "small")
 	big := batch("big", epochs["big"], 0, 1, "x")
 	big.Snapshot = &store.SnapshotRecord{RoomID: "big", RoomVersion: 1, Payload: bytes.Repeat([]byte("m"), limit)}
@@ -418,5 +425,8 @@ func TestASnapshotPastThePacketLimitSpoilsNoOtherBatch(t *testing.T) {
 		if c, err := db.ClaimRoom(ctx, id, "node-b"); err != nil || c.PreviousNode != "" {
 			t.Fatalf("room %s after its stop: %+v, %v; want it released", id, c, err)
 		}
+	}
+	if !slices.Equal(leftOut, []int64{1, 3}) {
+		t.Fatalf("the observer heard of snapshots %v left out, want [1 3]", leftOut)
 	}
 }

@@ -105,7 +105,7 @@ func (db *DB) StopRooms(ctx context.Context, stops []store.RoomStop) error {
 	var snaps []*store.SnapshotRecord
 	var released []any // room id and epoch of each release
 	for i := range stops {
-		if s := stops[i].Snapshot; s != nil && db.d.snapshotFits(s) {
+		if s := stops[i].Snapshot; s != nil && db.snapshotFits(s) {
 			snaps = append(snaps, s)
 		}
 		if stops[i].Release {

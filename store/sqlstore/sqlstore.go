@@ -94,8 +94,10 @@ type DB struct {
 	// committed hears the path of each CommitBatches call that committed
 	// (SetCommitObserver).
 	committed atomic.Pointer[func(path string, declined bool)]
-	stmts     statements
-	marks     marks // single writer: marks waiting for a room commit
+	// leftOut hears each snapshot too large to store (SetSnapshotLeftOut).
+	leftOut atomic.Pointer[func(s *store.SnapshotRecord, limit int)]
+	stmts   statements
+	marks   marks // single writer: marks waiting for a room commit
 }
 
 // statements are prepared once: writes on the write pool, reads on the read pool.
@@ -145,6 +147,24 @@ const (
 // whether a one-trip attempt gave way to it (a batch fenced, a duplicate
 // key, a charge refused: the batches were decided one step at a time).
 func (db *DB) SetCommitObserver(f func(path string, declined bool)) { db.committed.Store(&f) }
+
+// SetSnapshotLeftOut installs what hears of each snapshot a commit or a
+// stop left out because no statement could carry it (Dialect.MaxPacketBytes,
+// the limit given): its room recovers from an earlier snapshot and a longer
+// replay, which an operator should know of.
+func (db *DB) SetSnapshotLeftOut(f func(s *store.SnapshotRecord, limit int)) { db.leftOut.Store(&f) }
+
+// snapshotFits is Dialect.snapshotFits, telling SetSnapshotLeftOut's
+// observer of a snapshot that does not fit.
+func (db *DB) snapshotFits(s *store.SnapshotRecord) bool {
+	if db.d.snapshotFits(s) {
+		return true
+	}
+	if f := db.leftOut.Load(); f != nil {
+		(*f)(s, db.d.MaxPacketBytes)
+	}
+	return false
+}
 
 // SetLedger installs what writes the embedded ledger's charges and settles
 // inside a commit (store.Batch.Charges and Settle). The embedded ledger
