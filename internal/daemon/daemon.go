@@ -101,6 +101,10 @@ type Main struct {
 	// Run ("" when off).
 	GRPCAddr string
 
+	// nodeID is this node's name, set by Run: node_id, or the host name
+	// when node_id is empty.
+	nodeID string
+
 	// workers owns every goroutine Main starts: retention, reconciler,
 	// relay, im-control, http and in fleet mode lease-renew and membership.
 	workers workers
@@ -362,6 +366,7 @@ func (m *Main) Run(ctx context.Context) error {
 	if nodeID == "" {
 		nodeID, _ = os.Hostname()
 	}
+	m.nodeID = nodeID
 	var tracing rpc.Options
 	if err := m.setupTracing(ctx, nodeID, &tracing); err != nil {
 		return fmt.Errorf("tracing: %w", err)

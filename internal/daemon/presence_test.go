@@ -5,10 +5,14 @@ import (
 	"crypto/rand"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
+	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -207,4 +211,50 @@ func disconnect(t *testing.T, addr, token string, user int64) (int, string) {
 	var ans struct{ ActionStatus, ErrorInfo string }
 	_ = json.NewDecoder(res.Body).Decode(&ans)
 	return res.StatusCode, ans.ActionStatus + " " + ans.ErrorInfo
+}
+
+// TestTIMCallbackPassedOnByANodeNamedAfterItsHost: a node without node_id
+// is named after its host, and passes a callback on marked with that name,
+// to the other nodes only: a callback passed on unmarked would be passed on
+// again by every node that gets it, itself included, for as long as its
+// signature is fresh.
+func TestTIMCallbackPassedOnByANodeNamedAfterItsHost(t *testing.T) {
+	servicetest.Need(t, "Redis", "127.0.0.1:6379")
+	servicetest.Need(t, "NATS", "127.0.0.1:4222")
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		t.Skip("no host name")
+	}
+	const cbToken = "tencent-console-callback-token"
+	id := rand.Text()[:8]
+	redisURL := "redis://127.0.0.1:6379/4"
+	keys := redislease.Keys{Prefix: "tim-host-" + id + ":"}
+	stream := ownStream(t, "tn"+strings.ToLower(id))
+	flags := fleetFlags(t, redisURL, keys, stream, id, "-tim-callback-token", cbToken, "-node-id", "")
+	a, _ := runMain(t, t.TempDir(), flags("a")...)
+
+	var mu sync.Mutex
+	var marks []string // the X-Room-Forwarded of each callback the other node got
+	other := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		marks = append(marks, r.Header.Get(rpc.TIMForwardedHeader))
+		mu.Unlock()
+		_, _ = io.WriteString(w, `{"ActionStatus":"OK","ErrorCode":0}`)
+	}))
+	t.Cleanup(other.Close)
+	fakeMember(t, redisOf(t, redisURL), keys, "other-"+id, other.Listener.Addr().String())
+
+	if code, ans := disconnect(t, a.Addr, cbToken, 10); code != http.StatusOK {
+		t.Fatalf("callback: %d %q", code, ans)
+	}
+	poll.Until(t, 10*time.Second, "the callback to be passed on", poll.Bool(func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(marks) > 0
+	}))
+	mu.Lock()
+	defer mu.Unlock()
+	if marks[0] != host {
+		t.Fatalf("the callback was passed on marked %q, want the node's name %q", marks[0], host)
+	}
 }

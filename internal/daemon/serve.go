@@ -278,7 +278,7 @@ func (m *Main) timFanout(log *slog.Logger) func(string, []byte) {
 			}
 			var sends sync.WaitGroup
 			for _, mb := range members {
-				if mb.NodeID == m.Config.NodeID || mb.Addr == "" || mb.Draining && mb.Rooms == 0 {
+				if mb.NodeID == m.nodeID || mb.Addr == "" || mb.Draining && mb.Rooms == 0 {
 					continue
 				}
 				sends.Go(func() {
@@ -302,7 +302,7 @@ func (m *Main) passOn(client *http.Client, addr, rawQuery string, body []byte) e
 		return err
 	}
 	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set(rpc.TIMForwardedHeader, m.Config.NodeID)
+	req.Header.Set(rpc.TIMForwardedHeader, m.nodeID)
 	res, err := client.Do(req)
 	if err != nil {
 		return err
