@@ -396,6 +396,9 @@ func (c Config) Validate() error {
 	if c.DataDir == "" {
 		p = append(p, errors.New("data_dir is empty"))
 	}
+	if len(c.NodeID) > maxNodeID {
+		p = append(p, fmt.Errorf("node_id is %d bytes; at most %d fit a room's owner (rooms.owner_node)", len(c.NodeID), maxNodeID))
+	}
 	if !oneOf(strings.ToLower(c.LogLevel), "debug", "info", "warn", "error") {
 		p = append(p, fmt.Errorf("log_level %q is not debug, info, warn or error", c.LogLevel))
 	}
@@ -469,6 +472,10 @@ func (c Config) Validate() error {
 	}
 	return errors.Join(p...)
 }
+
+// maxNodeID bounds node_id: the node is stored as the owner of the rooms it
+// claims (rooms.owner_node, VARCHAR(128) on MySQL) and named by Drain.
+const maxNodeID = 128
 
 // Bounds of the presence settings: a heartbeat every 30 s or so needs a
 // timeout well above it.

@@ -532,3 +532,17 @@ func TestPresenceTimeoutIsShorterThanTheIdleTimeout(t *testing.T) {
 		t.Fatalf("presence_timeout 9m, idle_timeout 10m: %v", err)
 	}
 }
+
+// TestNodeIDFitsTheOwnerColumn: node_id is stored as a room's owner
+// (rooms.owner_node, 128 bytes on MySQL) and named by Drain (at most 128
+// bytes): a longer one is refused at start, also on a single node, instead
+// of failing every claim of a room once the service runs.
+func TestNodeIDFitsTheOwnerColumn(t *testing.T) {
+	c := config.Default()
+	c.NodeID = strings.Repeat("n", 128)
+	if err := c.Validate(); err != nil {
+		t.Fatalf("a node_id of 128 bytes: %v", err)
+	}
+	_, err := config.Load([]string{"-node-id", strings.Repeat("n", 129)}, env(nil))
+	mustMention(t, err, "node_id")
+}
