@@ -555,10 +555,16 @@ func (c Config) validateFleet() []error {
 		p = append(p, fmt.Errorf("advertise_addr %q: %v", c.AdvertiseAddr, err))
 	case host == "" || net.ParseIP(host) != nil && net.ParseIP(host).IsUnspecified():
 		p = append(p, fmt.Errorf("advertise_addr %q names no host other nodes can reach (not 0.0.0.0 or ::)", c.AdvertiseAddr))
-	case port == "" || port == "0":
-		p = append(p, fmt.Errorf("advertise_addr %q needs a port", c.AdvertiseAddr))
+	case !validPort(port):
+		p = append(p, fmt.Errorf("advertise_addr %q needs a port, 1..65535", c.AdvertiseAddr))
 	}
 	return p
+}
+
+// validPort reports whether port is a TCP port other nodes can dial.
+func validPort(port string) bool {
+	n, err := strconv.ParseUint(port, 10, 16)
+	return err == nil && n > 0
 }
 
 // RegionalGroups parses im_regional_groups ("sg=group-sg,us=group-us").

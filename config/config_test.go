@@ -439,6 +439,8 @@ func TestFleetModeSettings(t *testing.T) {
 	}{
 		{"unspecified advertise host", func(c *config.Config) { c.AdvertiseAddr = "0.0.0.0:8080" }, "advertise_addr"},
 		{"advertise without port", func(c *config.Config) { c.AdvertiseAddr = "10.0.0.7" }, "advertise_addr"},
+		{"advertise port not a number", func(c *config.Config) { c.AdvertiseAddr = "10.0.0.7:808O" }, "advertise_addr"},
+		{"advertise port past 65535", func(c *config.Config) { c.AdvertiseAddr = "10.0.0.7:80800" }, "advertise_addr"},
 		{"short ttl", func(c *config.Config) { c.LeaseTTL = 300 * time.Millisecond }, "lease_ttl"},
 		{"not a redis url", func(c *config.Config) { c.RedisURL = "http://cache:6379" }, "redis_url"},
 		{"separator in node id", func(c *config.Config) { c.NodeID = "a|b" }, "node_id"},
