@@ -12,15 +12,20 @@ import (
 	"connectrpc.com/connect"
 
 	roomv1 "hyapp/room-service/gen/room/v1"
+	"hyapp/room-service/rpc"
 )
 
 func setupSnapshot(fs *flag.FlagSet) func(context.Context, *client, []string, io.Writer) error {
-	members := fs.Int("members", 0, "show at most N members (0: all)")
+	members := fs.Int("members", 0, fmt.Sprintf("show at most N members (0: all, up to the %d GetRoomSnapshot lists at most)", rpc.MaxMemberLimit))
 	return func(ctx context.Context, c *client, args []string, out io.Writer) error {
-		if *members < 0 {
-			return usagef("-members must not be negative")
+		if *members < 0 || *members > rpc.MaxMemberLimit {
+			return usagef("-members must be 0..%d", rpc.MaxMemberLimit)
 		}
-		snap, err := liveSnapshot(ctx, c, args[0], int32(*members))
+		limit := int32(*members)
+		if limit == 0 { // GetRoomSnapshot would list its default, not all
+			limit = rpc.MaxMemberLimit
+		}
+		snap, err := liveSnapshot(ctx, c, args[0], limit)
 		if err != nil {
 			return err
 		}
@@ -28,7 +33,8 @@ func setupSnapshot(fs *flag.FlagSet) func(context.Context, *client, []string, io
 	}
 }
 
-// liveSnapshot returns the room's live state with at most members members (0: all).
+// liveSnapshot returns the room's live state with at most members members
+// (0: the service's default, rpc.DefaultMemberLimit).
 func liveSnapshot(ctx context.Context, c *client, roomID string, members int32) (*roomv1.RoomSnapshot, error) {
 	resp, err := c.rooms.GetRoomSnapshot(ctx, connect.NewRequest(&roomv1.GetRoomSnapshotRequest{RoomId: roomID, MemberLimit: members}))
 	if err != nil {
