@@ -165,8 +165,12 @@ func (c Config) Callers() ([]auth.Caller, error) {
 		}
 	}
 	list, err := auth.ParseTokens(c.Tokens)
-	if err != nil {
+	switch {
+	case err != nil:
 		p = append(p, fmt.Errorf("tokens (ROOM_TOKENS): %w", err))
+	case c.Tokens != "" && len(list) == 0:
+		// Only separators or spaces: an empty secret in a template.
+		p = append(p, errors.New("tokens (ROOM_TOKENS) is set but names no caller"))
 	}
 	out = append(out, list...)
 	for i, cc := range c.CallerList {
@@ -497,10 +501,12 @@ func (c Config) validateListen(name, addr string) []error {
 	return nil
 }
 
-// HasCredentials reports whether any caller credential is configured.
+// HasCredentials reports whether any caller credential is configured: a
+// caller that token, tokens or callers name, as the API counts them.
 // Without one every call is served, which only a loopback listen allows.
 func (c Config) HasCredentials() bool {
-	return c.Token != "" || c.Tokens != "" || len(c.CallerList) > 0
+	callers, _ := c.Callers() // Validate reports their problems
+	return len(callers) > 0
 }
 
 // Development reports whether the service runs as a development server:

@@ -312,6 +312,24 @@ func TestListenNeedsTokenOffLoopback(t *testing.T) {
 	}
 }
 
+// TestTokensThatNameNoCallerAreNoCredentials: a tokens setting that holds
+// only separators or spaces (an empty secret rendered into a template)
+// names no caller, so the API would serve every call with every right: it
+// is refused, and does not let the API off loopback.
+func TestTokensThatNameNoCallerAreNoCredentials(t *testing.T) {
+	for _, tokens := range []string{";", " ; ", "\n"} {
+		t.Run(fmt.Sprintf("%q", tokens), func(t *testing.T) {
+			_, err := config.Load([]string{"-listen", "0.0.0.0:8080"}, env(map[string]string{"ROOM_TOKENS": tokens}))
+			mustMention(t, err, "tokens", "listen")
+			cfg := config.Default()
+			cfg.Tokens = tokens
+			if cfg.HasCredentials() {
+				t.Fatalf("tokens %q count as credentials", tokens)
+			}
+		})
+	}
+}
+
 func TestPositionalArgumentsAreRefused(t *testing.T) {
 	for _, args := range [][]string{{"serve"}, {"-listen", "127.0.0.1:1", "extra"}, {"--", "x"}} {
 		if _, err := config.Load(args, env(nil)); err == nil {
