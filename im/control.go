@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -38,6 +39,10 @@ type EventStream interface {
 	// events' (subjects must not overlap them), keeping at most maxMsgs
 	// messages for at most maxAge.
 	CreateSideStream(ctx context.Context, name string, subjects []string, maxAge time.Duration, maxMsgs int64) error
+	// NextOfRoom returns the first event of eventType in roomID the stream
+	// holds after stream sequence seq, with its sequence; nil when it holds
+	// none.
+	NextOfRoom(ctx context.Context, roomID, eventType string, seq uint64) (*roomv1.RoomEvent, uint64, error)
 	// PublishSide stores data in a side stream on the subject prefix.key,
 	// key escaped to one subject token; a non-empty msgID makes a repeat a
 	// duplicate. A nil error means the broker stored it.
@@ -357,7 +362,7 @@ func (d *dispatcher) handle(ctx context.Context, roomID string, dv delivery) {
 			return
 		}
 		cctx, cancel := context.WithTimeout(ctx, c.CallTimeout)
-		err = c.apply(cctx, ev)
+		err = c.applyLatest(cctx, ev, seq)
 		cancel()
 		<-d.sem
 	}
@@ -557,6 +562,117 @@ func (c *Control) apply(ctx context.Context, ev *roomv1.RoomEvent) error {
 		})
 	}
 	return nil
+}
+
+// maxLatestRounds bounds how many times applyLatest follows newer events
+// stored while it made its calls; the events past it are applied by their
+// own deliveries.
+const maxLatestRounds = 8
+
+// applyLatest applies the latest event of the state ev sets (a member's
+// mute, a member's ban, the group's name or its mute-all, the group itself):
+// ev, or the room's latest event after it that decides the same state, and
+// once applied, checks again for one stored while its calls were made. Once
+// the room closed, every earlier event dissolves the group instead: a group
+// one of them made (a create, a call that found the group missing) must not
+// outlive the room. Control's calls set states, so what Tencent holds is
+// then what the room's latest events say, whatever order the events reach
+// control in: every node of a fleet takes events from the one durable
+// consumer, and an event retried, redelivered after a restart or after a
+// lost ack comes after the room's later events, which another node or this
+// one may have applied already. RoomClosed is applied as it is.
+func (c *Control) applyLatest(ctx context.Context, ev *roomv1.RoomEvent, seq uint64) error {
+	switch typ := ev.GetEventType(); {
+	case !slices.Contains(controlTypes, typ):
+		return nil // delivered by a server that cannot filter: nothing to do
+	case typ == string(room.EventRoomClosed):
+		return c.apply(ctx, ev)
+	}
+	applied := false
+	for range maxLatestRounds {
+		later, laterSeq, closed, err := c.later(ctx, ev, seq)
+		switch {
+		case err != nil:
+			return err
+		case closed:
+			if err := c.API.DestroyGroup(ctx, c.GroupOf(ev.GetRoomId())); err != nil {
+				return fmt.Errorf("destroy group of closed room=%s: %w", ev.GetRoomId(), err)
+			}
+			return nil
+		case later != nil:
+			ev, seq = later, laterSeq
+		case applied:
+			return nil
+		}
+		if err := c.apply(ctx, ev); err != nil {
+			return err
+		}
+		applied = true
+	}
+	return nil
+}
+
+// later returns the room's latest event after stream sequence seq that
+// decides the state ev sets, with its sequence (nil when there is none),
+// or reports that the room closed after ev.
+func (c *Control) later(ctx context.Context, ev *roomv1.RoomEvent, seq uint64) (*roomv1.RoomEvent, uint64, bool, error) {
+	roomID := ev.GetRoomId()
+	closed, _, err := c.Bus.NextOfRoom(ctx, roomID, string(room.EventRoomClosed), seq)
+	if err != nil {
+		return nil, 0, false, err
+	}
+	if closed != nil && closed.GetEventId() != ev.GetEventId() {
+		return nil, 0, true, nil
+	}
+	types, user := stateOf(ev)
+	var latest *roomv1.RoomEvent
+	var latestSeq uint64
+	for _, typ := range types {
+		for at := seq; ; {
+			next, nextSeq, err := c.Bus.NextOfRoom(ctx, roomID, typ, at)
+			if err != nil {
+				return nil, 0, false, err
+			}
+			if next == nil {
+				break
+			}
+			at = nextSeq
+			if next.GetEventId() != ev.GetEventId() && nextSeq > latestSeq && (user == 0 || userOf(next) == user) {
+				latest, latestSeq = next, nextSeq
+			}
+		}
+	}
+	return latest, latestSeq, false, nil
+}
+
+// stateOf names the state a control event sets: the event types whose
+// later events decide it too, and the member it is of (0: the group's own).
+// RoomCreated sets nothing a later event other than the close decides.
+func stateOf(ev *roomv1.RoomEvent) (types []string, user int64) {
+	switch typ := room.EventType(ev.GetEventType()); typ {
+	case room.EventRoomProfileUpdated, room.EventRoomChatEnabledChanged:
+		return []string{string(typ)}, 0
+	case room.EventRoomUserMuted:
+		if user := userOf(ev); user != 0 {
+			return []string{string(typ)}, user
+		}
+	case room.EventRoomUserKicked, room.EventRoomUserUnbanned:
+		if user := userOf(ev); user != 0 {
+			return []string{string(room.EventRoomUserKicked), string(room.EventRoomUserUnbanned)}, user
+		}
+	}
+	return nil, 0
+}
+
+// userOf is the user_id of a member event's payload, 0 when it has none.
+func userOf(ev *roomv1.RoomEvent) int64 {
+	var p struct {
+		UserID int64 `json:"user_id"`
+	}
+	if json.Unmarshal([]byte(ev.GetPayloadJson()), &p) != nil {
+		return 0
+	}
+	return p.UserID
 }
 
 // onGroup makes a call on an existing group; when the group is missing it

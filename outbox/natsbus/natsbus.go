@@ -442,6 +442,31 @@ func (b *Bus) LastOfRoom(ctx context.Context, roomID string) (eventID string, fo
 	return ev.GetEventId(), true, nil
 }
 
+// NextOfRoom returns the first event of eventType in roomID the stream
+// holds after stream sequence seq, and its sequence; nil and 0 when it
+// holds none. Group control asks it whether a later event of a room
+// decides what an earlier one would set.
+func (b *Bus) NextOfRoom(ctx context.Context, roomID, eventType string, seq uint64) (*roomv1.RoomEvent, uint64, error) {
+	ctx, cancel := context.WithTimeout(ctx, b.cfg.PublishTimeout)
+	defer cancel()
+	s, err := b.stream(ctx)
+	if err != nil {
+		return nil, 0, err
+	}
+	m, err := s.GetMsg(ctx, seq+1, jetstream.WithGetMsgSubject(b.Subject(eventType, roomID)))
+	switch {
+	case errors.Is(err, jetstream.ErrMsgNotFound):
+		return nil, 0, nil
+	case err != nil:
+		return nil, 0, fmt.Errorf("next %s of room %s after seq %d: %w", eventType, roomID, seq, err)
+	}
+	ev, err := Decode(m.Data)
+	if err != nil {
+		return nil, 0, fmt.Errorf("next %s of room %s (seq %d): %w", eventType, roomID, m.Sequence, err)
+	}
+	return ev, m.Sequence, nil
+}
+
 // stream is the handle of the Bus's stream, looked up once.
 func (b *Bus) stream(ctx context.Context) (jetstream.Stream, error) {
 	b.streamMu.Lock()

@@ -1,0 +1,126 @@
+package im_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"hyapp/room-service/im"
+	"hyapp/room-service/internal/poll"
+	"hyapp/room-service/room"
+)
+
+// failsOnce is a GroupAPI whose first call of each group that fail selects
+// fails transiently, as a connection reset does.
+type failsOnce struct {
+	im.GroupAPI
+	fail func(call string, seconds uint32) bool
+
+	mu     sync.Mutex
+	failed map[string]bool
+}
+
+func (f *failsOnce) first(group, call string, seconds uint32) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if !f.fail(call, seconds) || f.failed[group+" "+call] {
+		return nil
+	}
+	f.failed[group+" "+call] = true
+	return errors.New("connection reset (test)")
+}
+
+func (f *failsOnce) CreateGroup(ctx context.Context, group, name string) error {
+	if err := f.first(group, "create", 0); err != nil {
+		return err
+	}
+	return f.GroupAPI.CreateGroup(ctx, group, name)
+}
+
+func (f *failsOnce) ForbidSendMsg(ctx context.Context, group string, members []string, seconds uint32) error {
+	if err := f.first(group, "forbid", seconds); err != nil {
+		return err
+	}
+	return f.GroupAPI.ForbidSendMsg(ctx, group, members, seconds)
+}
+
+// newFleetControl is a control world with a second node's group control on
+// the same durable consumer, both calling Tencent through f.
+func newFleetControl(t *testing.T, f *failsOnce) *controlWorld {
+	t.Helper()
+	f.failed = map[string]bool{}
+	w := newControlWorld(t, func(c *im.Control) {
+		f.GroupAPI = c.API
+		c.API = f
+		c.MaxBackoff = time.Second
+	})
+	second := &im.Control{Bus: w.bus, API: f, MaxBackoff: time.Second, Log: quiet}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = second.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return w
+}
+
+// settled waits until group control has applied every event.
+func (w *controlWorld) settled(t *testing.T) {
+	t.Helper()
+	cons, err := w.bus.JetStream().Consumer(context.Background(), w.bus.Stream(), im.DefaultControlDurable)
+	if err != nil {
+		t.Fatal(err)
+	}
+	poll.Until(t, 60*time.Second, "every event applied", poll.Bool(func() bool {
+		info, err := cons.Info(context.Background())
+		return err == nil && info.NumAckPending == 0 && info.NumPending == 0
+	}))
+}
+
+// TestAFleetKeepsEachRoomsMutesInOrder: every node of a fleet runs group
+// control on the one durable consumer. A mute whose call fails once is
+// retried; the unmute committed after it, on whichever node it lands, must
+// win, or the member stays muted in the group while the room says they may
+// talk.
+func TestAFleetKeepsEachRoomsMutesInOrder(t *testing.T) {
+	w := newFleetControl(t, &failsOnce{fail: func(call string, seconds uint32) bool { return call == "forbid" && seconds != 0 }})
+	const rooms = 16
+	for i := range rooms {
+		id := fmt.Sprintf("fleet-%d", i)
+		w.submit(t, id, "create", 1, &room.CreateRoom{OwnerUserID: 1, SeatCount: 8})
+		w.submit(t, id, "join", 5, &room.JoinRoom{})
+		poll.Until(t, 30*time.Second, "group "+id, poll.Bool(func() bool { return w.hasGroup(id) }))
+	}
+	for i := range rooms {
+		id := fmt.Sprintf("fleet-%d", i)
+		w.submit(t, id, "mute", 1, &room.MuteUser{TargetUserID: 5, DurationSeconds: 600})
+		w.submit(t, id, "unmute", 1, &room.MuteUser{TargetUserID: 5, DurationSeconds: 0})
+	}
+	w.settled(t)
+	for i := range rooms {
+		id := fmt.Sprintf("fleet-%d", i)
+		if _, muted := w.local.Muted(id)["5"]; muted {
+			t.Errorf("room %s: member 5 is muted in the group after the unmute", id)
+		}
+	}
+}
+
+// TestAFleetLeavesNoGroupOfAClosedRoom: a room's creation whose call fails
+// once is retried after the room closed (its close applied by the other
+// node, or before the retry); the group it makes would outlive the room.
+func TestAFleetLeavesNoGroupOfAClosedRoom(t *testing.T) {
+	w := newFleetControl(t, &failsOnce{fail: func(call string, _ uint32) bool { return call == "create" }})
+	const rooms = 16
+	for i := range rooms {
+		id := fmt.Sprintf("short-%d", i)
+		w.submit(t, id, "create", 1, &room.CreateRoom{OwnerUserID: 1, SeatCount: 8})
+		w.submit(t, id, "close", 1, &room.CloseRoom{})
+	}
+	w.settled(t)
+	for i := range rooms {
+		if id := fmt.Sprintf("short-%d", i); w.hasGroup(id) {
+			t.Errorf("room %s closed, its group is left", id)
+		}
+	}
+}
