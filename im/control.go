@@ -175,6 +175,8 @@ type Control struct {
 	DeadStream, DeadSubject string
 	Metrics                 ControlMetrics
 	Log                     *slog.Logger
+
+	now func() time.Time // time.Now; a field for tests
 }
 
 func (c Control) withDefaults() Control {
@@ -204,6 +206,9 @@ func (c Control) withDefaults() Control {
 	}
 	if c.Log == nil {
 		c.Log = slog.New(slog.DiscardHandler)
+	}
+	if c.now == nil {
+		c.now = time.Now
 	}
 	return c
 }
@@ -530,12 +535,15 @@ func (c *Control) apply(ctx context.Context, ev *roomv1.RoomEvent) error {
 		if err := decode(&p); err != nil {
 			return err
 		}
-		secs := uint32(0)
+		// Tencent counts ShutUpTime from the call, which can come long
+		// after the event (an outage, retries): the mute ends when the room
+		// says, and one that has ended is lifted.
+		secs, now := uint32(0), c.now().UnixMilli()
 		switch {
 		case p.Muted && p.Permanent:
 			secs = foreverSeconds
-		case p.Muted:
-			secs = untilSeconds(p.MutedUntil, ev.GetOccurredAtMs())
+		case p.Muted && p.MutedUntil > now:
+			secs = untilSeconds(p.MutedUntil, now)
 		}
 		return c.onGroup(ctx, "mute member", roomID, group, func() error {
 			return c.API.ForbidSendMsg(ctx, group, []string{account(p.UserID)}, secs)
@@ -545,9 +553,15 @@ func (c *Control) apply(ctx context.Context, ev *roomv1.RoomEvent) error {
 		if err := decode(&p); err != nil {
 			return err
 		}
-		secs := uint32(foreverSeconds)
+		// As for a mute, the ban ends when the room says; one that has
+		// ended by the call leaves nothing to apply (the member may have
+		// come back since).
+		secs, now := uint32(foreverSeconds), c.now().UnixMilli()
 		if p.BannedUntil != 0 {
-			secs = untilSeconds(p.BannedUntil, ev.GetOccurredAtMs())
+			if p.BannedUntil <= now {
+				return nil
+			}
+			secs = untilSeconds(p.BannedUntil, now)
 		}
 		return c.onGroup(ctx, "ban member", roomID, group, func() error {
 			return c.API.BanGroupMember(ctx, group, []string{account(p.UserID)}, secs, "kicked from the room")
@@ -707,9 +721,9 @@ func nameOr(title, roomID string) string {
 // foreverSeconds is the longest ban or mute: ten years, Tencent's way to say until lifted.
 const foreverSeconds = 10 * 365 * 24 * 3600
 
-// untilSeconds is the time from the event to until, rounded up, at least 1.
-func untilSeconds(untilMs, atMs int64) uint32 {
-	return uint32(max((untilMs-atMs+999)/1000, 1))
+// untilSeconds is the time from now to until (unix ms), rounded up, at least 1.
+func untilSeconds(untilMs, nowMs int64) uint32 {
+	return uint32(max((untilMs-nowMs+999)/1000, 1))
 }
 
 // account is a user's Tencent IM identifier.

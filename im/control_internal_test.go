@@ -2,8 +2,11 @@ package im
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"slices"
 	"testing"
+	"time"
 
 	roomv1 "hyapp/room-service/gen/room/v1"
 	"hyapp/room-service/room"
@@ -40,6 +43,55 @@ func TestControlTypesAreWhatApplyActsOn(t *testing.T) {
 		}
 		if acts, filtered := api.n > 0, slices.Contains(controlTypes, string(typ)); acts != filtered {
 			t.Errorf("%s: apply makes %d calls, but in controlTypes: %v", typ, api.n, filtered)
+		}
+	}
+}
+
+// durations is a GroupAPI that keeps the duration of each mute and ban.
+type durations struct {
+	callCounter
+	calls []string
+}
+
+func (d *durations) ForbidSendMsg(_ context.Context, _ string, _ []string, secs uint32) error {
+	d.calls = append(d.calls, fmt.Sprintf("forbid %d", secs))
+	return nil
+}
+
+func (d *durations) BanGroupMember(_ context.Context, _ string, _ []string, secs uint32, _ string) error {
+	d.calls = append(d.calls, fmt.Sprintf("ban %d", secs))
+	return nil
+}
+
+// TestALateMuteEndsWhenTheRoomSays: a timed mute or ban applied late (a
+// Tencent outage, a backlog of retries) lasts until the time the room
+// gave it, not its duration from the call: Tencent counts ShutUpTime and
+// Duration from the call. One whose end has passed is lifted, not started.
+func TestALateMuteEndsWhenTheRoomSays(t *testing.T) {
+	at := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	now := at.Add(10 * time.Minute)
+	for _, tc := range []struct {
+		typ     room.EventType
+		payload any
+		want    []string
+	}{
+		{room.EventRoomUserMuted, room.RoomUserMutedEvent{UserID: 5, Muted: true, MutedUntil: at.Add(11 * time.Minute).UnixMilli()}, []string{"forbid 60"}},
+		{room.EventRoomUserMuted, room.RoomUserMutedEvent{UserID: 5, Muted: true, MutedUntil: at.Add(5 * time.Minute).UnixMilli()}, []string{"forbid 0"}},
+		{room.EventRoomUserKicked, room.RoomUserKickedEvent{UserID: 5, BannedUntil: at.Add(11 * time.Minute).UnixMilli()}, []string{"ban 60"}},
+		{room.EventRoomUserKicked, room.RoomUserKickedEvent{UserID: 5, BannedUntil: at.Add(5 * time.Minute).UnixMilli()}, nil},
+	} {
+		api := &durations{}
+		c := Control{API: api, now: func() time.Time { return now }}.withDefaults()
+		data, err := json.Marshal(tc.payload)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ev := &roomv1.RoomEvent{EventId: "e", EventType: string(tc.typ), RoomId: "r", PayloadJson: string(data), OccurredAtMs: at.UnixMilli()}
+		if err := c.apply(context.Background(), ev); err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(api.calls, tc.want) {
+			t.Errorf("%s %s applied 10 minutes late: calls %v, want %v", tc.typ, data, api.calls, tc.want)
 		}
 	}
 }
