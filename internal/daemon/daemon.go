@@ -494,7 +494,10 @@ func (m *Main) Run(ctx context.Context) error {
 	mux := rpc.NewMux(rooms, rpc.NewOperatorHandler(db, relay.Wake, m.Log), rpc.NewWalletHandler(m.ledger, m.Log), opts, m.Log)
 	mux.Handle("/readyz", m.ready.readyz())
 	mux.Handle("/livez", livez())
-	m.mountTIMCallback(mux.ServeMux)
+	if err := m.mountTIMCallback(mux.ServeMux); err != nil {
+		_ = ln.Close()
+		return err
+	}
 	if local != nil {
 		// The zero-configuration Tencent IM: the REST API the lane calls.
 		if err := m.mountLocalIM(mux.ServeMux, local, imLn); err != nil {

@@ -10,9 +10,11 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -257,4 +259,89 @@ func TestTIMCallbackPassedOnByANodeNamedAfterItsHost(t *testing.T) {
 	if marks[0] != host {
 		t.Fatalf("the callback was passed on marked %q, want the node's name %q", marks[0], host)
 	}
+}
+
+// TestATIMCallbackStormCostsBoundedWork: a storm of state changes (a
+// reconnect wave after an outage) while one member of the fleet is frozen.
+// The node passes them on with bounded work: it does not scan Redis's key
+// space for the membership once per callback (Members is for occasional
+// checks), and it does not open a connection to the frozen node, and keep
+// a goroutine waiting on it, for every callback.
+func TestATIMCallbackStormCostsBoundedWork(t *testing.T) {
+	servicetest.Need(t, "Redis", "127.0.0.1:6379")
+	servicetest.Need(t, "NATS", "127.0.0.1:4222")
+	const cbToken, storm = "tencent-console-callback-token", 300
+	id := rand.Text()[:8]
+	redisURL := "redis://127.0.0.1:6379/4"
+	keys := redislease.Keys{Prefix: "tim-storm-" + id + ":"}
+	flags := fleetFlags(t, redisURL, keys, ownStream(t, "ts"+strings.ToLower(id)), id, "-tim-callback-token", cbToken)
+	a, _ := runMain(t, t.TempDir(), flags("a")...)
+	rc := redisOf(t, redisURL)
+	frozen, accepted := countingSilentListener(t)
+	fakeMember(t, rc, keys, "0-"+id, frozen)
+
+	scans := func() int {
+		info, err := rc.Info(t.Context(), "commandstats").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var n int
+		for line := range strings.Lines(info) {
+			if rest, ok := strings.CutPrefix(line, "cmdstat_scan:calls="); ok {
+				n, _ = strconv.Atoi(rest[:strings.IndexByte(rest, ',')])
+			}
+		}
+		return n
+	}
+	goroutines, scansBefore := runtime.NumGoroutine(), scans()
+	for range storm {
+		if code, ans := disconnect(t, a.Addr, cbToken, 10); code != http.StatusOK {
+			t.Fatalf("callback: %d %q", code, ans)
+		}
+	}
+	// The passes to the frozen node take 2 s to fail: look while they wait.
+	poll.Until(t, 5*time.Second, "a pass to the frozen node", poll.Bool(func() bool { return accepted() > 0 }))
+	if n := scans() - scansBefore; n > storm/10 {
+		t.Errorf("%d callbacks scanned Redis's keys %d times", storm, n)
+	}
+	if n := accepted(); n > storm/4 {
+		t.Errorf("%d callbacks opened %d connections to the frozen node", storm, n)
+	}
+	if n := runtime.NumGoroutine() - goroutines; n > storm/2 {
+		t.Errorf("%d callbacks left %d more goroutines", storm, n)
+	}
+}
+
+// countingSilentListener is silentListener that also counts the
+// connections it accepted.
+func countingSilentListener(t *testing.T) (string, func() int) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var accepted atomic.Int64
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		var conns []net.Conn
+		defer func() {
+			for _, c := range conns {
+				_ = c.Close()
+			}
+		}()
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			accepted.Add(1)
+			conns = append(conns, conn)
+		}
+	}()
+	t.Cleanup(func() {
+		_ = ln.Close()
+		<-done
+	})
+	return ln.Addr().String(), func() int { return int(accepted.Load()) }
 }

@@ -11,12 +11,14 @@ import (
 	"net/http"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/net/netutil"
 	"google.golang.org/grpc"
 
 	"hyapp/room-service/internal/netwake"
+	"hyapp/room-service/lease/redislease"
 	"hyapp/room-service/rpc"
 )
 
@@ -238,57 +240,153 @@ func shutdownServer(ctx context.Context, srv *http.Server) error {
 // when a callback token is configured; without one the path is not served
 // (it answers unknown_procedure, HTTP 501, as any path the API does not
 // serve). The callbacks' state changes reach the rooms loaded on this node
-// and, in fleet mode, are passed on to the other nodes for theirs.
-func (m *Main) mountTIMCallback(mux *http.ServeMux) {
+// and, in fleet mode, are passed on to the other nodes for theirs by the
+// worker tim-fanout.
+func (m *Main) mountTIMCallback(mux *http.ServeMux) error {
 	token := m.Config.TIMCallbackToken
 	if token == "" {
-		return
+		return nil
 	}
 	appID, _ := strconv.ParseUint(m.Config.TIMSDKAppID, 10, 64) // checked by Validate; 0 (local endpoint): any
 	log := m.Log.With("component", "tim-callback")
 	var fanout func(string, []byte)
 	if m.members != nil {
-		fanout = m.timFanout(log)
+		f := &timFanout{m: m, client: &http.Client{Timeout: timFanoutTimeout}, log: log,
+			queue: make(chan timCallback, timFanoutQueue), inFlight: map[string]int{}}
+		if err := m.workers.Go("tim-fanout", f.run); err != nil {
+			return err
+		}
+		fanout = f.pass
 	}
 	mux.Handle(rpc.TIMCallbackPath, rpc.TIMCallback(token, appID, m.registry, fanout, time.Now, log))
 	m.Log.Info("Tencent IM callbacks served", "path", rpc.TIMCallbackPath)
+	return nil
 }
 
-// timFanoutTimeout bounds passing one callback on to one other node, and
-// reading the membership before.
-const timFanoutTimeout = 2 * time.Second
+// Bounds of passing Tencent's callbacks on to the other nodes.
+const (
+	// timFanoutTimeout bounds passing one callback on to one other node, and
+	// reading the membership before.
+	timFanoutTimeout = 2 * time.Second
+	// timMembersEvery is how long one read of the membership serves: a read
+	// scans Redis's key space, meant for occasional checks, not for each
+	// callback of a storm (a reconnect wave brings thousands a second).
+	timMembersEvery = time.Second
+	// timFanoutQueue bounds the callbacks waiting to be passed on; past it
+	// a callback is not passed on.
+	timFanoutQueue = 4096
+	// timPassesPerNode bounds the callbacks being passed on to one node at
+	// once: a node that does not answer (frozen, cut off) holds that many
+	// connections and goroutines of this node for timFanoutTimeout, not one
+	// of each per callback. Past it a callback is not passed on to that
+	// node.
+	timPassesPerNode = 32
+)
 
-// timFanout passes a callback on to every other node of the membership, in
-// the background and best effort: a node that misses it still notices the
-// member's silence (presence_timeout). The nodes are sent it at once, each
-// within timFanoutTimeout of its own, so a node that does not answer (frozen,
-// or cut off) delays no other. A node that is draining and held no lease at
-// its last heartbeat is left out: it takes no room again, so it holds no
-// member's room.
-func (m *Main) timFanout(log *slog.Logger) func(string, []byte) {
-	client := &http.Client{Timeout: timFanoutTimeout}
-	return func(rawQuery string, body []byte) {
-		go func() {
-			ctx, cancel := context.WithTimeout(context.Background(), timFanoutTimeout)
-			members, err := m.members.Members(ctx)
-			cancel()
-			if err != nil {
-				log.Warn("pass a callback on: read the membership", "err", err)
-				return
+// timCallback is a callback to pass on, as it came.
+type timCallback struct {
+	rawQuery string
+	body     []byte
+}
+
+// timFanout passes callbacks on to every other node of the membership, in
+// the background and best effort: a node that misses one still notices the
+// member's silence (presence_timeout). The nodes are sent each callback at
+// once, each within timFanoutTimeout of its own, so a node that does not
+// answer (frozen, or cut off) delays no other. A node that is draining and
+// held no lease at its last heartbeat is left out: it takes no room again,
+// so it holds no member's room. Its work is bounded however many callbacks
+// come: one membership read a second, timFanoutQueue callbacks waiting and
+// timPassesPerNode passes in flight to each node.
+type timFanout struct {
+	m      *Main
+	client *http.Client
+	log    *slog.Logger
+	queue  chan timCallback
+	// dropped counts callbacks not passed on because too many waited.
+	dropped atomic.Int64
+
+	// Owned by run.
+	members []redislease.Member
+	readAt  time.Time
+	passes  sync.WaitGroup
+
+	mu       sync.Mutex
+	inFlight map[string]int // node address → passes in flight
+}
+
+// pass queues a callback to pass on; it never blocks the callback's answer.
+func (f *timFanout) pass(rawQuery string, body []byte) {
+	select {
+	case f.queue <- timCallback{rawQuery: rawQuery, body: body}:
+	default:
+		if n := f.dropped.Add(1); n&(n-1) == 0 { // 1st, 2nd, 4th…: a storm does not flood the log
+			f.log.Warn("pass a callback on: too many waiting; not passed on", "dropped", n)
+		}
+	}
+}
+
+// run passes the queued callbacks on until ctx ends, then waits for the
+// passes in flight (each within timFanoutTimeout).
+func (f *timFanout) run(ctx context.Context) error {
+	defer f.passes.Wait()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case cb := <-f.queue:
+			f.passOn(ctx, cb)
+		}
+	}
+}
+
+// passOn sends cb to every other live node, with the membership read at
+// most timMembersEvery ago (a failed read keeps the one before).
+func (f *timFanout) passOn(ctx context.Context, cb timCallback) {
+	if now := time.Now(); now.Sub(f.readAt) >= timMembersEvery {
+		f.readAt = now
+		rctx, cancel := context.WithTimeout(ctx, timFanoutTimeout)
+		members, err := f.m.members.Members(rctx)
+		cancel()
+		if err != nil {
+			f.log.Warn("pass a callback on: read the membership", "err", err)
+		} else {
+			f.members = members
+		}
+	}
+	for _, mb := range f.members {
+		if mb.NodeID == f.m.nodeID || mb.Addr == "" || mb.Draining && mb.Rooms == 0 {
+			continue
+		}
+		if !f.take(mb.Addr) {
+			continue // the node has timPassesPerNode callbacks unanswered
+		}
+		f.passes.Go(func() {
+			defer f.give(mb.Addr)
+			if err := f.m.passOn(f.client, mb.Addr, cb.rawQuery, cb.body); err != nil {
+				f.log.Warn("pass a callback on", "node_id", mb.NodeID, "err", err)
 			}
-			var sends sync.WaitGroup
-			for _, mb := range members {
-				if mb.NodeID == m.nodeID || mb.Addr == "" || mb.Draining && mb.Rooms == 0 {
-					continue
-				}
-				sends.Go(func() {
-					if err := m.passOn(client, mb.Addr, rawQuery, body); err != nil {
-						log.Warn("pass a callback on", "node_id", mb.NodeID, "err", err)
-					}
-				})
-			}
-			sends.Wait()
-		}()
+		})
+	}
+}
+
+// take claims one of addr's passes in flight, if it has one left.
+func (f *timFanout) take(addr string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.inFlight[addr] >= timPassesPerNode {
+		return false
+	}
+	f.inFlight[addr]++
+	return true
+}
+
+// give returns a pass claimed by take.
+func (f *timFanout) give(addr string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.inFlight[addr]--; f.inFlight[addr] == 0 {
+		delete(f.inFlight, addr)
 	}
 }
 
