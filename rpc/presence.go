@@ -117,8 +117,10 @@ func TIMCallback(token string, sdkAppID uint64, presence Presence, fanout func(r
 			return
 		}
 		user, err := strconv.ParseInt(cb.Info.ToAccount, 10, 64)
-		if err != nil || user <= 0 {
-			// An account that is no user of this service (an admin identifier).
+		if err != nil || user <= 0 || strconv.FormatInt(user, 10) != cb.Info.ToAccount {
+			// An account that is no user of this service: an admin
+			// identifier, or one ParseInt reads as a user's that is
+			// another account to Tencent ("010", "+10").
 			timAnswer(w, http.StatusOK, "")
 			return
 		}

@@ -193,6 +193,8 @@ func TestTIMCallback(t *testing.T) {
 		{good, body("Login", "10")},
 		{good, body("Logout", "11")},                                              // a user in no room here
 		{good, body("Login", "administrator")},                                    // not a user of the service
+		{good, body("Disconnect", "010")},                                         // another account than user 10's
+		{good, body("Disconnect", "+10")},                                         // another account than user 10's
 		{good, `{"CallbackCommand":"Group.CallbackAfterSendMsg","GroupId":"cb"}`}, // another callback
 	} {
 		status, ans := send(http.MethodPost, tc.query, tc.body)
