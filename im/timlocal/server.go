@@ -155,7 +155,7 @@ type Server struct {
 	cfg      Config
 	now      func() time.Time
 	mux      *http.ServeMux
-	verified sync.Map // identifier+usersig -> when it last verified
+	verified sync.Map // identifier+usersig -> sigTrust
 
 	faultMu sync.Mutex
 	faults  Faults
@@ -442,58 +442,77 @@ func (s *Server) authenticate(q url.Values, now time.Time) (reply, bool) {
 // sigEncoding is the UserSig base64 variant: + → *, / → -, = → _.
 var sigEncoding = base64.NewEncoding("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789*-").WithPadding('_')
 
+// sigTrust is a verified signature's stay in the cache: from when it was
+// verified until a minute later or its own expiry, whichever is first.
+type sigTrust struct{ from, until time.Time }
+
 // verifySig checks a UserSig with the official library and maps its verdict to Tencent's codes.
 func (s *Server) verifySig(identifier, usersig string, now time.Time) (int, string) {
-	// A signature verified within the last minute is trusted again: the
-	// check (base64, zlib, JSON, HMAC) costs more than the rest of a call.
+	// A signature verified within the last minute is trusted again, up to
+	// its expiry: the check (base64, zlib, JSON, HMAC) costs more than the
+	// rest of a call.
 	key := identifier + "\x00" + usersig
-	if at, ok := s.verified.Load(key); ok && now.Sub(at.(time.Time)) < time.Minute && now.After(at.(time.Time)) {
+	if v, ok := s.verified.Load(key); ok && now.Before(v.(sigTrust).until) && now.After(v.(sigTrust).from) {
 		return 0, ""
 	}
-	code, info := s.checkSig(identifier, usersig, now)
+	code, info, expires := s.checkSig(identifier, usersig, now)
 	if code == 0 {
-		s.verified.Store(key, now)
+		until := now.Add(time.Minute)
+		if expires.Before(until) {
+			until = expires
+		}
+		s.verified.Store(key, sigTrust{from: now, until: until})
 	}
 	return code, info
 }
 
-// checkSig verifies a UserSig from scratch.
-func (s *Server) checkSig(identifier, usersig string, now time.Time) (int, string) {
+// checkSig verifies a UserSig from scratch and returns, for a good one, when it expires.
+func (s *Server) checkSig(identifier, usersig string, now time.Time) (int, string, time.Time) {
 	// tencentyun v1.4.0 treats a zlib stream that is not JSON as a zero document (its JSON error is
 	// dropped) and reports an sdkappid mismatch; decode first so such a sig is 70003 like other garbage.
-	if !sigDecodes(usersig) {
-		return 70003, "UserSig could not be parsed"
+	expires, decodes := sigExpiry(usersig)
+	if !decodes {
+		return 70003, "UserSig could not be parsed", time.Time{}
 	}
 	err := tencentyun.VerifyUserSig(s.cfg.SDKAppID, s.cfg.SecretKey, identifier, usersig, now)
 	switch {
 	case err == nil:
-		return 0, ""
+		return 0, "", expires
 	case errors.Is(err, tencentyun.ErrExpired):
-		return 70001, "UserSig expired; generate a new one"
+		return 70001, "UserSig expired; generate a new one", time.Time{}
 	case errors.Is(err, tencentyun.ErrIdentifierNotMatch):
-		return 70013, "identifier in the request does not match the one in the UserSig"
+		return 70013, "identifier in the request does not match the one in the UserSig", time.Time{}
 	case errors.Is(err, tencentyun.ErrSdkAppIDNotMatch):
-		return 70014, "sdkappid in the request does not match the one in the UserSig"
+		return 70014, "sdkappid in the request does not match the one in the UserSig", time.Time{}
 	case errors.Is(err, tencentyun.ErrSigNotMatch), errors.Is(err, tencentyun.ErrUserBufTypeNotMatch),
 		errors.Is(err, tencentyun.ErrUserBufNotMatch):
-		return 70009, "UserSig verification failed; is it signed with this SDKAppID's key?"
+		return 70009, "UserSig verification failed; is it signed with this SDKAppID's key?", time.Time{}
 	default:
-		return 70003, "UserSig could not be parsed"
+		return 70003, "UserSig could not be parsed", time.Time{}
 	}
 }
 
-func sigDecodes(usersig string) bool {
+// sigExpiry decodes a UserSig's document and returns when it expires
+// (TLS.time + TLS.expire, as the official verifier reads them), and
+// whether it decodes.
+func sigExpiry(usersig string) (time.Time, bool) {
 	raw, err := sigEncoding.DecodeString(usersig)
 	if err != nil {
-		return false
+		return time.Time{}, false
 	}
 	zr, err := zlib.NewReader(bytes.NewReader(raw))
 	if err != nil {
-		return false
+		return time.Time{}, false
 	}
 	defer func() { _ = zr.Close() }()
-	var doc map[string]any
-	return json.NewDecoder(io.LimitReader(zr, 64<<10)).Decode(&doc) == nil
+	var doc struct {
+		Time   int64 `json:"TLS.time"`
+		Expire int64 `json:"TLS.expire"`
+	}
+	if json.NewDecoder(io.LimitReader(zr, 64<<10)).Decode(&doc) != nil {
+		return time.Time{}, false
+	}
+	return time.Unix(doc.Time+doc.Expire, 0), true
 }
 
 // write answers HTTP 200 with the envelope, as Tencent does for every API-level outcome. RequestId is

@@ -239,6 +239,22 @@ func TestExpiredSignature(t *testing.T) {
 	}
 }
 
+// TestASignatureExpiresOnTimeEvenJustVerified: the endpoint trusts a
+// signature it verified for a while, but never past the signature's own
+// expiry, as Tencent refuses it from then on.
+func TestASignatureExpiresOnTimeEvenJustVerified(t *testing.T) {
+	e := newEnv(t, nil)
+	q := e.query(t)
+	q.Set("usersig", sig(t, appID, key, admin, 30))
+	if a := e.do(t, http.MethodPost, "/v4/group_open_http_svc/create_group", q, `{"Type":"AVChatRoom","Name":"n"}`); a.ErrorCode != 0 {
+		t.Fatalf("fresh sig refused: %d", a.ErrorCode)
+	}
+	e.clk.Advance(45 * time.Second)
+	if a := e.do(t, http.MethodPost, "/v4/group_open_http_svc/create_group", q, `{"Type":"AVChatRoom","Name":"n"}`); a.ErrorCode != 70001 {
+		t.Fatalf("sig 15 s past its expiry, verified 45 s ago: %d, want 70001", a.ErrorCode)
+	}
+}
+
 func TestCreateGroupRules(t *testing.T) {
 	e := newEnv(t, nil)
 	e.createRoom(t, "room-1")
