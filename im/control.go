@@ -599,7 +599,7 @@ func (c *Control) applyLatest(ctx context.Context, ev *roomv1.RoomEvent, seq uin
 	switch typ := ev.GetEventType(); {
 	case !slices.Contains(controlTypes, typ):
 		return nil // delivered by a server that cannot filter: nothing to do
-	case typ == string(room.EventRoomClosed):
+	case typ == string(room.EventRoomClosed), seq == 0: // seq 0: not known where ev is in the stream
 		return c.apply(ctx, ev)
 	}
 	applied := false
