@@ -43,6 +43,9 @@ type EventStream interface {
 	// holds after stream sequence seq, with its sequence; nil when it holds
 	// none.
 	NextOfRoom(ctx context.Context, roomID, eventType string, seq uint64) (*roomv1.RoomEvent, uint64, error)
+	// LatestOfRoom returns the last event of eventType in roomID the stream
+	// holds, with its sequence; nil when it holds none.
+	LatestOfRoom(ctx context.Context, roomID, eventType string) (*roomv1.RoomEvent, uint64, error)
 	// PublishSide stores data in a side stream on the subject prefix.key,
 	// key escaped to one subject token; a non-empty msgID makes a repeat a
 	// duplicate. A nil error means the broker stored it.
@@ -642,6 +645,18 @@ func (c *Control) later(ctx context.Context, ev *roomv1.RoomEvent, seq uint64) (
 	var latest *roomv1.RoomEvent
 	var latestSeq uint64
 	for _, typ := range types {
+		if user == 0 { // the group's own state: its last event decides, one read
+			last, lastSeq, err := c.Bus.LatestOfRoom(ctx, roomID, typ)
+			if err != nil {
+				return nil, 0, false, err
+			}
+			if last != nil && lastSeq > seq && lastSeq > latestSeq && last.GetEventId() != ev.GetEventId() {
+				latest, latestSeq = last, lastSeq
+			}
+			continue
+		}
+		// A member's state: the room's events of the type after ev, one
+		// read each, for the member's own (few, but for a backlog).
 		for at := seq; ; {
 			next, nextSeq, err := c.Bus.NextOfRoom(ctx, roomID, typ, at)
 			if err != nil {

@@ -124,3 +124,40 @@ func TestAFleetLeavesNoGroupOfAClosedRoom(t *testing.T) {
 		}
 	}
 }
+
+func (f *failsOnce) ShutUpAllMember(ctx context.Context, group string, on bool) error {
+	seconds := uint32(0)
+	if on {
+		seconds = 1
+	}
+	if err := f.first(group, "shut up all", seconds); err != nil {
+		return err
+	}
+	return f.GroupAPI.ShutUpAllMember(ctx, group, on)
+}
+
+// TestAFleetKeepsEachRoomsChatSwitchInOrder: as for a member's mute, a
+// room's chat switched off, whose call fails once, then on again: the
+// group ends open, as the room's latest event says, on whichever node each
+// event lands.
+func TestAFleetKeepsEachRoomsChatSwitchInOrder(t *testing.T) {
+	w := newFleetControl(t, &failsOnce{fail: func(call string, seconds uint32) bool { return call == "shut up all" && seconds != 0 }})
+	const rooms = 16
+	for i := range rooms {
+		id := fmt.Sprintf("chat-%d", i)
+		w.submit(t, id, "create", 1, &room.CreateRoom{OwnerUserID: 1, SeatCount: 8})
+		poll.Until(t, 30*time.Second, "group "+id, poll.Bool(func() bool { return w.hasGroup(id) }))
+	}
+	for i := range rooms {
+		id := fmt.Sprintf("chat-%d", i)
+		w.submit(t, id, "off", 1, &room.SetChatEnabled{Enabled: false})
+		w.submit(t, id, "on", 1, &room.SetChatEnabled{Enabled: true})
+	}
+	w.settled(t)
+	for i := range rooms {
+		id := fmt.Sprintf("chat-%d", i)
+		if g, _ := w.local.Group(id); g.ShutUpAll {
+			t.Errorf("room %s: the group is shut up after the chat was switched on again", id)
+		}
+	}
+}

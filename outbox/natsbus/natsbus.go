@@ -442,6 +442,29 @@ func (b *Bus) LastOfRoom(ctx context.Context, roomID string) (eventID string, fo
 	return ev.GetEventId(), true, nil
 }
 
+// LatestOfRoom returns the last event of eventType in roomID the stream
+// holds, and its sequence; nil and 0 when it holds none.
+func (b *Bus) LatestOfRoom(ctx context.Context, roomID, eventType string) (*roomv1.RoomEvent, uint64, error) {
+	ctx, cancel := context.WithTimeout(ctx, b.cfg.PublishTimeout)
+	defer cancel()
+	s, err := b.stream(ctx)
+	if err != nil {
+		return nil, 0, err
+	}
+	m, err := s.GetLastMsgForSubject(ctx, b.Subject(eventType, roomID))
+	switch {
+	case errors.Is(err, jetstream.ErrMsgNotFound):
+		return nil, 0, nil
+	case err != nil:
+		return nil, 0, fmt.Errorf("last %s of room %s: %w", eventType, roomID, err)
+	}
+	ev, err := Decode(m.Data)
+	if err != nil {
+		return nil, 0, fmt.Errorf("last %s of room %s (seq %d): %w", eventType, roomID, m.Sequence, err)
+	}
+	return ev, m.Sequence, nil
+}
+
 // NextOfRoom returns the first event of eventType in roomID the stream
 // holds after stream sequence seq, and its sequence; nil and 0 when it
 // holds none. Group control asks it whether a later event of a room
