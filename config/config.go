@@ -371,6 +371,11 @@ func (c Config) Validate() error {
 	if c.NATSToken != "" && len(c.NATSToken) < auth.MinTokenLen {
 		p = append(p, fmt.Errorf("nats_token is %d bytes; at least %d are required", len(c.NATSToken), auth.MinTokenLen))
 	}
+	if t := c.TIMCallbackToken; t != strings.TrimSpace(t) {
+		// A secret rendered with its file's newline, or an empty one as
+		// spaces: Tencent signs with the token set in its console.
+		p = append(p, errors.New("tim_callback_token (ROOM_TIM_CALLBACK_TOKEN) begins or ends with white space"))
+	}
 	p = append(p, c.validateFleet()...)
 	if _, err := c.RegionalGroups(); err != nil {
 		p = append(p, err)

@@ -566,3 +566,19 @@ func TestNodeIDFitsTheOwnerColumn(t *testing.T) {
 	_, err := config.Load([]string{"-node-id", strings.Repeat("n", 129)}, env(nil))
 	mustMention(t, err, "node_id")
 }
+
+// TestACallbackTokenWithWhiteSpaceAtItsEndsIsRefused: a secret rendered
+// with its file's newline, or an empty one as spaces, would make every
+// Tencent callback fail its signature (or sign with a blank token).
+func TestACallbackTokenWithWhiteSpaceAtItsEndsIsRefused(t *testing.T) {
+	for _, token := range []string{" ", "\n", "s3cret\n", " s3cret"} {
+		c := config.Default()
+		c.TIMCallbackToken = token
+		mustMention(t, c.Validate(), "tim_callback_token")
+	}
+	c := config.Default()
+	c.TIMCallbackToken = "s3cret token"
+	if err := c.Validate(); err != nil {
+		t.Fatalf("a token with a space inside: %v", err)
+	}
+}
