@@ -544,12 +544,26 @@ func transient(err error) bool {
 		}
 	}
 	var api *jetstream.APIError
-	return errors.As(err, &api) && (api.Code >= 500 || api.ErrorCode == errCodeAccountResources)
+	if !errors.As(err, &api) {
+		return false
+	}
+	if api.ErrorCode == errCodeStoreFailed && strings.Contains(api.Description, msgTooLarge) {
+		return false // the message's own: it would be refused for ever
+	}
+	return api.Code >= 500 || api.ErrorCode == errCodeAccountResources
 }
 
-// errCodeAccountResources is JetStream's "resource limits exceeded for
-// account": the account's storage is full, whatever the message.
-const errCodeAccountResources jetstream.ErrorCode = 10002
+const (
+	// errCodeAccountResources is JetStream's "resource limits exceeded for
+	// account": the account's storage is full, whatever the message.
+	errCodeAccountResources jetstream.ErrorCode = 10002
+	// errCodeStoreFailed is JetStream's 503 "stream store failed": mostly
+	// the stream's state, but with msgTooLarge the message itself is one
+	// the file store cannot hold (a record past 32 MiB, which a broker whose
+	// max_payload is above that lets through), refused on every attempt.
+	errCodeStoreFailed jetstream.ErrorCode = 10077
+	msgTooLarge                            = "message too large"
+)
 
 // Subject is the subject a record of eventType in roomID is published on:
 // <prefix>.<eventType>.<RoomToken(roomID)>. Consumers filter by type with
