@@ -108,7 +108,8 @@ type Config struct {
 	// Calls shares the app budget with the other nodes (im/redisbudget);
 	// nil: this process has it to itself. While Calls cannot be asked, the
 	// lane spends its node's share of the app budget on its own: 1/Nodes()
-	// of it, or a quarter while Nodes is nil or knows no count.
+	// of it in whole calls a second (see fallbackInterval), or a quarter
+	// while Nodes is nil or knows no count.
 	Calls Budget
 	// Nodes is how many nodes share Calls, as last counted while it could
 	// be asked (0: not known). With it, a fleet that loses the shared
@@ -325,7 +326,7 @@ func New(cfg Config, s Sender, m Metrics, log *slog.Logger) *Lane {
 		rooms: make(map[string]*roomQueue), ready: make(map[string]bool), roster: roster{fresh: make(map[string]bool)},
 		wake: make(chan struct{}, 1), high: make([]chan Message, cfg.Workers), rest: make([]chan Message, cfg.Workers),
 		pace: gcra{interval: interval, tolerance: tolerance}, slow: 1, interval: interval,
-		fallback: gcra{interval: interval * unknownNodes, tolerance: tolerance},
+		fallback: gcra{interval: fallbackInterval(interval, tolerance, unknownNodes), tolerance: tolerance},
 		sendPace: rate.NewLimiter(rate.Every(interval), max(1, int(tolerance/interval))),
 	}
 	for i := range l.high {
@@ -341,6 +342,22 @@ func New(cfg Config, s Sender, m Metrics, log *slog.Logger) *Lane {
 // unknownNodes is the fleet's size a lane assumes while the shared budget
 // cannot be asked and Config.Nodes knows no count.
 const unknownNodes = 4
+
+// fallbackInterval is the spacing of a lane's own spending while the shared
+// budget (spaced by interval, tolerance ahead) cannot be asked and nodes
+// lanes spend alone. They lose it together, so their spending starts in
+// step: each lane's share is counted in whole calls per second, the most
+// the shared budget grants in one second split between them (at least one
+// each), and its spacing lets no second hold more than that, tolerance
+// included, and never spends faster than an even 1/nodes of the budget.
+// An even 1/nodes alone would give each lane its share plus a call in some
+// seconds, all lanes in the same ones.
+func fallbackInterval(interval, tolerance time.Duration, nodes int) time.Duration {
+	nodes = max(1, nodes)
+	perSecond := int(time.Second/interval) + int(tolerance/interval) + 1 // the shared budget's bound (see Pacing)
+	share := time.Duration(max(1, perSecond/nodes))
+	return max(interval*time.Duration(nodes), (time.Second+tolerance+share-1)/share)
+}
 
 // Close stops the lane; queued messages are dropped (the lane is best effort).
 func (l *Lane) Close() {
@@ -822,7 +839,7 @@ func (l *Lane) takeShared(ctx context.Context, now time.Time, n int) int {
 	if !l.callsDown {
 		l.callsDown = true
 		nodes := l.nodes()
-		l.fallback.interval = l.interval * time.Duration(nodes)
+		l.fallback.interval = fallbackInterval(l.interval, l.fallback.tolerance, nodes)
 		l.log.Warn("im app budget cannot be shared; spending this node's share of it alone", "nodes", nodes, "err", err)
 	}
 	got = min(n, l.fallback.available(now))
