@@ -114,6 +114,9 @@ const (
 	controlDeadMaxMsgs  = 100_000
 	controlDeferSlack   = 100 * time.Millisecond
 	controlErrorBackoff = time.Second
+	// controlResubscribeMax bounds the wait between attempts to make the
+	// consumer again while its stream is missing.
+	controlResubscribeMax = 10 * time.Second
 )
 
 // DeadLetter is the record group control keeps of an event it terminated.
@@ -228,10 +231,13 @@ func (c *Control) Run(ctx context.Context) error {
 		}
 		return fmt.Errorf("im control dead stream: %w", err)
 	}
-	iter, err := cfg.Bus.Subscribe(ctx, jetstream.ConsumerConfig{
-		Durable: cfg.Durable, AckPolicy: jetstream.AckExplicitPolicy, DeliverPolicy: jetstream.DeliverAllPolicy,
-		AckWait: controlAckWait, MaxDeliver: -1, MaxAckPending: cfg.MaxAckPending,
-	}, controlTypes, controlFetchBatch)
+	subscribe := func() (jetstream.MessagesContext, error) {
+		return cfg.Bus.Subscribe(ctx, jetstream.ConsumerConfig{
+			Durable: cfg.Durable, AckPolicy: jetstream.AckExplicitPolicy, DeliverPolicy: jetstream.DeliverAllPolicy,
+			AckWait: controlAckWait, MaxDeliver: -1, MaxAckPending: cfg.MaxAckPending,
+		}, controlTypes, controlFetchBatch)
+	}
+	iter, err := subscribe()
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil
@@ -239,19 +245,44 @@ func (c *Control) Run(ctx context.Context) error {
 		return fmt.Errorf("im control consumer: %w", err)
 	}
 	stop := context.AfterFunc(ctx, iter.Stop)
-	defer stop()
+	defer func() { stop() }()
 	d := &dispatcher{c: &cfg, sem: make(chan struct{}, cfg.Workers), rooms: map[string]*roomWork{}, held: map[string]*roomHold{}}
-	for {
+	for ctx.Err() == nil {
 		msg, err := iter.Next()
-		if err != nil {
-			if ctx.Err() != nil || errors.Is(err, jetstream.ErrMsgIteratorClosed) {
-				break
-			}
-			cfg.Log.Warn("im control fetch", "err", err)
-			sleep(ctx, controlErrorBackoff)
+		if err == nil {
+			d.dispatch(ctx, msg)
 			continue
 		}
-		d.dispatch(ctx, msg)
+		if ctx.Err() != nil {
+			break
+		}
+		cfg.Log.Warn("im control fetch", "err", err)
+		sleep(ctx, controlErrorBackoff)
+		if !errors.Is(err, jetstream.ErrMsgIteratorClosed) && !errors.Is(err, jetstream.ErrConsumerDeleted) {
+			continue
+		}
+		// The consumer went (with its stream, deleted and made again by
+		// the bus's next publish): follow the rooms again on a new one,
+		// from the start of the stream as it is now.
+		// Until the stream is there again, it is asked less and less
+		// often, and the failure is logged once.
+		stop()
+		iter.Stop()
+		for wait := controlErrorBackoff; ctx.Err() == nil; wait = min(2*wait, controlResubscribeMax) {
+			if iter, err = subscribe(); err == nil {
+				cfg.Log.Warn("im control consumer made again")
+				break
+			}
+			if wait == controlErrorBackoff {
+				cfg.Log.Warn("im control consumer cannot be made again; retrying", "err", err)
+			}
+			sleep(ctx, wait)
+		}
+		if ctx.Err() != nil {
+			d.wg.Wait()
+			return nil
+		}
+		stop = context.AfterFunc(ctx, iter.Stop)
 	}
 	iter.Stop()
 	d.wg.Wait()

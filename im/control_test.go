@@ -330,3 +330,24 @@ func TestControlStoppedAsItStartsStopsCleanly(t *testing.T) {
 		t.Fatalf("a consumer the broker refuses: %v", err)
 	}
 }
+
+// TestGroupControlGoesOnWhenTheStreamIsMadeAgain: the room event stream
+// is deleted while the service runs (an operator, a broker that lost its
+// store). The bus makes it again at the next publish (0180f7b), "as at
+// start": group control, which consumes that stream, must follow the rooms
+// again too, not wait on the consumer that went with the old stream.
+func TestGroupControlGoesOnWhenTheStreamIsMadeAgain(t *testing.T) {
+	w := newControlWorld(t, nil)
+	w.submit(t, "remade", "create", 1, &room.CreateRoom{OwnerUserID: 1, SeatCount: 8, Title: "first"})
+	poll.Until(t, 30*time.Second, "the group", poll.Bool(func() bool { return w.hasGroup("remade") }))
+
+	if err := w.bus.JetStream().DeleteStream(context.Background(), w.bus.Stream()); err != nil {
+		t.Fatal(err)
+	}
+	title := "second"
+	w.submit(t, "remade", "title", 1, &room.UpdateProfile{Title: &title})
+	poll.Until(t, 30*time.Second, "the group renamed after the stream was made again", poll.Bool(func() bool {
+		g, _ := w.local.Group("remade")
+		return g.Name == "second"
+	}))
+}
