@@ -317,11 +317,11 @@ func (rp *roomPresence) scheduleNotBefore(now, notBefore int64) {
 	rp.armLocked(now, rp.dueLocked(), notBefore)
 }
 
-// scheduleTouchedLocked is scheduleLocked after a commit that moved only
-// the deadlines of users (joined, seen or seated): no deadline moves
-// earlier otherwise, so while the timer is armed only theirs can make it
-// earlier, and a room of tens of thousands of listeners is not walked on
-// every commit.
+// scheduleTouchedLocked is scheduleLocked after a commit or a state
+// callback that moved only the deadlines of users (joined, seen, seated,
+// gone offline): no deadline moves earlier otherwise, so while the timer
+// is armed only theirs can make it earlier, and a room of tens of
+// thousands of listeners is not walked on every commit or callback.
 func (rp *roomPresence) scheduleTouchedLocked(now int64, users []int64) {
 	if rp.dueAt == 0 {
 		rp.scheduleLocked(now)
@@ -616,7 +616,9 @@ func (p *presence) stateChange(user, eventAt int64, online bool) int {
 			} else {
 				m.offline = now
 			}
-			rp.scheduleLocked(now)
+			// Only this member's deadlines moved: a login storm of a
+			// crowd's gateway does not walk the crowd once per callback.
+			rp.scheduleTouchedLocked(now, []int64{user})
 			n++
 		}
 		rp.mu.Unlock()
