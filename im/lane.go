@@ -280,6 +280,12 @@ type roomQueue struct {
 // further gifts fold into the plain count, so the message stays small.
 const maxCombos = 16
 
+// maxFoldedTypes bounds the types a room folds display events of until its
+// next message, as far as robot events add them (they name their own type,
+// the room's own events are of a few): a robot event of a further type is
+// lost, so the counts stay small and the message within MaxBytes.
+const maxFoldedTypes = 16
+
 // comboKey names a combo: gifts of one sender and one gift.
 type comboKey struct {
 	sender int64
@@ -611,7 +617,8 @@ func (l *Lane) coalesced() {
 // event, or else the oldest Normal one, folds into its type's count (a gift
 // into its sender's combo of that gift) when it is a display event
 // (foldable) whose state, if any (the online count), a newer queued event
-// carries; otherwise it is lost and raises lost_through.
+// carries, and a robot event's type is one of the first maxFoldedTypes
+// folded; otherwise it is lost and raises lost_through.
 func (l *Lane) overflowLocked(q *roomQueue) {
 	var it *item
 	if len(q.low) > 0 {
@@ -632,14 +639,20 @@ func (l *Lane) overflowLocked(q *roomQueue) {
 		if gift {
 			k = comboKey{g.SenderUserID, g.GiftID}
 		}
-		if c := q.combos[k]; gift && (c != nil || len(q.combos) < maxCombos) {
+		_, counted := q.folded[it.typ]
+		_, robot := it.env.(*robotEnvelope)
+		switch c := q.combos[k]; {
+		case gift && (c != nil || len(q.combos) < maxCombos):
 			if c == nil {
 				c = &combo{SenderUserID: g.SenderUserID, GiftID: g.GiftID, GiftName: g.GiftName}
 				q.combos[k] = c
 			}
 			c.Count, c.Cost, c.Gifts = c.Count+int64(g.Count), c.Cost+g.Cost, c.Gifts+1
-		} else {
+		case counted || !robot || len(q.folded) < maxFoldedTypes:
 			q.folded[it.typ]++
+		default:
+			l.lostLocked(q, it.priority, "queue_full", it.version)
+			return
 		}
 		if l.metrics.Merged != nil {
 			l.metrics.Merged(1)
@@ -1181,12 +1194,15 @@ func highHeld(q *roomQueue) bool {
 }
 
 // batchOverhead is room for a Batch's own fields around its events
-// (type, room_id, room_version, lost_through, folded counts); comboSize is
-// room for one folded gift combo (its gift id and name are a catalogue's
-// short strings).
+// (type, room_id, room_version, lost_through); comboSize is room for one
+// folded gift combo (its gift id and name are a catalogue's short
+// strings).
 const (
 	batchOverhead = 400
 	comboSize     = 300
+	// foldedTypeSize is room for one folded type's count: a type of up to
+	// 64 bytes (a robot's), quoted, and its count.
+	foldedTypeSize = 96
 )
 
 // nextLocked takes the room's next message: a message to send again as it
@@ -1211,9 +1227,7 @@ func (l *Lane) nextLocked(q *roomQueue, now time.Time) (Message, bool) {
 	}
 	var items []*item
 	size := batchOverhead
-	if len(q.combos) > 0 {
-		size += len(q.combos) * comboSize
-	}
+	size += len(q.combos)*comboSize + len(q.folded)*foldedTypeSize
 	add := func(it *item) bool {
 		if size+len(it.data)+1 > l.cfg.MaxBytes {
 			return false

@@ -356,3 +356,23 @@ func TestSupersededEventsAreNeverEncoded(t *testing.T) {
 		t.Fatalf("%d profile changes encoded for %d messages sent", got, len(rec.all()))
 	}
 }
+
+// TestFoldedRobotTypesKeepAMessageWithinMaxBytes: robot display events
+// fold by their type, which the caller names (up to 64 bytes). A burst of
+// many types over the queue limit still leaves every message within
+// MaxBytes: Tencent refuses a larger one, and the events it carries with
+// it are lost.
+func TestFoldedRobotTypesKeepAMessageWithinMaxBytes(t *testing.T) {
+	rec := &recorder{}
+	lane := im.New(im.Config{QueueLimit: 10}, rec, im.Metrics{}, quiet)
+	defer lane.Close()
+	for i := range 1000 {
+		lane.PublishRobot("r1", fmt.Sprintf("robot_%058d", i), json.RawMessage(`{}`))
+	}
+	poll.Until(t, 10*time.Second, "a message", poll.Bool(func() bool { return len(rec.all()) > 0 }))
+	for _, s := range rec.all() {
+		if n := len(s.msg.Data); n > 8000 {
+			t.Fatalf("a message of %d bytes, over MaxBytes (8000)", n)
+		}
+	}
+}
