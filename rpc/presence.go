@@ -15,6 +15,7 @@ import (
 	"connectrpc.com/connect"
 
 	roomv1 "hyapp/room-service/gen/room/v1"
+	"hyapp/room-service/internal/obs"
 	"hyapp/room-service/room"
 )
 
@@ -79,7 +80,12 @@ const TIMForwardedHeader = "X-Room-Forwarded"
 // passed on, marked TIMForwardedHeader) to the other nodes, as it came: its
 // query and body, so each checks Tencent's signature itself and no node
 // trusts another.
+//
+// Refusals are logged at most once a second, with how many were held back:
+// the URL faces the internet, and a stream of unsigned posts would
+// otherwise write a line each.
 func TIMCallback(token string, sdkAppID uint64, presence Presence, fanout func(rawQuery string, body []byte), now func() time.Time, log *slog.Logger) http.Handler {
+	refusals := &obs.Sometimes{Every: time.Second}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodPost {
 			timAnswer(w, http.StatusMethodNotAllowed, "method_not_allowed")
@@ -87,7 +93,9 @@ func TIMCallback(token string, sdkAppID uint64, presence Presence, fanout func(r
 		}
 		q := r.URL.Query()
 		if reason := checkTIMSign(token, q.Get("RequestTime"), q.Get("Sign"), now()); reason != "" {
-			log.Warn("Tencent IM callback refused", "reason", reason, "client", r.RemoteAddr)
+			if ok, held := refusals.Allow(now()); ok {
+				log.Warn("Tencent IM callback refused", "reason", reason, "client", r.RemoteAddr, "held_back", held)
+			}
 			timAnswer(w, http.StatusUnauthorized, reason)
 			return
 		}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -212,3 +213,57 @@ func TestTIMCallback(t *testing.T) {
 		t.Fatalf("state changes %v, want %v", got, want)
 	}
 }
+
+// TestRefusedTIMCallbacksAreLoggedOnceASecond: the callback URL faces the
+// internet, and anyone can post to it without a signature. A stream of
+// such posts writes a line a second to the log, saying how many it held
+// back, not a line each.
+func TestRefusedTIMCallbacksAreLoggedOnceASecond(t *testing.T) {
+	var lines []string
+	var mu sync.Mutex
+	log := slog.New(recordHandler(func(r slog.Record) {
+		mu.Lock()
+		defer mu.Unlock()
+		held := ""
+		r.Attrs(func(a slog.Attr) bool {
+			if a.Key == "held_back" {
+				held = a.Value.String()
+			}
+			return true
+		})
+		lines = append(lines, r.Message+" held_back="+held)
+	}))
+	now := time.Now()
+	clock := func() time.Time { return now }
+	h := rpc.TIMCallback("callback-token-0123456789abcdef", 0, &recordingPresence{}, nil, clock, log)
+	post := func() {
+		t.Helper()
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, rpc.TIMCallbackPath+"?RequestTime=1&Sign=x", strings.NewReader("{}")))
+		if rec.Code != http.StatusUnauthorized {
+			t.Fatalf("an unsigned callback answered %d", rec.Code)
+		}
+	}
+	for range 1000 {
+		post()
+	}
+	now = now.Add(time.Second)
+	post()
+	want := []string{"Tencent IM callback refused held_back=0", "Tencent IM callback refused held_back=999"}
+	if !slices.Equal(lines, want) {
+		t.Fatalf("1,001 refused callbacks over a second logged %d lines (%v...); want %q", len(lines), lines[:min(len(lines), 2)], want)
+	}
+}
+
+// recordHandler is a slog.Handler that hands each record to f.
+type recordHandler func(slog.Record)
+
+func (f recordHandler) Enabled(context.Context, slog.Level) bool { return true }
+
+func (f recordHandler) Handle(_ context.Context, r slog.Record) error {
+	f(r)
+	return nil
+}
+
+func (f recordHandler) WithAttrs([]slog.Attr) slog.Handler { return f }
+func (f recordHandler) WithGroup(string) slog.Handler      { return f }

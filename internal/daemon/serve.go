@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc"
 
 	"hyapp/room-service/internal/netwake"
+	"hyapp/room-service/internal/obs"
 	"hyapp/room-service/lease/redislease"
 	"hyapp/room-service/rpc"
 )
@@ -251,8 +252,7 @@ func (m *Main) mountTIMCallback(mux *http.ServeMux) error {
 	log := m.Log.With("component", "tim-callback")
 	var fanout func(string, []byte)
 	if m.members != nil {
-		f := &timFanout{m: m, client: &http.Client{Timeout: timFanoutTimeout}, log: log,
-			queue: make(chan timCallback, timFanoutQueue), inFlight: map[string]int{}}
+		f := m.newTIMFanout(log)
 		if err := m.workers.Go("tim-fanout", f.run); err != nil {
 			return err
 		}
@@ -305,6 +305,9 @@ type timFanout struct {
 	queue  chan timCallback
 	// dropped counts callbacks not passed on because too many waited.
 	dropped atomic.Int64
+	// failed paces the lines of passes and membership reads that fail: a
+	// node that is down fails every callback's pass to it.
+	failed obs.Sometimes
 
 	// Owned by run.
 	members []redislease.Member
@@ -313,6 +316,12 @@ type timFanout struct {
 
 	mu       sync.Mutex
 	inFlight map[string]int // node address → passes in flight
+}
+
+// newTIMFanout returns the fanout of m's callbacks; its run passes them on.
+func (m *Main) newTIMFanout(log *slog.Logger) *timFanout {
+	return &timFanout{m: m, client: &http.Client{Timeout: timFanoutTimeout}, log: log,
+		queue: make(chan timCallback, timFanoutQueue), inFlight: map[string]int{}, failed: obs.Sometimes{Every: time.Second}}
 }
 
 // pass queues a callback to pass on; it never blocks the callback's answer.
@@ -349,7 +358,7 @@ func (f *timFanout) passOn(ctx context.Context, cb timCallback) {
 		members, err := f.m.members.Members(rctx)
 		cancel()
 		if err != nil {
-			f.log.Warn("pass a callback on: read the membership", "err", err)
+			f.fail("pass a callback on: read the membership", "", err)
 		} else {
 			f.members = members
 		}
@@ -364,9 +373,17 @@ func (f *timFanout) passOn(ctx context.Context, cb timCallback) {
 		f.passes.Go(func() {
 			defer f.give(mb.Addr)
 			if err := f.m.passOn(f.client, mb.Addr, cb.rawQuery, cb.body); err != nil {
-				f.log.Warn("pass a callback on", "node_id", mb.NodeID, "err", err)
+				f.fail("pass a callback on", mb.NodeID, err)
 			}
 		})
+	}
+}
+
+// fail logs a failed pass or read, at most once a second, with how many
+// lines were held back since the last.
+func (f *timFanout) fail(msg, nodeID string, err error) {
+	if ok, held := f.failed.Allow(time.Now()); ok {
+		f.log.Warn(msg, "node_id", nodeID, "err", err, "held_back", held)
 	}
 }
 

@@ -3,6 +3,8 @@ package obs
 import (
 	"context"
 	"log/slog"
+	"sync"
+	"time"
 
 	"go.opentelemetry.io/otel/trace"
 )
@@ -30,4 +32,30 @@ func (h logHandler) WithAttrs(attrs []slog.Attr) slog.Handler {
 // WithGroup implements slog.Handler.
 func (h logHandler) WithGroup(name string) slog.Handler {
 	return logHandler{h.Handler.WithGroup(name)}
+}
+
+// Sometimes lets a kind of log line out at most once per Every: the lines
+// that come sooner are held back and counted, and the next line let out
+// says how many were. An outage, or a client sending what is refused, then
+// writes a line a second instead of one per event. The zero value lets
+// every line out. Safe for concurrent use.
+type Sometimes struct {
+	Every time.Duration
+
+	mu   sync.Mutex
+	last time.Time // when the last line went out; zero: none yet
+	held int
+}
+
+// Allow reports whether a line may go out at now, and if so how many lines
+// were held back since the last one that went out.
+func (s *Sometimes) Allow(now time.Time) (ok bool, held int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.last.IsZero() && !now.Before(s.last) && now.Sub(s.last) < s.Every {
+		s.held++
+		return false, 0
+	}
+	held, s.last, s.held = s.held, now, 0
+	return true, held
 }
