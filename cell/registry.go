@@ -11,6 +11,7 @@ import (
 	"time"
 
 	roomv1 "hyapp/room-service/gen/room/v1"
+	"hyapp/room-service/internal/obs"
 	"hyapp/room-service/lease"
 	"hyapp/room-service/outbox"
 	"hyapp/room-service/room"
@@ -204,6 +205,10 @@ type Registry struct {
 	stopping  chan struct{}
 	wg        sync.WaitGroup // cells, loads and the timer scanner
 	wakes     *wakers        // wakeups of the features' in-memory timers
+	// loadFailed and unrecoverable pace the lines of failed loads: in a
+	// storage outage every call for a room not loaded fails one, and a
+	// client retrying a room that cannot be rebuilt makes one per call.
+	loadFailed, unrecoverable obs.Sometimes
 
 	uses atomic.Int64 // a clock of calls: each cell keeps the tick of its last one (LRU)
 
@@ -234,6 +239,7 @@ func New(cfg Config, st Store, l lease.Lease, sink EventSink, m *Metrics, log *s
 		stopper:   newStopper(ctx, st, cfg.CommitWorkers, cfg.CommitMaxRooms),
 		ctx:       ctx, cancel: cancel, stopping: make(chan struct{}), wakes: newWakers(ctx),
 		cells: make(map[string]*Cell), exiting: make(map[string]*Cell), loading: make(map[string]*load),
+		loadFailed: obs.Sometimes{Every: time.Second}, unrecoverable: obs.Sometimes{Every: time.Second},
 	}
 	r.committer = newCommitter(st, cfg, r.stopping, m)
 	r.features = r.plugIn()
@@ -485,9 +491,13 @@ func (r *Registry) load(ctx context.Context, roomID string, create bool) (*Cell,
 			result = "not_found"
 		case errors.Is(err, room.ErrRecoveryFailed):
 			result = "failed"
-			r.log.Error("room cannot be recovered; it answers room_recovery_failed until its storage is repaired", "room_id", roomID, "err", err)
+			if ok, held := r.unrecoverable.Allow(time.Now()); ok {
+				r.log.Error("room cannot be recovered; it answers room_recovery_failed until its storage is repaired", "room_id", roomID, "err", err, "held_back", held)
+			}
 		default:
-			r.log.Error("recover room", "room_id", roomID, "err", err)
+			if ok, held := r.loadFailed.Allow(time.Now()); ok {
+				r.log.Error("recover room", "room_id", roomID, "err", err, "held_back", held)
+			}
 		}
 		r.metrics.Recoveries.WithLabelValues(result).Inc()
 		return nil, err
