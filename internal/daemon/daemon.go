@@ -228,7 +228,7 @@ func (m *Main) openLeases(ctx context.Context, nodeID string) (lease.Lease, erro
 	if err := m.workers.Go("membership", m.members.Run); err != nil {
 		return nil, err
 	}
-	m.owners = fleetOwners{leases: leases, members: m.members, self: nodeID, draining: &m.draining}
+	m.owners = fleetOwners{leases: leases, members: newRecentMembers(m.members.Members), self: nodeID, draining: &m.draining}
 	m.hops = rpc.NewHopClient(cfg.LeaseTTL)
 	m.Log.Info("fleet mode", "node_id", nodeID, "advertise_addr", cfg.AdvertiseAddr, "lease_ttl", cfg.LeaseTTL)
 	return leases, nil

@@ -5,6 +5,7 @@ import (
 	"hash/fnv"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -25,7 +26,7 @@ import (
 // when no other member is live.
 type fleetOwners struct {
 	leases   *redislease.Lease
-	members  *redislease.Membership
+	members  *recentMembers
 	self     string
 	draining *atomic.Bool
 }
@@ -45,7 +46,7 @@ func (o fleetOwners) Owner(ctx context.Context, roomID string, unreachable []str
 	case !o.draining.Load():
 		return "", false, nil
 	}
-	members, err := o.members.Members(ctx)
+	members, err := o.members.get(ctx)
 	if err != nil {
 		return "", false, err
 	}
@@ -155,4 +156,45 @@ func (f nodeFleet) Nodes(ctx context.Context, roomIDs bool) ([]rpc.Node, error) 
 		}
 	}
 	return nodes, nil
+}
+
+// membersEvery is how long one read of the membership serves the calls
+// that need it per call (recentMembers).
+const membersEvery = time.Second
+
+// recentMembers is the fleet's membership read at most once per
+// membersEvery, the last read handed out meanwhile. A read scans Redis's
+// key space, every room's lease included (redislease.Members, meant for
+// occasional checks), and while a node drains, each call it gets for a
+// room nobody holds needs the membership. A failed read is not tried
+// again before then either. A node that joined, left or began draining
+// since is seen at the next read; a hop that finds one gone tries the next
+// best. Safe for concurrent use.
+type recentMembers struct {
+	read func(ctx context.Context) ([]redislease.Member, error)
+
+	mu     sync.Mutex // one read at a time; guards the rest
+	nodes  []redislease.Member
+	err    error
+	readAt time.Time
+}
+
+func newRecentMembers(read func(ctx context.Context) ([]redislease.Member, error)) *recentMembers {
+	return &recentMembers{read: read}
+}
+
+// get returns the membership as last read, reading it first (within ctx)
+// when the last read is membersEvery old. The slice is shared: callers
+// must not modify it.
+func (r *recentMembers) get(ctx context.Context) ([]redislease.Member, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if now := time.Now(); r.readAt.IsZero() || now.Before(r.readAt) || now.Sub(r.readAt) >= membersEvery {
+		nodes, err := r.read(ctx)
+		if ctx.Err() != nil {
+			return nil, err // the caller's deadline, not the fleet's answer: not kept
+		}
+		r.nodes, r.err, r.readAt = nodes, err, time.Now()
+	}
+	return r.nodes, r.err
 }
