@@ -112,6 +112,9 @@ type Cell struct {
 	recent       *recentIDs
 	snapCache    *roomv1.RoomSnapshot
 	protos       snapshot.Builder // the state's snapshot messages, reads' and stored ones'
+	// membersMoved: a command applied since protos last built changed the
+	// members; otherwise a read's build reuses the last list (see proto).
+	membersMoved bool
 	log          *slog.Logger
 }
 
@@ -530,6 +533,7 @@ func (c *Cell) apply(p *pending, seen map[string]*pending) {
 		}
 		return
 	}
+	c.membersMoved = c.membersMoved || movesMembers(events)
 	c.applied(p, events, seen)
 }
 
@@ -778,7 +782,7 @@ func (c *Cell) buildBatch(cmds []*pending, base int64, prevStatus room.Status) (
 	}
 	logged := c.loggedBytes + payloadBytes(b.Commands)
 	if snapshotDue(c.state.Version-c.lastSnapshot, logged, c.snapBytes, c.reg.cfg.SnapshotEvery) {
-		payload, err := snapshot.Marshal(c.protos.ToProto(c.state))
+		payload, err := snapshot.Marshal(c.proto(false))
 		if err != nil {
 			return b, err
 		}
@@ -828,7 +832,7 @@ func (c *Cell) committed(cmds []*pending, b store.Batch) []room.Committed {
 // callers must not modify it.
 func (c *Cell) snapshot() *roomv1.RoomSnapshot {
 	if c.snapCache == nil || c.snapCache.GetRoomVersion() != c.state.Version {
-		c.snapCache = c.protos.ToProto(c.state)
+		c.snapCache = c.proto(true)
 	}
 	v := c.view.Load()
 	if v == nil || v.snap != c.snapCache {
@@ -836,6 +840,31 @@ func (c *Cell) snapshot() *roomv1.RoomSnapshot {
 		c.view.Store(v)
 	}
 	return v.at(c.reg.cfg.Clock().UnixMilli())
+}
+
+// proto builds the snapshot message of the state. A read's (reuse) after
+// commands that moved no member, such as a gift storm's, takes the last
+// build's member list as it is: in a room of 100,000 members a read after
+// each commit would otherwise walk them all on the room's goroutine (5 ms
+// a commit). A stored snapshot's looks at every member.
+func (c *Cell) proto(reuse bool) *roomv1.RoomSnapshot {
+	if reuse && !c.membersMoved {
+		return c.protos.Reuse(c.state)
+	}
+	c.membersMoved = false
+	return c.protos.ToProto(c.state)
+}
+
+// movesMembers reports whether events say the room's members changed: the
+// events presence follows them by.
+func movesMembers(events []room.Event) bool {
+	for _, ev := range events {
+		switch ev.Data.(type) {
+		case *room.RoomUserJoinedEvent, *room.RoomUserLeftEvent, *room.RoomUserKickedEvent, *room.RoomClosedEvent:
+			return true
+		}
+	}
+	return false
 }
 
 // view is a snapshot message the cell built, for reads without the mailbox.
@@ -887,6 +916,8 @@ func (c *Cell) reload() error {
 // adopt takes a recovered state as the cell's own.
 func (c *Cell) adopt(rec *Recovered) {
 	c.state, c.lastSnapshot, c.snapBytes, c.snapCache = rec.State, rec.SnapshotVersion, rec.SnapshotBytes, nil
+	c.protos.Reset()
+	c.membersMoved = false
 	c.loggedBytes = payloadBytes(rec.Replayed)
 	c.view.Store(nil)
 	c.head.Store(c.state.Version)
@@ -952,7 +983,7 @@ func (c *Cell) finish(reason string) {
 func (c *Cell) stopCleanly() error {
 	st := store.RoomStop{RoomID: c.roomID, Release: !c.fresh, Epoch: c.epoch}
 	if c.state.Version > c.lastSnapshot {
-		payload, err := snapshot.Marshal(c.protos.ToProto(c.state))
+		payload, err := snapshot.Marshal(c.proto(false))
 		if err != nil {
 			return err
 		}

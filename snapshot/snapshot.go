@@ -113,6 +113,23 @@ func sameMember(p *roomv1.Member, m *room.Member) bool {
 type Builder struct {
 	ids  []int64          // the member ids of the last build, ascending
 	msgs []*roomv1.Member // their messages, in the same order
+	last *room.State      // the State of the last build that kept its members
+}
+
+// Reset forgets what b kept. Call it when the State b builds from is
+// replaced (a room reloaded), so that b does not keep the old one.
+func (b *Builder) Reset() { *b = Builder{} }
+
+// Reuse returns ToProto(s) for a caller that knows no member of s changed
+// (joined, joined again with new fields, left) since b's last build of s: it
+// takes that build's member list as it is, with no pass over the crowd (the
+// lists are never modified). A gift storm's commands change no member. It
+// builds as ToProto does when b's last build was not of s.
+func (b *Builder) Reuse(s *room.State) *roomv1.RoomSnapshot {
+	if b.last != s || len(b.ids) != len(s.Members) {
+		return b.ToProto(s)
+	}
+	return toProto(s, b.msgs)
 }
 
 // builderKeeps is the fewest members whose messages a Builder keeps.
@@ -126,7 +143,7 @@ func (b *Builder) ToProto(s *room.State) *roomv1.RoomSnapshot {
 // members returns the member messages of s in user id order.
 func (b *Builder) members(s *room.State) []*roomv1.Member {
 	if len(s.Members) < builderKeeps {
-		b.ids, b.msgs = nil, nil
+		*b = Builder{}
 		return memberList(s)
 	}
 	// The last build's members still in the room keep their order and,
@@ -154,7 +171,7 @@ func (b *Builder) members(s *room.State) []*roomv1.Member {
 		slices.Sort(fresh)
 		ids, msgs = merge(ids, msgs, fresh, s.Members)
 	}
-	b.ids, b.msgs = ids, msgs
+	b.ids, b.msgs, b.last = ids, msgs, s
 	return msgs
 }
 
