@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -25,16 +24,7 @@ import (
 // against any row, so nothing goes dead; once storage is freed, every row
 // goes out, each room's in order.
 func TestABrokerOutOfStorageSendsNothingDead(t *testing.T) {
-	srv, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(),
-		JetStreamMaxStore: 256 << 10, NoSigs: true, NoLog: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv.Start()
-	t.Cleanup(func() { srv.Shutdown(); srv.WaitForShutdown() })
-	if !srv.ReadyForConnections(10 * time.Second) {
-		t.Fatal("nats did not start")
-	}
+	srv := startBroker(t, server.Options{JetStreamMaxStore: 256 << 10})
 	bus := openBus(t, natsbus.Config{URL: fmt.Sprintf("nats://127.0.0.1:%d", srv.Addr().(*net.TCPAddr).Port)})
 	ctx := context.Background()
 	js := bus.JetStream()
@@ -53,18 +43,10 @@ func TestABrokerOutOfStorageSendsNothingDead(t *testing.T) {
 	seed(t, repo, ids, 10)
 	cfg := fastConfig()
 	cfg.MaxAttempts = 3
-	var dead, refused, broker atomic.Int64
-	runRelay(t, relay.New(repo, bus, relay.LeaseGate{Lease: lease.NewLocal()}, cfg, relay.Metrics{
-		Dead: func() { dead.Add(1) },
-		Failed: func(transient bool) {
-			if transient {
-				broker.Add(1)
-			} else {
-				refused.Add(1)
-			}
-		}}, quiet))
-	poll.Until(t, 30*time.Second, "every room refused a few times", poll.Bool(func() bool { return broker.Load()+refused.Load() >= 5*int64(len(ids)) }))
-	if n, r := dead.Load(), refused.Load(); n != 0 || r != 0 {
+	var f failures
+	runRelay(t, relay.New(repo, bus, relay.LeaseGate{Lease: lease.NewLocal()}, cfg, f.metrics(), quiet))
+	poll.Until(t, 30*time.Second, "every room refused a few times", poll.Bool(func() bool { return f.broker.Load()+f.refused.Load() >= 5*int64(len(ids)) }))
+	if n, r := f.dead.Load(), f.refused.Load(); n != 0 || r != 0 {
 		t.Fatalf("while the broker's storage was full %d publishes counted against their rows and %d rows went dead", r, n)
 	}
 	if err := js.DeleteStream(ctx, "FILLER"); err != nil {
@@ -72,7 +54,7 @@ func TestABrokerOutOfStorageSendsNothingDead(t *testing.T) {
 	}
 	poll.Until(t, 30*time.Second, "every row published", poll.Bool(func() bool { return pending(t, repo) == 0 }))
 	consume(t, bus, len(ids)*10*2)
-	if n := dead.Load(); n != 0 {
+	if n := f.dead.Load(); n != 0 {
 		t.Fatalf("%d rows went dead", n)
 	}
 }

@@ -2,10 +2,8 @@ package relay_test
 
 import (
 	"bytes"
-	"context"
 	"fmt"
 	"net"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -13,10 +11,8 @@ import (
 
 	"hyapp/room-service/internal/poll"
 	"hyapp/room-service/lease"
-	"hyapp/room-service/outbox"
 	"hyapp/room-service/outbox/natsbus"
 	"hyapp/room-service/outbox/relay"
-	"hyapp/room-service/store"
 )
 
 // TestALongOutageSendsNothingDead: the broker is away long enough for the
@@ -27,20 +23,8 @@ import (
 // row goes out, each room's in order.
 func TestALongOutageSendsNothingDead(t *testing.T) {
 	dir := t.TempDir()
-	start := func(port int) *server.Server {
-		srv, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: port, JetStream: true, StoreDir: dir, NoSigs: true, NoLog: true})
-		if err != nil {
-			t.Fatal(err)
-		}
-		srv.Start()
-		if !srv.ReadyForConnections(10 * time.Second) {
-			t.Fatal("nats did not start")
-		}
-		return srv
-	}
-	srv := start(-1)
+	srv := startBroker(t, server.Options{StoreDir: dir})
 	port := srv.Addr().(*net.TCPAddr).Port
-	t.Cleanup(func() { srv.Shutdown(); srv.WaitForShutdown() })
 	bus := openBus(t, natsbus.Config{URL: fmt.Sprintf("nats://127.0.0.1:%d", port), PublishTimeout: time.Second})
 	srv.Shutdown()
 	srv.WaitForShutdown()
@@ -50,33 +34,17 @@ func TestALongOutageSendsNothingDead(t *testing.T) {
 	ids := rooms("long", 40)
 	big := bytes.Repeat([]byte("x"), 200<<10) // 40 rows of 200 KiB: more than the 8 MiB reconnect buffer
 	for _, id := range ids {
-		o := claim(t, repo, id)
-		o.head++
-		b := store.Batch{RoomID: id, OwnerEpoch: o.epoch, BaseVersion: o.head - 1,
-			Commands: []store.CommandRecord{{RoomID: id, RoomVersion: o.head, CommandID: "c1", CommandType: "JoinRoom", Payload: []byte("{}"), Replayable: true}},
-			Outbox: []outbox.Record{{EventID: outbox.EventID(id, o.head, 0), RoomID: id, RoomVersion: o.head, OwnerEpoch: o.epoch,
-				EventType: "RoomUserJoined", Payload: big, Status: outbox.StatusPending, CreatedAt: time.Now()}}}
-		if res, err := repo.CommitBatches(context.Background(), []store.Batch{b}); err != nil || res[0] != nil {
-			t.Fatalf("commit %s: %v %v", id, err, res)
-		}
+		commitRow(t, repo, id, big)
 	}
 	cfg := fastConfig()
 	cfg.MaxAttempts = 2
-	var dead, refused, broker atomic.Int64
-	runRelay(t, relay.New(repo, bus, relay.LeaseGate{Lease: lease.NewLocal()}, cfg, relay.Metrics{
-		Dead: func() { dead.Add(1) },
-		Failed: func(transient bool) {
-			if transient {
-				broker.Add(1)
-			} else {
-				refused.Add(1)
-			}
-		}}, quiet))
-	poll.Until(t, 30*time.Second, "each room tried a few times during the outage", poll.Bool(func() bool { return broker.Load()+refused.Load() >= 3*int64(len(ids)) }))
-	if n, r := dead.Load(), refused.Load(); n != 0 || r != 0 {
+	var f failures
+	runRelay(t, relay.New(repo, bus, relay.LeaseGate{Lease: lease.NewLocal()}, cfg, f.metrics(), quiet))
+	poll.Until(t, 30*time.Second, "each room tried a few times during the outage", poll.Bool(func() bool { return f.broker.Load()+f.refused.Load() >= 3*int64(len(ids)) }))
+	if n, r := f.dead.Load(), f.refused.Load(); n != 0 || r != 0 {
 		t.Fatalf("during the outage %d publishes counted against their rows and %d rows went dead", r, n)
 	}
-	srv = start(port)
+	startBroker(t, server.Options{Port: port, StoreDir: dir})
 	poll.Until(t, 60*time.Second, "the backlog to drain", poll.Bool(func() bool { return pending(t, repo) == 0 }))
 	consume(t, bus, len(ids))
 }
