@@ -167,33 +167,8 @@ func TestTIMCallbackReachesEveryNodePastOneThatDoesNotAnswer(t *testing.T) {
 // (SIGSTOP: the kernel still accepts). Its connections close when the test
 // ends.
 func silentListener(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		var conns []net.Conn
-		defer func() {
-			for _, c := range conns {
-				_ = c.Close()
-			}
-		}()
-		for {
-			conn, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			conns = append(conns, conn)
-		}
-	}()
-	t.Cleanup(func() {
-		_ = ln.Close()
-		<-done
-	})
-	return ln.Addr().String()
+	addr, _ := countingSilentListener(t)
+	return addr
 }
 
 // disconnect sends node addr Tencent's state callback that user
