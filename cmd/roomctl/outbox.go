@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -120,8 +121,19 @@ func setupEvents(fs *flag.FlagSet) func(ctx context.Context, _ *client, args []s
 			if ctx.Err() != nil {
 				return nil
 			}
-			if err != nil {
+			switch {
+			case errors.Is(err, nats.ErrTimeout):
 				continue // nothing yet
+			case errors.Is(err, jetstream.ErrConsumerDeleted), errors.Is(err, jetstream.ErrConsumerNotFound), errors.Is(err, jetstream.ErrStreamNotFound):
+				return fmt.Errorf("tail %s %s: %w", *stream, subject, err) // waiting cannot bring it back
+			case err != nil: // the connection: tell it, and try again in a second
+				fmt.Fprintln(os.Stderr, "roomctl: next event:", err)
+				select {
+				case <-ctx.Done():
+					return nil
+				case <-time.After(time.Second):
+				}
+				continue
 			}
 			ev, err := natsbus.Decode(msg.Data())
 			if err != nil {
