@@ -588,12 +588,15 @@ func (c *Control) apply(ctx context.Context, ev *roomv1.RoomEvent) error {
 			return err
 		}
 		// As for a mute, the ban ends when the room says; one that has
-		// ended by the call leaves nothing to apply (the member may have
-		// come back since).
+		// ended by the call is lifted, what the room holds: this kick may
+		// be the latest word on a ban an unban before it was to lift (see
+		// applyLatest), and an unban of a member not banned is harmless.
 		secs, now := uint32(foreverSeconds), c.now().UnixMilli()
 		if p.BannedUntil != 0 {
 			if p.BannedUntil <= now {
-				return nil
+				return c.onGroup(ctx, "lift ended ban", roomID, group, func() error {
+					return c.API.UnbanGroupMember(ctx, group, []string{account(p.UserID)})
+				})
 			}
 			secs = untilSeconds(p.BannedUntil, now)
 		}
