@@ -41,10 +41,11 @@ type EventStream interface {
 	CreateSideStream(ctx context.Context, name string, subjects []string, maxAge time.Duration, maxMsgs int64) error
 	// NextOfRoom returns the first event of eventType in roomID the stream
 	// holds after stream sequence seq, with its sequence; nil when it holds
-	// none.
+	// none. It passes over messages that do not decode.
 	NextOfRoom(ctx context.Context, roomID, eventType string, seq uint64) (*roomv1.RoomEvent, uint64, error)
 	// LatestOfRoom returns the last event of eventType in roomID the stream
-	// holds, with its sequence; nil when it holds none.
+	// holds, with its sequence; nil when it holds none. A last message that
+	// does not decode is an error.
 	LatestOfRoom(ctx context.Context, roomID, eventType string) (*roomv1.RoomEvent, uint64, error)
 	// PublishSide stores data in a side stream on the subject prefix.key,
 	// key escaped to one subject token; a non-empty msgID makes a repeat a
@@ -681,13 +682,14 @@ func (c *Control) later(ctx context.Context, ev *roomv1.RoomEvent, seq uint64) (
 	for _, typ := range types {
 		if user == 0 { // the group's own state: its last event decides, one read
 			last, lastSeq, err := c.Bus.LatestOfRoom(ctx, roomID, typ)
-			if err != nil {
-				return nil, 0, false, err
+			if err == nil {
+				if last != nil && lastSeq > seq && lastSeq > latestSeq && last.GetEventId() != ev.GetEventId() {
+					latest, latestSeq = last, lastSeq
+				}
+				continue
 			}
-			if last != nil && lastSeq > seq && lastSeq > latestSeq && last.GetEventId() != ev.GetEventId() {
-				latest, latestSeq = last, lastSeq
-			}
-			continue
+			// The last message does not decode (or the read failed): the
+			// walk below finds the last event past it, or fails as well.
 		}
 		// A member's state: the room's events of the type after ev, one
 		// read each, for the member's own (few, but for a backlog).

@@ -226,3 +226,77 @@ func TestAnUnbanFollowedByAnEndedBanLiftsTheBan(t *testing.T) {
 		t.Fatalf("member 5 is still banned from the group: %v", w.local.Banned(id))
 	}
 }
+
+// heldCalls is a GroupAPI whose mutes and renames fail (transiently) while
+// held.
+type heldCalls struct {
+	im.GroupAPI
+
+	mu   sync.Mutex
+	held bool
+}
+
+func (f *heldCalls) hold(on bool) {
+	f.mu.Lock()
+	f.held = on
+	f.mu.Unlock()
+}
+
+func (f *heldCalls) pass() error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.held {
+		return errors.New("connection reset (test)")
+	}
+	return nil
+}
+
+func (f *heldCalls) ForbidSendMsg(ctx context.Context, group string, members []string, seconds uint32) error {
+	if err := f.pass(); err != nil {
+		return err
+	}
+	return f.GroupAPI.ForbidSendMsg(ctx, group, members, seconds)
+}
+
+func (f *heldCalls) RenameGroup(ctx context.Context, group, name string) error {
+	if err := f.pass(); err != nil {
+		return err
+	}
+	return f.GroupAPI.RenameGroup(ctx, group, name)
+}
+
+// TestAMessageThatDoesNotDecodeHoldsBackNoRoom: a message on a room's
+// subject that is no room event (another publisher's, a damaged one) is
+// terminated by its own delivery ("undecodable"); the events before it that
+// read the stream for a later event of their state must go on past it, not
+// fail on it and be retried for ever, holding the room's later events back.
+func TestAMessageThatDoesNotDecodeHoldsBackNoRoom(t *testing.T) {
+	f := &heldCalls{}
+	w := newControlWorld(t, func(c *im.Control) {
+		f.GroupAPI = c.API
+		c.API = f
+	})
+	const id = "poisoned"
+	w.submit(t, id, "create", 1, &room.CreateRoom{OwnerUserID: 1, SeatCount: 8, Title: "first"})
+	w.submit(t, id, "join", 5, &room.JoinRoom{})
+	poll.Until(t, 30*time.Second, "the group", poll.Bool(func() bool { return w.hasGroup(id) }))
+	f.hold(true)
+	w.submit(t, id, "mute", 1, &room.MuteUser{TargetUserID: 5, DurationSeconds: 600})
+	title := "second"
+	w.submit(t, id, "title", 1, &room.UpdateProfile{Title: &title})
+	poll.Until(t, 30*time.Second, "the events in the stream", poll.Bool(func() bool {
+		ev, _, err := w.bus.LatestOfRoom(context.Background(), id, string(room.EventRoomProfileUpdated))
+		return err == nil && ev != nil
+	}))
+	for _, typ := range []room.EventType{room.EventRoomUserMuted, room.EventRoomProfileUpdated} {
+		if _, err := w.bus.JetStream().Publish(context.Background(), w.bus.Subject(string(typ), id), []byte("not a room event")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f.hold(false)
+	poll.Until(t, 15*time.Second, "the mute and the rename applied past the messages that do not decode", poll.Bool(func() bool {
+		_, muted := w.local.Muted(id)["5"]
+		g, _ := w.local.Group(id)
+		return muted && g.Name == "second"
+	}))
+}

@@ -443,7 +443,9 @@ func (b *Bus) LastOfRoom(ctx context.Context, roomID string) (eventID string, fo
 }
 
 // LatestOfRoom returns the last event of eventType in roomID the stream
-// holds, and its sequence; nil and 0 when it holds none.
+// holds, and its sequence; nil and 0 when it holds none. A last message
+// that does not decode is an error (the last event before it is not known:
+// NextOfRoom finds it).
 func (b *Bus) LatestOfRoom(ctx context.Context, roomID, eventType string) (*roomv1.RoomEvent, uint64, error) {
 	ctx, cancel := context.WithTimeout(ctx, b.cfg.PublishTimeout)
 	defer cancel()
@@ -468,7 +470,11 @@ func (b *Bus) LatestOfRoom(ctx context.Context, roomID, eventType string) (*room
 // NextOfRoom returns the first event of eventType in roomID the stream
 // holds after stream sequence seq, and its sequence; nil and 0 when it
 // holds none. Group control asks it whether a later event of a room
-// decides what an earlier one would set.
+// decides what an earlier one would set. A message on the subject that
+// does not decode (another publisher's, a damaged one) is passed over: it
+// is no event, and its own delivery is where it is dealt with; failing on
+// it would fail every earlier event of the room that looks past it, each
+// time it is retried.
 func (b *Bus) NextOfRoom(ctx context.Context, roomID, eventType string, seq uint64) (*roomv1.RoomEvent, uint64, error) {
 	ctx, cancel := context.WithTimeout(ctx, b.cfg.PublishTimeout)
 	defer cancel()
@@ -476,18 +482,20 @@ func (b *Bus) NextOfRoom(ctx context.Context, roomID, eventType string, seq uint
 	if err != nil {
 		return nil, 0, err
 	}
-	m, err := s.GetMsg(ctx, seq+1, jetstream.WithGetMsgSubject(b.Subject(eventType, roomID)))
-	switch {
-	case errors.Is(err, jetstream.ErrMsgNotFound):
-		return nil, 0, nil
-	case err != nil:
-		return nil, 0, fmt.Errorf("next %s of room %s after seq %d: %w", eventType, roomID, seq, err)
+	subject := b.Subject(eventType, roomID)
+	for {
+		m, err := s.GetMsg(ctx, seq+1, jetstream.WithGetMsgSubject(subject))
+		switch {
+		case errors.Is(err, jetstream.ErrMsgNotFound):
+			return nil, 0, nil
+		case err != nil:
+			return nil, 0, fmt.Errorf("next %s of room %s after seq %d: %w", eventType, roomID, seq, err)
+		}
+		if ev, err := Decode(m.Data); err == nil {
+			return ev, m.Sequence, nil
+		}
+		seq = m.Sequence
 	}
-	ev, err := Decode(m.Data)
-	if err != nil {
-		return nil, 0, fmt.Errorf("next %s of room %s (seq %d): %w", eventType, roomID, m.Sequence, err)
-	}
-	return ev, m.Sequence, nil
 }
 
 // stream is the handle of the Bus's stream, looked up once.
