@@ -183,7 +183,8 @@ type Control struct {
 	Metrics                 ControlMetrics
 	Log                     *slog.Logger
 
-	now func() time.Time // time.Now; a field for tests
+	now   func() time.Time // time.Now; a field for tests
+	scans *memberScans     // set by Run
 }
 
 func (c Control) withDefaults() Control {
@@ -238,6 +239,7 @@ func (c *Control) Run(ctx context.Context) error {
 			AckWait: controlAckWait, MaxDeliver: -1, MaxAckPending: cfg.MaxAckPending,
 		}, controlTypes, controlFetchBatch)
 	}
+	cfg.scans = newMemberScans()
 	iter, err := subscribe()
 	if err != nil {
 		if ctx.Err() != nil {
@@ -272,6 +274,7 @@ func (c *Control) Run(ctx context.Context) error {
 		for wait := controlErrorBackoff; ctx.Err() == nil; wait = min(2*wait, controlResubscribeMax) {
 			if iter, err = subscribe(); err == nil {
 				cfg.Log.Warn("im control consumer made again")
+				cfg.scans.reset() // the stream's sequences started over
 				break
 			}
 			if wait == controlErrorBackoff {
@@ -680,19 +683,27 @@ func (c *Control) later(ctx context.Context, ev *roomv1.RoomEvent, seq uint64) (
 	var latest *roomv1.RoomEvent
 	var latestSeq uint64
 	for _, typ := range types {
-		if user == 0 { // the group's own state: its last event decides, one read
-			last, lastSeq, err := c.Bus.LatestOfRoom(ctx, roomID, typ)
-			if err == nil {
-				if last != nil && lastSeq > seq && lastSeq > latestSeq && last.GetEventId() != ev.GetEventId() {
-					latest, latestSeq = last, lastSeq
-				}
-				continue
+		if user != 0 { // a member's state: the member's last event of the type after ev
+			last, lastSeq, err := c.scans.memberLast(ctx, c.Bus, roomID, typ, user, seq)
+			if err != nil {
+				return nil, 0, false, err
 			}
-			// The last message does not decode (or the read failed): the
-			// walk below finds the last event past it, or fails as well.
+			if last != nil && lastSeq > latestSeq && last.GetEventId() != ev.GetEventId() {
+				latest, latestSeq = last, lastSeq
+			}
+			continue
 		}
-		// A member's state: the room's events of the type after ev, one
-		// read each, for the member's own (few, but for a backlog).
+		// The group's own state: its last event decides, one read.
+		last, lastSeq, err := c.Bus.LatestOfRoom(ctx, roomID, typ)
+		if err == nil {
+			if last != nil && lastSeq > seq && lastSeq > latestSeq && last.GetEventId() != ev.GetEventId() {
+				latest, latestSeq = last, lastSeq
+			}
+			continue
+		}
+		// The last message does not decode (or the read failed): the
+		// room's events of the type after ev, one read each, find the last
+		// past it, or fail as well.
 		for at := seq; ; {
 			next, nextSeq, err := c.Bus.NextOfRoom(ctx, roomID, typ, at)
 			if err != nil {
@@ -702,12 +713,115 @@ func (c *Control) later(ctx context.Context, ev *roomv1.RoomEvent, seq uint64) (
 				break
 			}
 			at = nextSeq
-			if next.GetEventId() != ev.GetEventId() && nextSeq > latestSeq && (user == 0 || userOf(next) == user) {
+			if next.GetEventId() != ev.GetEventId() && nextSeq > latestSeq {
 				latest, latestSeq = next, nextSeq
 			}
 		}
 	}
 	return latest, latestSeq, false, nil
+}
+
+// memberScanIdle is how long a memberScan no event used is kept.
+const memberScanIdle = time.Minute
+
+// memberScans keeps what group control read of a room's events of a type,
+// for the members' later events: read one by one from each event on, a
+// room's backlog of n member events (an outage in a busy room, a consumer
+// made again) cost n² reads, and one long enough could not be read within
+// an event's call timeout at all. Kept, each event reads only what the
+// stream took since the last. A scan no event used for memberScanIdle is
+// dropped. The nil memberScans keeps nothing. Safe for concurrent use.
+type memberScans struct {
+	mu      sync.Mutex
+	scans   map[scanKey]*memberScan
+	sweptAt time.Time
+}
+
+type scanKey struct{ room, typ string }
+
+// memberScan is what is known of a room's events of a type in stream
+// sequences (from, to]: the last of each member.
+type memberScan struct {
+	mu       sync.Mutex
+	from, to uint64
+	last     map[int64]seqEvent
+	usedAt   time.Time // guarded by memberScans.mu
+}
+
+type seqEvent struct {
+	ev  *roomv1.RoomEvent
+	seq uint64
+}
+
+func newMemberScans() *memberScans { return &memberScans{scans: map[scanKey]*memberScan{}} }
+
+// reset forgets every scan: the stream was made again, its sequences start over.
+func (m *memberScans) reset() {
+	if m == nil {
+		return
+	}
+	m.mu.Lock()
+	clear(m.scans)
+	m.mu.Unlock()
+}
+
+// scan returns the scan of roomID's events of typ covering the sequences
+// after seq, locked.
+func (m *memberScans) scan(roomID, typ string, seq uint64) *memberScan {
+	fresh := func() *memberScan { return &memberScan{from: seq, to: seq, last: map[int64]seqEvent{}} }
+	if m == nil {
+		s := fresh()
+		s.mu.Lock()
+		return s
+	}
+	now := time.Now()
+	m.mu.Lock()
+	if now.Sub(m.sweptAt) >= memberScanIdle {
+		for k, s := range m.scans {
+			if now.Sub(s.usedAt) >= memberScanIdle {
+				delete(m.scans, k)
+			}
+		}
+		m.sweptAt = now
+	}
+	k := scanKey{roomID, typ}
+	s := m.scans[k]
+	if s == nil {
+		s = fresh()
+		m.scans[k] = s
+	}
+	s.usedAt = now
+	m.mu.Unlock()
+	s.mu.Lock()
+	if s.from > seq { // an earlier event than the scan knows of (a retry): start over from it
+		s.from, s.to, s.last = seq, seq, map[int64]seqEvent{}
+	}
+	return s
+}
+
+// memberLast returns user's last event of typ in roomID after stream
+// sequence seq, with its sequence; nil when there is none. It reads the
+// events the stream took since the room's scan of typ last read it.
+func (m *memberScans) memberLast(ctx context.Context, bus EventStream, roomID, typ string, user int64, seq uint64) (*roomv1.RoomEvent, uint64, error) {
+	s := m.scan(roomID, typ, seq)
+	defer s.mu.Unlock()
+	for {
+		next, nextSeq, err := bus.NextOfRoom(ctx, roomID, typ, s.to)
+		if err != nil {
+			return nil, 0, err
+		}
+		if next == nil {
+			break
+		}
+		s.to = nextSeq
+		if u := userOf(next); u != 0 {
+			s.last[u] = seqEvent{next, nextSeq}
+		}
+	}
+	if l, ok := s.last[user]; ok && l.seq > seq {
+		return l.ev, l.seq, nil
+	}
+	return nil, 0, nil
 }
 
 // stateOf names the state a control event sets: the event types whose

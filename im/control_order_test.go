@@ -4,10 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	roomv1 "hyapp/room-service/gen/room/v1"
 	"hyapp/room-service/im"
 	"hyapp/room-service/internal/poll"
 	"hyapp/room-service/room"
@@ -299,4 +302,62 @@ func TestAMessageThatDoesNotDecodeHoldsBackNoRoom(t *testing.T) {
 		g, _ := w.local.Group(id)
 		return muted && g.Name == "second"
 	}))
+}
+
+// countedStream counts group control's reads of the stream.
+type countedStream struct {
+	im.EventStream
+	reads atomic.Int64
+}
+
+func (s *countedStream) NextOfRoom(ctx context.Context, roomID, eventType string, seq uint64) (*roomv1.RoomEvent, uint64, error) {
+	s.reads.Add(1)
+	return s.EventStream.NextOfRoom(ctx, roomID, eventType, seq)
+}
+
+func (s *countedStream) LatestOfRoom(ctx context.Context, roomID, eventType string) (*roomv1.RoomEvent, uint64, error) {
+	s.reads.Add(1)
+	return s.EventStream.LatestOfRoom(ctx, roomID, eventType)
+}
+
+// TestABacklogOfMutesCostsReadsInProportion: a room's backlog of member
+// events (a Tencent outage in a busy room, a consumer made again) is
+// applied with a bounded number of stream reads per event. Each event
+// looks for a later one of its member's state among the room's events of
+// its type, before and after its calls; read one by one from the event on,
+// a backlog of n costs n² reads, and one long enough cannot be read within
+// an event's call timeout at all: the event then fails, is retried and
+// fails again, for ever, holding its room back.
+func TestABacklogOfMutesCostsReadsInProportion(t *testing.T) {
+	f := &heldCalls{}
+	s := &countedStream{}
+	w := newControlWorld(t, func(c *im.Control) {
+		f.GroupAPI = c.API
+		c.API = f
+		s.EventStream = c.Bus
+		c.Bus = s
+	})
+	const id, n = "busy", 200
+	w.submit(t, id, "create", 1, &room.CreateRoom{OwnerUserID: 1, SeatCount: 8})
+	poll.Until(t, 30*time.Second, "the group", poll.Bool(func() bool { return w.hasGroup(id) }))
+	f.hold(true)
+	for u := range int64(n) {
+		w.submit(t, id, fmt.Sprint("mute-", u), 1, &room.MuteUser{TargetUserID: 100 + u, DurationSeconds: 600})
+	}
+	poll.Until(t, 30*time.Second, "the backlog in the stream", poll.Bool(func() bool {
+		ev, _, err := w.bus.LatestOfRoom(context.Background(), id, string(room.EventRoomUserMuted))
+		return err == nil && ev != nil && strings.Contains(ev.GetPayloadJson(), fmt.Sprint(`"user_id":`, 100+n-1))
+	}))
+	time.Sleep(200 * time.Millisecond) // the first mute's retry that read the whole backlog
+	before := s.reads.Load()
+	f.hold(false)
+	w.settled(t)
+	if len(w.local.Muted(id)) != n {
+		t.Fatalf("%d members muted, want %d", len(w.local.Muted(id)), n)
+	}
+	reads := s.reads.Load() - before
+	t.Logf("%d reads for a backlog of %d mutes", reads, n)
+	if reads > 10*n {
+		t.Fatalf("a backlog of %d mutes took %d reads of the stream (%.0f an event), want at most %d", n, reads, float64(reads)/n, 10*n)
+	}
 }
