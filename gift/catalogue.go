@@ -158,7 +158,10 @@ func (c *Catalogue) setLucky(rows []Outcome, maxPayoutBP int64, needed bool) err
 	var weighted big.Int // sum of weight x bp, exact
 	for i, r := range rows {
 		bp := math.Round(r.Multiplier * room.BasisPoints)
-		if r.Multiplier < 0 || r.Multiplier > MaxMultiplier || math.Abs(bp-r.Multiplier*room.BasisPoints) > 1e-6 {
+		// Written so that NaN fails it: every comparison with NaN is
+		// false, and int64(NaN) would add the lowest int64 to the
+		// expected payout, hiding what the other rows pay.
+		if !(r.Multiplier >= 0 && r.Multiplier <= MaxMultiplier) || math.Abs(bp-r.Multiplier*room.BasisPoints) > 1e-6 {
 			p = append(p, fmt.Errorf("lucky_table[%d]: multiplier %v must be 0..%d with at most 4 decimals", i, r.Multiplier, MaxMultiplier))
 			continue
 		}

@@ -2,6 +2,7 @@ package gift_test
 
 import (
 	"errors"
+	"math"
 	"strings"
 	"testing"
 
@@ -118,5 +119,18 @@ func TestLuckyDrawFollowsTheTable(t *testing.T) {
 	// 0.55 +- 0.03 with overwhelming probability (about 8.5 standard deviations).
 	if f := float64(misses) / n; f < 0.52 || f > 0.58 {
 		t.Fatalf("miss share %.3f, table says 0.55", f)
+	}
+}
+
+// TestANaNMultiplierIsRefused: a lucky row whose multiplier is not a
+// number (YAML's .nan) is refused like any other bad multiplier. Taken,
+// it entered the expected payout as the lowest int64 and hid what the
+// other rows pay: here a table paying back 5,000x per coin passed a 95%
+// cap.
+func TestANaNMultiplierIsRefused(t *testing.T) {
+	lucky := []gift.Outcome{{Multiplier: math.NaN(), Weight: 1}, {Multiplier: 10_000, Weight: 1}}
+	_, err := gift.New(gift.DefaultGifts(), gift.Settings{Lucky: lucky, MaxPayoutBP: 9500})
+	if err == nil || !strings.Contains(err.Error(), "lucky_table[0]: multiplier NaN") {
+		t.Fatalf("a NaN multiplier beside a 10,000x row: %v, want lucky_table[0] refused", err)
 	}
 }
