@@ -346,7 +346,10 @@ func (l *Ledger) commit(batch []*request) {
 
 // forgetHints drops the balance hints of the users the requests of a
 // transaction that failed (or may have committed) charged or credited. A
-// refund only raises a balance, which a hint may understate (see hints).
+// refund's users keep theirs: a refund raises a balance, which a hint may
+// understate (see hints), except a lucky charge's whose reward exceeded its
+// price, which lowers it; a hint left too high then only makes the commit
+// refuse the gift it let through, and the gift is decided again on a read.
 func (l *Ledger) forgetHints(reqs []*request) {
 	var users []int64
 	for _, r := range reqs {
