@@ -14,13 +14,17 @@ import (
 //
 // Each room's log is range-scanned only up to its bound: keepVersions below
 // its snapshot, and below its first row written at or after before (found
-// by reading the room's log from its start, so it costs the rows to delete
-// and one more). Without the second bound a busy room's log, young as it
-// is, was read whole on every pass, under the write lock: with a room of
-// 1.2 million commands that held every commit for 0.3-0.75 s once a minute.
-// A log whose times go back (clocks of two nodes) keeps its rows after the
-// first young one until that one is old too. The bounds are made once per
-// room (MATERIALIZED): folded into the scan, they were checked on every row.
+// by reading the room's log from its start up to the first bound, so it
+// costs the rows to delete and one more). Without the second bound a busy
+// room's log, young as it is, was read whole on every pass, under the write
+// lock: with a room of 1.2 million commands that held every commit for
+// 0.3-0.75 s once a minute. Without the first bound on that search, the
+// rows kept below the snapshot of every room that went quiet before the cut
+// were read on every pass (none of them is young): 70 ms a pass for 200
+// rooms of 2,000 commands. A log whose times go back (clocks of two nodes)
+// keeps its rows after the first young one until that one is old too. The
+// bounds are made once per room (MATERIALIZED): folded into the scan, they
+// were checked on every row.
 func (db *DB) PruneCommands(ctx context.Context, keepVersions int64, before time.Time, limit int) (int, error) {
 	if limit <= 0 {
 		return 0, nil
@@ -35,7 +39,8 @@ func (db *DB) PruneCommands(ctx context.Context, keepVersions int64, before time
 const pruneCommandsQuery = `DELETE FROM room_command_log WHERE rowid IN (
 	WITH b AS MATERIALIZED (
 		SELECT s.room_id AS room_id, min(s.room_version - ?1, coalesce((SELECT y.room_version FROM room_command_log y
-			WHERE y.room_id = s.room_id AND y.created_at >= ?2 ORDER BY y.room_version LIMIT 1), s.room_version + 1) - 1) AS hi
+			WHERE y.room_id = s.room_id AND y.room_version <= s.room_version - ?1 AND y.created_at >= ?2
+			ORDER BY y.room_version LIMIT 1), s.room_version + 1) - 1) AS hi
 		FROM room_snapshots s)
 	SELECT l.rowid FROM b CROSS JOIN room_command_log l ON l.room_id = b.room_id AND l.room_version <= b.hi
 	WHERE l.created_at < ?2

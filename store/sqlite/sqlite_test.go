@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+	"modernc.org/sqlite"
 
 	"hyapp/room-service/internal/poll"
 	"hyapp/room-service/outbox"
@@ -543,6 +544,81 @@ func TestPruneScansRanges(t *testing.T) {
 				"and a search of the room's log, then a range search of each room's log up to it", joined, step)
 		}
 	}
+}
+
+// TestPruneReadsOnlyWhatItMayDelete: with nothing due, a retention pass
+// reads a few pages per room, however long the logs it keeps below the
+// rooms' snapshots (retain_versions) are, and a room with a few rows due
+// costs those rows: the pass runs under the write lock, once a minute. It
+// read every kept row of every room whose log is older than the cut, the
+// rooms that went quiet: 70 ms of stalled commits for 200 rooms of 2,000.
+func TestPruneReadsOnlyWhatItMayDelete(t *testing.T) {
+	ctx := t.Context()
+	db, _ := openTemp(t, Options{Synchronous: "NORMAL"})
+	const rooms, kept = 20, 2000
+	old := time.Now().Add(-8 * 24 * time.Hour).UnixMilli()
+	payload := []byte(`{"user_id":123456789,"nick":"` + strings.Repeat("n", 120) + `"}`) // a command's size
+	err := db.Tx(ctx, func(tx *sql.Tx) error {
+		for r := range rooms {
+			room := fmt.Sprintf("quiet-%02d", r)
+			for v := 1; v <= kept; v++ {
+				if _, err := tx.ExecContext(ctx, `INSERT INTO room_command_log VALUES (?, ?, ?, 'JoinRoom', ?, 1, ?)`,
+					room, v, fmt.Sprint("c", v), payload, old); err != nil {
+					return err
+				}
+			}
+			if _, err := tx.ExecContext(ctx, `INSERT INTO room_snapshots VALUES (?, ?, 'snap', ?)`, room, kept, old); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cut := time.Now().Add(-7 * 24 * time.Hour)
+	before := pagesRead(t, db)
+	if n, err := db.PruneCommands(ctx, kept, cut, 1000); err != nil || n != 0 {
+		t.Fatalf("PruneCommands(keep %d) = %d, %v; want 0", kept, n, err)
+	}
+	if read := pagesRead(t, db) - before; read > 10*rooms {
+		t.Fatalf("a pass with nothing due read %d pages for %d rooms of %d kept commands, want at most %d", read, rooms, kept, 10*rooms)
+	}
+	// Two rows of each room are due: a pass reads and deletes those, and
+	// reads none of the rest.
+	before = pagesRead(t, db)
+	if n, err := db.PruneCommands(ctx, kept-2, cut, 1000); err != nil || n != 2*rooms {
+		t.Fatalf("PruneCommands(keep %d) = %d, %v; want %d", kept-2, n, err, 2*rooms)
+	}
+	if read := pagesRead(t, db) - before; read > 40*rooms {
+		t.Fatalf("a pass that deleted 2 rows a room read %d pages for %d rooms, want at most %d", read, rooms, 40*rooms)
+	}
+}
+
+// pagesRead is the writer connection's count of pages it fetched, from its
+// cache or the file.
+func pagesRead(t *testing.T, db *DB) int {
+	t.Helper()
+	conn, err := db.write.Conn(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = conn.Close() }()
+	total := 0
+	err = conn.Raw(func(dc any) error {
+		for _, op := range []sqlite.DBStatusOp{sqlite.DBStatusCacheHit, sqlite.DBStatusCacheMiss} {
+			n, _, err := dc.(sqlite.DBStatus).Status(op, false)
+			if err != nil {
+				return err
+			}
+			total += n
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return total
 }
 
 // TestCheckpointsRunOffTheWriter: the writer never checkpoints by itself,
