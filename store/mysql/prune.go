@@ -25,7 +25,9 @@ const pruneChunk = 500
 // index). For the others it reads the room's log from its oldest row up to
 // its first young one, and no further than keepVersions below its snapshot
 // (past it no row may go, whatever its age): the rows to delete and one
-// more. Without the first bound a busy room's log, young as it is, was read
+// more. The search stops at the first row that is young or past that
+// bound (either makes the same hi): written as a bound on the version,
+// MariaDB searched by room_id alone and read the room's log to its end. Without the first bound a busy room's log, young as it is, was read
 // whole on every pass; without the second, a room that went quiet had
 // every row kept below its snapshot read on each pass that found it due.
 const pruneBoundsQuery = `SELECT s.room_id,
@@ -33,7 +35,7 @@ const pruneBoundsQuery = `SELECT s.room_id,
 			WHERE m.room_id = s.room_id ORDER BY m.room_version LIMIT 1) AS lo,
 		LEAST(s.room_version - ?, COALESCE(
 			(SELECT y.room_version FROM room_command_log y FORCE INDEX (PRIMARY)
-				WHERE y.room_id = s.room_id AND y.room_version <= s.room_version - ? AND y.created_at >= ? ORDER BY y.room_version LIMIT 1),
+				WHERE y.room_id = s.room_id AND (y.created_at >= ? OR y.room_version > s.room_version - ?) ORDER BY y.room_version LIMIT 1),
 			s.room_version + 1) - 1) AS hi
 	FROM room_snapshots s
 	WHERE s.room_version - ? >= (SELECT m.room_version FROM room_command_log m FORCE INDEX (PRIMARY)
@@ -57,7 +59,7 @@ func (db *DB) PruneCommands(ctx context.Context, keepVersions int64, before time
 		room   string
 		lo, hi int64
 	}
-	rows, err := db.selectPruneBounds.QueryContext(ctx, keepVersions, keepVersions, before.UnixMilli(), keepVersions)
+	rows, err := db.selectPruneBounds.QueryContext(ctx, keepVersions, before.UnixMilli(), keepVersions, keepVersions)
 	bounds, err := sqlstore.ScanAll(rows, err, func(rows *sql.Rows) (bound, error) {
 		var b bound
 		err := rows.Scan(&b.room, &b.lo, &b.hi)

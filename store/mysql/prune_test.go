@@ -110,6 +110,33 @@ func TestPruneReadsOnlyWhatItMayDelete(t *testing.T) {
 	}
 }
 
+// TestPruneReadsNoKeptRowOfAQuietRoom: a room whose whole log is older
+// than the cut (it went quiet) with a few rows due costs a pass those rows,
+// not every row it keeps below its snapshot (retain_versions): the search
+// for its first young row stops keepVersions below the snapshot. Written
+// as a bound on the row's version, MariaDB searched the room's primary key
+// by room_id alone and checked the bound on every row, to the end of the log.
+func TestPruneReadsNoKeptRowOfAQuietRoom(t *testing.T) {
+	ctx := t.Context()
+	dsn := mysqltest.DSN(t)
+	db := openDSN(t, dsn, Options{MaxOpenConns: 1}) // one connection: its session counters are the pass's
+	const n, keep = 3000, 2998
+	fillYoungRoom(t, rawDB(t, dsn), "quiet", n, time.Now().Add(-8*24*time.Hour))
+	before := rowsRead(t, db.db)
+	if got, err := db.PruneCommands(ctx, keep, time.Now().Add(-7*24*time.Hour), 1000); err != nil || got != n-keep {
+		t.Fatalf("PruneCommands(keep %d) = %d, %v; want %d", keep, got, err, n-keep)
+	}
+	read := rowsRead(t, db.db) - before
+	t.Logf("a pass that deleted %d rows read %d", n-keep, read)
+	if read > 200 {
+		t.Fatalf("a pass that deleted %d rows of a quiet room read %d rows: the %d kept below its snapshot too", n-keep, read, keep)
+	}
+	left := 0
+	if err := db.db.QueryRowContext(ctx, `SELECT COUNT(*) FROM room_command_log WHERE room_id = 'quiet' AND room_version > ?`, n-keep).Scan(&left); err != nil || left != keep {
+		t.Fatalf("rows kept: %d, %v; want %d", left, err, keep)
+	}
+}
+
 // BenchmarkPruneNothingDue is one retention pass (the command log, the
 // outbox, the gift records) over a room of 200,000 young commands,
 // published events and gift records, with nothing old enough to delete.
