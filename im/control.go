@@ -745,8 +745,13 @@ type memberScan struct {
 	mu       sync.Mutex
 	from, to uint64
 	last     map[int64]seqEvent
+	kept     int       // len(last) after its last trim (see memberLast)
 	usedAt   time.Time // guarded by memberScans.mu
 }
+
+// memberScanSlack is how many more members than twice those its last trim
+// kept a scan holds before it is trimmed again.
+const memberScanSlack = 64
 
 type seqEvent struct {
 	ev  *roomv1.RoomEvent
@@ -794,7 +799,7 @@ func (m *memberScans) scan(roomID, typ string, seq uint64) *memberScan {
 	m.mu.Unlock()
 	s.mu.Lock()
 	if s.from > seq { // an earlier event than the scan knows of (a retry): start over from it
-		s.from, s.to, s.last = seq, seq, map[int64]seqEvent{}
+		s.from, s.to, s.last, s.kept = seq, seq, map[int64]seqEvent{}, 0
 	}
 	return s
 }
@@ -818,10 +823,26 @@ func (m *memberScans) memberLast(ctx context.Context, bus EventStream, roomID, t
 			s.last[u] = seqEvent{next, nextSeq}
 		}
 	}
+	var last *roomv1.RoomEvent
+	var lastSeq uint64
 	if l, ok := s.last[user]; ok && l.seq > seq {
-		return l.ev, l.seq, nil
+		last, lastSeq = l.ev, l.seq
 	}
-	return nil, 0, nil
+	// A scan a room keeps using (a member event at least once a minute)
+	// would otherwise hold the last event of every member since it began.
+	// Only an event before seq (a retry) asks about the members whose last
+	// event is not after seq: they go, and such a retry starts over. The
+	// trim waits until the scan holds twice what the last one kept, so it
+	// costs each event little.
+	if seq > s.from && len(s.last) >= 2*s.kept+memberScanSlack {
+		for u, l := range s.last {
+			if l.seq <= seq {
+				delete(s.last, u)
+			}
+		}
+		s.from, s.kept = seq, len(s.last)
+	}
+	return last, lastSeq, nil
 }
 
 // stateOf names the state a control event sets: the event types whose
