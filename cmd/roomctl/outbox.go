@@ -121,17 +121,9 @@ func setupEvents(fs *flag.FlagSet) func(ctx context.Context, _ *client, args []s
 			if ctx.Err() != nil {
 				return nil
 			}
-			switch {
-			case errors.Is(err, nats.ErrTimeout):
-				continue // nothing yet
-			case errors.Is(err, jetstream.ErrConsumerDeleted), errors.Is(err, jetstream.ErrConsumerNotFound), errors.Is(err, jetstream.ErrStreamNotFound):
-				return fmt.Errorf("tail %s %s: %w", *stream, subject, err) // waiting cannot bring it back
-			case err != nil: // the connection: tell it, and try again in a second
-				fmt.Fprintln(os.Stderr, "roomctl: next event:", err)
-				select {
-				case <-ctx.Done():
-					return nil
-				case <-time.After(time.Second):
+			if err != nil {
+				if err := tailWait(ctx, cons, err); err != nil {
+					return fmt.Errorf("tail %s %s: %w", *stream, subject, err)
 				}
 				continue
 			}
@@ -155,6 +147,35 @@ func setupEvents(fs *flag.FlagSet) func(ctx context.Context, _ *client, args []s
 		}
 		return nil
 	}
+}
+
+// tailWait handles a pull that brought no event: nothing yet, or the
+// connection failed (told, then a second's wait), or the consumer or its
+// stream is gone, which waiting cannot bring back (returned). A pull to a
+// consumer deleted meanwhile may only time out, so it asks for the
+// consumer.
+func tailWait(ctx context.Context, cons jetstream.Consumer, err error) error {
+	if !gone(err) {
+		_, err = cons.Info(ctx)
+	}
+	switch {
+	case err == nil || ctx.Err() != nil:
+		return nil
+	case gone(err):
+		return err
+	}
+	fmt.Fprintln(os.Stderr, "roomctl: next event:", err)
+	select {
+	case <-ctx.Done():
+	case <-time.After(time.Second):
+	}
+	return nil
+}
+
+// gone reports whether err says a tail's consumer or stream no longer exists.
+func gone(err error) bool {
+	return errors.Is(err, jetstream.ErrConsumerDeleted) || errors.Is(err, jetstream.ErrConsumerNotFound) ||
+		errors.Is(err, jetstream.ErrStreamNotFound)
 }
 
 func envOr(key, def string) string {
