@@ -138,14 +138,16 @@ func (c *committer) work() {
 				}
 				wait.Stop()
 			}
-			c.flush(reqs, batches)
-			wide, ended = len(reqs) >= commitLingerAfter, c.now()
+			wide, ended = len(reqs) >= commitLingerAfter, c.flush(reqs, batches)
 			clear(reqs)
 		}
 	}
 }
 
-func (c *committer) flush(reqs []*commitReq, batches []store.Batch) {
+// flush commits batches in one transaction, answers reqs, and returns when
+// the transaction ended (before the answers: a caller answered may send
+// the room's next command at once, and idleness counts from the end).
+func (c *committer) flush(reqs []*commitReq, batches []store.Batch) (ended time.Time) {
 	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
 	defer cancel()
 	// One transaction serves many commands: its span is in the trace of
@@ -154,6 +156,7 @@ func (c *committer) flush(reqs []*commitReq, batches []store.Batch) {
 	defer span.End()
 	start := time.Now()
 	results, err := c.store.CommitBatches(ctx, batches)
+	ended = c.now()
 	obs.Observe(ctx, c.metrics.CommitSeconds, time.Since(start).Seconds())
 	c.metrics.TxnRooms.Observe(float64(len(batches)))
 	if span.IsRecording() {
@@ -177,6 +180,7 @@ func (c *committer) flush(reqs []*commitReq, batches []store.Batch) {
 		}
 	}
 	clear(batches) // drop references to payloads
+	return ended
 }
 
 // close stops the workers after the batches they hold. Callers must have
