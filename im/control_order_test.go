@@ -165,73 +165,8 @@ func TestAFleetKeepsEachRoomsChatSwitchInOrder(t *testing.T) {
 	}
 }
 
-// bansFail is a GroupAPI whose bans and unbans fail (transiently) once
-// held, until released.
-type bansFail struct {
-	im.GroupAPI
-
-	mu   sync.Mutex
-	held bool
-}
-
-func (f *bansFail) hold(on bool) {
-	f.mu.Lock()
-	f.held = on
-	f.mu.Unlock()
-}
-
-func (f *bansFail) pass() error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.held {
-		return errors.New("connection reset (test)")
-	}
-	return nil
-}
-
-func (f *bansFail) UnbanGroupMember(ctx context.Context, group string, members []string) error {
-	if err := f.pass(); err != nil {
-		return err
-	}
-	return f.GroupAPI.UnbanGroupMember(ctx, group, members)
-}
-
-func (f *bansFail) BanGroupMember(ctx context.Context, group string, members []string, seconds uint32, reason string) error {
-	if err := f.pass(); err != nil {
-		return err
-	}
-	return f.GroupAPI.BanGroupMember(ctx, group, members, seconds, reason)
-}
-
-// TestAnUnbanFollowedByAnEndedBanLiftsTheBan: a member kicked for good is
-// unbanned, then kicked again for a second. Tencent fails the calls until
-// the second ban has ended; the room's latest word on the member's ban is
-// then that ban, over: the member is not banned, and the group must not
-// keep the first, permanent ban the unban was to lift.
-func TestAnUnbanFollowedByAnEndedBanLiftsTheBan(t *testing.T) {
-	f := &bansFail{}
-	w := newControlWorld(t, func(c *im.Control) {
-		f.GroupAPI = c.API
-		c.API = f
-	})
-	const id = "late-unban"
-	w.submit(t, id, "create", 1, &room.CreateRoom{OwnerUserID: 1, SeatCount: 8})
-	w.submit(t, id, "join", 5, &room.JoinRoom{})
-	w.submit(t, id, "kick", 1, &room.KickUser{TargetUserID: 5})
-	poll.Until(t, 30*time.Second, "the permanent ban", poll.Bool(func() bool { return w.banned(id, 5) }))
-	f.hold(true)
-	w.submit(t, id, "unban", 1, &room.UnbanUser{TargetUserID: 5})
-	w.submit(t, id, "kick-again", 1, &room.KickUser{TargetUserID: 5, DurationSeconds: 1})
-	time.Sleep(1500 * time.Millisecond) // the second ban ends
-	f.hold(false)
-	w.settled(t)
-	if w.banned(id, 5) {
-		t.Fatalf("member 5 is still banned from the group: %v", w.local.Banned(id))
-	}
-}
-
-// heldCalls is a GroupAPI whose mutes and renames fail (transiently) while
-// held.
+// heldCalls is a GroupAPI whose bans, unbans, mutes and renames fail
+// (transiently, as a connection reset does) while held.
 type heldCalls struct {
 	im.GroupAPI
 
@@ -254,6 +189,20 @@ func (f *heldCalls) pass() error {
 	return nil
 }
 
+func (f *heldCalls) UnbanGroupMember(ctx context.Context, group string, members []string) error {
+	if err := f.pass(); err != nil {
+		return err
+	}
+	return f.GroupAPI.UnbanGroupMember(ctx, group, members)
+}
+
+func (f *heldCalls) BanGroupMember(ctx context.Context, group string, members []string, seconds uint32, reason string) error {
+	if err := f.pass(); err != nil {
+		return err
+	}
+	return f.GroupAPI.BanGroupMember(ctx, group, members, seconds, reason)
+}
+
 func (f *heldCalls) ForbidSendMsg(ctx context.Context, group string, members []string, seconds uint32) error {
 	if err := f.pass(); err != nil {
 		return err
@@ -266,6 +215,42 @@ func (f *heldCalls) RenameGroup(ctx context.Context, group, name string) error {
 		return err
 	}
 	return f.GroupAPI.RenameGroup(ctx, group, name)
+}
+
+// TestAnUnbanFollowedByAnEndedBanLiftsTheBan: a member kicked for good is
+// unbanned, then kicked again for a second. Tencent fails the calls until
+// the second ban has ended; the room's latest word on the member's ban is
+// then that ban, over: the member is not banned, and the group must not
+// keep the first, permanent ban the unban was to lift.
+func TestAnUnbanFollowedByAnEndedBanLiftsTheBan(t *testing.T) {
+	f := &heldCalls{}
+	w := newControlWorld(t, func(c *im.Control) {
+		f.GroupAPI = c.API
+		c.API = f
+	})
+	const id = "late-unban"
+	w.submit(t, id, "create", 1, &room.CreateRoom{OwnerUserID: 1, SeatCount: 8})
+	w.submit(t, id, "join", 5, &room.JoinRoom{})
+	w.submit(t, id, "kick", 1, &room.KickUser{TargetUserID: 5})
+	poll.Until(t, 30*time.Second, "the permanent ban", poll.Bool(func() bool { return w.banned(id, 5) }))
+	f.hold(true)
+	w.submit(t, id, "unban", 1, &room.UnbanUser{TargetUserID: 5})
+	w.submit(t, id, "kick-again", 1, &room.KickUser{TargetUserID: 5, DurationSeconds: 1})
+	poll.Until(t, 10*time.Second, "the second ban to end, as the room says", func() error {
+		snap, err := w.reg.Snapshot(context.Background(), id)
+		if err != nil {
+			return err
+		}
+		if n := len(snap.GetBans()); n != 0 {
+			return fmt.Errorf("%d bans", n)
+		}
+		return nil
+	})
+	f.hold(false)
+	w.settled(t)
+	if w.banned(id, 5) {
+		t.Fatalf("member 5 is still banned from the group: %v", w.local.Banned(id))
+	}
 }
 
 // TestAMessageThatDoesNotDecodeHoldsBackNoRoom: a message on a room's
