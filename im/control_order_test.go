@@ -333,8 +333,7 @@ func TestABacklogOfMutesCostsReadsInProportion(t *testing.T) {
 		ev, _, err := w.bus.LatestOfRoom(context.Background(), id, string(room.EventRoomUserMuted))
 		return err == nil && ev != nil && strings.Contains(ev.GetPayloadJson(), fmt.Sprint(`"user_id":`, 100+n-1))
 	}))
-	time.Sleep(200 * time.Millisecond) // the first mute's retry that read the whole backlog
-	before := s.reads.Load()
+	before := s.reads.Load() // the reads of the first mute's tries so far may fall on either side: a few hundred
 	f.hold(false)
 	w.settled(t)
 	if len(w.local.Muted(id)) != n {
