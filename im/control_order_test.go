@@ -174,6 +174,21 @@ type heldCalls struct {
 	held bool
 }
 
+// newHeldControlWorld is a control world whose calls to Tencent go through
+// a heldCalls; mod, when set, may change the control further.
+func newHeldControlWorld(t *testing.T, mod func(*im.Control)) (*controlWorld, *heldCalls) {
+	t.Helper()
+	f := &heldCalls{}
+	w := newControlWorld(t, func(c *im.Control) {
+		f.GroupAPI = c.API
+		c.API = f
+		if mod != nil {
+			mod(c)
+		}
+	})
+	return w, f
+}
+
 func (f *heldCalls) hold(on bool) {
 	f.mu.Lock()
 	f.held = on
@@ -223,11 +238,7 @@ func (f *heldCalls) RenameGroup(ctx context.Context, group, name string) error {
 // then that ban, over: the member is not banned, and the group must not
 // keep the first, permanent ban the unban was to lift.
 func TestAnUnbanFollowedByAnEndedBanLiftsTheBan(t *testing.T) {
-	f := &heldCalls{}
-	w := newControlWorld(t, func(c *im.Control) {
-		f.GroupAPI = c.API
-		c.API = f
-	})
+	w, f := newHeldControlWorld(t, nil)
 	const id = "late-unban"
 	w.submit(t, id, "create", 1, &room.CreateRoom{OwnerUserID: 1, SeatCount: 8})
 	w.submit(t, id, "join", 5, &room.JoinRoom{})
@@ -259,11 +270,7 @@ func TestAnUnbanFollowedByAnEndedBanLiftsTheBan(t *testing.T) {
 // read the stream for a later event of their state must go on past it, not
 // fail on it and be retried for ever, holding the room's later events back.
 func TestAMessageThatDoesNotDecodeHoldsBackNoRoom(t *testing.T) {
-	f := &heldCalls{}
-	w := newControlWorld(t, func(c *im.Control) {
-		f.GroupAPI = c.API
-		c.API = f
-	})
+	w, f := newHeldControlWorld(t, nil)
 	const id = "poisoned"
 	w.submit(t, id, "create", 1, &room.CreateRoom{OwnerUserID: 1, SeatCount: 8, Title: "first"})
 	w.submit(t, id, "join", 5, &room.JoinRoom{})
@@ -314,11 +321,8 @@ func (s *countedStream) LatestOfRoom(ctx context.Context, roomID, eventType stri
 // an event's call timeout at all: the event then fails, is retried and
 // fails again, for ever, holding its room back.
 func TestABacklogOfMutesCostsReadsInProportion(t *testing.T) {
-	f := &heldCalls{}
 	s := &countedStream{}
-	w := newControlWorld(t, func(c *im.Control) {
-		f.GroupAPI = c.API
-		c.API = f
+	w, f := newHeldControlWorld(t, func(c *im.Control) {
 		s.EventStream = c.Bus
 		c.Bus = s
 	})
