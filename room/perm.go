@@ -17,12 +17,17 @@ const (
 // marks platform staff. A banned admin has no role until the ban ends: a
 // kicked user is out, and out users do not moderate.
 func (s *State) RoleOf(user int64, platform bool, at int64) Role {
+	return s.role(user, platform, s.BannedAt(user, at))
+}
+
+// role is user's role, a visitor while banned unless it is the owner.
+func (s *State) role(user int64, platform, banned bool) Role {
 	switch {
 	case platform:
 		return RolePlatform
 	case user == s.OwnerUserID:
 		return RoleOwner
-	case s.BannedAt(user, at):
+	case banned:
 		return RoleVisitor
 	case s.IsAdmin(user):
 		return RoleAdmin
@@ -64,15 +69,8 @@ func (s *State) requireOver(env *Envelope, target int64) error {
 // revisions before revOwnerUnmutedAndBannedRank ranked a banned target a
 // visitor.
 func (s *State) targetRole(env *Envelope, target int64) Role {
-	switch {
-	case env.Rev < revOwnerUnmutedAndBannedRank:
+	if env.Rev < revOwnerUnmutedAndBannedRank {
 		return s.RoleOf(target, false, env.At)
-	case target == s.OwnerUserID:
-		return RoleOwner
-	case s.IsAdmin(target):
-		return RoleAdmin
-	case s.IsMember(target):
-		return RoleMember
 	}
-	return RoleVisitor
+	return s.role(target, false, false)
 }
