@@ -63,7 +63,12 @@ type Message struct {
 	// sender.
 	Queued, Released time.Time
 
-	version  int64     // the newest room_version the message carries
+	version int64 // the newest room_version the message carries
+	// since is when the lane received the oldest event of the message's
+	// own priority: the wait its latency counts (Metrics.Latency). A High
+	// event takes what its room has queued with it, and the Normal events
+	// that waited for a send are theirs, not its.
+	since    time.Time
 	traces   []string  // traceparents of its traced events, the oldest first (see trace.go)
 	attempts int       // failed sends so far
 	due      time.Time // not sent again before, after a failed send
@@ -124,7 +129,11 @@ type Config struct {
 	CoalesceEvery time.Duration
 	// MaxBytes is the largest message Data (default 8000, under Tencent's 8 KB).
 	MaxBytes int
-	// Workers bounds the sends in flight (default 64); SendTimeout bounds one (default 5s).
+	// Workers is how many sends each of the two lanes, High and the rest,
+	// has in flight at most (default 32; each group's messages go through
+	// one worker of each lane, so they keep their order within a class, and
+	// a High message never waits for a Normal call); SendTimeout bounds one
+	// send (default 5s).
 	Workers     int
 	SendTimeout time.Duration
 	// GroupOf maps a room to its group id (default GroupID).
@@ -152,7 +161,7 @@ func (c Config) withDefaults() Config {
 		c.MaxBytes = 8000
 	}
 	if c.Workers <= 0 {
-		c.Workers = 64
+		c.Workers = 32
 	}
 	if c.SendTimeout <= 0 {
 		c.SendTimeout = 5 * time.Second
@@ -169,7 +178,7 @@ func (c Config) withDefaults() Config {
 // Metrics are the lane's counters; any field may be nil.
 type Metrics struct {
 	// Sent counts messages sent, by priority; Latency observes queued-to-sent
-	// of the oldest event a message carries.
+	// of the oldest event of a message's own priority it carries.
 	Sent    func(p room.Priority)
 	Latency func(ctx context.Context, p room.Priority, d time.Duration)
 	// Shed counts events dropped, by priority and reason (queue_full,
@@ -225,8 +234,8 @@ type Lane struct {
 	callsDown  bool
 	candidates []candidate
 
-	// Per worker, a High queue and a queue for the rest; a group always uses
-	// the same worker, so its messages keep their order within a class.
+	// The workers' queues, High and the rest: a group always uses the same
+	// worker of each, so its messages keep their order within a class.
 	high, rest []chan Message
 	wg         sync.WaitGroup
 	stop       context.CancelFunc
@@ -236,6 +245,9 @@ type Lane struct {
 type roomQueue struct {
 	key   string // the room id, or "region:<region>"
 	group string
+	// worker sends the group's messages (shard), so they keep their order
+	// within a class.
+	worker int
 	// regional: a region's broadcast group, whose members keep no room
 	// state, so its messages carry no lost_through.
 	regional bool
@@ -336,14 +348,22 @@ func New(cfg Config, s Sender, m Metrics, log *slog.Logger) *Lane {
 		sendPace: rate.NewLimiter(rate.Every(interval), max(1, int(tolerance/interval))),
 	}
 	for i := range l.high {
-		l.high[i], l.rest[i] = make(chan Message, 256), make(chan Message, 32)
-		l.wg.Add(1)
-		go l.worker(ctx, l.high[i], l.rest[i])
+		l.high[i], l.rest[i] = make(chan Message, 256), make(chan Message, restQueue)
+		l.wg.Add(2)
+		go l.worker(ctx, l.high[i])
+		go l.worker(ctx, l.rest[i])
 	}
 	l.wg.Add(1)
 	go l.dispatch(ctx)
 	return l
 }
+
+// restQueue is how many Normal and Low messages wait for a worker at most:
+// a few, so that a message is made just before a worker can send it. While
+// the calls fall behind, a room's display events wait in its own queue
+// (see restFull), where later ones join them in one message, instead of
+// each going in a message of its own made long before its call.
+const restQueue = 2
 
 // unknownNodes is the fleet's size a lane assumes while the shared budget
 // cannot be asked and Config.Nodes knows no count.
@@ -540,7 +560,7 @@ func (l *Lane) queueLocked(key, group string, regional bool) *roomQueue {
 	q := l.rooms[key]
 	if q == nil {
 		q = &roomQueue{
-			key: key, group: group, regional: regional, limiter: groupLimiter(l.cfg.Budget),
+			key: key, group: group, worker: shard(group, len(l.high)), regional: regional, limiter: groupLimiter(l.cfg.Budget),
 			coalesced: make(map[string]*item), lastFlush: make(map[string]time.Time), folded: make(map[string]int),
 			combos: make(map[comboKey]*combo),
 		}
@@ -928,13 +948,13 @@ func (l *Lane) releaseLocked(now time.Time, n int) {
 		if crowded {
 			l.roster.served(c)
 		}
-		m, ok := l.nextLocked(q, now)
+		m, ok := l.nextLocked(q, now, l.restFull(q))
 		if !ok {
 			continue
 		}
 		q.limiter.AllowN(now, 1)
 		m.RoomID, m.GroupID, m.Released, m.closed, m.regional = c.key, q.group, now, q.closed, q.regional
-		w := shard(m.GroupID, len(l.high))
+		w := q.worker
 		if m.Priority == room.PriorityHigh {
 			select {
 			case l.high[w] <- m:
@@ -948,7 +968,7 @@ func (l *Lane) releaseLocked(now time.Time, n int) {
 		select {
 		case l.rest[w] <- m:
 			q.out[outRest]++
-		default:
+		default: // not while only this goroutine fills it: see restFull
 			l.lostLocked(q, m.Priority, "send_queue_full", m.version)
 		}
 	}
@@ -1119,11 +1139,23 @@ func outOf(p room.Priority) int {
 }
 
 // eligibleLocked reports whether a room has something to send now on a
-// lane where it has no message out, and its group's budget allows a
-// message.
+// lane where it has fewer than maxOut messages out and its worker has room
+// (see restFull), and its group's budget allows a message.
 func (l *Lane) eligibleLocked(q *roomQueue, now time.Time) bool {
 	high, rest := l.pendingLocked(q, now)
-	return (high && q.out[outHigh] < maxOut || rest && q.out[outRest] < maxOut) && q.limiter.TokensAt(now) >= 1
+	return (high && q.out[outHigh] < maxOut || rest && q.out[outRest] < maxOut && !l.restFull(q)) && q.limiter.TokensAt(now) >= 1
+}
+
+// restFull reports whether the worker of a room's group has as many
+// Normal and Low messages waiting as it holds: its calls fall behind. The
+// room then makes no such message: its display events stay queued, where
+// later ones join them and, past QueueLimit, fold into counts, to go in
+// one message once the worker catches up; a message made now could only
+// be lost, and its events with it. Its High events still go, on the High
+// lane, with everything it has queued. Only the dispatcher fills the
+// workers' queues, so one that is not full takes the message it releases.
+func (l *Lane) restFull(q *roomQueue) bool {
+	return len(l.rest[q.worker]) == cap(l.rest[q.worker])
 }
 
 // pendingLocked reports whether the room has something to send now that
@@ -1211,16 +1243,18 @@ const (
 // again), then due coalesced values, then Normal, then Low, with the counts
 // of folded display events.
 //
-// A room with a message out on one lane (roomQueue.out) sends only what
-// goes on the other: with a Normal or Low message out, only its High
-// events; with a High message out, everything but them.
-func (l *Lane) nextLocked(q *roomQueue, now time.Time) (Message, bool) {
+// A room with maxOut messages out on one lane (roomQueue.out) sends only
+// what goes on the other: with Normal or Low messages out, only its High
+// events; with High messages out, everything but them. While its worker's
+// queue of Normal and Low messages is full (restFull), it sends only a
+// message with High events in it.
+func (l *Lane) nextLocked(q *roomQueue, now time.Time, restFull bool) (Message, bool) {
 	highOnly, restOnly := q.out[outRest] >= maxOut, q.out[outHigh] >= maxOut
 	if highOnly && restOnly {
 		return Message{}, false
 	}
 	if retryDue(q, now) {
-		if m := q.retry[0]; !(highOnly && m.Priority != room.PriorityHigh) && !(restOnly && m.Priority == room.PriorityHigh) {
+		if m := q.retry[0]; !((highOnly || restFull) && m.Priority != room.PriorityHigh) && !(restOnly && m.Priority == room.PriorityHigh) {
 			q.retry = q.retry[1:]
 			return m, true
 		}
@@ -1244,6 +1278,9 @@ func (l *Lane) nextLocked(q *roomQueue, now time.Time) (Message, bool) {
 	}
 	if !highHeld(q) && !restOnly {
 		q.high = take(q.high)
+	}
+	if len(items) == 0 && restFull {
+		return Message{}, false
 	}
 	if highOnly {
 		if len(items) == 0 {
@@ -1310,6 +1347,11 @@ func (l *Lane) encodeLocked(q *roomQueue, items []*item, f *foldedEvents) Messag
 			m.Queued = it.queued
 		}
 	}
+	for _, it := range items {
+		if it.priority == m.Priority && (m.since.IsZero() || it.queued.Before(m.since)) {
+			m.since = it.queued
+		}
+	}
 	m.traces = traces(items)
 	lost := q.lost > 0 && !q.regional
 	if lost {
@@ -1341,6 +1383,7 @@ func (l *Lane) encodeLocked(q *roomQueue, items []*item, f *foldedEvents) Messag
 		if f == nil {
 			m.Queued = q.lostAt
 		}
+		m.since = m.Queued
 	}
 	if l.metrics.Merged != nil && len(items) > 1 {
 		l.metrics.Merged(len(items))
@@ -1504,22 +1547,17 @@ func retryBackoff(attempts int) time.Duration {
 	return min(100*time.Millisecond<<min(attempts-1, 6), 5*time.Second)
 }
 
-// worker sends messages. A failed send goes back to the lane (failed), one
-// the IM service refuses for good is lost (refused).
-func (l *Lane) worker(ctx context.Context, high, rest <-chan Message) {
+// worker sends the messages of one queue. A failed send goes back to the
+// lane (failed), one the IM service refuses for good is lost (refused).
+func (l *Lane) worker(ctx context.Context, in <-chan Message) {
 	defer l.wg.Done()
 	var perm *PermanentError
 	for {
 		var m Message
-		select { // High first
-		case m = <-high:
-		default:
-			select {
-			case <-ctx.Done():
-				return
-			case m = <-high:
-			case m = <-rest:
-			}
+		select {
+		case <-ctx.Done():
+			return
+		case m = <-in:
 		}
 		if l.sendPace.Wait(ctx) != nil {
 			return // the lane is closing
@@ -1540,7 +1578,7 @@ func (l *Lane) worker(ctx context.Context, high, rest <-chan Message) {
 				l.metrics.Sent(m.Priority)
 			}
 			if l.metrics.Latency != nil {
-				l.metrics.Latency(sctx, m.Priority, time.Since(m.Queued))
+				l.metrics.Latency(sctx, m.Priority, time.Since(m.since))
 			}
 		case errors.Is(err, context.Canceled) && ctx.Err() != nil:
 			return

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -419,35 +418,81 @@ func (l *Lane) outCount(key string, lane int) int {
 // outOn reports whether the room has a message out on the lane.
 func (l *Lane) outOn(key string, lane int) bool { return l.outCount(key, lane) > 0 }
 
-// TestAHighEventDoesNotWaitForItsRoomsNormalMessage: a room whose Normal
-// message waits for its worker (busy with another group's slow call) still
-// releases its next High event, which the worker takes first; the room
-// still has one message out on each lane at most.
-func TestAHighEventDoesNotWaitForItsRoomsNormalMessage(t *testing.T) {
+// TestAHighEventDoesNotWaitForANormalCall: while the worker of a room's
+// Normal messages is busy with another group's slow call, and the room's
+// own Normal message waits behind it, the room's High event goes at once,
+// on its own lane; the Normal message goes once the call comes back.
+func TestAHighEventDoesNotWaitForANormalCall(t *testing.T) {
 	svc := newGroupService()
 	svc.hold = "other"
-	l := New(Config{Budget: 20, Workers: 1}, svc, Metrics{}, slog.New(slog.DiscardHandler))
+	l := New(Config{Budget: 20, Workers: 1, SendTimeout: time.Hour}, svc, Metrics{}, slog.New(slog.DiscardHandler))
 	defer l.Close()
-	l.Publish(event("other", 1, room.EventRoomRocketIgnited, &room.RoomRocketIgnitedEvent{RocketID: 1}))
-	poll.Until(t, 10*time.Second, "the other group's send under way", poll.Bool(func() bool { return l.outOn("other", outHigh) }))
+	l.Publish(event("other", 1, room.EventRoomUserJoined, &room.RoomUserJoinedEvent{UserID: 4, OnlineCount: 1}))
+	poll.Until(t, 10*time.Second, "the other group's call under way", poll.Bool(func() bool { return l.inQueue("other") == 0 && len(l.rest[0]) == 0 }))
 	l.Publish(event("r1", 1, room.EventRoomUserJoined, &room.RoomUserJoinedEvent{UserID: 5, OnlineCount: 1}))
 	poll.Until(t, 10*time.Second, "r1's Normal message out", poll.Bool(func() bool { return l.outOn("r1", outRest) }))
 	l.Publish(event("r1", 2, room.EventRoomRocketIgnited, &room.RoomRocketIgnitedEvent{RocketID: 2}))
-	poll.Until(t, 10*time.Second, "r1's High message out", poll.Bool(func() bool { return l.outOn("r1", outHigh) }))
-	l.Publish(event("r1", 3, room.EventRoomRocketIgnited, &room.RoomRocketIgnitedEvent{RocketID: 3}))
+	poll.Until(t, 10*time.Second, "r1's High event sent", poll.Bool(func() bool { return svc.tried("r1", room.EventRoomRocketIgnited, 2) }))
+	if svc.tried("r1", room.EventRoomUserJoined, 1) {
+		t.Fatal("r1's Normal message went before the call it waits behind came back")
+	}
 	close(svc.gate)
-	poll.Until(t, 10*time.Second, "every r1 event sent", poll.Bool(func() bool {
-		return svc.tried("r1", room.EventRoomUserJoined, 1) && svc.tried("r1", room.EventRoomRocketIgnited, 3)
+	poll.Until(t, 10*time.Second, "r1's Normal message sent", poll.Bool(func() bool { return svc.tried("r1", room.EventRoomUserJoined, 1) }))
+}
+
+// TestAWorkerThatFallsBehindLosesNoDisplayEvent: while a worker's queue of
+// Normal and Low messages is full (its calls are slow), the rooms it sends
+// for keep their display events queued, where they fold into counts and
+// go in one message later, instead of having messages made for them and
+// lost (send_queue_full), with a lost_through for clients to repair. A
+// room with High to send still sends it, on the High lane, with what it
+// has queued.
+func TestAWorkerThatFallsBehindLosesNoDisplayEvent(t *testing.T) {
+	svc := newGroupService()
+	svc.hold = "slow"
+	shed := map[string]int{}
+	var mu sync.Mutex
+	l := New(Config{Budget: 20, Workers: 1}, svc, Metrics{Shed: func(p room.Priority, reason string) {
+		mu.Lock()
+		shed[string(p)+"/"+reason]++
+		mu.Unlock()
+	}}, slog.New(slog.DiscardHandler))
+	defer l.Close()
+	l.Publish(event("slow", 1, room.EventRoomUserJoined, &room.RoomUserJoinedEvent{UserID: 1, OnlineCount: 1}))
+	poll.Until(t, 10*time.Second, "the slow call under way", poll.Bool(func() bool { return l.inQueue("slow") == 0 }))
+	rooms := cap(l.rest[0]) + 8
+	for i := range rooms {
+		l.Publish(event(fmt.Sprint("r", i), 1, room.EventRoomUserJoined, &room.RoomUserJoinedEvent{UserID: 2, OnlineCount: 1}))
+	}
+	poll.Until(t, 10*time.Second, "the worker's queue full", poll.Bool(func() bool { return len(l.rest[0]) == cap(l.rest[0]) }))
+	l.Publish(event("r0", 2, room.EventRoomRocketIgnited, &room.RoomRocketIgnitedEvent{RocketID: 1}))
+	last := fmt.Sprint("r", rooms-1)
+	l.Publish(event(last, 2, room.EventRoomRocketIgnited, &room.RoomRocketIgnitedEvent{RocketID: 1}))
+	poll.Until(t, 10*time.Second, "the High events sent", poll.Bool(func() bool {
+		return svc.tried("r0", room.EventRoomRocketIgnited, 2) && svc.tried(last, room.EventRoomRocketIgnited, 2)
 	}))
+	close(svc.gate)
+	poll.Until(t, 10*time.Second, "every room's join sent", poll.Bool(func() bool {
+		for i := range rooms {
+			if !svc.tried(fmt.Sprint("r", i), room.EventRoomUserJoined, 1) {
+				return false
+			}
+		}
+		return true
+	}))
+	mu.Lock()
+	defer mu.Unlock()
+	if len(shed) > 0 {
+		t.Fatalf("events lost while the worker fell behind: %v", shed)
+	}
 	svc.mu.Lock()
 	defer svc.mu.Unlock()
-	var order []string
 	for _, m := range svc.attempts {
-		if m.GroupID == "r1" {
-			order = append(order, fmt.Sprintf("%s@%d", m.Priority, m.version))
+		if m.GroupID == last && typeIn(m.Data, room.EventRoomUserJoined) && !typeIn(m.Data, room.EventRoomRocketIgnited) {
+			t.Fatalf("%s's join went in a message of its own, not with its High event: %s", last, m.Data)
 		}
-	}
-	if len(order) != 3 || order[0] != "High@2" || !slices.Contains(order, "Normal@1") || !slices.Contains(order, "High@3") {
-		t.Fatalf("r1's messages went %v; want its High before the Normal that waited, and every one", order)
+		if bytes.Contains(m.Data, []byte("lost_through")) {
+			t.Fatalf("a message told clients to repair: %s", m.Data)
+		}
 	}
 }
