@@ -3,9 +3,12 @@ package im
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"testing"
 	"time"
+
+	"hyapp/room-service/room"
 )
 
 // TestPacingBoundsEverySecond: a caller taking every call the pacing allows,
@@ -169,5 +172,80 @@ func TestAFleetThatLosesTheSharedBudgetKeepsToItInEverySecond(t *testing.T) {
 		if most > bound {
 			t.Errorf("%d nodes: the fleet alone makes %d calls in one second, over the %d the shared budget grants", nodes, most, bound)
 		}
+	}
+}
+
+// stuck is an IM service whose sends wait until the lane closes.
+type stuck struct{}
+
+func (stuck) Send(ctx context.Context, _ Message) error {
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+// TestAUsedUpTurnOrderIsMadeAgainAtMostEveryRosterEvery: while no room of
+// a crowded lane can send (here its worker falls behind), each round's turn
+// order is used up at once; it is made again, looking at every ready room,
+// once every rosterEvery, not every round.
+func TestAUsedUpTurnOrderIsMadeAgainAtMostEveryRosterEvery(t *testing.T) {
+	l := New(Config{Budget: 20, Workers: 1, Tick: time.Hour}, stuck{}, Metrics{}, slog.New(slog.DiscardHandler))
+	defer l.Close()
+	for range cap(l.rest[0]) + 1 { // one with the worker, the rest waiting
+		l.rest[0] <- Message{}
+	}
+	start := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for i := range crowdedRooms + 1 {
+		key := fmt.Sprint("r", i)
+		l.enqueueLocked(key, l.queueLocked(key, key, false), &item{typ: "RoomUserJoined", priority: "Normal", env: &envelope{}, queued: start, merge: true}, false)
+	}
+	clear(l.roster.fresh)
+	made := 0
+	const rounds = 200 // a round a millisecond
+	for ms := range rounds {
+		before := l.roster.built
+		if got := l.rosterLocked(start.Add(time.Duration(ms)*time.Millisecond), 10); len(got) > 0 {
+			t.Fatalf("%d rooms can send while their worker's queue is full", len(got))
+		}
+		if l.roster.built != before {
+			made++
+		}
+	}
+	if most := 1 + rounds*int(time.Millisecond)/int(rosterEvery); made > most {
+		t.Fatalf("the turn order was made %d times in %d ms, want at most %d", made, rounds, most)
+	}
+}
+
+// TestABusyRoomKeepsOneMessageOfItsBudgetForHigh: a room whose group has a
+// burst of two (a budget of 20 or more) sends display events only while
+// two messages of its budget are left, so a High event finds the last one;
+// with a smaller budget (a burst of one) display events may take it.
+func TestABusyRoomKeepsOneMessageOfItsBudgetForHigh(t *testing.T) {
+	join := func(now time.Time) *item {
+		return &item{typ: "RoomUserJoined", priority: room.PriorityNormal, env: &envelope{}, queued: now, merge: true}
+	}
+	for _, c := range []struct {
+		budget float64
+		spent  int
+		rest   bool // display events may go
+	}{{20, 0, true}, {20, 1, false}, {40, 2, true}, {40, 3, false}, {10, 0, true}} {
+		l := New(Config{Budget: c.budget, Tick: time.Hour}, stuck{}, Metrics{}, slog.New(slog.DiscardHandler))
+		now := time.Now()
+		l.mu.Lock()
+		q := l.queueLocked("r", "r", false)
+		if c.spent > 0 && !q.limiter.AllowN(now, c.spent) {
+			t.Fatalf("budget %v: %d messages not allowed", c.budget, c.spent)
+		}
+		l.enqueueLocked("r", q, join(now), false)
+		if got := l.eligibleLocked(q, now); got != c.rest {
+			t.Errorf("budget %v, %d of the burst spent: display events may go: %v, want %v", c.budget, c.spent, got, c.rest)
+		}
+		l.enqueueLocked("r", q, &item{typ: "RoomRocketIgnited", priority: room.PriorityHigh, env: &envelope{}, queued: now}, false)
+		if !l.eligibleLocked(q, now) {
+			t.Errorf("budget %v, %d of the burst spent: a High event may not go", c.budget, c.spent)
+		}
+		l.mu.Unlock()
+		l.Close()
 	}
 }

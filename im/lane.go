@@ -1003,6 +1003,7 @@ type roster struct {
 
 // reset drops the order: the next crowded round makes a new one.
 func (r *roster) reset() {
+	r.built = time.Time{}
 	if len(r.order) > 0 {
 		clear(r.order)
 		r.order, r.next = r.order[:0], 0
@@ -1026,11 +1027,14 @@ func (r *roster) served(c candidate) {
 
 // rosterLocked returns the candidates for n calls: the next n rooms of
 // the order that can send now, and every fresh room that can (first picks
-// among them). The order is made again once it is used up or older than
-// keepFor its length.
+// among them). The order is made again once it is older than keepFor its
+// length, or used up and older than rosterEvery: while few rooms can send
+// (their workers fall behind, their groups' budgets are spent), an order
+// is used up at once, and making it each round looked at every ready room
+// a hundred times a second.
 func (l *Lane) rosterLocked(now time.Time, n int) []candidate {
 	r := &l.roster
-	if r.next >= len(r.order) || now.Sub(r.built) >= keepFor(len(r.order)) {
+	if age := now.Sub(r.built); age >= rosterEvery && r.next >= len(r.order) || age >= keepFor(len(r.order)) {
 		r.reset()
 		for key := range l.ready {
 			if q := l.rooms[key]; l.eligibleLocked(q, now) {
@@ -1140,10 +1144,22 @@ func outOf(p room.Priority) int {
 
 // eligibleLocked reports whether a room has something to send now on a
 // lane where it has fewer than maxOut messages out and its worker has room
-// (see restFull), and its group's budget allows a message.
+// (see restFull), and its group's budget allows a message of that lane
+// (see restTokens).
 func (l *Lane) eligibleLocked(q *roomQueue, now time.Time) bool {
 	high, rest := l.pendingLocked(q, now)
-	return (high && q.out[outHigh] < maxOut || rest && q.out[outRest] < maxOut && !l.restFull(q)) && q.limiter.TokensAt(now) >= 1
+	tokens := q.limiter.TokensAt(now)
+	return high && q.out[outHigh] < maxOut && tokens >= 1 ||
+		rest && q.out[outRest] < maxOut && !l.restFull(q) && tokens >= restTokens(q)
+}
+
+// restTokens is how much of its group's budget a room must have to send a
+// message without High events in it: two, where the group's burst allows
+// (a budget of 20 or more), so that in a busy room, whose display events
+// spend the budget as it comes, a High event finds the one kept for it and
+// goes at once instead of waiting up to a message's interval for the next.
+func restTokens(q *roomQueue) float64 {
+	return float64(min(2, q.limiter.Burst()))
 }
 
 // restFull reports whether the worker of a room's group has as many
