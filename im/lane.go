@@ -233,6 +233,7 @@ type Lane struct {
 	interval   time.Duration
 	callsDown  bool
 	candidates []candidate
+	free       []int // places left in the workers' queues (freeLocked)
 
 	// The workers' queues, High and the rest: a group always uses the same
 	// worker of each, so its messages keep their order within a class.
@@ -822,11 +823,24 @@ func (l *Lane) round(ctx context.Context, now time.Time, tidy bool) {
 	l.recoverLocked(now)
 	want := 0
 	if avail := l.pace.available(now); avail > 0 && !now.Before(l.pausedUntil) {
+		// Rooms count as far as their messages have a place: a room with
+		// only Normal or Low to send needs one in its worker's queue, and
+		// rooms sharing a worker share its places (a call taken for a
+		// message that cannot be made is lost to every node).
 		if l.crowdedLocked() {
-			want = min(avail, len(l.rosterLocked(now, avail)))
+			cands := l.rosterLocked(now, avail)
+			free := l.freeLocked()
+			for _, c := range cands {
+				if l.placeLocked(c.q, now, free) {
+					if want++; want == avail {
+						break
+					}
+				}
+			}
 		} else {
+			free := l.freeLocked()
 			for key := range l.ready {
-				if l.eligibleLocked(l.rooms[key], now) {
+				if l.placeLocked(l.rooms[key], now, free) {
 					if want++; want == avail {
 						break
 					}
@@ -927,7 +941,8 @@ func first(cands []candidate, n int) {
 }
 
 // releaseLocked gives n calls to the rooms that can send now, in turn
-// order, one message each.
+// order, one message each; a room that makes no message (its worker's
+// queue filled this round) passes its call to the next.
 func (l *Lane) releaseLocked(now time.Time, n int) {
 	crowded := l.crowdedLocked()
 	var cands []candidate
@@ -943,15 +958,31 @@ func (l *Lane) releaseLocked(now time.Time, n int) {
 		}
 	}
 	first(cands, n)
-	for _, c := range cands[:min(n, len(cands))] {
+	ordered := min(n, len(cands))
+	for i, made := 0, 0; i < len(cands) && made < n; i++ {
+		if i == ordered { // rooms passed over: order the next ones
+			first(cands[i:], n-made)
+			ordered = min(i+n-made, len(cands))
+		}
+		c := cands[i]
 		q := c.q
+		full := l.restFull(q)
+		if full {
+			if high, _ := l.sendableLocked(q, now); !high {
+				// Its worker's queue filled with the messages of rooms
+				// before it this round: it keeps its turn, and the call
+				// goes to the next room.
+				continue
+			}
+		}
 		if crowded {
 			l.roster.served(c)
 		}
-		m, ok := l.nextLocked(q, now, l.restFull(q))
+		m, ok := l.nextLocked(q, now, full)
 		if !ok {
 			continue
 		}
+		made++
 		q.limiter.AllowN(now, 1)
 		m.RoomID, m.GroupID, m.Released, m.closed, m.regional = c.key, q.group, now, q.closed, q.regional
 		w := q.worker
@@ -999,6 +1030,7 @@ type roster struct {
 	next  int // order[:next] is served or passed over
 	built time.Time
 	fresh map[string]bool
+	free  []int // places left in the workers' queues, as the order is taken
 }
 
 // reset drops the order: the next crowded round makes a new one.
@@ -1057,13 +1089,17 @@ func (l *Lane) rosterLocked(now time.Time, n int) []candidate {
 			cands = append(cands, l.candidateLocked(key, q, now, -1))
 		}
 	}
+	// The next n rooms of the order whose messages have a place (see
+	// placeLocked): a room whose worker's places went to rooms before it
+	// keeps its turn for a later round.
+	r.free = append(r.free[:0], l.freeLocked()...)
 	for i, got := r.next, 0; i < len(r.order) && got < n; i++ {
 		c := r.order[i]
 		switch {
 		case c.q == nil || r.fresh[c.key]:
 		case l.rooms[c.key] != c.q || !l.eligibleLocked(c.q, now):
 			r.served(c)
-		default:
+		case l.placeLocked(c.q, now, r.free):
 			cands = append(cands, l.candidateLocked(c.key, c.q, now, i))
 			got++
 		}
@@ -1147,10 +1183,43 @@ func outOf(p room.Priority) int {
 // (see restFull), and its group's budget allows a message of that lane
 // (see restTokens).
 func (l *Lane) eligibleLocked(q *roomQueue, now time.Time) bool {
-	high, rest := l.pendingLocked(q, now)
+	high, rest := l.sendableLocked(q, now)
+	return high || rest
+}
+
+// sendableLocked reports whether a room can send now on the High lane,
+// and on the other (see eligibleLocked).
+func (l *Lane) sendableLocked(q *roomQueue, now time.Time) (high, rest bool) {
+	high, rest = l.pendingLocked(q, now)
 	tokens := q.limiter.TokensAt(now)
-	return high && q.out[outHigh] < maxOut && tokens >= 1 ||
+	return high && q.out[outHigh] < maxOut && tokens >= 1,
 		rest && q.out[outRest] < maxOut && !l.restFull(q) && tokens >= restTokens(q)
+}
+
+// freeLocked returns the places left in each worker's queue of Normal and
+// Low messages, for placeLocked to count down through one round.
+func (l *Lane) freeLocked() []int {
+	l.free = l.free[:0]
+	for _, ch := range l.rest {
+		l.free = append(l.free, cap(ch)-len(ch))
+	}
+	return l.free
+}
+
+// placeLocked reports whether a room can send now and its message has a
+// place: a room with High to send sends on the High lane; any other takes
+// one of the places left in its worker's queue (free), so that no more
+// rooms of a worker count than it can take messages.
+func (l *Lane) placeLocked(q *roomQueue, now time.Time, free []int) bool {
+	high, rest := l.sendableLocked(q, now)
+	if high {
+		return true
+	}
+	if rest && free[q.worker] > 0 {
+		free[q.worker]--
+		return true
+	}
+	return false
 }
 
 // restTokens is how much of its group's budget a room must have to send a

@@ -1,0 +1,110 @@
+package im
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"hyapp/room-service/internal/poll"
+	"hyapp/room-service/room"
+)
+
+// countedCalls is a shared budget that grants every call asked for and
+// counts them.
+type countedCalls struct {
+	mu      sync.Mutex
+	granted int
+}
+
+func (c *countedCalls) Take(_ context.Context, n int) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.granted += n
+	return n, nil
+}
+
+func (c *countedCalls) count() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.granted
+}
+
+// gatedSender records every send as it starts and lets each finish only
+// when the test passes a token through gate (or closes it).
+type gatedSender struct {
+	mu    sync.Mutex
+	sends []Message
+	gate  chan struct{}
+}
+
+func (g *gatedSender) Send(ctx context.Context, m Message) error {
+	g.mu.Lock()
+	g.sends = append(g.sends, m)
+	g.mu.Unlock()
+	select {
+	case <-g.gate:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (g *gatedSender) started() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return len(g.sends)
+}
+
+// TestAWorkerThatFallsBehindTakesNoCallItCannotUse: the rooms of a worker
+// whose queue of Normal messages has one place left can all send, but only
+// one message fits; a round takes calls from the shared app budget only
+// for the messages it makes, not one for every room that could send. A
+// call taken and not made is lost to every node sharing the budget.
+func TestAWorkerThatFallsBehindTakesNoCallItCannotUse(t *testing.T) {
+	for _, rooms := range []int{8, crowdedRooms + 8} {
+		t.Run(fmt.Sprint(rooms, " rooms"), func(t *testing.T) { testNoCallItCannotUse(t, rooms) })
+	}
+}
+
+func testNoCallItCannotUse(t *testing.T, rooms int) {
+	calls := &countedCalls{}
+	svc := &gatedSender{gate: make(chan struct{})}
+	// An app budget large enough that a round may take a call for every
+	// room that can send.
+	l := New(Config{Budget: 20, AppBudget: 100_000, Workers: 1, SendTimeout: time.Hour, Calls: calls}, svc, Metrics{}, slog.New(slog.DiscardHandler))
+	defer l.Close()
+	released := func() int {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		return svc.started() + len(l.rest[0])
+	}
+	var batch []room.Committed
+	for i := range rooms {
+		batch = append(batch, event(fmt.Sprint("r", i), 1, room.EventRoomUserJoined, &room.RoomUserJoinedEvent{UserID: int64(i), OnlineCount: 1})...)
+	}
+	l.Publish(batch)
+	full := func() bool {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		return len(l.rest[0]) == cap(l.rest[0])
+	}
+	for sent := 1; sent <= rooms-restQueue; sent++ {
+		poll.Until(t, 10*time.Second, fmt.Sprintf("send %d under way, the worker's queue full", sent), poll.Bool(func() bool {
+			return svc.started() == sent && full()
+		}))
+		if got, want := calls.count(), released(); got != want {
+			t.Fatalf("with %d sends started: %d calls taken from the app budget for %d messages made", sent, got, want)
+		}
+		if sent < rooms-restQueue {
+			svc.gate <- struct{}{} // one call comes back: one place in the queue
+		}
+	}
+	close(svc.gate)
+	poll.Until(t, 10*time.Second, "every room's join sent", poll.Bool(func() bool { return svc.started() == rooms }))
+	if got := calls.count(); got != rooms {
+		t.Fatalf("%d calls taken from the app budget for %d messages", got, rooms)
+	}
+}
