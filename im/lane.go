@@ -1246,15 +1246,8 @@ func (l *Lane) restFull(q *roomQueue) bool {
 // pendingLocked reports whether the room has something to send now that
 // goes out on the High lane, and on the other.
 func (l *Lane) pendingLocked(q *roomQueue, now time.Time) (high, rest bool) {
-	if retryDue(q, now) {
-		if q.retry[0].Priority == room.PriorityHigh {
-			high = true
-		} else {
-			rest = true
-		}
-	}
-	high = high || len(q.high) > 0 && !highHeld(q)
-	rest = rest || len(q.normal)+len(q.low)+len(q.folded)+len(q.combos) > 0 || l.dueTypeLocked(q, now) != "" || noticeDueLocked(q, now)
+	high = retryDue(q, now, true) >= 0 || len(q.high) > 0 && !highHeld(q)
+	rest = retryDue(q, now, false) >= 0 || len(q.normal)+len(q.low)+len(q.folded)+len(q.combos) > 0 || l.dueTypeLocked(q, now) != "" || noticeDueLocked(q, now)
 	return high, rest
 }
 
@@ -1267,9 +1260,12 @@ func (l *Lane) waitingLocked(q *roomQueue, now time.Time) (high bool, since time
 			since = t
 		}
 	}
-	if retryDue(q, now) {
-		older(q.retry[0].Queued)
-		high = q.retry[0].Priority == room.PriorityHigh
+	if i := retryDue(q, now, true); i >= 0 {
+		older(q.retry[i].Queued)
+		high = true
+	}
+	if i := retryDue(q, now, false); i >= 0 {
+		older(q.retry[i].Queued)
 	}
 	held := highHeld(q)
 	if len(q.high) > 0 && !held {
@@ -1294,9 +1290,21 @@ func (l *Lane) waitingLocked(q *roomQueue, now time.Time) (high bool, since time
 	return high || len(q.high) > 0 && !held, since
 }
 
-// retryDue reports whether the room's first message to send again is due.
-func retryDue(q *roomQueue, now time.Time) bool {
-	return len(q.retry) > 0 && !now.Before(q.retry[0].due)
+// retryDue returns the index in q.retry of the room's first message to
+// send again on the High lane (high) or the other, if it is due, or -1.
+// Each lane's messages go again in their order; the lanes do not wait for
+// each other, so a High message is not held behind a Normal one that
+// cannot go while its worker's queue is full.
+func retryDue(q *roomQueue, now time.Time, high bool) int {
+	for i, m := range q.retry {
+		if (m.Priority == room.PriorityHigh) == high {
+			if now.Before(m.due) {
+				return -1
+			}
+			return i
+		}
+	}
+	return -1
 }
 
 // highHeld reports whether the room holds its new High events back: a High
@@ -1338,11 +1346,18 @@ func (l *Lane) nextLocked(q *roomQueue, now time.Time, restFull bool) (Message, 
 	if highOnly && restOnly {
 		return Message{}, false
 	}
-	if retryDue(q, now) {
-		if m := q.retry[0]; !((highOnly || restFull) && m.Priority != room.PriorityHigh) && !(restOnly && m.Priority == room.PriorityHigh) {
-			q.retry = q.retry[1:]
-			return m, true
-		}
+	// The first message to send again that may go now, of either lane.
+	again := -1
+	if i := retryDue(q, now, true); i >= 0 && !restOnly {
+		again = i
+	}
+	if i := retryDue(q, now, false); i >= 0 && !highOnly && !restFull && (again < 0 || i < again) {
+		again = i
+	}
+	if again >= 0 {
+		m := q.retry[again]
+		q.retry = slices.Delete(q.retry, again, again+1)
+		return m, true
 	}
 	var items []*item
 	size := batchOverhead

@@ -108,3 +108,35 @@ func testNoCallItCannotUse(t *testing.T, rooms int) {
 		t.Fatalf("%d calls taken from the app budget for %d messages", got, rooms)
 	}
 }
+
+// TestAHighMessageToSendAgainDoesNotWaitForAFullWorker: a room's High
+// message waits to be sent again (its send failed) and, in front of it, a
+// Normal message Tencent refused for frequency, which goes again first.
+// While the worker of the room's Normal messages has its queue full (its
+// calls are slow), the Normal message cannot go; the High message, on a
+// lane of its own, goes once its backoff is over, and so do the room's
+// High events held behind it.
+func TestAHighMessageToSendAgainDoesNotWaitForAFullWorker(t *testing.T) {
+	svc := newGroupService()
+	svc.hold = "" // the messages filling the worker
+	l := New(Config{Budget: 20, Workers: 1, SendTimeout: time.Hour}, svc, Metrics{}, slog.New(slog.DiscardHandler))
+	defer l.Close()
+	defer close(svc.gate)
+	for range cap(l.rest[0]) + 1 { // one with the worker, the rest waiting
+		l.rest[0] <- Message{}
+	}
+	now := time.Now()
+	l.failed(Message{RoomID: "r", GroupID: "r", Type: "RoomRocketIgnited", Priority: room.PriorityHigh, version: 1,
+		Data: []byte(`{"room_version":1,"seq":0,"type":"RoomRocketIgnited"}`), Queued: now, since: now}, "send_failed")
+	l.failed(Message{RoomID: "r", GroupID: "r", Type: "RoomUserJoined", Priority: room.PriorityNormal, version: 2,
+		Data: []byte(`{"room_version":2,"seq":0,"type":"RoomUserJoined"}`), Queued: now, since: now}, "rate_limited")
+	l.Publish(event("r", 3, room.EventRoomRocketLaunched, &room.RoomRocketLaunchedEvent{RocketID: 1}))
+	poll.Until(t, 5*time.Second, "the High message sent again", poll.Bool(func() bool { return svc.tried("r", room.EventRoomRocketIgnited, 1) }))
+	poll.Until(t, 5*time.Second, "the High event held behind it", poll.Bool(func() bool { return svc.tried("r", room.EventRoomRocketLaunched, 3) }))
+	if svc.tried("r", room.EventRoomUserJoined, 2) {
+		t.Fatal("the Normal message went while its worker's queue was full")
+	}
+	if n := len(l.rest[0]); n != cap(l.rest[0]) {
+		t.Fatalf("the worker's queue holds %d, want it still full", n)
+	}
+}
