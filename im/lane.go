@@ -978,7 +978,9 @@ func (l *Lane) releaseLocked(now time.Time, n int) {
 		if crowded {
 			l.roster.served(c)
 		}
-		m, ok := l.nextLocked(q, now, full)
+		// No message without High while its worker's queue is full, or
+		// while its group's budget is down to the message kept for High.
+		m, ok := l.nextLocked(q, now, full || q.limiter.TokensAt(now) < restTokens(q))
 		if !ok {
 			continue
 		}
@@ -1338,10 +1340,11 @@ const (
 //
 // A room with maxOut messages out on one lane (roomQueue.out) sends only
 // what goes on the other: with Normal or Low messages out, only its High
-// events; with High messages out, everything but them. While its worker's
-// queue of Normal and Low messages is full (restFull), it sends only a
-// message with High events in it.
-func (l *Lane) nextLocked(q *roomQueue, now time.Time, restFull bool) (Message, bool) {
+// events; with High messages out, everything but them. With noRest (its
+// worker's queue of Normal and Low messages is full, see restFull, or its
+// group's budget is down to the message kept for High, see restTokens), it
+// sends only a message with High events in it.
+func (l *Lane) nextLocked(q *roomQueue, now time.Time, noRest bool) (Message, bool) {
 	highOnly, restOnly := q.out[outRest] >= maxOut, q.out[outHigh] >= maxOut
 	if highOnly && restOnly {
 		return Message{}, false
@@ -1351,7 +1354,7 @@ func (l *Lane) nextLocked(q *roomQueue, now time.Time, restFull bool) (Message, 
 	if i := retryDue(q, now, true); i >= 0 && !restOnly {
 		again = i
 	}
-	if i := retryDue(q, now, false); i >= 0 && !highOnly && !restFull && (again < 0 || i < again) {
+	if i := retryDue(q, now, false); i >= 0 && !highOnly && !noRest && (again < 0 || i < again) {
 		again = i
 	}
 	if again >= 0 {
@@ -1379,7 +1382,7 @@ func (l *Lane) nextLocked(q *roomQueue, now time.Time, restFull bool) (Message, 
 	if !highHeld(q) && !restOnly {
 		q.high = take(q.high)
 	}
-	if len(items) == 0 && restFull {
+	if len(items) == 0 && noRest {
 		return Message{}, false
 	}
 	if highOnly {

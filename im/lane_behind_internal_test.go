@@ -140,3 +140,40 @@ func TestAHighMessageToSendAgainDoesNotWaitForAFullWorker(t *testing.T) {
 		t.Fatalf("the worker's queue holds %d, want it still full", n)
 	}
 }
+
+// TestTheMessageKeptForHighIsNotSpentOnANormalOneSentAgain: a room whose
+// group has one message of its budget left may send only High (it keeps
+// the last for High, see restTokens). With a High event to send and, in
+// front of it, a Normal message to send again (refused for frequency), the
+// call it gets sends the High event, not the Normal message, which waits
+// until two are left.
+func TestTheMessageKeptForHighIsNotSpentOnANormalOneSentAgain(t *testing.T) {
+	svc := &gatedSender{gate: make(chan struct{})}
+	l := New(Config{Budget: 20, Tick: time.Hour, SendTimeout: time.Hour}, svc, Metrics{}, slog.New(slog.DiscardHandler))
+	defer l.Close()
+	defer close(svc.gate)
+	now := time.Now()
+	l.mu.Lock()
+	q := l.queueLocked("r", "r", false)
+	if !q.limiter.AllowN(now, 1) {
+		l.mu.Unlock()
+		t.Fatal("no message of the budget")
+	}
+	l.ready["r"] = true
+	q.retry = append(q.retry, Message{RoomID: "r", GroupID: "r", Type: "RoomUserJoined", Priority: room.PriorityNormal, version: 1,
+		Data: []byte(`{"room_version":1,"seq":0,"type":"RoomUserJoined"}`), Queued: now, since: now, attempts: 1})
+	if l.eligibleLocked(q, now) {
+		l.mu.Unlock()
+		t.Fatal("a room with one message of its budget left may send a Normal message")
+	}
+	l.enqueueLocked("r", q, &item{typ: "RoomRocketIgnited", priority: room.PriorityHigh, env: &envelope{Type: "RoomRocketIgnited", RoomID: "r", RoomVersion: 2}, version: 2, queued: now}, false)
+	l.releaseLocked(now, 1)
+	l.mu.Unlock()
+	poll.Until(t, 5*time.Second, "the call's send", poll.Bool(func() bool { return svc.started() == 1 }))
+	svc.mu.Lock()
+	m := svc.sends[0]
+	svc.mu.Unlock()
+	if m.Priority != room.PriorityHigh || !typeIn(m.Data, room.EventRoomRocketIgnited) {
+		t.Fatalf("the last message of the budget went to a %s message %s, not to the High event", m.Priority, m.Data)
+	}
+}
