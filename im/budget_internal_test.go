@@ -3,7 +3,6 @@ package im
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"testing"
 	"time"
@@ -181,40 +180,6 @@ type stuck struct{}
 func (stuck) Send(ctx context.Context, _ Message) error {
 	<-ctx.Done()
 	return ctx.Err()
-}
-
-// TestAUsedUpTurnOrderIsMadeAgainAtMostEveryRosterEvery: while no room of
-// a crowded lane can send (here its worker falls behind), each round's turn
-// order is used up at once; it is made again, looking at every ready room,
-// once every rosterEvery, not every round.
-func TestAUsedUpTurnOrderIsMadeAgainAtMostEveryRosterEvery(t *testing.T) {
-	l := New(Config{Budget: 20, Workers: 1, Tick: time.Hour}, stuck{}, Metrics{}, slog.New(slog.DiscardHandler))
-	defer l.Close()
-	for range cap(l.rest[0]) + 1 { // one with the worker, the rest waiting
-		l.rest[0] <- Message{}
-	}
-	start := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	for i := range crowdedRooms + 1 {
-		key := fmt.Sprint("r", i)
-		l.enqueueLocked(key, l.queueLocked(key, key, false), &item{typ: "RoomUserJoined", priority: "Normal", env: &envelope{}, queued: start, merge: true}, false)
-	}
-	clear(l.roster.fresh)
-	made := 0
-	const rounds = 200 // a round a millisecond
-	for ms := range rounds {
-		before := l.roster.built
-		if got := l.rosterLocked(start.Add(time.Duration(ms)*time.Millisecond), 10); len(got) > 0 {
-			t.Fatalf("%d rooms can send while their worker's queue is full", len(got))
-		}
-		if l.roster.built != before {
-			made++
-		}
-	}
-	if most := 1 + rounds*int(time.Millisecond)/int(rosterEvery); made > most {
-		t.Fatalf("the turn order was made %d times in %d ms, want at most %d", made, rounds, most)
-	}
 }
 
 // TestABusyRoomKeepsOneMessageOfItsBudgetForHigh: a room whose group has a

@@ -1037,7 +1037,6 @@ type roster struct {
 
 // reset drops the order: the next crowded round makes a new one.
 func (r *roster) reset() {
-	r.built = time.Time{}
 	if len(r.order) > 0 {
 		clear(r.order)
 		r.order, r.next = r.order[:0], 0
@@ -1061,14 +1060,13 @@ func (r *roster) served(c candidate) {
 
 // rosterLocked returns the candidates for n calls: the next n rooms of
 // the order that can send now, and every fresh room that can (first picks
-// among them). The order is made again once it is older than keepFor its
-// length, or used up and older than rosterEvery: while few rooms can send
-// (their workers fall behind, their groups' budgets are spent), an order
-// is used up at once, and making it each round looked at every ready room
-// a hundred times a second.
+// among them). The order is made again once it is used up or older than
+// keepFor its length. While a worker's queue is full its rooms cannot send
+// and are passed over, so an order is used up at once and made again the
+// next round: a place that frees goes to the room waiting longest.
 func (l *Lane) rosterLocked(now time.Time, n int) []candidate {
 	r := &l.roster
-	if age := now.Sub(r.built); age >= rosterEvery && r.next >= len(r.order) || age >= keepFor(len(r.order)) {
+	if r.next >= len(r.order) || now.Sub(r.built) >= keepFor(len(r.order)) {
 		r.reset()
 		for key := range l.ready {
 			if q := l.rooms[key]; l.eligibleLocked(q, now) {

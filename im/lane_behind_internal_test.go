@@ -1,9 +1,12 @@
+// Tests of a lane whose workers fall behind.
+
 package im
 
 import (
 	"context"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -175,5 +178,52 @@ func TestTheMessageKeptForHighIsNotSpentOnANormalOneSentAgain(t *testing.T) {
 	svc.mu.Unlock()
 	if m.Priority != room.PriorityHigh || !typeIn(m.Data, room.EventRoomRocketIgnited) {
 		t.Fatalf("the last message of the budget went to a %s message %s, not to the High event", m.Priority, m.Data)
+	}
+}
+
+// TestACrowdedLaneGivesAFreedPlaceToTheRoomWaitingLongest: in a crowded
+// lane whose worker's queue is full, the rooms waiting on it cannot be in
+// the turn order, which is then used up at once. When a call comes back
+// and frees a place, the room waiting longest (here over a second, which
+// counts as High) takes it, not a room whose event just arrived; with no
+// such room, the place does not stay empty until the next turn order.
+func TestACrowdedLaneGivesAFreedPlaceToTheRoomWaitingLongest(t *testing.T) {
+	for _, newcomer := range []bool{true, false} {
+		t.Run(fmt.Sprint("newcomer=", newcomer), func(t *testing.T) {
+			l := New(Config{Budget: 20, Workers: 1, Tick: time.Hour, SendTimeout: time.Hour}, stuck{}, Metrics{}, slog.New(slog.DiscardHandler))
+			defer l.Close()
+			for range cap(l.rest[0]) + 1 { // one with the worker, the rest waiting
+				l.rest[0] <- Message{}
+			}
+			start := time.Now()
+			l.mu.Lock()
+			defer l.mu.Unlock()
+			join := func(at time.Time) *item {
+				return &item{typ: "RoomUserJoined", priority: room.PriorityNormal, env: &envelope{Type: "RoomUserJoined"}, queued: at, merge: true}
+			}
+			for i := range crowdedRooms + 1 {
+				key := fmt.Sprint("old", i)
+				l.enqueueLocked(key, l.queueLocked(key, key, false), join(start.Add(-2*time.Second)), false)
+			}
+			clear(l.roster.fresh) // waiting since before the last turn order
+			if got := l.rosterLocked(start, 1); len(got) != 0 {
+				t.Fatalf("%d rooms can send while their worker's queue is full", len(got))
+			}
+			<-l.rest[0] // a call came back: one place
+			if newcomer {
+				l.enqueueLocked("new", l.queueLocked("new", "new", false), join(start), false)
+			}
+			l.releaseLocked(start.Add(10*time.Millisecond), 1)
+			if len(l.rest[0]) != cap(l.rest[0]) {
+				t.Fatal("the freed place went to no room")
+			}
+			var last Message
+			for range cap(l.rest[0]) {
+				last = <-l.rest[0]
+			}
+			if !strings.HasPrefix(last.RoomID, "old") {
+				t.Fatalf("the freed place went to %s, not to a room waiting for 2s", last.RoomID)
+			}
+		})
 	}
 }
