@@ -130,7 +130,8 @@ type Config struct {
 	// MaxBytes is the largest message Data (default 8000, under Tencent's 8 KB).
 	MaxBytes int
 	// Workers is how many sends each of the two lanes, High and the rest,
-	// has in flight at most (default 32; each group's messages go through
+	// has in flight at most (default 32: with Tencent answering in 30 ms,
+	// about 1,000 calls a second a lane; each group's messages go through
 	// one worker of each lane, so they keep their order within a class, and
 	// a High message never waits for a Normal call); SendTimeout bounds one
 	// send (default 5s).

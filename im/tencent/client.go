@@ -77,8 +77,9 @@ func New(cfg Config, log *slog.Logger) (*Client, error) {
 	}
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	// Many rooms send at once; the default of 2 idle connections per host would mean a TLS handshake
-	// for most calls.
-	tr.MaxIdleConnsPerHost = 64
+	// for most calls. The IM lane has up to 64 calls in flight (32 workers on each of its two lanes),
+	// group control 32.
+	tr.MaxIdleConnsPerHost = 96
 	return &Client{
 		cfg:      cfg,
 		base:     strings.TrimSuffix(cfg.Endpoint, "/"),
