@@ -980,8 +980,9 @@ func (l *Lane) releaseLocked(now time.Time, n int) {
 			l.roster.served(c)
 		}
 		// No message without High while its worker's queue is full, or
-		// while its group's budget is down to the message kept for High.
-		m, ok := l.nextLocked(q, now, full || q.limiter.TokensAt(now) < restTokens(q))
+		// while its group's budget is down to the message kept for High,
+		// unless its message to send again has waited too long for it.
+		m, ok := l.nextLocked(q, now, full || q.limiter.TokensAt(now) < restTokens(q) && !restOverdue(q, now))
 		if !ok {
 			continue
 		}
@@ -1230,6 +1231,16 @@ func (l *Lane) placeLocked(q *roomQueue, now time.Time, free []int) bool {
 // goes at once instead of waiting up to a message's interval for the next.
 func restTokens(q *roomQueue) float64 {
 	return float64(min(2, q.limiter.Burst()))
+}
+
+// restOverdue reports whether the room's Normal or Low message to send
+// again (refused for frequency) has waited promoteAfter: it may then take
+// the message of its group's budget kept for High. No later message can
+// carry it, and a room whose High events spend its budget as it refills
+// would otherwise never leave it the two restTokens asks for.
+func restOverdue(q *roomQueue, now time.Time) bool {
+	i := retryDue(q, now, false)
+	return i >= 0 && now.Sub(q.retry[i].Queued) >= promoteAfter
 }
 
 // restFull reports whether the worker of a room's group has as many

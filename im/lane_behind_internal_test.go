@@ -227,3 +227,57 @@ func TestACrowdedLaneGivesAFreedPlaceToTheRoomWaitingLongest(t *testing.T) {
 		})
 	}
 }
+
+// TestANormalMessageToSendAgainGoesInARoomBusyWithHigh: a room whose High
+// events come faster than its group's budget refills spends every message
+// of the budget on High, so it never has the two a message without High
+// needs (restTokens). Its Normal message refused for frequency, which no
+// later message can carry, must still go once it has waited a second, as
+// a room waiting that long counts as High (promoteAfter); it must not wait
+// for the room's High events to stop, while newer Normal events go ahead
+// of it in the High messages.
+func TestANormalMessageToSendAgainGoesInARoomBusyWithHigh(t *testing.T) {
+	l := New(Config{Budget: 20, Workers: 1, Tick: time.Hour, SendTimeout: time.Hour}, stuck{}, Metrics{}, slog.New(slog.DiscardHandler))
+	defer l.Close()
+	// Each worker holds a message of its own for ever: the test takes what
+	// the lane releases from the workers' queues.
+	l.high[0] <- Message{}
+	l.rest[0] <- Message{}
+	poll.Until(t, 5*time.Second, "both workers busy", poll.Bool(func() bool { return len(l.high[0])+len(l.rest[0]) == 0 }))
+	start := time.Now()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	q := l.queueLocked("r", "r", false)
+	if !q.limiter.AllowN(start, 1) {
+		t.Fatal("no message of the budget")
+	}
+	l.ready["r"] = true
+	q.retry = append(q.retry, Message{RoomID: "r", GroupID: "r", Type: "RoomUserJoined", Priority: room.PriorityNormal, version: 1,
+		Data: []byte(`{"room_version":1,"seq":0,"type":"RoomUserJoined"}`), Queued: start, Released: start, since: start, attempts: 1})
+	highSent := 0
+	for ms := 0; ms <= 3000; ms += 10 {
+		now := start.Add(time.Duration(ms) * time.Millisecond)
+		if ms%50 == 0 { // 20 High events a second, over the group's rate of 18
+			v := int64(2 + ms)
+			l.enqueueLocked("r", q, &item{typ: "RoomUserMuted", priority: room.PriorityHigh,
+				env: &envelope{Type: "RoomUserMuted", RoomID: "r", RoomVersion: v}, version: v, queued: now}, false)
+		}
+		l.releaseLocked(now, 1)
+		for len(l.high[0]) > 0 {
+			q.back(<-l.high[0])
+			highSent++
+		}
+		if len(l.rest[0]) > 0 {
+			if m := <-l.rest[0]; m.Type == "RoomUserJoined" && m.version == 1 {
+				if waited := now.Sub(start); waited > promoteAfter+200*time.Millisecond {
+					t.Fatalf("the Normal message went again after %v", waited)
+				}
+				if highSent == 0 {
+					t.Fatal("no High message went before it")
+				}
+				return
+			}
+		}
+	}
+	t.Fatalf("the Normal message did not go again in 3s of a room busy with High (%d High messages sent)", highSent)
+}
