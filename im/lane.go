@@ -1214,14 +1214,14 @@ func (l *Lane) freeLocked() []int {
 // rooms of a worker count than it can take messages.
 func (l *Lane) placeLocked(q *roomQueue, now time.Time, free []int) bool {
 	high, rest := l.sendableLocked(q, now)
-	if high {
-		return true
-	}
-	if rest && free[q.worker] > 0 {
+	// With High to send, a room sends its Normal message to send again
+	// first only once that is overdue (see nextLocked).
+	needs := rest && !high || high && q.out[outRest] < maxOut && restOverdue(q, now)
+	if needs && free[q.worker] > 0 {
 		free[q.worker]--
 		return true
 	}
-	return false
+	return high
 }
 
 // restTokens is how much of its group's budget a room must have to send a
@@ -1343,7 +1343,8 @@ const (
 )
 
 // nextLocked takes the room's next message: a message to send again as it
-// was, or else everything pending that fits in MaxBytes, in one message:
+// was (a Normal or Low one only when the room has no High to send, or
+// once it is overdue), or else everything pending that fits in MaxBytes, in one message:
 // High events first (oldest first, unless a High message waits to be sent
 // again), then due coalesced values, then Normal, then Low, with the counts
 // of folded display events.
@@ -1359,12 +1360,17 @@ func (l *Lane) nextLocked(q *roomQueue, now time.Time, noRest bool) (Message, bo
 	if highOnly && restOnly {
 		return Message{}, false
 	}
-	// The first message to send again that may go now, of either lane.
+	// The message to send again that may go now: a High one, or else the
+	// room's High events, go before a Normal or Low one (the lanes keep no
+	// order between them), unless that has waited promoteAfter (see
+	// restOverdue); a round counted the room's call on the High lane (see
+	// placeLocked).
 	again := -1
 	if i := retryDue(q, now, true); i >= 0 && !restOnly {
 		again = i
 	}
-	if i := retryDue(q, now, false); i >= 0 && !highOnly && !noRest && (again < 0 || i < again) {
+	highNow := again >= 0 || !restOnly && len(q.high) > 0 && !highHeld(q)
+	if i := retryDue(q, now, false); i >= 0 && !highOnly && !noRest && (!highNow || restOverdue(q, now)) {
 		again = i
 	}
 	if again >= 0 {
@@ -1552,7 +1558,8 @@ func higher(a, b room.Priority) room.Priority {
 }
 
 // failed takes back a message whose send failed. A message refused for
-// frequency goes again first, as it was, whatever its priority, and the
+// frequency goes again first on its lane, as it was, whatever its
+// priority (a Normal one after its room's High, see nextLocked), and the
 // whole lane slows down. A High message is queued to be sent again as it
 // was, after a backoff, unless its room has closed; a message Tencent
 // dropped gets a new Random, since Tencent would drop a resend with the

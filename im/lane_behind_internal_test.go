@@ -281,3 +281,55 @@ func TestANormalMessageToSendAgainGoesInARoomBusyWithHigh(t *testing.T) {
 	}
 	t.Fatalf("the Normal message did not go again in 3s of a room busy with High (%d High messages sent)", highSent)
 }
+
+// TestARoundMakesAMessageForEveryCallWhenARoomWithHighHasANormalToSendAgain:
+// a room with High events to send counts in a round as sending on the High
+// lane, which needs no place in its worker's queue of Normal messages. If
+// its call went to its Normal message to send again (refused for
+// frequency), that message would take the place counted for another room
+// of the worker, whose call, taken from the shared app budget, would then
+// be lost to every node; and the room's High events would wait for
+// another turn. The room sends its High events; the other room its join.
+func TestARoundMakesAMessageForEveryCallWhenARoomWithHighHasANormalToSendAgain(t *testing.T) {
+	calls := &countedCalls{}
+	l := New(Config{Budget: 20, AppBudget: 100_000, Workers: 1, Tick: time.Hour, SendTimeout: time.Hour, Calls: calls}, stuck{}, Metrics{}, slog.New(slog.DiscardHandler))
+	defer l.Close()
+	// Each worker holds a message of its own for ever, and the queue of
+	// Normal messages has one place left.
+	l.high[0] <- Message{}
+	l.rest[0] <- Message{}
+	poll.Until(t, 5*time.Second, "both workers busy", poll.Bool(func() bool { return len(l.high[0])+len(l.rest[0]) == 0 }))
+	l.rest[0] <- Message{}
+	now := time.Now()
+	l.mu.Lock()
+	a := l.queueLocked("a", "a", false)
+	a.retry = append(a.retry, Message{RoomID: "a", GroupID: "a", Type: "RoomUserJoined", Priority: room.PriorityNormal, version: 1,
+		Data: []byte(`{"room_version":1,"seq":0,"type":"RoomUserJoined"}`), Queued: now, Released: now, since: now, attempts: 1})
+	l.enqueueLocked("a", a, &item{typ: "RoomUserMuted", priority: room.PriorityHigh,
+		env: &envelope{Type: "RoomUserMuted", RoomID: "a", RoomVersion: 2}, version: 2, queued: now}, false)
+	b := l.queueLocked("b", "b", false)
+	l.enqueueLocked("b", b, &item{typ: "RoomUserJoined", priority: room.PriorityNormal, merge: true,
+		env: &envelope{Type: "RoomUserJoined", RoomID: "b", RoomVersion: 1}, version: 1, queued: now.Add(-10 * time.Millisecond)}, false)
+	l.mu.Unlock()
+	l.round(context.Background(), now, false)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var made []Message
+	for len(l.high[0]) > 0 {
+		made = append(made, <-l.high[0])
+	}
+	<-l.rest[0] // the test's own
+	for len(l.rest[0]) > 0 {
+		made = append(made, <-l.rest[0])
+	}
+	if got := calls.count(); got != len(made) {
+		t.Fatalf("%d calls taken from the app budget for %d messages made", got, len(made))
+	}
+	high := false
+	for _, m := range made {
+		high = high || m.RoomID == "a" && m.Priority == room.PriorityHigh
+	}
+	if !high {
+		t.Fatalf("room a's High event did not go: %d messages made", len(made))
+	}
+}
