@@ -574,12 +574,16 @@ func TestRoomsWithHighGoFirstAndBusyRoomsTakeTurns(t *testing.T) {
 // looks at one by one, the lane still serves rooms with High pending first,
 // then rooms by how long their oldest event waits (each room here has two
 // events, one message each: every first goes before any second), and a High
-// event that arrives meanwhile before both.
+// event that arrives meanwhile before both. The lane has about a worker for
+// each room, so that the order is the budget's: a room whose worker's
+// queue is full gives its call to the next room meanwhile, which may then
+// send its second event first (TestACrowdedLaneGivesAFreedPlaceToTheRoom-
+// WaitingLongest is that case).
 func TestACrowdedLaneKeepsTheTurnOrder(t *testing.T) {
 	const rooms, highRooms = 300, 10
 	rec := &recorder{}
 	budget := &grants{left: 50} // fifty calls, then none until the late event is queued
-	lane := im.New(im.Config{AppBudget: 1000, MaxBytes: 640, Calls: budget}, rec, im.Metrics{}, quiet)
+	lane := im.New(im.Config{AppBudget: 1000, MaxBytes: 640, Calls: budget, Workers: 512}, rec, im.Metrics{}, quiet)
 	t.Cleanup(lane.Close)
 	var batch []room.Committed
 	for i := range highRooms {
