@@ -488,7 +488,10 @@ func TestHeartbeatsTellTheLeaseRedisIsDown(t *testing.T) {
 
 func TestCheckPastTheDeadlineAsksRedis(t *testing.T) {
 	addr := server(t)
-	const ttl = time.Second // each call may take a third of it
+	// Each call may take a third of the TTL: the key lives that long past
+	// the validity deadline, and the check must come within it (a loaded
+	// machine once took longer than a third of a one-second TTL).
+	const ttl = 3 * time.Second
 	keys := testKeys(t, addr)
 	a := newNode(t, addr, keys, "a", ttl, false) // no renewal loop: as a paused process
 	h := mustAcquire(t, a, "r1")
